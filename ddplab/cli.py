@@ -1,0 +1,81 @@
+"""`ddplab`: the command users type. It parses, calls the libraries, prints.
+
+Bad input (a ValueError from any library) becomes one line naming the field and
+the value, exit code 2, no traceback.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ddplab import commands
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints the usage too)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ddplab", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    c = sub.add_parser("cost", help="ring allreduce cost per step on each link (the seed's comm_cost.py)")
+    c.add_argument("--params", type=float, default=760e6, help="parameters (default 760e6)")
+    c.add_argument("--bytes-per-param", type=float, default=2, help="gradient bytes per parameter (bf16: 2)")
+    c.add_argument("--ranks", type=int, default=2, help="data-parallel ranks N")
+    c.add_argument("--efficiency", type=float, default=0.85, help="effective fraction of line rate")
+    c.add_argument(
+        "--link",
+        action="append",
+        metavar="NAME=GBIT_S",
+        help="a link (repeatable); default the seed's four",
+    )
+    c.add_argument("--compute-s", type=float, help="compute time per micro-step, seconds")
+    c.add_argument("--grad-accum", type=int, default=1, help="micro-steps per allreduce K")
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.set_defaults(func=commands.cost)
+
+    s = sub.add_parser("simulate", help="simulate DDP steps of a scenario (one scale or a sweep)")
+    s.add_argument("scenario", help="preset name (see `ddplab scenarios`) or a .toml file")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    s.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
+    s.add_argument("--sweep-ranks", metavar="N,N,...", help="simulate each rank count, e.g. 2,8,64,1024")
+    s.add_argument("--steps", type=int, help="optimizer steps")
+    s.add_argument("--seed", type=int, help="random seed")
+    s.add_argument("--out", type=Path, help="write records, Chrome trace and plots here")
+    s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
+    s.set_defaults(func=commands.simulate)
+
+    k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")
+    k.add_argument("scenario")
+    k.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    k.add_argument(
+        "--op",
+        default="allreduce",
+        choices=["allreduce", "allgather", "reduce_scatter", "broadcast"],
+    )
+    k.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
+    k.add_argument("--sizes", default="1M,16M,256M,1G", help="sizes: 1M,16M,1G or a range 8:1G (x2 steps)")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(func=commands.collective)
+
+    sc = sub.add_parser("scenarios", help="list the scenario presets")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=commands.scenarios)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = args.func(args)
+    except ValueError as e:
+        print(f"ddplab {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `ddplab ... | head`
+        return 0
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0

@@ -1,0 +1,227 @@
+"""The commands behind the CLI. Each returns what `--json` prints; without
+`--json` it prints a table for people instead."""
+
+import sys
+import time
+
+from sim.collectives import algbw_busbw_gb_s, collective_cost
+from sim.config import load_scenario
+from sim.cost import SEED_LINKS, link_costs, parse_link
+from sim.units import fmt_bytes, fmt_seconds, parse_int_list, parse_sizes
+from sim.workload import fabric_for
+
+
+def cost(args):
+    links = [parse_link(x) for x in args.link] if args.link else SEED_LINKS
+    rows = link_costs(
+        params=args.params,
+        bytes_per_param=args.bytes_per_param,
+        ranks=args.ranks,
+        efficiency=args.efficiency,
+        links=links,
+        compute_s=args.compute_s,
+        grad_accum=args.grad_accum,
+    )
+    out = []
+    for r in rows:
+        row = {
+            "link": r.link,
+            "link_gbit_s": r.link_gbit_s,
+            "traffic_bytes": r.traffic_bytes,
+            "seconds_per_step": r.seconds_per_step,
+        }
+        if r.comm_compute_ratio is not None:
+            row["comm_compute_ratio"] = r.comm_compute_ratio
+        out.append(row)
+    if args.json:
+        return out
+    s = args.params * args.bytes_per_param
+    print(
+        f"Ring allreduce of {args.params:.4g} params x {args.bytes_per_param:g} B = {s / 1e9:.2f} GB"
+        f" over N={args.ranks}: 2(N-1)/N x S = {rows[0].traffic_bytes / 1e9:.2f} GB per rank per step,"
+        f" at {args.efficiency:.0%} of line rate"
+    )
+    if args.grad_accum > 1:
+        print(f"Gradient accumulation K={args.grad_accum}: one allreduce per {args.grad_accum} micro-steps")
+    header = f"{'link':<12} {'Gbit/s':>8} {'allreduce/step':>15}"
+    if args.compute_s:
+        header += f" {'T_comm/T_compute':>17}"
+    print(header)
+    for r in rows:
+        line = f"{r.link:<12} {r.link_gbit_s:>8g} {fmt_seconds(r.seconds_per_step):>15}"
+        if r.comm_compute_ratio is not None:
+            k = r.comm_compute_ratio
+            verdict = f"communication-bound x {k:.1f}" if k >= 1 else f"compute-bound ({k:.2f})"
+            line += f" {k:>17.2f}  {verdict}"
+        print(line)
+    return out
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def simulate(args):
+    from sim.engine import simulate as run
+
+    if args.sweep_ranks and args.ranks:
+        raise ValueError("--ranks and --sweep-ranks: give one of them")
+    counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
+    # Validate every scale before simulating any, so a bad count fails fast.
+    scenarios = [
+        load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts
+    ]
+    sweep = args.sweep_ranks is not None
+    summaries = []
+    for i, sc in enumerate(scenarios, 1):
+        t = time.perf_counter()
+        result = run(sc)
+        summary = result.summary()
+        summaries.append(summary)
+        if sweep:
+            _progress(
+                f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s"
+            )
+        if args.out:
+            from sim.export import write_result
+
+            write_result(result, args.out)
+    if args.out:
+        from sim.export import write_summaries
+
+        write_summaries(summaries, args.out, sweep=sweep)
+    if args.json:
+        return summaries if sweep else summaries[0]
+    if sweep:
+        _print_sweep(scenarios[0], summaries)
+    else:
+        _print_summary(scenarios[0], summaries[0])
+    if args.out:
+        print(f"records, Chrome trace{' and scaling.png' if sweep else ''} in {args.out}/")
+    return summaries
+
+
+def _network_line(sc) -> str:
+    net = sc.network
+    if not net.enabled:
+        return "network off (free communication)"
+    if net.backend == "gloo":
+        return f"gloo ring over {net.nic_gbit_s:g} Gbit/s x {net.nic_efficiency:.0%}"
+    return (
+        f"NCCL {net.algorithm}; {net.gpus_per_node}/node on {net.intra_gb_s:g} GB/s {net.intra_link},"
+        f" {net.nics_per_node} x {net.nic_gbit_s:g} Gbit/s NICs"
+    )
+
+
+def _print_summary(sc, s: dict) -> None:
+    st = s["step_time_s"]
+    print(f"{sc.name}: {sc.description}")
+    print(
+        f"  {s['model']}, {s['ranks']} ranks on {s['nodes']} nodes, {_network_line(sc)};"
+        f" {s['steps']} steps, seed {s['seed']}"
+    )
+    print(
+        f"  step time        {fmt_seconds(st['mean'])} mean  (p50 {fmt_seconds(st['p50'])},"
+        f" p95 {fmt_seconds(st['p95'])}, p99 {fmt_seconds(st['p99'])})"
+    )
+    print("  where it goes    per rank, mean of a step:")
+    parts = [
+        ("compute (fwd+bwd)", s["compute_s"]),
+        ("exposed comm", s["exposed_comm_s"]),
+        ("straggler wait", s["straggler_wait_s"]),
+        ("optimizer", s["optimizer_s"]),
+        ("dataloader", s["dataloader_s"]),
+    ]
+    for name, value in parts:
+        if value > 0 or name.startswith(("compute", "exposed", "straggler")):
+            print(f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}")
+    ratio = s["comm_compute_ratio"]
+    verdict = f"communication-bound x {ratio:.1f}" if ratio >= 1 else "comm fits inside compute"
+    print(f"  T_comm/T_compute {ratio:.3f}  ({verdict}; {fmt_seconds(s['comm_s'])} of collectives per step)")
+    print(f"  efficiency       {s['scaling_efficiency']:.1%} of each rank's time is useful work")
+    print(f"  throughput       {s['tokens_per_s']:,.0f} tokens/s")
+    print(
+        f"  buckets          {s['buckets']} ({fmt_bytes(s['traffic_bytes_per_step'])} on each rank's bus"
+        f" per step; {', '.join(s['algorithms'])})"
+    )
+    print(f"  simulated in     {s['wall_s']:.2f} s")
+
+
+# Sweep table columns: header (units in the name), width, value.
+_SWEEP_COLUMNS = (
+    ("ranks", 6, lambda s: f"{s['ranks']}"),
+    ("nodes", 5, lambda s: f"{s['nodes']}"),
+    ("step_p50(s)", 11, lambda s: f"{s['step_time_s']['p50']:.4f}"),
+    ("step_p95(s)", 11, lambda s: f"{s['step_time_s']['p95']:.4f}"),
+    ("compute(s)", 10, lambda s: f"{s['compute_s']:.4f}"),
+    ("exp_comm(s)", 11, lambda s: f"{s['exposed_comm_s']:.4f}"),
+    ("wait(s)", 9, lambda s: f"{s['straggler_wait_s']:.4f}"),
+    ("comm/comp", 9, lambda s: f"{s['comm_compute_ratio']:.3f}"),
+    ("eff(%)", 7, lambda s: f"{s['scaling_efficiency'] * 100:.1f}"),
+    ("tokens/s", 13, lambda s: f"{s['tokens_per_s']:,.0f}"),
+    ("algorithms", 24, lambda s: "+".join(s["algorithms"])),
+)
+
+
+def _print_sweep(sc, summaries: list[dict]) -> None:
+    print(f"{sc.name}: {sc.description}")
+    print(f"  {sc.model.preset}, {_network_line(sc)}; {sc.steps} steps, seed {sc.seed}")
+    print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
+    for s in summaries:
+        print(" ".join(f"{f(s):>{w}}" for _, w, f in _SWEEP_COLUMNS))
+
+
+def collective(args):
+    sizes = parse_sizes(args.sizes)
+    sc = load_scenario(args.scenario, args.set, ranks=args.ranks)
+    fabric = fabric_for(sc)
+    rows = []
+    for size in sizes:
+        c = collective_cost(args.op, size, fabric)
+        algbw, busbw = algbw_busbw_gb_s(args.op, size, c.time_s, fabric.ranks)
+        rows.append(
+            {
+                "op": args.op,
+                "size_bytes": size,
+                "count": size // 4,
+                "type": "float",
+                "ranks": fabric.ranks,
+                "algorithm": c.algorithm,
+                "time_us": c.time_s * 1e6,
+                "algbw_gb_s": algbw,
+                "busbw_gb_s": busbw,
+            }
+        )
+    if args.json:
+        return rows
+    redop = "sum" if args.op in ("allreduce", "reduce_scatter") else "none"
+    print(f"# ddplab collective: predicted {args.op} on {sc.name} ({_network_line(sc)})")
+    print(f"# nranks {fabric.ranks}, nodes {fabric.nodes}, model: alpha-beta with NCCL's tuning constants")
+    print("#")
+    head = ("size", "count", "type", "redop", "algorithm", "time", "algbw", "busbw")
+    units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)")
+    widths = (12, 12, 6, 6, 12, 10, 8, 8)
+    print("# " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
+    print("# " + " ".join(f"{u:>{w}}" for u, w in zip(units, widths, strict=True)))
+    for r in rows:
+        print(
+            f"  {r['size_bytes']:>12} {r['count']:>12} {r['type']:>6} {redop:>6} {r['algorithm']:>12}"
+            f" {r['time_us']:>10.1f} {r['algbw_gb_s']:>8.2f} {r['busbw_gb_s']:>8.2f}"
+        )
+    avg = sum(r["busbw_gb_s"] for r in rows) / len(rows)
+    print(f"# Avg bus bandwidth    : {avg:.3f}")
+    return rows
+
+
+def scenarios(args):
+    from scenarios import scenario_names, scenario_path
+    from sim.config import load_toml
+
+    out = []
+    for name in scenario_names():
+        data = load_toml(scenario_path(name))
+        out.append({"name": name, "description": data.get("description", ""), "ranks": data.get("ranks")})
+    if not args.json:
+        for row in out:
+            print(f"{row['name']:<16} {row['ranks']:>5} ranks  {row['description']}")
+    return out

@@ -1,0 +1,329 @@
+"""Scenario configuration: validated keyword-only dataclasses, loaded from TOML.
+
+Every field has its unit in its name. A bad value raises ``ValueError`` naming the
+key (``noise.sigma``) and the value; the CLI turns that into one line and exit 2.
+``scenarios/README.md`` documents every key with its source.
+"""
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+
+
+def _require(cond: bool, key: str, value, why: str) -> None:
+    if not cond:
+        raise ValueError(f"{key}: {why}, got {value!r}")
+
+
+def _one_of(key: str, value, allowed) -> None:
+    _require(value in allowed, key, value, f"must be one of {', '.join(map(str, allowed))}")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    preset: str = "gpt2-760m"
+    """GPT-2 preset name from scenarios/models.toml."""
+
+
+@dataclass(kw_only=True)
+class TrainingConfig:
+    micro_batch_size: int = 8
+    """Sequences per rank per micro-step."""
+    seq_len: int = 0
+    """Tokens per sequence; 0 = the model's context length."""
+    grad_accum: int = 1
+    """Micro-steps per optimizer step; only the last one synchronises (DDP no_sync)."""
+    bucket_cap_mb: float = 25.0
+    """DDP bucket cap in MiB (PyTorch default 25)."""
+    first_bucket_mb: float = 1.0
+    """First bucket's cap in MiB (dist._DEFAULT_FIRST_BUCKET_BYTES)."""
+    grad_bytes_per_param: int = 2
+    """Gradient element size: 2 for bf16/fp16 gradients, 4 for fp32."""
+    overlap: bool = True
+    """Launch each bucket's allreduce as soon as it is ready (DDP); false = after backward."""
+    comm_hook: str = "none"
+    """DDP comm hook: none | fp16 | bf16 (2-byte wire format) | powersgd."""
+    powersgd_rank: int = 1
+    """PowerSGD matrix_approximation_rank."""
+    compress_s_per_gb: float = 0.0
+    """Encode + decode time per GB of uncompressed gradient, on the comm path."""
+
+    def __post_init__(self):
+        for key in ("micro_batch_size", "grad_accum", "powersgd_rank"):
+            _require(getattr(self, key) >= 1, f"training.{key}", getattr(self, key), "must be >= 1")
+        _require(self.seq_len >= 0, "training.seq_len", self.seq_len, "must be >= 0")
+        for key in ("bucket_cap_mb", "first_bucket_mb"):
+            _require(getattr(self, key) > 0, f"training.{key}", getattr(self, key), "must be > 0")
+        _one_of("training.grad_bytes_per_param", self.grad_bytes_per_param, (2, 4))
+        _one_of("training.comm_hook", self.comm_hook, COMM_HOOKS)
+        _require(
+            self.compress_s_per_gb >= 0,
+            "training.compress_s_per_gb",
+            self.compress_s_per_gb,
+            "must be >= 0",
+        )
+
+
+@dataclass(kw_only=True)
+class ComputeConfig:
+    peak_tflop_s: float = 989.4
+    """Dense bf16 peak of one accelerator, TFLOP/s."""
+    mfu: float = 0.45
+    """Model FLOPs utilisation achieved by forward + backward."""
+    step_compute_s: float | None = None
+    """Forward + backward time of one micro-step, given directly (overrides FLOPs / (peak x MFU))."""
+    backward_fraction: float = 2.0 / 3.0
+    """Share of a micro-step spent in backward (backward = 2 x forward FLOPs)."""
+    optimizer_s: float = 0.0
+    """Optimizer step time, the same on every rank."""
+    dataloader_s: float = 0.0
+    """Data loading time per optimizer step, before the first forward."""
+    interference_gamma: float = 0.0
+    """Compute slows by (1 + gamma) while a collective runs on the same rank."""
+
+    def __post_init__(self):
+        _require(self.peak_tflop_s > 0, "compute.peak_tflop_s", self.peak_tflop_s, "must be > 0")
+        _require(0 < self.mfu <= 1, "compute.mfu", self.mfu, "must be in (0, 1]")
+        if self.step_compute_s is not None:
+            _require(
+                self.step_compute_s > 0,
+                "compute.step_compute_s",
+                self.step_compute_s,
+                "must be > 0",
+            )
+        _require(
+            0 < self.backward_fraction < 1,
+            "compute.backward_fraction",
+            self.backward_fraction,
+            "must be in (0, 1)",
+        )
+        for key in ("optimizer_s", "dataloader_s", "interference_gamma"):
+            _require(getattr(self, key) >= 0, f"compute.{key}", getattr(self, key), "must be >= 0")
+
+
+@dataclass(kw_only=True)
+class NetworkConfig:
+    enabled: bool = True
+    """false = communication is free (ranks still synchronise every step)."""
+    backend: str = "nccl"
+    """nccl (NCCL/RCCL protocol table) | gloo (ring, TCP)."""
+    algorithm: str = "auto"
+    """auto (cheapest, as NCCL) | ring | tree."""
+    gpus_per_node: int = 8
+    """Ranks per node, joined by the intra-node link."""
+    intra_link: str = "nvlink"
+    """nvlink (NVLink, xGMI) | pci: which NCCL hop latency applies inside a node."""
+    intra_gb_s: float = 450.0
+    """Intra-node link rate per GPU per direction, GB/s."""
+    intra_efficiency: float = 0.82
+    """Achieved ring bus bandwidth / intra_gb_s."""
+    nics_per_node: int = 8
+    """NICs per node, one ring channel each."""
+    nic_gbit_s: float = 400.0
+    """Line rate of one NIC, Gbit/s."""
+    nic_efficiency: float = 0.94
+    """Achieved bus bandwidth / NIC line rate."""
+    gloo_hop_latency_us: float = 50.0
+    """gloo: latency of one ring step (roughly a TCP round trip), microseconds."""
+    jitter_sigma: float = 0.0
+    """Lognormal sigma of a per-collective time multiplier (mean 1)."""
+
+    def __post_init__(self):
+        _one_of("network.backend", self.backend, ("nccl", "gloo"))
+        _one_of("network.algorithm", self.algorithm, ("auto", "ring", "tree"))
+        _one_of("network.intra_link", self.intra_link, ("nvlink", "pci"))
+        for key in ("gpus_per_node", "nics_per_node"):
+            _require(getattr(self, key) >= 1, f"network.{key}", getattr(self, key), "must be >= 1")
+        for key in ("intra_gb_s", "nic_gbit_s"):
+            _require(getattr(self, key) > 0, f"network.{key}", getattr(self, key), "must be > 0")
+        for key in ("intra_efficiency", "nic_efficiency"):
+            _require(
+                0 < getattr(self, key) <= 1,
+                f"network.{key}",
+                getattr(self, key),
+                "must be in (0, 1]",
+            )
+        _require(
+            self.gloo_hop_latency_us >= 0,
+            "network.gloo_hop_latency_us",
+            self.gloo_hop_latency_us,
+            "must be >= 0",
+        )
+        _require(self.jitter_sigma >= 0, "network.jitter_sigma", self.jitter_sigma, "must be >= 0")
+
+
+@dataclass(kw_only=True)
+class NoiseConfig:
+    distribution: str = "none"
+    """Per-rank per-micro-step compute multiplier, mean 1: none | lognormal | normal | gamma."""
+    sigma: float = 0.0
+    """Its standard deviation (lognormal: the sigma of the log)."""
+    speed_spread_sd: float = 0.0
+    """Persistent per-rank speed factor: lognormal with this sigma, mean 1, drawn once."""
+
+    def __post_init__(self):
+        _one_of("noise.distribution", self.distribution, NOISE_DISTRIBUTIONS)
+        _require(self.sigma >= 0, "noise.sigma", self.sigma, "must be >= 0")
+        # A normal multiplier goes negative at about 1/sigma standard deviations.
+        if self.distribution == "normal":
+            _require(self.sigma <= 0.25, "noise.sigma", self.sigma, "normal noise needs sigma <= 0.25")
+        _require(self.speed_spread_sd >= 0, "noise.speed_spread_sd", self.speed_spread_sd, "must be >= 0")
+
+
+def parse_stragglers(text: str) -> dict[int, float]:
+    """``"17:1.4,100:2.0"`` -> {17: 1.4, 100: 2.0}; ``""`` -> {}."""
+    out: dict[int, float] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        rank_s, sep, factor_s = item.partition(":")
+        try:
+            rank, factor = int(rank_s), float(factor_s)
+        except ValueError:
+            rank, factor = -1, 0.0
+        _require(
+            sep == ":" and rank >= 0 and factor > 0,
+            "stragglers",
+            item,
+            "expected RANK:SLOWDOWN like 17:1.4",
+        )
+        out[rank] = factor
+    return out
+
+
+@dataclass(kw_only=True)
+class Scenario:
+    name: str = "custom"
+    """Preset name."""
+    description: str = ""
+    ranks: int = 8
+    """Data-parallel ranks (GPUs)."""
+    steps: int = 100
+    """Optimizer steps to simulate."""
+    seed: int = 0
+    """Seed of the one numpy Generator every random draw comes from."""
+    stragglers: str = ""
+    """Persistent slow ranks, "RANK:SLOWDOWN,...": compute time x SLOWDOWN."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+
+    def __post_init__(self):
+        _require(self.ranks >= 1, "ranks", self.ranks, "must be >= 1")
+        _require(self.steps >= 1, "steps", self.steps, "must be >= 1")
+        g = self.network.gpus_per_node
+        _require(
+            self.ranks <= g or self.ranks % g == 0,
+            "ranks",
+            self.ranks,
+            f"must be <= or a multiple of network.gpus_per_node ({g})",
+        )
+        for rank in self.straggler_map:
+            _require(
+                rank < self.ranks,
+                "stragglers",
+                f"{rank}:{self.straggler_map[rank]}",
+                f"rank out of range for {self.ranks} ranks",
+            )
+
+    @property
+    def straggler_map(self) -> dict[int, float]:
+        return parse_stragglers(self.stragglers)
+
+
+_SECTIONS = {f.name: f.type for f in dataclasses.fields(Scenario) if dataclasses.is_dataclass(f.type)}
+
+
+def _check_type(key: str, value, hint):
+    """Coerce a TOML/CLI value to the field's declared type, or raise naming the key."""
+    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if value is None and type(None) in allowed:
+        return None
+    for t in allowed:
+        if t is bool and isinstance(value, bool):
+            return value
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if t is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if t is str and isinstance(value, str):
+            return value
+    names = " or ".join(t.__name__ for t in allowed if t is not type(None))
+    raise ValueError(f"{key}: expected {names}, got {value!r}")
+
+
+def _build(cls, data: dict, prefix: str):
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in hints:
+            known = ", ".join(f"{prefix}{k}" for k in hints)
+            raise ValueError(f"{full}: unknown key (known: {known})")
+        if key in _SECTIONS and not prefix:
+            if not isinstance(value, dict):
+                raise ValueError(f"{full}: expected a [{key}] table, got {value!r}")
+            kwargs[key] = _build(_SECTIONS[key], value, f"{key}.")
+        else:
+            kwargs[key] = _check_type(full, value, hints[key])
+    return cls(**kwargs)
+
+
+def scenario_from_dict(data: dict) -> Scenario:
+    return _build(Scenario, data, "")
+
+
+def load_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: malformed TOML ({e})") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    """``noise.sigma=0.05`` -> (["noise", "sigma"], 0.05). The value is read as a TOML
+    value when it is one (numbers, true/false, quoted strings), else as a bare string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"--set: expected KEY=VALUE, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """A deep copy of ``data`` with each KEY=VALUE applied (checked later by the dataclasses)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for text in overrides:
+        path, value = parse_override(text)
+        if len(path) > 2:
+            raise ValueError(f"{'.'.join(path)}: unknown key (keys are SECTION.FIELD or FIELD)")
+        if len(path) == 2:
+            out.setdefault(path[0], {})
+            if not isinstance(out[path[0]], dict):
+                raise ValueError(f"{'.'.join(path)}: unknown key ({path[0]} is not a section)")
+            out[path[0]][path[1]] = value
+        else:
+            out[path[0]] = value
+    return out
+
+
+def load_scenario(name_or_path: str, overrides: list[str] = (), **top_level) -> Scenario:
+    """A preset or TOML file, with ``--set`` overrides and top-level fields (ranks, steps, seed)."""
+    from scenarios import scenario_path
+
+    data = apply_overrides(load_toml(scenario_path(name_or_path)), list(overrides))
+    data.update({k: v for k, v in top_level.items() if v is not None})
+    return scenario_from_dict(data)

@@ -1,0 +1,187 @@
+"""The discrete-event model of DDP steps (DESIGN.md "The simulation model").
+
+SimPy orders what happens in time: steps and collectives. Per-rank state lives in
+numpy arrays, one SimPy process per *group* of ranks (a node, say), so 1024 ranks
+cost a few array operations per bucket rather than 1024 processes. Results are
+identical for any grouping: every random draw is made once per step for all
+ranks (``_CommStream``), and per-rank arithmetic is element-wise.
+
+Protocol, per step:
+  1. the comm stream draws the step's noise and opens the step;
+  2. each group computes its ranks' bucket-ready times in the last backward and
+     posts, per bucket, the latest of them;
+  3. the comm stream runs bucket b when every group has posted it:
+     start_b = max(latest launch_b, end_{b-1}) (FIFO stream, all ranks together);
+  4. with interference (gamma > 0) a group computes bucket b+1 only once
+     collective b's interval is known, since compute slows while it runs.
+     Collective j >= b+1 cannot start before bucket b+1 is ready everywhere, so
+     intervals 0..b are all that can overlap it.
+"""
+
+import math
+import time
+
+import numpy as np
+import simpy
+
+from sim.config import Scenario
+from sim.noise import multipliers
+from sim.results import Recorder, SimResult
+from sim.workload import Workload, build_workload
+
+
+class _Busy:
+    """The comm stream's busy intervals within one step, as a piecewise-linear
+    cumulative busy time I(t). Intervals are FIFO, so sorted and disjoint."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        self.t = np.empty(2 * len(starts))
+        self.t[0::2], self.t[1::2] = starts, ends
+        cum = np.cumsum(ends - starts)
+        self.busy = np.empty_like(self.t)
+        self.busy[0::2] = cum - (ends - starts)
+        self.busy[1::2] = cum
+
+    def busy_before(self, t: np.ndarray) -> np.ndarray:
+        if not len(self.t):
+            return np.zeros_like(t)
+        return np.interp(t, self.t, self.busy)
+
+    def finish(self, t0: np.ndarray, work_s: np.ndarray, gamma: float) -> np.ndarray:
+        """When compute of ``work_s`` full-speed seconds started at ``t0`` ends, running
+        at 1/(1+gamma) speed while a collective is busy: solve V(t) = V(t0) + work with
+        V(t) = t - c I(t), c = gamma/(1+gamma), V increasing."""
+        if not len(self.t) or gamma == 0.0:
+            return t0 + work_s
+        c = gamma / (1.0 + gamma)
+        v_pts = self.t - c * self.busy
+        v = t0 - c * self.busy_before(t0) + work_s
+        inside = np.interp(v, v_pts, self.t)
+        before = v  # V(t) = t before the first interval
+        after = self.t[-1] + (v - v_pts[-1])  # slope 1 after the last
+        return np.where(v < v_pts[0], before, np.where(v > v_pts[-1], after, inside))
+
+
+class _Step:
+    """One step's shared state, handed to every group with the step's open event."""
+
+    def __init__(self, env, t0: float, noise: np.ndarray, n_buckets: int, n_groups: int):
+        self.t0, self.noise, self.n_groups = t0, noise, n_groups
+        self.launch = np.full(n_buckets, -math.inf)
+        self.posted = np.zeros(n_buckets, dtype=int)
+        self.gates = [env.event() for _ in range(n_buckets)]
+        self.published = [env.event() for _ in range(n_buckets)]
+        self.starts = np.zeros(n_buckets)
+        self.ends = np.zeros(n_buckets)
+
+    def post(self, first: int, launch_s: np.ndarray) -> None:
+        """A group launches buckets first..first+len-1 at these (latest-rank) times."""
+        last = first + len(launch_s)
+        np.maximum(self.launch[first:last], launch_s, out=self.launch[first:last])
+        self.posted[first:last] += 1
+        for b in range(first, last):
+            if self.posted[b] == self.n_groups:
+                self.gates[b].succeed()
+
+    def busy(self, upto: int) -> _Busy:
+        return _Busy(self.starts[:upto], self.ends[:upto])
+
+
+class _CommStream:
+    """The one FIFO collective stream all ranks share (every collective starts on
+    all ranks together, so the per-rank streams move in lockstep)."""
+
+    def __init__(self, env, wl: Workload, n_groups: int, rng: np.random.Generator, sc: Scenario):
+        self.env, self.wl, self.n_groups, self.rng, self.sc = env, wl, n_groups, rng, sc
+        self.opened = [env.event() for _ in range(sc.steps)]
+        self.done = [env.event() for _ in range(sc.steps)]
+
+    def run(self, rec: Recorder):
+        env, wl, nb = self.env, self.wl, len(self.wl.buckets)
+        noise_cfg, jitter_sigma = self.sc.noise, self.sc.network.jitter_sigma
+        t0 = 0.0
+        for step in range(self.sc.steps):
+            # Draw order is fixed (noise then jitter), whatever the grouping.
+            noise = multipliers(self.rng, noise_cfg.distribution, noise_cfg.sigma, (wl.ranks, wl.grad_accum))
+            jitter = multipliers(self.rng, "lognormal", jitter_sigma, nb)
+            st = _Step(env, t0, noise, nb, self.n_groups)
+            self.opened[step].succeed(st)
+            end = -math.inf
+            for b in range(nb):
+                if not st.gates[b].triggered:
+                    yield st.gates[b]
+                start = max(st.launch[b], end)
+                end = start + wl.collective_s[b] * jitter[b]
+                st.starts[b], st.ends[b] = start, end
+                st.published[b].succeed()
+                assert end >= env.now, "a collective cannot end before it is scheduled"
+                yield env.timeout(end - env.now)
+            t0 = end + wl.optimizer_s
+            rec.step(step, t0=st.t0, end_s=t0, starts=st.starts, ends=st.ends)
+            self.done[step].succeed()
+
+
+def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, steps: int):
+    """One SimPy process for a group of ranks, their state as arrays."""
+    gamma = wl.interference_gamma if wl.overlap and wl.collective_s.any() else 0.0
+    frac = wl.ready_fraction
+    nb = len(frac)
+    for step in range(steps):
+        st = yield comm.opened[step]
+        noise = st.noise[ranks]
+        fwd = wl.forward_s[ranks, None] * noise
+        bwd = wl.backward_s[ranks, None] * noise
+        # Dataloader, then K micro-steps; only the last backward launches buckets (no_sync).
+        last_bwd_start = st.t0 + wl.dataloader_s[ranks] + fwd.sum(axis=1) + bwd[:, :-1].sum(axis=1)
+        last_bwd = bwd[:, -1]
+        if gamma == 0.0:
+            if wl.overlap:
+                ready = last_bwd_start[:, None] + last_bwd[:, None] * frac[None, :]
+            else:
+                ready = np.repeat((last_bwd_start + last_bwd)[:, None], nb, axis=1)
+            st.post(0, ready.max(axis=0))
+        else:
+            ready = np.empty((len(last_bwd), nb))
+            for b in range(nb):
+                if b:
+                    yield st.published[b - 1]
+                ready[:, b] = st.busy(b).finish(last_bwd_start, last_bwd * frac[b], gamma)
+                st.post(b, ready[:, b : b + 1].max(axis=0))
+        yield comm.done[step]
+        rec.ranks(
+            step,
+            ranks,
+            t0=st.t0,
+            last_bwd_start=last_bwd_start,
+            ready=ready,
+            fwd=fwd,
+            bwd=bwd,
+            busy=st.busy(nb),
+        )
+
+
+def simulate(
+    sc: Scenario, *, group_size: int | None = None, trace_steps: int = 3, trace_ranks=None
+) -> SimResult:
+    """Simulate ``sc.steps`` optimizer steps of ``sc.ranks`` ranks.
+
+    ``group_size``: ranks per SimPy process (default: all in one, the fastest);
+    results do not depend on it. ``trace_steps``/``trace_ranks``: the window kept
+    for the Chrome trace (default: the first 3 steps, up to 8 ranks incl. stragglers).
+    """
+    wall0 = time.perf_counter()
+    rng = np.random.default_rng(sc.seed)
+    wl = build_workload(sc, rng)
+    n = sc.ranks
+    group_size = group_size or n
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    groups = [slice(a, min(a + group_size, n)) for a in range(0, n, group_size)]
+    env = simpy.Environment()
+    comm = _CommStream(env, wl, len(groups), rng, sc)
+    rec = Recorder(sc, wl, trace_steps=trace_steps, trace_ranks=trace_ranks)
+    env.process(comm.run(rec))
+    for g in groups:
+        env.process(_group(env, wl, comm, g, rec, sc.steps))
+    env.run()
+    return rec.result(wall_s=time.perf_counter() - wall0)

@@ -1,0 +1,34 @@
+"""Random draws, all from one ``numpy.random.Generator`` passed in (never a global).
+
+Every multiplier has mean 1 so noise adds variance, not average work: lognormal
+with mu = -sigma^2/2, normal(1, sigma) clipped at 0, gamma with shape 1/sigma^2.
+Draws are made for all ranks at once, in a fixed order, so results do not depend
+on how ranks are grouped into simulation processes.
+"""
+
+import numpy as np
+
+
+def multipliers(rng: np.random.Generator, distribution: str, sigma: float, size) -> np.ndarray:
+    """Mean-1 multiplicative noise of the given shape."""
+    if distribution == "none" or sigma == 0.0:
+        return np.ones(size)
+    if distribution == "lognormal":
+        return rng.lognormal(-0.5 * sigma * sigma, sigma, size)
+    if distribution == "normal":
+        return np.maximum(rng.normal(1.0, sigma, size), 0.0)
+    if distribution == "gamma":
+        shape = 1.0 / (sigma * sigma)
+        return rng.gamma(shape, 1.0 / shape, size)
+    raise ValueError(f"noise.distribution: unknown {distribution!r}")
+
+
+def speed_factors(
+    rng: np.random.Generator, ranks: int, spread_sd: float, stragglers: dict[int, float]
+) -> np.ndarray:
+    """Persistent per-rank compute-time factors: a lognormal spread (identical GPUs
+    differ by ~1.2 % sd, Sinha et al. arXiv 2208.11035) times explicit stragglers."""
+    factors = multipliers(rng, "lognormal", spread_sd, ranks)
+    for rank, slowdown in stragglers.items():
+        factors[rank] *= slowdown
+    return factors

@@ -1,0 +1,56 @@
+"""Parsing and printing sizes and times the way nccl-tests users write them."""
+
+import re
+
+_SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, key: str = "--sizes") -> int:
+    """``"64M"`` -> 67108864. Suffixes are binary (K = 1024), as nccl-tests' -b/-e."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{key}: expected a size like 1K, 16M or 1G, got {text!r}")
+    value = int(float(m.group(1)) * _SUFFIX[m.group(2).upper()])
+    if value <= 0:
+        raise ValueError(f"{key}: sizes must be > 0, got {text!r}")
+    return value
+
+
+def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
+    """``"1M,16M,1G"`` or a geometric range ``"1K:256M"`` (x2 per step)."""
+    if ":" in text:
+        lo_s, _, hi_s = text.partition(":")
+        lo, hi = parse_size(lo_s, key), parse_size(hi_s, key)
+        if hi < lo:
+            raise ValueError(f"{key}: range end below its start in {text!r}")
+        out = [lo]
+        while out[-1] * 2 <= hi:
+            out.append(out[-1] * 2)
+        return out
+    return [parse_size(s, key) for s in text.split(",") if s.strip()] or [parse_size(text, key)]
+
+
+def parse_int_list(text: str, key: str) -> list[int]:
+    try:
+        values = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"{key}: expected integers like 2,8,64, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{key}: expected positive integers like 2,8,64, got {text!r}")
+    return values
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_seconds(s: float) -> str:
+    """14.31 s, 0.036 s, 412 us: enough digits to read, no more."""
+    if s >= 1.0:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s:.3f} s" if s >= 0.01 else f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.0f} us"

@@ -1,0 +1,113 @@
+"""What one optimizer step costs before anything runs: per-rank compute and
+per-bucket collective times, derived from a scenario. The engine only schedules."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.buckets import Bucket, build_buckets
+from sim.collectives import Fabric, bus_factor, collective_cost
+from sim.config import Scenario
+from sim.gpt2 import flops_per_token, model_shape
+from sim.noise import speed_factors
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    ranks: int
+    grad_accum: int
+    tokens_per_step: int  # all ranks together
+    speed_factor: np.ndarray  # (ranks,) persistent compute-time multiplier
+    forward_s: np.ndarray  # (ranks,) one micro-step's forward, before noise
+    backward_s: np.ndarray  # (ranks,) one micro-step's backward, before noise
+    dataloader_s: np.ndarray  # (ranks,)
+    optimizer_s: float
+    buckets: list[Bucket]
+    ready_fraction: np.ndarray  # (buckets,) of the last backward, when each bucket is ready
+    wire_bytes: np.ndarray  # (buckets,) bytes each bucket's allreduce carries
+    collective_s: np.ndarray  # (buckets,) allreduce time (+ compression), before jitter
+    algorithms: tuple[str, ...]  # (buckets,) the algorithm chosen per bucket
+    overlap: bool
+    interference_gamma: float
+
+    @property
+    def traffic_bytes_per_step(self) -> float:
+        """Bytes each rank puts on its bus per optimizer step (nccl-tests convention)."""
+        return float(self.wire_bytes.sum()) * bus_factor("allreduce", self.ranks) if self.ranks > 1 else 0.0
+
+
+def fabric_for(sc: Scenario, ranks: int | None = None) -> Fabric:
+    net = sc.network
+    return Fabric(
+        ranks=ranks or sc.ranks,
+        gpus_per_node=net.gpus_per_node,
+        backend=net.backend,
+        algorithm=net.algorithm,
+        intra_busbw_gb_s=net.intra_gb_s * net.intra_efficiency,
+        inter_busbw_gb_s=net.nics_per_node * net.nic_gbit_s / 8.0 * net.nic_efficiency,
+        intra_link=net.intra_link,
+        gloo_hop_latency_us=net.gloo_hop_latency_us,
+    )
+
+
+def micro_step_compute_s(sc: Scenario) -> float:
+    """Forward + backward of one micro-step on a speed-1 rank: given, or
+    FLOPs/token x tokens / (peak x MFU)."""
+    if sc.compute.step_compute_s is not None:
+        return sc.compute.step_compute_s
+    shape = model_shape(sc.model.preset)
+    seq = sc.training.seq_len or shape.block_size
+    flops = flops_per_token(shape, seq) * sc.training.micro_batch_size * seq
+    return flops / (sc.compute.peak_tflop_s * 1e12 * sc.compute.mfu)
+
+
+def _wire_bytes(sc: Scenario, b: Bucket) -> float:
+    t = sc.training
+    if t.comm_hook in ("fp16", "bf16"):
+        return 2.0 * b.numel
+    if t.comm_hook == "powersgd":
+        return float(b.powersgd_numel * t.grad_bytes_per_param)
+    return float(b.size_bytes)
+
+
+def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
+    shape = model_shape(sc.model.preset)
+    t = sc.training
+    seq = t.seq_len or shape.block_size
+    if seq > shape.block_size:
+        raise ValueError(f"training.seq_len: {seq} exceeds the model's context {shape.block_size}")
+    buckets = build_buckets(
+        shape,
+        seq,
+        bytes_per_grad=t.grad_bytes_per_param,
+        bucket_cap_mb=t.bucket_cap_mb,
+        first_bucket_mb=t.first_bucket_mb,
+        powersgd_rank=t.powersgd_rank,
+    )
+    factor = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
+    base = micro_step_compute_s(sc)
+    bwd_frac = sc.compute.backward_fraction
+    wire = np.array([_wire_bytes(sc, b) for b in buckets])
+    fabric = fabric_for(sc)
+    costs = [collective_cost("allreduce", w, fabric) for w in wire]
+    coll = np.array([c.time_s for c in costs])
+    coll += sc.training.compress_s_per_gb * np.array([b.size_bytes for b in buckets]) / 1e9
+    if not sc.network.enabled:
+        coll = np.zeros_like(coll)
+    return Workload(
+        ranks=sc.ranks,
+        grad_accum=t.grad_accum,
+        tokens_per_step=sc.ranks * t.grad_accum * t.micro_batch_size * seq,
+        speed_factor=factor,
+        forward_s=base * (1.0 - bwd_frac) * factor,
+        backward_s=base * bwd_frac * factor,
+        dataloader_s=np.full(sc.ranks, sc.compute.dataloader_s),
+        optimizer_s=sc.compute.optimizer_s,
+        buckets=buckets,
+        ready_fraction=np.array([b.ready_fraction for b in buckets]),
+        wire_bytes=wire,
+        collective_s=coll,
+        algorithms=tuple(c.algorithm for c in costs),
+        overlap=t.overlap,
+        interference_gamma=sc.compute.interference_gamma,
+    )
