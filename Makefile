@@ -25,11 +25,11 @@ demo: $(STAMP)
 	$(VENV)/bin/ddplab simulate mi300x-1024 --sweep-ranks 8,16,64,256,1024 --steps 50
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test: lint
-	$(VENV)/bin/pytest -q
+	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) bench/sim_speed.py

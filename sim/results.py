@@ -32,7 +32,7 @@ class SimResult:
     wall_s: float
     trace: dict = field(
         default_factory=dict
-    )  # {"comm": {step: (starts, ends)}, "ranks": {(step, rank): {...}}}
+    )  # {"comm": {step: (t0, starts, ends)}, "ranks": {(step, rank): {...}}}
 
     @property
     def dataloader_s(self) -> np.ndarray:

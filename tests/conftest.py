@@ -1,0 +1,40 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.config import ComputeConfig, ModelConfig, NetworkConfig, NoiseConfig, Scenario, TrainingConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny(**kw) -> Scenario:
+    """A small, fast scenario; keyword sections override the defaults."""
+    sections = {
+        "model": ModelConfig(preset="gpt2-tiny"),
+        "training": TrainingConfig(micro_batch_size=2, seq_len=64),
+        "compute": ComputeConfig(step_compute_s=0.1),
+        "network": NetworkConfig(
+            backend="gloo", algorithm="ring", gpus_per_node=1, nic_gbit_s=1.0, nics_per_node=1
+        ),
+        "noise": NoiseConfig(),
+    }
+    sections.update({k: v for k, v in kw.items() if k in sections})
+    top = {k: v for k, v in kw.items() if k not in sections}
+    top.setdefault("ranks", 4)
+    top.setdefault("steps", 5)
+    return Scenario(**sections, **top)
+
+
+@pytest.fixture
+def ddplab():
+    """Run the real console entry point in a subprocess: (returncode, stdout, stderr)."""
+
+    def run(*args: str):
+        p = subprocess.run(
+            [sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+        )
+        return p.returncode, p.stdout, p.stderr
+
+    return run

@@ -1,0 +1,55 @@
+"""Bad input: one line naming the key and the value, exit code 2, no traceback."""
+
+import pytest
+
+CASES = [
+    (["simulate", "h100-1024", "--set", "noise.sigm=0.1"], "noise.sigm", "unknown key"),
+    (["simulate", "h100-1024", "--set", "bogus=1"], "bogus", "unknown key"),
+    (["simulate", "h100-1024", "--set", "noise.sigma=abc"], "noise.sigma", "'abc'"),
+    (["simulate", "h100-1024", "--set", "training.overlap=3"], "training.overlap", "3"),
+    (["simulate", "h100-1024", "--set", "training.grad_accum=1.5"], "training.grad_accum", "1.5"),
+    (["simulate", "h100-1024", "--set", "noise.sigma=-0.1"], "noise.sigma", "-0.1"),
+    (["simulate", "h100-1024", "--set", "noise.distribution=cauchy"], "noise.distribution", "cauchy"),
+    (["simulate", "h100-1024", "--set", "training.bucket_cap_mb=0"], "training.bucket_cap_mb", "0"),
+    (["simulate", "h100-1024", "--ranks", "12"], "ranks", "12"),
+    (["simulate", "h100-1024", "--ranks", "0"], "ranks", "0"),
+    (["simulate", "h100-1024", "--steps", "0"], "steps", "0"),
+    (["simulate", "h100-1024", "--sweep-ranks", "8,x"], "--sweep-ranks", "8,x"),
+    (["simulate", "h100-1024", "--sweep-ranks", "8,12"], "ranks", "12"),
+    (["simulate", "h100-1024", "--set", "stragglers=5000:1.4"], "stragglers", "5000:1.4"),
+    (["simulate", "homelab-1gbe", "--set", "stragglers=1:fast"], "stragglers", "1:fast"),
+    (["simulate", "no-such-preset"], "scenario", "no-such-preset"),
+    (["simulate", "h100-1024", "--set", "model.preset=gpt5"], "model.preset", "gpt5"),
+    (["collective", "h100-1024", "--sizes", "0"], "--sizes", "0"),
+    (["collective", "h100-1024", "--sizes=-1M"], "--sizes", "-1M"),
+    (["collective", "h100-1024", "--sizes", "1M,lots"], "--sizes", "lots"),
+    (["cost", "--ranks", "1"], "--ranks", "1"),
+    (["cost", "--efficiency", "1.5"], "--efficiency", "1.5"),
+    (["cost", "--link", "fast"], "--link", "fast"),
+    (["cost", "--params", "abc"], "--params", "abc"),
+]
+
+
+@pytest.mark.parametrize("args,key,value", CASES, ids=[" ".join(c[0][:4]) for c in CASES])
+def test_bad_input_one_line_exit_2(ddplab, args, key, value):
+    code, out, err = ddplab(*args)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert key in lines[0] and value in lines[0], lines[0]
+
+
+def test_malformed_toml(ddplab, tmp_path):
+    bad = tmp_path / "broken.toml"
+    bad.write_text("ranks = 8\n[network\n")
+    code, _, err = ddplab("simulate", str(bad))
+    assert code == 2 and "Traceback" not in err
+    assert str(bad) in err and "malformed TOML" in err and len(err.strip().splitlines()) == 1
+
+
+def test_wrong_section_type_in_file(ddplab, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('network = "fast"\n')
+    code, _, err = ddplab("simulate", str(bad))
+    assert code == 2 and "network" in err and "fast" in err
