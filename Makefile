@@ -18,11 +18,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
+# Until the full measured loop lands, the demo is the arithmetic and the simulator:
+# the seed's cost table, then each platform swept from 2 to 1024 ranks, with
+# records, Chrome traces and a scaling plot per platform under runs/demo/.
+SWEEP := 2,8,16,64,256,1024
 demo: $(STAMP)
 	$(VENV)/bin/ddplab cost
-	$(VENV)/bin/ddplab simulate homelab-1gbe --sweep-ranks 2,4,8,16,64,256,1024 --steps 50
-	$(VENV)/bin/ddplab simulate h100-1024 --sweep-ranks 8,16,64,256,1024 --steps 50
-	$(VENV)/bin/ddplab simulate mi300x-1024 --sweep-ranks 8,16,64,256,1024 --steps 50
+	@for s in homelab-1gbe h100-1024 mi300x-1024; do \
+	  echo; $(VENV)/bin/ddplab simulate $$s --sweep-ranks $(SWEEP) --steps 100 --out runs/demo/$$s || exit $$?; \
+	done
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -135,6 +135,11 @@ def _print_summary(sc, s: dict) -> None:
     for name, value in parts:
         if value > 0 or name.startswith(("compute", "exposed", "straggler")):
             print(f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}")
+    if s["slowest_rank_compute_s"] > 1.05 * s["compute_s"]:
+        print(
+            f"  slowest rank     rank {s['slowest_rank']}: compute {fmt_seconds(s['slowest_rank_compute_s'])}"
+            f" ({s['slowest_rank_compute_s'] / s['compute_s']:.2f} x the mean); every step waits for it"
+        )
     ratio = s["comm_compute_ratio"]
     verdict = f"communication-bound x {ratio:.1f}" if ratio >= 1 else "comm fits inside compute"
     print(f"  T_comm/T_compute {ratio:.3f}  ({verdict}; {fmt_seconds(s['comm_s'])} of collectives per step)")

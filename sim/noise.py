@@ -18,7 +18,10 @@ def multipliers(rng: np.random.Generator, distribution: str, sigma: float, size)
     if distribution == "normal":
         return np.maximum(rng.normal(1.0, sigma, size), 0.0)
     if distribution == "gamma":
-        shape = 1.0 / (sigma * sigma)
+        var = sigma * sigma
+        shape = 1.0 / var if var > 0.0 else np.inf
+        if not np.isfinite(shape):  # sigma^2 underflows: the multiplier is 1 to double precision
+            return np.ones(size)
         return rng.gamma(shape, 1.0 / shape, size)
     raise ValueError(f"noise.distribution: unknown {distribution!r}")
 

@@ -47,6 +47,8 @@ class SimResult:
         dataloader = float(wl.dataloader_s.mean())
         busy = compute + dataloader + wl.optimizer_s
         comm = float(self.comm_busy_s.mean())
+        per_rank = self.compute_s.mean(axis=0)
+        slowest = int(per_rank.argmax())
         return {
             "scenario": sc.name,
             "model": sc.model.preset,
@@ -62,6 +64,8 @@ class SimResult:
                 "p99": float(np.percentile(st, 99)),
             },
             "compute_s": compute,
+            "slowest_rank": slowest,
+            "slowest_rank_compute_s": float(per_rank[slowest]),
             "dataloader_s": dataloader,
             "optimizer_s": wl.optimizer_s,
             "exposed_comm_s": float(self.exposed_comm_s.mean()),

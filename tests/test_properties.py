@@ -3,7 +3,7 @@ a rank's own work, efficiency never exceeds 1, more bytes never make it faster."
 
 import numpy as np
 from conftest import tiny
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
@@ -55,6 +55,21 @@ settings.load_profile("ddplab")
 
 
 @given(scenarios)
+@example(  # found by hypothesis: gamma noise with sigma^2 underflowing to 0 drew NaN
+    p={
+        "ranks": 1,
+        "k": 1,
+        "overlap": False,
+        "gamma": 0.0,
+        "dist": "gamma",
+        "sigma": 2.2250738585072014e-308,
+        "spread": 0.0,
+        "nic_gbit_s": 1.0,
+        "cap_mb": 1.0,
+        "slow": 1.0,
+        "seed": 0,
+    }
+)
 def test_step_covers_each_ranks_work_and_efficiency_at_most_one(p):
     r = simulate(build(p))
     own = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s
