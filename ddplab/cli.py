@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"ddplab {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # e.g. --out names a file, or a folder we may not write
+        print(f"ddplab {args.command}: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `ddplab ... | head`
         return 0
     if args.json:

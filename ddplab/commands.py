@@ -72,6 +72,8 @@ def simulate(args):
         load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts
     ]
     sweep = args.sweep_ranks is not None
+    if args.out:  # fail before simulating, not after
+        args.out.mkdir(parents=True, exist_ok=True)
     summaries = []
     for i, sc in enumerate(scenarios, 1):
         t = time.perf_counter()

@@ -119,13 +119,11 @@ class Recorder:
             self.trace["comm"][step] = (t0, starts.copy(), ends.copy())
 
     def ranks(self, step: int, ranks: slice, *, t0, last_bwd_start, ready, fwd, bwd, busy):
-        ends = busy.t[1::2]
-        starts = busy.t[0::2]
-        end_last = ends[-1]
-        bwd_end = ready[:, -1]
+        starts, ends = busy.t[0::2], busy.t[1::2]
+        bwd_end = ready[:, -1]  # the last bucket is ready when backward ends (fraction 1)
         compute = bwd_end - t0 - self.wl.dataloader_s[ranks]
-        idle = end_last - bwd_end
-        exposed = busy.busy_before(np.full_like(bwd_end, end_last)) - busy.busy_before(bwd_end)
+        idle = ends[-1] - bwd_end
+        exposed = busy.busy[-1] - busy.busy_before(bwd_end)
         self.compute[step, ranks] = compute
         self.exposed[step, ranks] = exposed
         self.wait[step, ranks] = np.maximum(idle - exposed, 0.0)

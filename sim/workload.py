@@ -84,6 +84,8 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         first_bucket_mb=t.first_bucket_mb,
         powersgd_rank=t.powersgd_rank,
     )
+    # The engine reads a rank's backward end as its last bucket's ready time.
+    assert buckets[-1].ready_fraction == 1.0
     factor = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
     base = micro_step_compute_s(sc)
     bwd_frac = sc.compute.backward_fraction

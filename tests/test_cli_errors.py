@@ -53,3 +53,10 @@ def test_wrong_section_type_in_file(ddplab, tmp_path):
     bad.write_text('network = "fast"\n')
     code, _, err = ddplab("simulate", str(bad))
     assert code == 2 and "network" in err and "fast" in err
+
+
+def test_out_is_a_file(ddplab, tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("")
+    code, out, err = ddplab("simulate", "homelab-1gbe", "--steps", "2", "--out", str(f))
+    assert code == 2 and "Traceback" not in err and str(f) in err and len(err.strip().splitlines()) == 1
