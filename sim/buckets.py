@@ -4,9 +4,10 @@ After the first iteration DDP rebuilds its buckets in the order gradients became
 ready (torch/csrc/distributed/c10d/reducer.cpp ``rebuild_buckets`` ->
 ``compute_bucket_assignment_by_size``): tensors are appended to the open bucket
 and the bucket is closed as soon as its size reaches the limit, so a bucket can
-exceed the cap by up to one tensor. The limits are ``[1 MiB, bucket_cap_mb]``
-(``dist._DEFAULT_FIRST_BUCKET_BYTES``), so the first bucket to be reduced is small
-and communication starts early in backward.
+exceed the cap by up to one tensor. The limits are ``[first, bucket_cap_mb]``:
+with the default 25 MiB cap the first is 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``),
+so communication starts early in backward; with a cap the user set, torch 2.13 uses
+the cap for the first bucket too (``_BucketCapacityConfig.create``).
 """
 
 from typing import NamedTuple
@@ -31,7 +32,7 @@ def build_buckets(
     *,
     bytes_per_grad: int,
     bucket_cap_mb: float,
-    first_bucket_mb: float = 1.0,
+    first_bucket_mb: float,
     powersgd_rank: int = 1,
 ) -> list[Bucket]:
     """Buckets in launch order (bucket 0 is reduced first)."""

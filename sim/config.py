@@ -14,6 +14,7 @@ from pathlib import Path
 
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
 
 def _require(cond: bool, key: str, value, why: str) -> None:
@@ -41,8 +42,9 @@ class TrainingConfig:
     """Micro-steps per optimizer step; only the last one synchronises (DDP no_sync)."""
     bucket_cap_mb: float = 25.0
     """DDP bucket cap in MiB (PyTorch default 25)."""
-    first_bucket_mb: float = 1.0
-    """First bucket's cap in MiB (dist._DEFAULT_FIRST_BUCKET_BYTES)."""
+    first_bucket_mb: float | None = None
+    """First bucket's cap in MiB; unset = as PyTorch: 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES)
+    when bucket_cap_mb is the default 25, else bucket_cap_mb (torch 2.13 _BucketCapacityConfig)."""
     grad_bytes_per_param: int = 2
     """Gradient element size: 2 for bf16/fp16 gradients, 4 for fp32."""
     overlap: bool = True
@@ -54,12 +56,21 @@ class TrainingConfig:
     compress_s_per_gb: float = 0.0
     """Encode + decode time per GB of uncompressed gradient, on the comm path."""
 
+    @property
+    def effective_first_bucket_mb(self) -> float:
+        if self.first_bucket_mb is not None:
+            return self.first_bucket_mb
+        return 1.0 if self.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB else self.bucket_cap_mb
+
     def __post_init__(self):
         for key in ("micro_batch_size", "grad_accum", "powersgd_rank"):
             _require(getattr(self, key) >= 1, f"training.{key}", getattr(self, key), "must be >= 1")
         _require(self.seq_len >= 0, "training.seq_len", self.seq_len, "must be >= 0")
-        for key in ("bucket_cap_mb", "first_bucket_mb"):
-            _require(getattr(self, key) > 0, f"training.{key}", getattr(self, key), "must be > 0")
+        _require(self.bucket_cap_mb > 0, "training.bucket_cap_mb", self.bucket_cap_mb, "must be > 0")
+        if self.first_bucket_mb is not None:
+            _require(
+                self.first_bucket_mb > 0, "training.first_bucket_mb", self.first_bucket_mb, "must be > 0"
+            )
         _one_of("training.grad_bytes_per_param", self.grad_bytes_per_param, (2, 4))
         _one_of("training.comm_hook", self.comm_hook, COMM_HOOKS)
         _require(

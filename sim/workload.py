@@ -81,7 +81,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         seq,
         bytes_per_grad=t.grad_bytes_per_param,
         bucket_cap_mb=t.bucket_cap_mb,
-        first_bucket_mb=t.first_bucket_mb,
+        first_bucket_mb=t.effective_first_bucket_mb,
         powersgd_rank=t.powersgd_rank,
     )
     # The engine reads a rank's backward end as its last bucket's ready time.

@@ -49,7 +49,7 @@ def test_lm_head_delays_first_gradient():
 @pytest.mark.parametrize("cap_mb,bytes_per_grad", [(25, 2), (25, 4), (1, 2), (100, 4)])
 def test_buckets_follow_ddp_rules(cap_mb, bytes_per_grad):
     s = model_shape("gpt2-760m")
-    buckets = build_buckets(s, 2048, bytes_per_grad=bytes_per_grad, bucket_cap_mb=cap_mb)
+    buckets = build_buckets(s, 2048, bytes_per_grad=bytes_per_grad, bucket_cap_mb=cap_mb, first_bucket_mb=1)
     sizes = {t.name: t.numel for t in param_tensors(s)}
     assert sum(b.numel for b in buckets) == param_count(s)
     assert sorted(p for b in buckets for p in b.params) == sorted(sizes)
@@ -65,7 +65,10 @@ def test_buckets_follow_ddp_rules(cap_mb, bytes_per_grad):
 
 def test_bigger_cap_fewer_buckets():
     s = model_shape("gpt2-760m")
-    counts = [len(build_buckets(s, 2048, bytes_per_grad=2, bucket_cap_mb=c)) for c in (5, 25, 100, 10_000)]
+    counts = [
+        len(build_buckets(s, 2048, bytes_per_grad=2, bucket_cap_mb=c, first_bucket_mb=1))
+        for c in (5, 25, 100, 10_000)
+    ]
     assert counts == sorted(counts, reverse=True)
     assert counts[-1] == 2  # the 1 MiB first bucket, then everything else
 
