@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ddplab import commands
+from realrun.cli import probe_parser, train_parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,6 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=commands.collective)
 
+    m = sub.add_parser("models", help="GPT-2 presets with parameter counts from the built module")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=commands.models)
+
+    for verb, parent, what in (
+        ("probe", probe_parser, "measure collectives, the link, compute and overlap (torchrun, gloo/nccl)"),
+        ("train", train_parser, "real DDP GPT-2 training with per-rank per-step records (torchrun)"),
+    ):
+        v = sub.add_parser(verb, parents=[parent(add_help=False)], help=what)
+        v.add_argument("--nproc", type=int, default=2, help="processes (ranks) to start on this machine")
+        v.set_defaults(func=getattr(commands, verb), json=False, returns_code=True)
+
     sc = sub.add_parser("scenarios", help="list the scenario presets")
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=commands.scenarios)
@@ -68,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         out = args.func(args)
     except ValueError as e:
@@ -79,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `ddplab ... | head`
         return 0
+    if getattr(args, "returns_code", False):  # probe/train: the ranks' exit status
+        return out
     if args.json:
         print(json.dumps(out, indent=2))
     return 0

@@ -232,3 +232,81 @@ def scenarios(args):
         for row in out:
             print(f"{row['name']:<16} {row['ranks']:>5} ranks  {row['description']}")
     return out
+
+
+def models(args):
+    from realrun.model import build
+    from scenarios import load_models
+
+    out = []
+    for name, shape in load_models().items():
+        module = build(name, device="meta")  # shapes only, no memory
+        params = sum(p.numel() for p in module.parameters())
+        out.append(
+            {
+                "model": name,
+                **shape,
+                "params": params,
+                "grad_bytes_fp32": 4 * params,
+                "grad_bytes_bf16": 2 * params,
+            }
+        )
+    if not args.json:
+        cols = (
+            ("model", 11, lambda r: r["model"]),
+            ("layers", 6, lambda r: r["n_layer"]),
+            ("d_model", 7, lambda r: r["n_embd"]),
+            ("heads", 5, lambda r: r["n_head"]),
+            ("context", 7, lambda r: r["block_size"]),
+            ("params", 13, lambda r: f"{r['params']:,}"),
+            ("grads fp32", 11, lambda r: fmt_bytes(r["grad_bytes_fp32"])),
+            ("grads bf16", 11, lambda r: fmt_bytes(r["grad_bytes_bf16"])),
+        )
+        print(" ".join(f"{h:>{w}}" for h, w, _ in cols))
+        for r in out:
+            print(" ".join(f"{f(r):>{w}}" for _, w, f in cols))
+    return out
+
+
+def _worker_argv(argv: list[str]) -> list[str]:
+    """The verb's own arguments, less the launcher's --nproc."""
+    rest, skip = [], False
+    for a in argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            rest.append(a)
+    return rest
+
+
+def _launch(verb: str, args):
+    from realrun.launch import run_local
+
+    if args.nproc < 1:
+        raise ValueError(f"--nproc: must be >= 1, got {args.nproc}")
+    if getattr(args, "straggler", None):
+        for rank, _ in args.straggler:
+            if rank >= args.nproc:
+                raise ValueError(f"--straggler: rank {rank} out of range for --nproc {args.nproc}")
+    if getattr(args, "micro_batch_per_rank", None) and len(args.micro_batch_per_rank) != args.nproc:
+        raise ValueError(
+            f"--micro-batch-per-rank: {len(args.micro_batch_per_rank)} values for --nproc {args.nproc}"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    code = run_local(verb, _worker_argv(args.argv), args.nproc)
+    if code != 0:
+        print(
+            f"ddplab {verb}: ranks exited with code {code}; records so far are in {args.out}/",
+            file=sys.stderr,
+        )
+    return code
+
+
+def probe(args):
+    return _launch("probe", args)
+
+
+def train(args):
+    return _launch("train", args)

@@ -1,0 +1,156 @@
+"""Arguments of the worker verbs, shared by `ddplab probe/train` (which validates them
+before starting any process) and the workers torchrun starts. torch-free."""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+PROBE_PARTS = ("collectives", "link", "compute", "overlap")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _csv(choices):
+    def parse(text: str) -> list[str]:
+        items = [s.strip() for s in text.split(",") if s.strip()]
+        bad = [s for s in items if s not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {','.join(choices)}")
+        return items
+
+    return parse
+
+
+def _positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers like 1,2,4")
+    return values
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a {kind.__name__}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
+        return value
+
+    return parse
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"1K:256M"`` (doubling) or ``"1M,16M"``; binary suffixes as nccl-tests' -b/-e.
+    (sim/units.py reads the same notation; realrun may not import sim.)"""
+
+    def one(s: str) -> int:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:i?B)?\s*", s, re.IGNORECASE)
+        value = (
+            int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
+            if m
+            else 0
+        )
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: sizes like 1K, 16M, 1G, all > 0")
+        return value
+
+    if ":" in text:
+        lo, hi = (one(s) for s in text.split(":", 1))
+        if hi < lo:
+            raise argparse.ArgumentTypeError(f"{text!r}: range end below its start")
+        out = [lo]
+        while out[-1] * 2 <= hi:
+            out.append(out[-1] * 2)
+        return out
+    return [one(s) for s in text.split(",")]
+
+
+def _straggler(text: str) -> tuple[int, float]:
+    rank, sep, factor = text.partition(":")
+    try:
+        r, f = int(rank), float(factor)
+    except ValueError:
+        r, f = -1, 0.0
+    if not sep or r < 0 or f < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected RANK:FACTOR with FACTOR >= 1, like 1:1.5")
+    return r, f
+
+
+def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="collective, link, compute and overlap probes", add_help=add_help)
+    p.add_argument("--out", type=Path, required=True, help="run directory for the records")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    p.add_argument("--parts", type=_csv(PROBE_PARTS), default=list(PROBE_PARTS), help="which probes to run")
+    p.add_argument("--ops", type=_csv(OPS), default=["allreduce", "allgather", "reduce_scatter"])
+    p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1K:16M"), help="1K:256M or 1M,16M")
+    p.add_argument("--iters", type=_positive(int), default=10, help="timed iterations per size")
+    p.add_argument("--warmup", type=int, default=3, help="untimed iterations per size")
+    p.add_argument(
+        "--link-bytes", type=parse_sizes, default=parse_sizes("32M"), help="bytes per TCP throughput test"
+    )
+    p.add_argument("--model", default="gpt2-tiny", help="preset for the compute and overlap probes")
+    p.add_argument(
+        "--seq-len", type=_positive(int), help="tokens per sequence (default: the model's context)"
+    )
+    p.add_argument("--micro-batches", type=_positive_ints, default=[1, 2, 4, 8], help="micro-batch sizes")
+    p.add_argument("--quick", action="store_true", help="the seed's 64 MB allreduce health check only")
+    p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="real DDP training with per-rank per-step records", add_help=add_help)
+    p.add_argument("--out", type=Path, required=True, help="run directory for the records")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    p.add_argument("--model", default="gpt2-tiny")
+    p.add_argument("--steps", type=_positive(int), default=20)
+    p.add_argument("--micro-batch", type=_positive(int), default=4, help="sequences per rank per micro-step")
+    p.add_argument("--micro-batch-per-rank", type=_positive_ints, help="uneven work, e.g. 8,4 (reweighted)")
+    p.add_argument(
+        "--seq-len", type=_positive(int), help="tokens per sequence (default: the model's context)"
+    )
+    p.add_argument("--grad-accum", type=_positive(int), default=1, help="micro-steps per optimizer step")
+    p.add_argument("--bucket-cap-mb", type=_positive(float), default=25.0)
+    p.add_argument("--comm-hook", choices=COMM_HOOKS, default="none")
+    p.add_argument("--no-overlap", action="store_true", help="launch every bucket after backward ends")
+    p.add_argument("--straggler", type=_straggler, action="append", default=[], metavar="RANK:FACTOR")
+    p.add_argument(
+        "--grad-staging", choices=["none", "cpu"], default="none", help="reduce through CPU tensors"
+    )
+    p.add_argument("--data", type=Path, help="train on this text file (byte tokens)")
+    p.add_argument("--lr", type=_positive(float), default=3e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
+    p.add_argument(
+        "--no-instrument", action="store_true", help="plain DDP, no timing hooks (overhead baseline)"
+    )
+    return p
+
+
+PARSERS = {"probe": probe_parser, "train": train_parser}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in PARSERS:
+        print(f"usage: torchrun ... -m realrun {{{','.join(PARSERS)}}} [options]", file=sys.stderr)
+        return 2
+    verb, rest = argv[0], argv[1:]
+    args = PARSERS[verb](f"realrun {verb}").parse_args(rest)
+    if verb == "probe":
+        from realrun.probe import run
+    else:
+        from realrun.train import run
+    return run(args)
