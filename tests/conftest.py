@@ -1,3 +1,4 @@
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +8,13 @@ import pytest
 from sim.config import ComputeConfig, ModelConfig, NetworkConfig, NoiseConfig, Scenario, TrainingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tiny(**kw) -> Scenario:
