@@ -68,9 +68,7 @@ def simulate(args):
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
     # Validate every scale before simulating any, so a bad count fails fast.
-    scenarios = [
-        load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts
-    ]
+    scenarios = [load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
     sweep = args.sweep_ranks is not None
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
@@ -81,9 +79,7 @@ def simulate(args):
         summary = result.summary()
         summaries.append(summary)
         if sweep:
-            _progress(
-                f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s"
-            )
+            _progress(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
         if args.out:
             from sim.export import write_result
 
@@ -291,9 +287,7 @@ def _launch(verb: str, args):
             if rank >= args.nproc:
                 raise ValueError(f"--straggler: rank {rank} out of range for --nproc {args.nproc}")
     if getattr(args, "micro_batch_per_rank", None) and len(args.micro_batch_per_rank) != args.nproc:
-        raise ValueError(
-            f"--micro-batch-per-rank: {len(args.micro_batch_per_rank)} values for --nproc {args.nproc}"
-        )
+        raise ValueError(f"--micro-batch-per-rank: {len(args.micro_batch_per_rank)} values for --nproc {args.nproc}")
     args.out.mkdir(parents=True, exist_ok=True)
     code = run_local(verb, _worker_argv(args.argv), args.nproc)
     if code != 0:
@@ -305,8 +299,32 @@ def _launch(verb: str, args):
 
 
 def probe(args):
+    from scenarios import load_models
+
+    models = load_models()  # fail here, before starting any process, on a bad preset
+    if args.model not in models:
+        raise ValueError(f"--model: unknown preset {args.model!r} (known: {', '.join(models)})")
+    if args.seq_len and args.seq_len > models[args.model]["block_size"]:
+        raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {models[args.model]['block_size']}")
     return _launch("probe", args)
 
 
 def train(args):
-    return _launch("train", args)
+    from realrun.report import summarize_train
+    from scenarios import load_models
+
+    models = load_models()  # fail here, before starting any process
+    if args.model not in models:
+        raise ValueError(f"--model: unknown preset {args.model!r} (known: {', '.join(models)})")
+    if args.seq_len and args.seq_len > models[args.model]["block_size"]:
+        raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {models[args.model]['block_size']}")
+    if args.grad_staging == "cpu" and args.comm_hook == "powersgd":
+        raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
+    code = _launch("train", args)
+    try:
+        lines = summarize_train(args.out)
+    except ValueError as e:  # no readable records (a rank failed before writing any)
+        lines = [f"ddplab train: {e}"]
+    for line in lines:
+        print(line, file=sys.stdout if code == 0 else sys.stderr)
+    return code

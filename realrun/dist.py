@@ -34,9 +34,7 @@ def init(backend: str, timeout_s: float) -> DistEnv:
     on the others instead of a silent hang (the seed: "treat timeouts as alarms").
     """
     if "RANK" not in os.environ:
-        raise ValueError(
-            "not under torchrun: RANK is unset (use `ddplab probe/train` or torchrun -m realrun)"
-        )
+        raise ValueError("not under torchrun: RANK is unset (use `ddplab probe/train` or torchrun -m realrun)")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if backend == "nccl":
         if not torch.cuda.is_available():

@@ -115,7 +115,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.transformer.ln_f(x))
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), reduction="none")
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
         return logits, loss.view(b, t).mean(dim=1)
 
 

@@ -98,11 +98,7 @@ class LabSpec:
         return self.host_rates.get(host, self.rate)
 
     def needs_netem(self) -> bool:
-        return (
-            self.delay not in ("0ms", "0us", "0s")
-            or self.jitter not in ("0ms", "0us", "0s")
-            or self.loss_pct > 0
-        )
+        return self.delay not in ("0ms", "0us", "0s") or self.jitter not in ("0ms", "0us", "0s") or self.loss_pct > 0
 
 
 class NetlabError(RuntimeError):
@@ -167,9 +163,7 @@ class Lab:
     def state(self) -> dict:
         return {"spec": asdict(self.spec), "netem": self.netem, "notes": self.notes}
 
-    def host_command(
-        self, host: int, cmd: list[str], env: dict[str, str] | None = None, cpu: int | None = None
-    ):
+    def host_command(self, host: int, cmd: list[str], env: dict[str, str] | None = None, cpu: int | None = None):
         """argv that runs ``cmd`` inside host ``host`` (pinned to ``cpu`` when given)."""
         argv = ["ip", "netns", "exec", self.spec.ns(host)]
         if cpu is not None:
@@ -295,9 +289,7 @@ def status() -> list[dict]:
             )
         labs.append({"name": spec.name, "netem": state["netem"], "notes": state["notes"], "hosts": hosts})
     orphans = sorted(
-        present
-        - {h["ns"] for lab in labs for h in lab["hosts"]}
-        - {f"{PREFIX}{lab['name']}-sw" for lab in labs}
+        present - {h["ns"] for lab in labs for h in lab["hosts"]} - {f"{PREFIX}{lab['name']}-sw" for lab in labs}
     )
     if orphans:
         labs.append({"name": None, "orphans": orphans})

@@ -95,8 +95,7 @@ def read_records(path: Path) -> RankRecords:
     meta = parsed[0]
     if meta.get("schema") != SCHEMA or meta.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(
-            f"{path}: schema {meta.get('schema')} v{meta.get('schema_version')},"
-            f" expected {SCHEMA} v{SCHEMA_VERSION}"
+            f"{path}: schema {meta.get('schema')} v{meta.get('schema_version')}, expected {SCHEMA} v{SCHEMA_VERSION}"
         )
     body = parsed[1:]
     complete = bool(body) and body[-1].get("type") == "complete"

@@ -29,6 +29,4 @@ def scenario_path(name_or_path: str) -> Path:
     candidate = SCENARIO_DIR / f"{name_or_path}.toml"
     if candidate.exists() and candidate != MODELS_FILE:
         return candidate
-    raise ValueError(
-        f"scenario {name_or_path!r}: not a preset ({', '.join(scenario_names())}) nor a .toml file"
-    )
+    raise ValueError(f"scenario {name_or_path!r}: not a preset ({', '.join(scenario_names())}) nor a .toml file")

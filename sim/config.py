@@ -68,9 +68,7 @@ class TrainingConfig:
         _require(self.seq_len >= 0, "training.seq_len", self.seq_len, "must be >= 0")
         _require(self.bucket_cap_mb > 0, "training.bucket_cap_mb", self.bucket_cap_mb, "must be > 0")
         if self.first_bucket_mb is not None:
-            _require(
-                self.first_bucket_mb > 0, "training.first_bucket_mb", self.first_bucket_mb, "must be > 0"
-            )
+            _require(self.first_bucket_mb > 0, "training.first_bucket_mb", self.first_bucket_mb, "must be > 0")
         _one_of("training.grad_bytes_per_param", self.grad_bytes_per_param, (2, 4))
         _one_of("training.comm_hook", self.comm_hook, COMM_HOOKS)
         _require(

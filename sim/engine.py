@@ -161,9 +161,7 @@ def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, st
         )
 
 
-def simulate(
-    sc: Scenario, *, group_size: int | None = None, trace_steps: int = 3, trace_ranks=None
-) -> SimResult:
+def simulate(sc: Scenario, *, group_size: int | None = None, trace_steps: int = 3, trace_ranks=None) -> SimResult:
     """Simulate ``sc.steps`` optimizer steps of ``sc.ranks`` ranks.
 
     ``group_size``: ranks per SimPy process (default: all in one, the fastest);

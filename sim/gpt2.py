@@ -25,9 +25,7 @@ class GPT2Shape:
             if getattr(self, field) <= 0:
                 raise ValueError(f"model {self.name}: {field} must be > 0, got {getattr(self, field)}")
         if self.n_embd % self.n_head:
-            raise ValueError(
-                f"model {self.name}: n_embd {self.n_embd} is not a multiple of n_head {self.n_head}"
-            )
+            raise ValueError(f"model {self.name}: n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
 
 
 class ParamTensor(NamedTuple):

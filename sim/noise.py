@@ -26,9 +26,7 @@ def multipliers(rng: np.random.Generator, distribution: str, sigma: float, size)
     raise ValueError(f"noise.distribution: unknown {distribution!r}")
 
 
-def speed_factors(
-    rng: np.random.Generator, ranks: int, spread_sd: float, stragglers: dict[int, float]
-) -> np.ndarray:
+def speed_factors(rng: np.random.Generator, ranks: int, spread_sd: float, stragglers: dict[int, float]) -> np.ndarray:
     """Persistent per-rank compute-time factors: a lognormal spread (identical GPUs
     differ by ~1.2 % sd, Sinha et al. arXiv 2208.11035) times explicit stragglers."""
     factors = multipliers(rng, "lognormal", spread_sd, ranks)

@@ -30,9 +30,7 @@ class SimResult:
     straggler_wait_s: np.ndarray  # (steps, ranks)
     collective_wait_s: np.ndarray  # (steps, ranks)
     wall_s: float
-    trace: dict = field(
-        default_factory=dict
-    )  # {"comm": {step: (t0, starts, ends)}, "ranks": {(step, rank): {...}}}
+    trace: dict = field(default_factory=dict)  # {"comm": {step: (t0, starts, ends)}, "ranks": {(step, rank): {...}}}
 
     @property
     def dataloader_s(self) -> np.ndarray:

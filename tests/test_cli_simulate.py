@@ -33,9 +33,7 @@ def test_simulate_json_single(ddplab):
         "network.enabled=true",
     ]
     sets = [arg for o in overrides for arg in ("--set", o)]
-    code, out, err = ddplab(
-        "simulate", "h100-1024", "--ranks", "64", "--steps", "30", "--seed", "5", "--json", *sets
-    )
+    code, out, err = ddplab("simulate", "h100-1024", "--ranks", "64", "--steps", "30", "--seed", "5", "--json", *sets)
     assert code == 0, err
     s = json.loads(out)
     assert KEYS <= set(s)
@@ -75,9 +73,7 @@ def test_simulate_readable_summary(ddplab):
 
 
 def test_network_disabled_removes_comm(ddplab):
-    code, out, _ = ddplab(
-        "simulate", "homelab-1gbe", "--steps", "5", "--json", "--set", "network.enabled=false"
-    )
+    code, out, _ = ddplab("simulate", "homelab-1gbe", "--steps", "5", "--json", "--set", "network.enabled=false")
     s = json.loads(out)
     assert code == 0 and s["exposed_comm_s"] == 0 and s["comm_s"] == 0
 
@@ -90,9 +86,7 @@ def test_collective_json_and_table(ddplab):
     for r in rows:
         assert r["busbw_gb_s"] == pytest.approx(r["algbw_gb_s"] * 2 * 7 / 8)
         assert r["time_us"] == pytest.approx(r["size_bytes"] / r["algbw_gb_s"] / 1e3)
-    code, out, _ = ddplab(
-        "collective", "h100-1024", "--op", "allgather", "--ranks", "1024", "--sizes", "8:64"
-    )
+    code, out, _ = ddplab("collective", "h100-1024", "--op", "allgather", "--ranks", "1024", "--sizes", "8:64")
     assert code == 0
     assert "time" in out and "busbw" in out and "# Avg bus bandwidth" in out
     assert len([ln for ln in out.splitlines() if not ln.startswith("#")]) == 4  # 8, 16, 32, 64 bytes

@@ -73,9 +73,7 @@ def test_auto_picks_tree_for_small_messages_at_scale():
 
 
 def test_two_level_bus_bandwidth_is_the_slowest_segment():
-    f = Fabric(
-        ranks=16, gpus_per_node=8, backend="nccl", algorithm="ring", intra_busbw_gb_s=300, inter_busbw_gb_s=50
-    )
+    f = Fabric(ranks=16, gpus_per_node=8, backend="nccl", algorithm="ring", intra_busbw_gb_s=300, inter_busbw_gb_s=50)
     assert f.ring_busbw_gb_s() == 50
     assert Fabric(**{**f.__dict__, "ranks": 8}).ring_busbw_gb_s() == 300
 
@@ -98,12 +96,8 @@ def test_h100_ring_busbw_within_15_percent_of_measured(size):
     st.floats(min_value=1.0001, max_value=100),
 )
 def test_time_monotone_in_bytes(n, size, scale):
-    f = Fabric(
-        ranks=n, gpus_per_node=8, backend="nccl", algorithm="auto", intra_busbw_gb_s=369, inter_busbw_gb_s=376
-    )
-    assert (
-        collective_cost("allreduce", size * scale, f).time_s >= collective_cost("allreduce", size, f).time_s
-    )
+    f = Fabric(ranks=n, gpus_per_node=8, backend="nccl", algorithm="auto", intra_busbw_gb_s=369, inter_busbw_gb_s=376)
+    assert collective_cost("allreduce", size * scale, f).time_s >= collective_cost("allreduce", size, f).time_s
 
 
 def test_bad_size():

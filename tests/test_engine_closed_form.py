@@ -12,9 +12,7 @@ REL = 1e-9
 
 def assert_breakdown_sums(r):
     """step = dataloader + compute + optimizer + exposed comm + straggler wait, per rank."""
-    parts = (
-        r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s + r.exposed_comm_s + r.straggler_wait_s
-    )
+    parts = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s + r.exposed_comm_s + r.straggler_wait_s
     np.testing.assert_allclose(parts, np.broadcast_to(r.step_time_s[:, None], parts.shape), rtol=REL)
 
 
@@ -22,9 +20,7 @@ def assert_breakdown_sums(r):
 def test_no_overlap_no_noise_is_the_sum_of_parts(ranks, k):
     sc = tiny(
         ranks=ranks,
-        training=TrainingConfig(
-            micro_batch_size=2, seq_len=64, grad_accum=k, overlap=False, first_bucket_mb=0.05
-        ),
+        training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=k, overlap=False, first_bucket_mb=0.05),
         compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_s=0.01),
     )
     r = simulate(sc)
@@ -54,9 +50,7 @@ def test_h100_1024_no_overlap_closed_form():
 def test_overlap_pipeline_closed_form(nic_gbit_s):
     # Identical ranks: the last collective ends at max_b(ready_b + sum_{j>=b} T_j).
     sc = tiny(
-        training=TrainingConfig(
-            micro_batch_size=2, seq_len=64, grad_accum=2, first_bucket_mb=0.02, bucket_cap_mb=0.1
-        ),
+        training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=2, first_bucket_mb=0.02, bucket_cap_mb=0.1),
         compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.01, dataloader_s=0.005),
         network=NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nic_gbit_s=nic_gbit_s),
     )
@@ -133,9 +127,7 @@ def test_accumulation_cuts_traffic_k_fold():
     for k in (1, 4):
         sc = load_scenario("h100-1024", [f"training.grad_accum={k}"], ranks=64, steps=5)
         results[k] = simulate(sc)
-    per_token = {
-        k: r.workload.traffic_bytes_per_step / r.workload.tokens_per_step for k, r in results.items()
-    }
+    per_token = {k: r.workload.traffic_bytes_per_step / r.workload.tokens_per_step for k, r in results.items()}
     assert per_token[1] / per_token[4] == pytest.approx(4.0, rel=1e-12)
     assert results[4].summary()["comm_compute_ratio"] == pytest.approx(
         results[1].summary()["comm_compute_ratio"] / 4, rel=0.02
@@ -171,12 +163,8 @@ def test_breakdown_sums_to_step_time_with_everything_on():
         ranks=8,
         steps=20,
         stragglers="3:1.3",
-        training=TrainingConfig(
-            micro_batch_size=2, seq_len=64, grad_accum=2, first_bucket_mb=0.02, bucket_cap_mb=0.1
-        ),
-        compute=ComputeConfig(
-            step_compute_s=0.1, optimizer_s=0.01, dataloader_s=0.003, interference_gamma=0.3
-        ),
+        training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=2, first_bucket_mb=0.02, bucket_cap_mb=0.1),
+        compute=ComputeConfig(step_compute_s=0.1, optimizer_s=0.01, dataloader_s=0.003, interference_gamma=0.3),
         network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.2, jitter_sigma=0.1),
         noise=NoiseConfig(distribution="gamma", sigma=0.1, speed_spread_sd=0.02),
     )

@@ -66,8 +66,7 @@ def test_buckets_follow_ddp_rules(cap_mb, bytes_per_grad):
 def test_bigger_cap_fewer_buckets():
     s = model_shape("gpt2-760m")
     counts = [
-        len(build_buckets(s, 2048, bytes_per_grad=2, bucket_cap_mb=c, first_bucket_mb=1))
-        for c in (5, 25, 100, 10_000)
+        len(build_buckets(s, 2048, bytes_per_grad=2, bucket_cap_mb=c, first_bucket_mb=1)) for c in (5, 25, 100, 10_000)
     ]
     assert counts == sorted(counts, reverse=True)
     assert counts[-1] == 2  # the 1 MiB first bucket, then everything else

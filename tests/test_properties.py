@@ -48,9 +48,7 @@ def build(p, *, grad_bytes=2, nic_scale=1.0, hook="none"):
     )
 
 
-settings.register_profile(
-    "ddplab", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("ddplab", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ddplab")
 
 

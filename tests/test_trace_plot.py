@@ -69,11 +69,7 @@ def test_trace_shape_and_names(traced):
     assert ranks == [0, 1, 2, 3]
     names = {ev["pid"]: ev["args"]["name"] for ev in trace["traceEvents"] if ev["name"] == "process_name"}
     assert names == {0: "rank 0", 1: "rank 1", 2: "rank 2 (straggler x1.5)", 3: "rank 3"}
-    threads = {
-        (ev["pid"], ev["tid"]): ev["args"]["name"]
-        for ev in trace["traceEvents"]
-        if ev["name"] == "thread_name"
-    }
+    threads = {(ev["pid"], ev["tid"]): ev["args"]["name"] for ev in trace["traceEvents"] if ev["name"] == "thread_name"}
     assert {threads[(0, t)] for t in range(3)} == {"compute", "comm", "steps"}
     for ev in trace["traceEvents"]:
         if ev["ph"] == "X":

@@ -1,0 +1,137 @@
+"""`ddplab netlab up|status|down|run`: the emulated home lab (realrun/netlab.py)."""
+
+import os
+import shutil
+import signal
+import sys
+
+from realrun import netlab
+from realrun.cli import PARSERS
+from realrun.netlab_run import Discovery, run
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise ValueError("netlab: needs root for network namespaces and tc (run it with sudo)")
+    for tool in ("ip", "tc", "taskset"):
+        if shutil.which(tool) is None:
+            raise ValueError(f"netlab: `{tool}` not found (install iproute2 and util-linux)")
+
+
+def _host_rates(items: list[str]) -> dict[int, str]:
+    out = {}
+    for item in items or []:
+        host, sep, rate = item.partition("=")
+        if not sep or not host.isdigit():
+            raise ValueError(f"--host-rate: expected HOST=RATE like 1=300mbit, got {item!r}")
+        out[int(host)] = rate
+    return out
+
+
+def spec_from_args(args) -> netlab.LabSpec:
+    return netlab.LabSpec(
+        name=args.name,
+        hosts=args.hosts,
+        rate=args.rate,
+        delay=args.delay,
+        jitter=args.jitter,
+        loss_pct=args.loss,
+        host_rates=_host_rates(args.host_rate),
+        decoys=tuple(args.decoy or ()),
+        resolve_to=args.resolve_to,
+    )
+
+
+def _describe(lab: netlab.Lab) -> list[str]:
+    s = lab.spec
+    lines = [
+        f"netlab {s.name}: {s.hosts} hosts on a bridge, {s.rate} links"
+        + (f", delay {s.delay} jitter {s.jitter} loss {s.loss_pct}%" if s.needs_netem() else "")
+    ]
+    for i in range(s.hosts):
+        extra = f" rate {s.host_rate(i)}" if i in s.host_rates else ""
+        decoys = f" decoys {','.join(s.decoys)}" if s.decoys else ""
+        lines.append(f"  host{i}: netns {s.ns(i)}, eth0 {s.address(i)}/24{extra}{decoys}")
+    lines += [f"  note: {n}" for n in lab.notes]
+    return lines
+
+
+def up(args):
+    _require_root()
+    lab = netlab.up(spec_from_args(args))
+    if not args.json:
+        print("\n".join(_describe(lab)))
+        print(
+            f"  run inside a host: ip netns exec {lab.spec.ns(0)} <command>;"
+            f" remove: ddplab netlab down --name {lab.spec.name}"
+        )
+    return lab.state()
+
+
+def status(args):
+    labs = netlab.status()
+    if not args.json:
+        if not labs:
+            print("no netlab is up")
+        for lab in labs:
+            if lab["name"] is None:
+                print(f"leftover namespaces (remove with `ddplab netlab down`): {', '.join(lab['orphans'])}")
+                continue
+            print(f"netlab {lab['name']}:" + ("" if lab["netem"] else " (rate shaping only)"))
+            for h in lab["hosts"]:
+                print(
+                    f"  host{h['host']} {h['ns']} {h['address']} {'up' if h['up'] else 'MISSING'}"
+                    f" {h['rate']}: {h['qdisc']}"
+                )
+    return labs
+
+
+def down(args):
+    _require_root()
+    removed = netlab.down(args.name)
+    if not args.json:
+        print(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+    return removed
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_cmd(args):
+    """Bring a lab up (unless --name names one that is up), run the verb on every host,
+    take the lab down again on any exit, Ctrl-C included."""
+    _require_root()
+    if args.verb[:1] == ["--"]:
+        args.verb = args.verb[1:]
+    if not args.verb or args.verb[0] not in PARSERS:
+        raise ValueError(
+            f"netlab run: after `--` give a verb ({', '.join(PARSERS)}) and its options, got {args.verb!r}"
+        )
+    verb, verb_args = args.verb[0], args.verb[1:]
+    parsed = PARSERS[verb](f"ddplab netlab run -- {verb}").parse_args(verb_args)
+    existing = args.name in {lab["name"] for lab in netlab.status()}
+    lab = netlab.load(args.name) if existing else netlab.up(spec_from_args(args))
+    print("\n".join(_describe(lab)), flush=True)
+    # SIGTERM (a CI timeout, `kill`) must clean up like Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        d = Discovery(gloo_ifname=not args.no_ifname, local_addr=not args.no_local_addr, is_host=not args.no_is_host)
+        code, diagnosis = run(
+            lab,
+            verb,
+            verb_args,
+            parsed.out,
+            discovery=d,
+            start_timeout_s=args.start_timeout_s,
+            timeout_s=args.timeout_s,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if not existing and not args.keep:
+            netlab.down(lab.spec.name)
+    for line in diagnosis:
+        print(f"ddplab netlab run: {line}", file=sys.stderr)
+    if code == 0:
+        print(f"records of all {lab.spec.hosts} hosts in {parsed.out}/ (host logs in {parsed.out}/netlab/)")
+    return code

@@ -1,0 +1,95 @@
+"""`ddplab doctor` and `ddplab launch`: the seed's section 2.2 on real machines.
+
+Like commands.py, each returns what `--json` prints and otherwise prints for people.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from realrun import doctor as doc
+from realrun import nodes
+
+
+def doctor(args):
+    d = doc.run(args)
+    if not args.json:
+        print("\n".join(doc.format_report(d)))
+    return d
+
+
+def _this_node(args, host: str, port: int) -> dict:
+    """This machine's doctor settings; a short port check: launch only needs the interface."""
+    return doc.diagnose(
+        host,
+        port,
+        connect_timeout_s=0.5,
+        nnodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        verb_args=args.verb_args,
+    )
+
+
+def launch(args):
+    host, port = nodes.parse_endpoint(args.master)
+    nodes.check_counts(args.nodes, args.nproc_per_node)
+    verb_args = nodes.check_verb_args(args.verb_args)
+    if args.exec:
+        return _exec(args, host, port, verb_args)
+    # When this machine is the master, the doctor fills node 0's interface for real.
+    here = _this_node(args, host, port)
+    ifaces = {}
+    if here["master"]["local"] and not here["master"]["loopback"] and here["node"]["interface"]:
+        ifaces[0] = here["node"]["interface"]
+    commands = nodes.launch_commands(args.nodes, host, port, args.nproc_per_node, args.iface, verb_args, ifaces=ifaces)
+    out = {"commands": commands, "slurm": None}
+    if args.slurm:
+        script = nodes.slurm_script(
+            args.nodes, args.nproc_per_node, port, args.iface, verb_args, args.job_name, args.time
+        )
+        args.slurm.parent.mkdir(parents=True, exist_ok=True)
+        args.slurm.write_text(script)
+        args.slurm.chmod(0o755)
+        out["slurm"] = str(args.slurm)
+    if args.json:
+        return out
+    print(f"# {args.nodes} node(s); node 0 owns {host} and hosts the rendezvous (is_host=1).")
+    if not args.iface:
+        print("# No --iface: auto-detection chooses each node's NIC; `ddplab doctor --master")
+        print(f"# {args.master}` on each node checks that choice and prints its exact line.")
+    if any("<node " in c for c in commands):
+        print("# Replace <node i address> with that machine's address on the shared network.")
+    for i, c in enumerate(commands):
+        print(f"\n# node {i}\n{c}")
+    if args.slurm:
+        print(f"\n# Slurm: wrote {args.slurm} (sbatch {args.slurm})")
+    return out
+
+
+def _exec(args, host: str, port: int, verb_args: list[str]) -> int:
+    """Run this node's command with the doctor's settings; the exit code is torchrun's."""
+    args.returns_code = True  # main() returns this instead of printing JSON
+    here = _this_node(args, host, port)
+    env_vars = nodes.env_for(args.iface) or here["settings"]["env"]
+    argv = nodes.torchrun_argv(
+        nnodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        rdzv_endpoint=nodes.endpoint(host, port),
+        is_host=here["master"]["local"],
+        local_addr=here["node"]["address"],
+        verb_args=verb_args,
+    )
+    # The line below sets the interface, --local-addr and is_host, which is what these
+    # findings call for; what it cannot fix (no route, a firewall) stays a warning.
+    handled = ("gloo:", "nccl:", "hostname:", "rendezvous:") if env_vars else ("rendezvous:",)
+    for p in here["problems"]:
+        if p.startswith(handled):
+            print(f"ddplab launch: auto-detection would fail, the line below avoids it: {p}", file=sys.stderr)
+        else:
+            print(f"ddplab launch: warning: {p}", file=sys.stderr)
+    print(nodes.shell_line(env_vars, argv), file=sys.stderr, flush=True)
+    env = {**os.environ, **env_vars, "PYTHONUNBUFFERED": "1"}
+    # `torchrun` is `python -m torch.distributed.run`; this interpreter has our torch.
+    cmd = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    return subprocess.run(cmd, env=env, cwd=Path.cwd()).returncode

@@ -1,0 +1,142 @@
+"""``ddplab netlab run``: one torchrun per emulated host, exactly as on real machines.
+
+Each host's torchrun joins a c10d rendezvous at host 0's eth0 address. Host 0 is
+told it is the rendezvous host (``--rdzv-conf is_host=1``) and every host passes
+``--local-addr`` with its own address, and gloo is pinned to eth0
+(``GLOO_SOCKET_IFNAME``): without these, inside namespaces the hostname resolves
+to an address outside the host and discovery hangs with no error (REFERENCES.md,
+the seed's section 2.2). The switches that drop each fix exist to reproduce those
+hangs; the launcher's deadline then turns a hang into a diagnosis.
+
+Every host writes into the same run directory (namespaces share the filesystem),
+so the records are gathered as they are written; host logs go to ``netlab/``.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from realrun.netlab import Lab
+
+
+@dataclass(frozen=True, kw_only=True)
+class Discovery:
+    """The three settings that make discovery work inside namespaces (all on by default)."""
+
+    gloo_ifname: bool = True
+    local_addr: bool = True
+    is_host: bool = True
+    port: int = 29500
+
+
+def host_argv(lab: Lab, host: int, verb: str, verb_args: list[str], d: Discovery, nproc: int = 1) -> list[str]:
+    spec = lab.spec
+    env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    if d.gloo_ifname:
+        env["GLOO_SOCKET_IFNAME"] = "eth0"
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={spec.hosts}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={spec.address(0)}:{d.port}",
+        f"--rdzv-id=ddplab-{spec.name}",
+        "--max-restarts=0",
+    ]
+    if d.is_host:
+        torchrun.append(f"--rdzv-conf=is_host={1 if host == 0 else 0}")
+    if d.local_addr:
+        torchrun.append(f"--local-addr={spec.address(host)}")
+    torchrun += ["-m", "realrun", verb, *verb_args]
+    # One core per emulated host, so two hosts do not fight for the same one.
+    cpu = host % (os.cpu_count() or 1)
+    return lab.host_command(host, torchrun, env=env, cpu=cpu)
+
+
+def _started_ranks(out_dir: Path, verb: str) -> int:
+    return len(list(out_dir.glob(f"{verb}-rank*.jsonl")))
+
+
+def run(
+    lab: Lab,
+    verb: str,
+    verb_args: list[str],
+    out_dir: Path,
+    *,
+    discovery: Discovery = Discovery(),
+    start_timeout_s: float = 60.0,
+    timeout_s: float = 1800.0,
+    progress=print,
+) -> tuple[int, list[str]]:
+    """Run the verb on every host; returns (exit code, diagnosis lines).
+
+    ``start_timeout_s``: how long discovery may take before no rank has started
+    (written its meta record) counts as a hang. ``timeout_s``: the whole run.
+    """
+    out_dir = Path(out_dir)
+    log_dir = out_dir / "netlab"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    argvs = [host_argv(lab, i, verb, verb_args, discovery) for i in range(lab.spec.hosts)]
+    (log_dir / "commands.json").write_text(json.dumps({"lab": lab.state(), "argv": argvs}, indent=2))
+    procs = []
+    try:
+        for i, argv in enumerate(argvs):
+            log = open(log_dir / f"host{i}.log", "w")
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        t0 = time.monotonic()
+        while True:
+            codes = [p.poll() for p in procs]
+            elapsed = time.monotonic() - t0
+            if all(c is not None for c in codes):
+                break
+            if any(c not in (None, 0) for c in codes) and elapsed > 5:
+                # One host failed; its peers exit within their collective timeout.
+                _wait_all(procs, grace_s=30)
+                break
+            if _started_ranks(out_dir, verb) == 0 and elapsed > start_timeout_s:
+                progress(f"netlab: no rank started within {start_timeout_s:.0f} s: discovery hangs; diagnosing")
+                _kill_all(procs)
+                return 124, diagnose(lab, discovery, log_dir)
+            if elapsed > timeout_s:
+                progress(f"netlab: the run exceeded {timeout_s:.0f} s; stopping it")
+                _kill_all(procs)
+                return 124, diagnose(lab, discovery, log_dir)
+            time.sleep(0.2)
+        code = next((c for c in codes if c), 0) if all(c is not None for c in codes) else 1
+        return code, ([] if code == 0 else diagnose(lab, discovery, log_dir))
+    finally:
+        _kill_all(procs)
+
+
+def _wait_all(procs, grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+
+
+def _kill_all(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    _wait_all(procs, grace_s=10)
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def diagnose(lab: Lab, d: Discovery, log_dir: Path) -> list[str]:
+    """Name the likely cause of a failed or hung run, from inside each host."""
+    from realrun.netlab_diagnose import explain
+
+    return explain(lab, d, log_dir)

@@ -1,0 +1,186 @@
+"""`ddplab probe` on each rank: collectives, link, compute and overlap, or the seed's
+64 MB health check (--quick). Every rank writes its records; rank 0 prints.
+
+The seed's step 4, grown into nccl-tests' method: measure before trusting a
+cluster, and compare the collective's bus bandwidth with the raw link rate.
+"""
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch.distributed as dist
+
+from realrun.dist import DistEnv, init
+from realrun.model import preset_config
+from realrun.probe_collectives import quick, sweep
+from realrun.probe_compute import bucket_profile, compute, overlap
+from realrun.probe_link import LINK_REPEATS, PING_BYTES, RTT_PINGS, probe_links
+from realrun.records import RecordWriter, rank_file
+
+
+def run(args) -> int:
+    rank = os.environ.get("RANK", "?")
+    try:
+        cfg = preset_config(args.model)
+        args.seq_len = args.seq_len or cfg.block_size
+        if args.seq_len > cfg.block_size:
+            raise ValueError(f"--seq-len {args.seq_len} exceeds {args.model}'s context {cfg.block_size}")
+        env = init(args.backend, args.timeout_s)
+    except ValueError as e:
+        _say(f"realrun probe: error: {e}", sys.stderr)
+        return 2
+    except (RuntimeError, OSError) as e:  # e.g. gloo: "Unable to find address for: eth9"
+        where = ", ".join(
+            f"{k}={os.environ.get(k)}" for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR")
+        )
+        _say(f"realrun probe: rank {rank}: joining the process group failed ({where}): {_line(e)}", sys.stderr)
+        return 1
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    writer = RecordWriter(rank_file(args.out, "probe", env.rank), verb="probe", config=config, dist_info=env.info())
+    stage = ["start"]  # what was running, for the error line
+    try:
+        summary = _quick(env, writer, stage) if args.quick else _full(env, args, writer, stage)
+    except (RuntimeError, OSError, ValueError) as e:  # torch's DistBackendError is a RuntimeError
+        reason = f"{stage[0]}: {_line(e)}"
+        writer.abandon(reason)
+        _say(f"realrun probe: rank {env.rank}: {reason}", sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+    writer.close(**summary)
+    dist.barrier()  # leave together: no rank tears down its sockets under a peer still using them
+    dist.destroy_process_group()
+    return 0
+
+
+def _line(e: Exception) -> str:
+    """One line for an exception: gloo and NCCL messages can run to many."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _quick(env: DistEnv, writer, stage) -> dict:
+    stage[0] = "64 MB allreduce health check"
+    q = quick(env, writer)
+    _say(
+        f"rank {env.rank}: allreduce 64MB took {q['allreduce_64mb_s'] * 1e3:.1f} ms -> effective bandwidth"
+        f" {q['algbw_gb_s']:.3f} GB/s (busbw {q['busbw_gb_s']:.3f} GB/s)"
+    )
+    return q
+
+
+def _say(line: str, stream=None) -> None:
+    """One line in one write: every rank shares torchrun's stdout and stderr, and
+    print()'s separate write of the newline lets another rank's line land in between."""
+    stream = stream or sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def _full(env: DistEnv, args, writer, stage) -> dict:
+    summary, lead = {"parts": args.parts}, env.rank == 0
+    busbw = {}
+    if "collectives" in args.parts:
+        for op in args.ops:
+            stage[0] = f"{op} sweep"
+            rows = sweep(op, args.sizes, env, iters=args.iters, warmup=args.warmup, writer=writer)
+            if rows:
+                busbw[op] = (rows[-1].size_bytes, rows[-1].busbw_gb_s)
+        summary["busbw_gb_s_at_max_size"] = {op: bw for op, (_, bw) in busbw.items()}
+    if "link" in args.parts:
+        stage[0] = "link probe (TCP between rank pairs)"
+        links = probe_links(env, args.link_bytes[0], args.timeout_s, writer)
+        if lead and links:
+            summary.update(_print_links(links, args.link_bytes[0], busbw.get("allreduce")))
+    mb = max(args.micro_batches)
+    if "compute" in args.parts:
+        stage[0] = f"compute probe ({args.model})"
+        means = compute(env, args, writer)
+        stage[0] = f"bucket-ready profile (DDP {args.model})"
+        buckets = bucket_profile(env, args, mb, writer)
+        summary["buckets"] = len(buckets)
+        if lead:
+            _print_compute(args, means)
+            _print_buckets(buckets)
+    if "overlap" in args.parts:
+        stage[0] = "overlap probe (compute under a concurrent allreduce)"
+        row = overlap(env, args, mb, writer)
+        gammas = [None] * env.world_size
+        dist.all_gather_object(gammas, row["gamma"])
+        summary["gamma"] = row["gamma"]
+        if lead:
+            _print_overlap(row, gammas)
+    return summary
+
+
+def _print_links(links, nbytes: int, allreduce) -> dict:
+    print(
+        f"# link: raw TCP from rank 0 at {links[0].address}, {nbytes} B each way (median of"
+        f" {LINK_REPEATS}), RTT = median of {RTT_PINGS} pings of {PING_BYTES} B"
+    )
+    for r in links:
+        print(
+            f"#   0 -> {r.peer}: {r.to_peer_gbit_s:8.3f} Gbit/s   {r.peer} -> 0:"
+            f" {r.from_peer_gbit_s:8.3f} Gbit/s   RTT p50 {r.rtt_p50_us:8.1f} us"
+        )
+    rate = min(min(r.to_peer_gbit_s, r.from_peer_gbit_s) for r in links)  # a ring runs at its slowest link
+    out = {"link_gbit_s": rate, "rtt_p50_us": max(r.rtt_p50_us for r in links)}
+    if allreduce:
+        size, bw = allreduce
+        # busbw is GB/s (1e9 B/s) on each rank's link; the link is Gbit/s: x 8 to compare.
+        out["stack_efficiency"] = bw * 8 / rate
+        print(
+            f"# collective stack efficiency: allreduce busbw {bw:.3f} GB/s at {size} B = {bw * 8:.3f} Gbit/s"
+            f" = {out['stack_efficiency']:.2f} x the slowest link's {rate:.3f} Gbit/s"
+        )
+    if links[0].address.startswith("127."):
+        print("#   (loopback: no wire; both ends are CPU copies, so the ratio says little here)")
+    print("#", flush=True)
+    return out
+
+
+def _print_compute(args, means) -> None:
+    print(f"# compute: {args.model}, seq_len {args.seq_len}, local copy (no DDP), rank 0,")
+    print(f"#   mean of {args.iters} iterations after {args.warmup} warm-up")
+    print(f"# {'micro_batch':>11} {'tokens':>8} {'forward(ms)':>11} {'backward(ms)':>12} {'tokens/s':>10}")
+    for b in args.micro_batches:
+        fwd, bwd = means["forward_s"][b], means["backward_s"][b]
+        tokens = b * args.seq_len
+        print(f"  {b:>11} {tokens:>8} {fwd * 1e3:>11.2f} {bwd * 1e3:>12.2f} {tokens / (fwd + bwd):>10.0f}")
+    print(f"# optimizer: AdamW step over {means['params']:,} parameters: {means['optimizer_s'] * 1e3:.2f} ms")
+    print("#", flush=True)
+
+
+def _print_buckets(buckets) -> None:
+    b0 = buckets[0]
+    print(
+        f"# buckets: DDP step {b0['step'] + 1} (rebuilt in ready order), micro-batch {b0['micro_batch']},"
+        f" rank 0: backward compute {b0['backward_compute_s'] * 1e3:.2f} ms"
+        f" ({b0['backward_s'] * 1e3:.2f} ms with DDP's wait for its collectives)"
+    )
+    print(f"# {'bucket':>6} {'bytes':>12} {'params':>6} {'ready(ms)':>9} {'ready(frac)':>11} {'launch(ms)':>10}")
+    for b in buckets:
+        print(
+            f"  {b['bucket']:>6} {b['bytes']:>12} {len(b['params']):>6} {b['ready_s'] * 1e3:>9.2f}"
+            f" {b['ready_fraction']:>11.3f} {b['launch_s'] * 1e3:>10.2f}"
+        )
+    print("#", flush=True)
+
+
+def _print_overlap(row, gammas) -> None:
+    with_comm = row["compute_with_comm_s"]
+    if with_comm is None:
+        print("# overlap: the allreduces ended within one compute iteration; no gamma (raise --iters)")
+        return
+    per_rank = ", ".join("-" if g is None else f"{g:.2f}" for g in gammas)
+    known = [g for g in gammas if g is not None]
+    print(
+        f"# overlap: forward+backward at micro-batch {row['micro_batch']}"
+        f" alone {row['compute_alone_s'] * 1e3:.2f} ms, under {row['comm_bytes'] >> 20} MiB allreduces"
+        f" {with_comm * 1e3:.2f} ms ({row['iters_with_comm']} iterations)"
+    )
+    print(
+        f"#   gamma (compute slowdown under communication) {row['gamma']:.3f} on rank 0;"
+        f" per rank: {per_rank}; mean {statistics.fmean(known):.3f}",
+        flush=True,
+    )

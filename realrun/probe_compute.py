@@ -1,0 +1,218 @@
+"""Compute probes: forward/backward and optimizer time, the bucket-ready profile of a
+real DDP backward, and the overlap interference factor gamma (DESIGN.md, the model).
+
+Each rank times its own local copy (no DDP) for the compute times, so they hold no
+communication; the bucket profile wraps a copy in DDP and records, from hooks,
+when each gradient and each bucket is ready within backward, so the simulator's
+bucket-ready profile can be measured instead of assumed from FLOP counts.
+"""
+
+import math
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from realrun.data import Batches
+from realrun.dist import DistEnv, now
+from realrun.model import build
+
+# DDP builds buckets in reverse parameter order for step 1 and rebuilds them in the
+# order gradients became ready at the start of step 2 (reducer.cpp rebuild_buckets).
+BUCKET_STEPS = 3
+OVERLAP_COMM_BYTES = 16 * 1024 * 1024  # one background allreduce: a 16 MiB bucket
+
+
+def model_for(name: str, env: DistEnv, seed: int):
+    # Seed the weights without touching the caller's global RNG state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build(name).to(env.device)
+
+
+def _fwd_bwd(model, batch, device) -> tuple[float, float]:
+    x, y = batch
+    model.zero_grad(set_to_none=True)
+    t0 = now(device)
+    _, loss = model(x, y)
+    t1 = now(device)
+    loss.mean().backward()
+    return t1 - t0, now(device) - t1
+
+
+def _batch(batches: Batches, size: int, device):
+    # contiguous: the targets are a slice of the token rows, and GPT.forward .view()s them
+    return tuple(t.to(device).contiguous() for t in batches.next(size))
+
+
+def compute(env: DistEnv, a, writer) -> dict:
+    """Forward and backward per micro-batch size, then AdamW's step. Returns this rank's
+    means: {"forward_s": {B: s}, "backward_s": {B: s}, "optimizer_s": s, "params": n}."""
+    model = model_for(a.model, env, a.seed)
+    batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
+    out = {"forward_s": {}, "backward_s": {}}
+    for b in a.micro_batches:
+        batch = _batch(batches, b, env.device)
+        for _ in range(a.warmup):
+            _fwd_bwd(model, batch, env.device)
+        times = [_fwd_bwd(model, batch, env.device) for _ in range(a.iters)]
+        shape = {"model": a.model, "micro_batch": b, "seq_len": a.seq_len, "tokens": b * a.seq_len}
+        for i, (fwd, bwd) in enumerate(times):
+            writer.write({"type": "compute", **shape, "forward_s": fwd, "backward_s": bwd, "iter": i})
+        out["forward_s"][b] = statistics.fmean(t[0] for t in times)
+        out["backward_s"][b] = statistics.fmean(t[1] for t in times)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    out["params"] = sum(p.numel() for p in model.parameters())
+    opt.step()  # warm-up: the first step allocates AdamW's two state tensors per parameter
+    steps = []
+    for i in range(a.iters):
+        t0 = now(env.device)
+        opt.step()
+        steps.append(now(env.device) - t0)
+        writer.write({"type": "optimizer", "params": out["params"], "optimizer_s": steps[-1], "iter": i})
+    out["optimizer_s"] = statistics.fmean(steps)
+    return out
+
+
+class _Marks:
+    """Timestamps taken inside autograd hooks. On CPU the clock is the truth; on a GPU
+    the hooks run when kernels are queued, not done, so record CUDA events instead."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
+
+
+def bucket_profile(env: DistEnv, a, micro_batch: int, writer) -> list[dict]:
+    """Real DDP (default bucket cap) for BUCKET_STEPS steps; records the last step's
+    bucket and gradient ready times, as seconds and fractions of backward compute."""
+    model = model_for(a.model, env, a.seed)
+    ddp = DDP(model, device_ids=[env.device] if env.device.type == "cuda" else None)
+    marks, names = _Marks(env.device), {id(p): n for n, p in model.named_parameters()}
+    ready, launched, members, end = {}, {}, {}, {}
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda _p, name=name: ready.__setitem__(name, marks.mark()))
+
+    def recording_hook(state, bucket):  # learn the bucket's members; then DDP's default allreduce
+        launched[bucket.index()] = marks.mark()
+        buf = bucket.buffer()
+        members[bucket.index()] = (
+            [names[id(p)] for p in bucket.parameters()],
+            buf.numel() * buf.element_size(),
+        )
+        return allreduce_hook(state, bucket)
+
+    def end_of_graph(grad):  # runs first in backward; its callback runs when the graph is done,
+        # before DDP's own callback (queued later) waits for the collectives (reducer.cpp).
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: end.__setitem__("t", marks.mark()))
+        return grad
+
+    ddp.register_comm_hook(None, recording_hook)
+    batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
+    for _ in range(BUCKET_STEPS):
+        for d in (ready, launched, members):
+            d.clear()
+        x, y = _batch(batches, micro_batch, env.device)
+        ddp.zero_grad(set_to_none=True)
+        _, loss = ddp(x, y)
+        loss = loss.mean()
+        loss.register_hook(end_of_graph)
+        start = marks.mark()
+        loss.backward()
+        stop = marks.mark()
+    now(env.device)
+    backward_s, compute_s = marks.seconds(start, stop), marks.seconds(start, end["t"])
+    ready_s = {name: marks.seconds(start, m) for name, m in ready.items()}
+    for name, _ in model.named_parameters():
+        t = ready_s[name]
+        writer.write({"type": "grad_ready", "name": name, "ready_s": t, "ready_fraction": t / compute_s})
+    rows = []
+    for index in sorted(members):
+        params, nbytes = members[index]
+        t = max(ready_s[p] for p in params)
+        row = {
+            "type": "bucket_ready",
+            "step": BUCKET_STEPS - 1,
+            "micro_batch": micro_batch,
+            "bucket": index,
+            "bytes": nbytes,
+            "params": params,
+            "ready_s": t,
+            "launch_s": marks.seconds(start, launched[index]),
+            "ready_fraction": t / compute_s,
+            "backward_compute_s": compute_s,
+            "backward_s": backward_s,
+        }
+        writer.write(row)
+        rows.append(row)
+    return rows
+
+
+def overlap(env: DistEnv, a, micro_batch: int, writer) -> dict:
+    """gamma = compute time with a concurrent allreduce / alone - 1. Every rank queues
+    the same number of async allreduces (so the collectives match) and keeps computing
+    until they are done; only iterations that ran entirely under communication count."""
+    model = model_for(a.model, env, a.seed)
+    batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
+    batch = _batch(batches, micro_batch, env.device)
+    # On a GPU time the compute stream only: a device-wide sync would wait for the comm too.
+    cuda = env.device.type == "cuda"
+
+    def step() -> float:
+        model.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.current_stream().synchronize()
+        t0 = time.perf_counter()
+        _, loss = model(*batch)
+        loss.mean().backward()
+        if cuda:
+            torch.cuda.current_stream().synchronize()
+        return time.perf_counter() - t0
+
+    for _ in range(a.warmup):
+        step()
+    alone = statistics.fmean(step() for _ in range(a.iters))
+    buf = torch.zeros(OVERLAP_COMM_BYTES // 4, device=env.device)  # zeros: racing sums stay 0
+    dist.all_reduce(buf)
+    dist.barrier()
+    t0 = now(env.device)
+    dist.all_reduce(buf)
+    one_s = now(env.device) - t0
+    # Enough allreduces to cover about 2 x iters computations; the largest count wins.
+    ops = torch.tensor([min(4096, max(4, math.ceil(2 * a.iters * alone / one_s)))], device=env.device)
+    dist.all_reduce(ops, op=dist.ReduceOp.MAX)
+    dist.barrier()
+    works = [dist.all_reduce(buf, async_op=True) for _ in range(int(ops.item()))]
+    with_comm = []
+    while not all(w.is_completed() for w in works):
+        t = step()
+        if not all(w.is_completed() for w in works):
+            with_comm.append(t)
+    for w in works:
+        w.wait()
+    busy = statistics.fmean(with_comm) if with_comm else None  # comm ended within one iteration
+    row = {
+        "type": "overlap",
+        "micro_batch": micro_batch,
+        "compute_alone_s": alone,
+        "compute_with_comm_s": busy,
+        "iters_alone": a.iters,
+        "iters_with_comm": len(with_comm),
+        "gamma": None if busy is None else busy / alone - 1.0,
+        "comm_bytes": OVERLAP_COMM_BYTES,
+        "comm_ops": int(ops.item()),
+    }
+    writer.write(row)
+    return row

@@ -1,0 +1,64 @@
+"""What `ddplab train` prints after torchrun returns: per-rank medians, and for a run
+that ended early, which rank stopped and why. torch-free: reads the record files
+(realrun/SCHEMA.md), so it works on a run directory copied from elsewhere."""
+
+from pathlib import Path
+from statistics import median
+
+from realrun.records import RankRecords, read_run
+
+COLUMNS = ("total_s", "data_s", "forward_s", "backward_s", "wait_s", "optimizer_s")
+
+
+def summarize_train(out_dir: Path) -> list[str]:
+    ranks = read_run(out_dir, "train")
+    meta = ranks[0].meta
+    # Files of ranks beyond this run's world are left from an earlier, larger run in the same folder.
+    ranks = [r for r in ranks if r.meta.get("rank", 0) < meta.get("world_size", len(ranks))]
+    cfg = meta.get("config", {})
+    done = all(r.complete for r in ranks)
+    lines = [
+        f"train: {len(ranks)} of {meta.get('world_size')} ranks, {cfg.get('model')}, {cfg.get('steps')} steps,"
+        f" backend {meta.get('backend')}: {'complete' if done else 'INCOMPLETE'} ({out_dir})",
+        f"{'rank':>4} {'steps':>5} " + " ".join(f"{c:>11}" for c in COLUMNS) + f" {'last_loss':>9}  status",
+    ]
+    for r in ranks:
+        steps = r.of_type("step")
+        cells = []
+        for c in COLUMNS:
+            values = [s[c] for s in steps if c in s]
+            cells.append(f"{median(values):>11.4f}" if values else f"{'-':>11}")
+        loss = f"{steps[-1]['loss']:>9.4f}" if steps else f"{'-':>9}"
+        status = "complete" if r.complete else ("error" if r.error else "no end record")
+        lines.append(f"{r.meta.get('rank'):>4} {len(steps):>5} " + " ".join(cells) + f" {loss}  {status}")
+    if not done:
+        lines.append("diagnosis: " + "; ".join(_diagnose(ranks)))
+    return lines
+
+
+def _last_step(r: RankRecords) -> str:
+    steps = r.of_type("step")
+    return f"after step {steps[-1]['step']}" if steps else "before its first step"
+
+
+def _diagnose(ranks: list[RankRecords]) -> list[str]:
+    """One clause per unfinished rank, the likely culprits first: a rank that left no error
+    record (killed, or hung until torchrun killed it); failing that, one torchrun terminated
+    while it was outside any collective (it never reached the one its peers waited in)."""
+    unfinished = [r for r in ranks if not r.complete]
+    silent = [r for r in unfinished if r.error is None]
+    culprits, others = [], []
+    for r in unfinished:
+        rank = r.meta.get("rank")
+        faults = r.of_type("fault")
+        fault = faults[-1] if faults else {}
+        if r.error is None:
+            culprits.append(f"rank {rank} stopped {_last_step(r)} without an error record (killed or hung)")
+        elif not silent and fault.get("terminated") and not fault.get("collective"):
+            culprits.append(
+                f"rank {rank} stopped {_last_step(r)} during {fault.get('phase')}, outside any collective"
+                " (hung or far slower than its peers; torchrun terminated it)"
+            )
+        else:
+            others.append(f"rank {rank}: {r.error}")
+    return culprits + others

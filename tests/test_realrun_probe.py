@@ -1,0 +1,273 @@
+"""`ddplab probe` end to end on CPU: 2 processes, gloo over loopback.
+
+One full probe (all four parts, small sizes and iterations) feeds most tests; the
+quick check, a wrong interface and a multi-bucket model run on their own. This
+box is shared and noisy (a 1 KiB gloo allreduce ranges 0.1-4 ms here), so
+comparisons span orders of magnitude in work: 1 KiB against 64 MiB.
+"""
+
+import math
+import re
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+from conftest import ROOT
+
+from realrun.probe_collectives import bus_factor
+from realrun.records import read_run
+from sim.buckets import build_buckets
+from sim.collectives import bus_factor as sim_bus_factor
+from sim.config import TrainingConfig
+from sim.gpt2 import model_shape, param_tensors
+
+OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast"]
+SIZES = [1024, 1028, 64 << 10, 1 << 20, 64 << 20]  # 1028 B: 257 floats, not 2 equal chunks
+# The bucket profile and the overlap probe use the largest micro-batch: 32 x 64 tokens
+# keeps gpt2-tiny's backward (~25 ms) long against this box's 4 ms scheduler tick.
+ITERS, MICRO_BATCHES, SEQ_LEN = 5, [1, 32], 64
+# nccl-tests' busbw / algbw at 2 ranks: 2(n-1)/n, (n-1)/n, (n-1)/n, 1.
+FACTOR_2_RANKS = {"allreduce": 1.0, "allgather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}
+
+
+def sizes_run(op: str) -> list[int]:
+    """allgather/reduce_scatter need whole float32 chunks per rank: 4 x 2 ranks."""
+    return [s for s in SIZES if s % (8 if op in ("allgather", "reduce_scatter") else 4) == 0]
+
+
+def probe(out, *args, env=None, timeout=300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "ddplab", "probe", "--nproc", "2", "--out", str(out), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    out = tmp_path_factory.mktemp("probe")
+    p = probe(
+        out,
+        *("--ops", ",".join(OPS), "--sizes", ",".join(map(str, SIZES)), "--iters", str(ITERS), "--warmup", "2"),
+        *("--link-bytes", "4M", "--micro-batches", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ_LEN)),
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    ranks = read_run(out, "probe")
+    return p.stdout, ranks
+
+
+def tables(stdout: str) -> dict[str, dict]:
+    """Each op's printed table: header lines, rows (size, count, type, redop, time_us,
+    algbw, busbw) and the footer's average bus bandwidth."""
+    out, op = {}, None
+    for line in stdout.splitlines():
+        if m := re.match(r"# ddplab probe (\w+):", line):
+            op = m.group(1)
+            out[op] = {"head": [], "rows": [], "footer": None}
+        elif op and line.startswith("# Avg bus bandwidth"):
+            out[op]["footer"] = float(line.split(":")[1])
+            op = None
+        elif op and line.startswith("#"):
+            out[op]["head"].append(line)
+        elif op:
+            s, c, t, r, us, alg, bus = line.split()
+            out[op]["rows"].append((int(s), int(c), t, r, float(us), float(alg), float(bus)))
+    return out
+
+
+def by_type(rank, kind):
+    return rank.of_type(kind)
+
+
+def test_every_rank_completes(full):
+    _, ranks = full
+    assert len(ranks) == 2
+    for r in ranks:
+        assert r.complete and r.error is None
+        assert r.meta["verb"] == "probe" and r.meta["world_size"] == 2
+
+
+def test_tables_are_nccl_tests_shaped(full):
+    stdout, _ = full
+    t = tables(stdout)
+    assert list(t) == OPS
+    for op, table in t.items():
+        assert table["footer"] is not None, f"{op}: no '# Avg bus bandwidth' footer"
+        heads = " ".join(table["head"]).split()
+        for word in ("size", "count", "type", "redop", "time", "algbw", "busbw", "(B)", "(us)", "(GB/s)"):
+            assert word in heads, (op, word)
+        assert [row[0] for row in table["rows"]] == sizes_run(op)
+        skipped = any("skipped" in h and "1028" in h for h in table["head"])
+        assert skipped == (op in ("allgather", "reduce_scatter"))
+        for size, count, dtype, redop, *_ in table["rows"]:
+            assert count == size // 4 and dtype == "float"
+            assert redop == ("sum" if op in ("allreduce", "reduce_scatter") else "none")
+        avg = statistics.fmean(row[6] for row in table["rows"])
+        assert table["footer"] == pytest.approx(avg, abs=2e-3)
+        for *_, algbw, busbw in table["rows"]:
+            if algbw >= 0.1:  # printed to 3 decimals: the ratio is only checkable when not tiny
+                assert busbw / algbw == pytest.approx(FACTOR_2_RANKS[op], rel=0.02)
+
+
+def test_time_grows_with_size(full):
+    stdout, _ = full
+    for op, table in tables(stdout).items():
+        first, last = table["rows"][0], table["rows"][-1]
+        assert (first[0], last[0]) == (1024, 64 << 20)
+        assert last[4] > first[4], f"{op}: 64 MiB took {last[4]} us, 1 KiB {first[4]} us"
+
+
+def test_busbw_follows_the_nccl_tests_convention(full):
+    _, ranks = full
+    summaries = by_type(ranks[0], "collective_summary")
+    assert {s["op"] for s in summaries} == set(OPS)
+    for s in summaries:
+        assert s["busbw_gb_s"] > 0 and s["algbw_gb_s"] > 0
+        assert s["busbw_gb_s"] / s["algbw_gb_s"] == pytest.approx(FACTOR_2_RANKS[s["op"]], rel=1e-12)
+        assert s["algbw_gb_s"] == pytest.approx(s["size_bytes"] / (s["time_us_mean"] * 1e-6) / 1e9)
+    assert not by_type(ranks[1], "collective_summary")  # rank 0 summarises
+
+
+@pytest.mark.parametrize("ranks_n", [1, 2, 3, 8, 1024])
+def test_bus_factor_agrees_with_sim(ranks_n):
+    # realrun may not import sim/, so it keeps its own copy of the table.
+    for op in OPS:
+        assert bus_factor(op, ranks_n) == sim_bus_factor(op, ranks_n)
+
+
+def test_every_iteration_is_recorded(full):
+    _, ranks = full
+    slowest = {}
+    for r in ranks:
+        per_size = defaultdict(list)
+        for rec in by_type(r, "collective"):
+            per_size[(rec["op"], rec["size_bytes"])].append(rec)
+        assert set(per_size) == {(op, s) for op in OPS for s in sizes_run(op)}
+        for key, recs in per_size.items():
+            assert [x["iter"] for x in recs] == list(range(ITERS)), key
+            for x in recs:
+                assert 0 < x["time_s"] <= x["time_max_s"]
+                assert x["count"] == x["size_bytes"] // 4 and x["dtype"] == "float32" and x["ranks"] == 2
+            times = [x["time_max_s"] for x in recs]
+            assert slowest.setdefault(key, times) == times  # every rank saw the same maxima
+
+
+def test_link_rate_and_round_trip(full):
+    stdout, ranks = full
+    links = by_type(ranks[0], "link")
+    assert sorted((x["src"], x["dst"]) for x in links) == [(0, 1)] * 3 + [(1, 0)] * 3
+    for x in links:
+        assert x["gbit_s"] > 0 and x["bytes"] == 4 << 20
+        assert x["gbit_s"] == pytest.approx(x["bytes"] * 8 / x["seconds"] / 1e9)
+    (rtt,) = by_type(ranks[0], "rtt")
+    assert rtt["peer"] == 1 and len(rtt["samples_us"]) == 200
+    assert rtt["p50_us"] == pytest.approx(statistics.median(rtt["samples_us"])) and rtt["p50_us"] > 0
+    assert "collective stack efficiency" in stdout
+    done = ranks[0].records[-1]
+    assert done["stack_efficiency"] == pytest.approx(
+        done["busbw_gb_s_at_max_size"]["allreduce"] * 8 / done["link_gbit_s"]
+    )
+
+
+def test_compute_time_grows_with_micro_batch(full):
+    _, ranks = full
+    for r in ranks:
+        recs = by_type(r, "compute")
+        mean = {}
+        for b in MICRO_BATCHES:
+            mine = [x for x in recs if x["micro_batch"] == b]
+            assert len(mine) == ITERS and all(x["tokens"] == b * SEQ_LEN for x in mine)
+            assert all(x["forward_s"] > 0 and x["backward_s"] > 0 for x in mine)
+            mean[b] = statistics.fmean(x["forward_s"] + x["backward_s"] for x in mine)
+        assert mean[32] > mean[1], mean
+        opt = by_type(r, "optimizer")
+        assert len(opt) == ITERS and all(x["optimizer_s"] > 0 for x in opt)
+        assert opt[0]["params"] == sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
+
+
+def _check_buckets(rank, model: str, seq_len: int, last_at_least: float):
+    buckets = sorted(by_type(rank, "bucket_ready"), key=lambda b: b["bucket"])
+    cfg = TrainingConfig()  # the default bucket cap, as the probe's DDP uses
+    shape = model_shape(model)
+    predicted = build_buckets(
+        shape,
+        seq_len,
+        bytes_per_grad=4,
+        bucket_cap_mb=cfg.bucket_cap_mb,
+        first_bucket_mb=cfg.effective_first_bucket_mb,
+    )
+    assert len(buckets) == len(predicted)
+    assert [b["bytes"] for b in buckets] == [p.size_bytes for p in predicted]
+    assert [set(b["params"]) for b in buckets] == [set(p.params) for p in predicted]
+    fractions = [b["ready_fraction"] for b in buckets]
+    assert all(0 <= f <= 1 for f in fractions), fractions
+    assert fractions == sorted(fractions), fractions
+    assert fractions[-1] >= last_at_least, fractions
+    for b in buckets:
+        assert b["ready_s"] <= b["backward_compute_s"] <= b["backward_s"]
+    grads = by_type(rank, "grad_ready")
+    assert sorted(g["name"] for g in grads) == sorted(t.name for t in param_tensors(shape))
+    assert all(0 <= g["ready_fraction"] <= 1 for g in grads)
+
+
+def test_bucket_ready_profile_matches_ddp_buckets(full):
+    _, ranks = full
+    for r in ranks:
+        # One bucket for gpt2-tiny. On 2 cores gloo's threads can take the CPU from the
+        # end of backward once the allreduce is launched (a few ms), hence the margin.
+        _check_buckets(r, "gpt2-tiny", SEQ_LEN, last_at_least=0.7)
+
+
+@pytest.mark.slow
+def test_bucket_profile_of_a_multi_bucket_model(tmp_path):
+    """gpt2-124m: 13 buckets, so order and ready fractions mean something (~20 s)."""
+    p = probe(
+        tmp_path,
+        *("--parts", "compute", "--model", "gpt2-124m", "--seq-len", "16"),
+        *("--micro-batches", "1", "--iters", "1", "--warmup", "0"),
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    for r in read_run(tmp_path, "probe"):
+        _check_buckets(r, "gpt2-124m", 16, last_at_least=0.8)
+        assert len(by_type(r, "bucket_ready")) == 13
+
+
+def test_overlap_gamma(full):
+    stdout, ranks = full
+    for r in ranks:
+        (row,) = by_type(r, "overlap")
+        assert row["iters_with_comm"] >= 1 and row["comm_ops"] >= 4
+        assert math.isfinite(row["gamma"]) and row["gamma"] > -0.5
+        assert row["gamma"] == pytest.approx(row["compute_with_comm_s"] / row["compute_alone_s"] - 1)
+    assert "gamma" in stdout
+
+
+def test_quick_prints_one_health_line_per_rank(tmp_path):
+    p = probe(tmp_path, "--quick")
+    assert p.returncode == 0, p.stderr[-3000:]
+    pattern = r"rank (\d): allreduce 64MB took [\d.]+ ms -> effective bandwidth [\d.]+ GB/s \(busbw [\d.]+ GB/s\)"
+    lines = p.stdout.splitlines()
+    assert len(lines) == 2, p.stdout
+    assert sorted(re.fullmatch(pattern, line).group(1) for line in lines) == ["0", "1"]
+    for r in read_run(tmp_path, "probe"):
+        (rec,) = by_type(r, "collective")
+        assert rec["size_bytes"] == 64 << 20 and rec["time_s"] > 0
+        assert r.complete and r.records[-1]["busbw_gb_s"] > 0
+
+
+def test_wrong_interface_is_one_clear_line_per_rank(tmp_path):
+    import os
+
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "nosuch0"}
+    p = probe(tmp_path, "--quick", env=env, timeout=120)
+    assert p.returncode != 0
+    ours = [line for line in p.stderr.splitlines() if line.startswith("realrun probe:")]
+    assert len(ours) == 2, p.stderr[-3000:]
+    for line in ours:
+        assert "joining the process group failed" in line and "nosuch0" in line
+
+
+def test_unknown_model_fails_before_launching(ddplab, tmp_path):
+    code, _, err = ddplab("probe", "--out", str(tmp_path), "--model", "gpt2-huge")
+    assert code == 2 and "unknown preset 'gpt2-huge'" in err
+    code, _, err = ddplab("probe", "--out", str(tmp_path), "--seq-len", "65")
+    assert code == 2 and "exceeds gpt2-tiny's context 64" in err
