@@ -12,7 +12,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
+# The netlab tests need iproute2 and iptables; as root with apt, install what is
+# missing (best effort: without them those tests skip and say why).
+SYSDEPS := iproute2:ip iptables:iptables util-linux:taskset
+
 $(STAMP): pyproject.toml
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; for d in $(SYSDEPS); do command -v $${d#*:} >/dev/null || missing="$$missing $${d%%:*}"; done; \
+	  if [ -n "$$missing" ]; then echo "installing$$missing"; \
+	    (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null) || echo "could not install$$missing"; fi; \
+	fi
 	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
