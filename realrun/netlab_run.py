@@ -91,7 +91,9 @@ def run(
             log = open(log_dir / f"host{i}.log", "w")
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         t0 = time.monotonic()
+        echo = _Tail(log_dir / "host0.log", progress)
         while True:
+            echo.poll()
             codes = [p.poll() for p in procs]
             elapsed = time.monotonic() - t0
             if all(c is not None for c in codes):
@@ -109,10 +111,31 @@ def run(
                 _kill_all(procs)
                 return 124, diagnose(lab, discovery, log_dir)
             time.sleep(0.2)
+        echo.poll()
         code = next((c for c in codes if c), 0) if all(c is not None for c in codes) else 1
         return code, ([] if code == 0 else diagnose(lab, discovery, log_dir))
     finally:
         _kill_all(procs)
+
+
+class _Tail:
+    """Echo host 0's log as it grows (rank 0 prints the tables), less torch's c10d
+    warnings about reverse DNS, which every namespace without a resolver triggers."""
+
+    def __init__(self, path: Path, progress):
+        self.path, self.progress, self.offset, self.partial = path, progress, 0, ""
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, errors="replace") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+            self.offset = f.tell()
+        *lines, self.partial = (self.partial + chunk).split("\n")
+        for line in lines:
+            if "hostname of the client socket cannot be retrieved" not in line:
+                self.progress(line)
 
 
 def _wait_all(procs, grace_s: float) -> None:
