@@ -132,6 +132,10 @@ def run_cmd(args):
             netlab.down(lab.spec.name)
     for line in diagnosis:
         print(f"ddplab netlab run: {line}", file=sys.stderr)
+    if verb == "train" and list(parsed.out.glob("train-rank*.jsonl")):
+        from realrun.report import summarize_train
+
+        print("\n".join(summarize_train(parsed.out)), file=sys.stdout if code == 0 else sys.stderr)
     if code == 0:
         print(f"records of all {lab.spec.hosts} hosts in {parsed.out}/ (host logs in {parsed.out}/netlab/)")
     return code
