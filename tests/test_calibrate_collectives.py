@@ -1,0 +1,78 @@
+"""Alpha-beta fits of probe records (calibrate/collective_fit.py): exact recovery on
+synthetic data with known parameters, and sane numbers on the committed 1 Gbit probe."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from calibrate.collective_fit import fit_collective, holdout_errors, predict_s
+from calibrate.probe_records import collective_times, link_gbit_s
+from sim.collectives import bus_factor
+
+MEASURED = ROOT / "measurements" / "netlab-1gbit-full-probe"
+
+
+def synthetic(op, ranks, alpha_s, busbw_gb_s, rng, sigma=0.03, outliers=True):
+    sizes = [2**k for k in range(10, 29)]
+    times = {}
+    for s in sizes:
+        t = alpha_s + s * bus_factor(op, ranks) / (busbw_gb_s * 1e9)
+        x = t * rng.lognormal(0.0, sigma, 20)
+        if outliers:
+            x[:2] *= 20  # scheduler hiccups: the median and the soft-L1 loss must shrug them off
+        times[s] = list(x)
+    return times
+
+
+@pytest.mark.parametrize("op,ranks", [("allreduce", 2), ("allreduce", 8), ("allgather", 4), ("reduce_scatter", 16)])
+def test_recovers_known_alpha_and_busbw(op, ranks):
+    rng = np.random.default_rng(1)
+    alpha, busbw = 120e-6, 0.118
+    fit = fit_collective(op, ranks, synthetic(op, ranks, alpha, busbw, rng), rng=rng)
+    assert fit.busbw_gb_s == pytest.approx(busbw, rel=0.01)
+    assert fit.alpha_s == pytest.approx(alpha, rel=0.05)
+    assert fit.busbw_ci_gb_s[0] <= busbw <= fit.busbw_ci_gb_s[1]
+    assert fit.alpha_ci_s[0] <= alpha <= fit.alpha_ci_s[1]
+    steps = 2 * (ranks - 1) if op == "allreduce" else ranks - 1
+    assert fit.hop_latency_us == pytest.approx(fit.alpha_s / steps * 1e6)
+    assert fit.r2_log > 0.99
+
+
+def test_holdout_half_the_sizes_within_10_percent_on_synthetic():
+    rng = np.random.default_rng(2)
+    errors = holdout_errors("allreduce", 2, synthetic("allreduce", 2, 100e-6, 1.1, rng), rng=rng)
+    assert len(errors) >= 9 and max(abs(e) for e in errors.values()) < 0.10
+
+
+def test_too_few_sizes_is_refused():
+    with pytest.raises(ValueError, match="at least 3"):
+        fit_collective("allreduce", 2, {1024: [1e-4], 2048: [2e-4]}, rng=np.random.default_rng(0))
+
+
+def test_measured_1gbit_allreduce():
+    times = collective_times(MEASURED)[("allreduce", 2)]
+    rng = np.random.default_rng(0)
+    fit = fit_collective("allreduce", 2, times, rng=rng)
+    big = max(times)
+    measured_busbw = big * bus_factor("allreduce", 2) / np.mean(times[big]) / 1e9
+    assert fit.busbw_gb_s == pytest.approx(measured_busbw, rel=0.08)
+    # The stack over the wire: busbw / raw TCP (0.959 Gbit/s here), the seed's comparison.
+    efficiency = fit.busbw_gb_s * 8 / link_gbit_s(MEASURED)
+    assert 0.9 < efficiency < 1.1
+    assert predict_s(fit, 64 * 2**20) == pytest.approx(np.median(times[64 * 2**20]), rel=0.10)
+    # Bandwidth-bound sizes predicted from the other half within 10 %; small sizes on this
+    # shared 2-core box swing by milliseconds (scheduler), so they are not held to it.
+    errors = holdout_errors("allreduce", 2, times, rng=rng)
+    assert all(abs(e) < 0.10 for s, e in errors.items() if s >= 512 * 1024), errors
+
+
+def test_incomplete_or_foreign_files_are_named(tmp_path):
+    (tmp_path / "probe-rank0000.jsonl").write_text(json.dumps({"type": "meta", "schema": "other"}) + "\n")
+    with pytest.raises(ValueError, match="not a ddplab.realrun"):
+        collective_times(tmp_path)
+    meta = {"type": "meta", "schema": "ddplab.realrun", "schema_version": 1}
+    (tmp_path / "probe-rank0000.jsonl").write_text(json.dumps(meta) + "\n")
+    with pytest.raises(ValueError, match="incomplete"):
+        collective_times(tmp_path)
