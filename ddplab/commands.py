@@ -278,7 +278,10 @@ def _worker_argv(argv: list[str]) -> list[str]:
 
 
 def _launch(verb: str, args):
+    from realrun.cli import check_args
     from realrun.launch import run_local
+
+    check_args(verb, args)
 
     if args.nproc < 1:
         raise ValueError(f"--nproc: must be >= 1, got {args.nproc}")
@@ -299,32 +302,22 @@ def _launch(verb: str, args):
 
 
 def probe(args):
-    from scenarios import load_models
-
-    models = load_models()  # fail here, before starting any process, on a bad preset
-    if args.model not in models:
-        raise ValueError(f"--model: unknown preset {args.model!r} (known: {', '.join(models)})")
-    if args.seq_len and args.seq_len > models[args.model]["block_size"]:
-        raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {models[args.model]['block_size']}")
     return _launch("probe", args)
 
 
 def train(args):
-    from realrun.report import summarize_train
-    from scenarios import load_models
-
-    models = load_models()  # fail here, before starting any process
-    if args.model not in models:
-        raise ValueError(f"--model: unknown preset {args.model!r} (known: {', '.join(models)})")
-    if args.seq_len and args.seq_len > models[args.model]["block_size"]:
-        raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {models[args.model]['block_size']}")
-    if args.grad_staging == "cpu" and args.comm_hook == "powersgd":
-        raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
     code = _launch("train", args)
+    print_train_summary(args.out, code)
+    return code
+
+
+def print_train_summary(out_dir, code: int) -> None:
+    """Per-rank medians after torchrun returns; on failure, on stderr with the diagnosis."""
+    from realrun.report import summarize_train
+
     try:
-        lines = summarize_train(args.out)
+        lines = summarize_train(out_dir)
     except ValueError as e:  # no readable records (a rank failed before writing any)
         lines = [f"ddplab train: {e}"]
     for line in lines:
         print(line, file=sys.stdout if code == 0 else sys.stderr)
-    return code

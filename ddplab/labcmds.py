@@ -5,8 +5,9 @@ import shutil
 import signal
 import sys
 
+from ddplab.commands import print_train_summary
 from realrun import netlab
-from realrun.cli import PARSERS
+from realrun.cli import PARSERS, check_args
 from realrun.netlab_run import Discovery, run
 
 
@@ -110,6 +111,7 @@ def run_cmd(args):
         )
     verb, verb_args = args.verb[0], args.verb[1:]
     parsed = PARSERS[verb](f"ddplab netlab run -- {verb}").parse_args(verb_args)
+    check_args(verb, parsed)
     existing = args.name in {lab["name"] for lab in netlab.status()}
     lab = netlab.load(args.name) if existing else netlab.up(spec_from_args(args))
     print("\n".join(_describe(lab)), flush=True)
@@ -133,9 +135,7 @@ def run_cmd(args):
     for line in diagnosis:
         print(f"ddplab netlab run: {line}", file=sys.stderr)
     if verb == "train" and list(parsed.out.glob("train-rank*.jsonl")):
-        from realrun.report import summarize_train
-
-        print("\n".join(summarize_train(parsed.out)), file=sys.stdout if code == 0 else sys.stderr)
+        print_train_summary(parsed.out, code)
     if code == 0:
         print(f"records of all {lab.spec.hosts} hosts in {parsed.out}/ (host logs in {parsed.out}/netlab/)")
     return code

@@ -151,6 +151,21 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
 PARSERS = {"probe": probe_parser, "train": train_parser}
 
 
+def check_args(verb: str, args: argparse.Namespace) -> None:
+    """What a parser cannot check alone, checked once for every entry (ddplab probe/train,
+    netlab run, launch, the workers), so a bad value fails before any process starts."""
+    from scenarios import load_models
+
+    models = load_models()
+    if args.model not in models:
+        raise ValueError(f"--model: unknown preset {args.model!r} (known: {', '.join(models)})")
+    context = models[args.model]["block_size"]
+    if args.seq_len and args.seq_len > context:
+        raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {context}")
+    if verb == "train" and args.grad_staging == "cpu" and args.comm_hook == "powersgd":
+        raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in PARSERS:
@@ -158,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verb, rest = argv[0], argv[1:]
     args = PARSERS[verb](f"realrun {verb}").parse_args(rest)
+    try:
+        check_args(verb, args)
+    except ValueError as e:
+        print(f"realrun {verb}: error: {e}", file=sys.stderr)
+        return 2
     if verb == "probe":
         from realrun.probe import run
     else:

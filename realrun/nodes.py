@@ -56,7 +56,7 @@ def check_counts(nodes: int, nproc_per_node: int, flag_nodes: str = "--nodes") -
 def check_verb_args(verb_args: list[str] | tuple[str, ...]) -> list[str]:
     """The realrun verb and its arguments (``train --out runs/x``); default DEFAULT_VERB_ARGS.
     Checked here with the workers' own parser, so a typo fails before N machines start."""
-    from realrun.cli import PARSERS
+    from realrun.cli import PARSERS, check_args
 
     args = list(verb_args) or list(DEFAULT_VERB_ARGS)
     if args[0] not in PARSERS:
@@ -67,7 +67,7 @@ def check_verb_args(verb_args: list[str] | tuple[str, ...]) -> list[str]:
         raise ValueError(f"{parser.prog}: {message}")
 
     parser.error = error  # a ValueError (one line, exit 2 in the CLI) instead of SystemExit
-    parser.parse_args(args[1:])
+    check_args(args[0], parser.parse_args(args[1:]))
     return args
 
 

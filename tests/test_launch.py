@@ -131,9 +131,14 @@ def test_exec_runs_this_node_and_passes_the_exit_code(ddplab, tmp_path):
     assert code == 0, err[-3000:]
     assert f"--rdzv-endpoint=127.0.0.1:{port} --rdzv-conf=is_host=1 --local-addr=127.0.0.1" in err
     assert (tmp_path / "run" / "train-rank0000.jsonl").exists()
-    bad = ["train", "--out", str(tmp_path / "bad"), "--steps", "1", "--model", "no-such-model"]
+    # A failure only the worker can see (a missing data file): torchrun's exit code comes through.
+    bad = ["train", "--out", str(tmp_path / "bad"), "--steps", "1", "--data", str(tmp_path / "missing.txt")]
     code, _, err = ddplab("launch", "--nodes", "1", "--master", f"127.0.0.1:{free_port()}", "--exec", "--", *bad)
     assert code != 0 and code != 2, err[-3000:]  # torchrun's failure, not our input check
+    # A bad preset is refused before anything starts.
+    bad = ["train", "--out", str(tmp_path / "bad2"), "--steps", "1", "--model", "no-such-model"]
+    code, _, err = ddplab("launch", "--nodes", "1", "--master", f"127.0.0.1:{free_port()}", "--exec", "--", *bad)
+    assert code == 2 and "--model" in err and len(err.strip().splitlines()) == 1, err
 
 
 def _ip(*args, check=True):
