@@ -1,7 +1,7 @@
 """Alpha-beta fits of measured collectives: t(S) = alpha + S x bus_factor / busbw.
 
 Per op and world size, the per-size medians of the slowest rank's time are fitted
-by robust least squares (scipy ``least_squares``, soft-L1 loss on relative
+by robust least squares (scipy ``least_squares``, Cauchy loss on relative
 residuals, so the small sizes that set the latency count as much as the large
 ones that set the bandwidth, and a scheduler hiccup does not pull the line).
 Confidence intervals come from a bootstrap over iterations within each size,
@@ -36,7 +36,7 @@ def ring_steps(op: str, ranks: int) -> int:
 
 
 def _fit_line(sizes: np.ndarray, medians: np.ndarray) -> tuple[float, float]:
-    """(alpha_s, seconds per bus byte) minimising soft-L1 relative residuals, both >= 0."""
+    """(alpha_s, seconds per bus byte) minimising Cauchy-loss relative residuals, both >= 0."""
     big = sizes > np.median(sizes)
     slope0 = max(np.polyfit(sizes[big], medians[big], 1)[0], 1e-15) if big.sum() >= 2 else medians[-1] / sizes[-1]
     x0 = [max(medians.min() * 0.5, 1e-9), slope0]
@@ -46,8 +46,8 @@ def _fit_line(sizes: np.ndarray, medians: np.ndarray) -> tuple[float, float]:
         x0,
         x_scale=scale,
         bounds=([0.0, 0.0], [np.inf, np.inf]),
-        loss="soft_l1",
-        f_scale=0.1,
+        loss="cauchy",
+        f_scale=0.05,
     )
     return float(res.x[0]), float(res.x[1])
 

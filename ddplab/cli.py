@@ -47,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="random seed")
     s.add_argument("--out", type=Path, help="write records, Chrome trace and plots here")
     s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
+    s.add_argument("--calib", type=Path, help="calib.json: measured values replace the preset's (see --calib-mode)")
+    s.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")
+    s.add_argument(
+        "--calib-mode",
+        default="auto",
+        choices=["auto", "all", "shape"],
+        help="all: the measured machines; shape: only dimensionless values (auto decides)",
+    )
     s.set_defaults(func=commands.simulate)
 
     k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")
@@ -100,11 +108,31 @@ def build_parser() -> argparse.ArgumentParser:
     la.set_defaults(func=netcmds.launch)
 
     _add_netlab(sub)
+    _add_calibration(sub)
 
     sc = sub.add_parser("scenarios", help="list the scenario presets")
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=commands.scenarios)
     return p
+
+
+def _add_calibration(sub) -> None:
+    from ddplab import calcmds
+
+    ca = sub.add_parser("calibrate", help="fit probe runs to simulation parameters: calib.json and plots")
+    ca.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="probe run directories")
+    ca.add_argument("-o", "--output", type=Path, default=Path("calib.json"), help="calib.json path (plots beside)")
+    ca.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    ca.add_argument("--json", action="store_true")
+    ca.set_defaults(func=calcmds.calibrate)
+
+    va = sub.add_parser("validate", help="predict real train runs from a calibration, compare (MAPE)")
+    va.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="train run directories")
+    va.add_argument("--calib", type=Path, required=True, help="calib.json from `ddplab calibrate`")
+    va.add_argument("--plot", type=Path, help="predicted-vs-measured PNG (default: validation.png beside --calib)")
+    va.add_argument("--seed", type=int, default=0, help="simulation seed")
+    va.add_argument("--json", action="store_true")
+    va.set_defaults(func=calcmds.validate)
 
 
 def _lab_options(p) -> None:

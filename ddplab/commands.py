@@ -68,7 +68,11 @@ def simulate(args):
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
     # Validate every scale before simulating any, so a bad count fails fast.
-    scenarios = [load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
+    if getattr(args, "calib", None):
+        scenarios, provenance = _calibrated_scenarios(args, counts)
+    else:
+        scenarios = [load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
+        provenance = None
     sweep = args.sweep_ranks is not None
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
@@ -77,6 +81,8 @@ def simulate(args):
         t = time.perf_counter()
         result = run(sc)
         summary = result.summary()
+        if provenance:
+            summary.update(provenance[i - 1])
         summaries.append(summary)
         if sweep:
             _progress(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
@@ -94,9 +100,49 @@ def simulate(args):
         _print_sweep(scenarios[0], summaries)
     else:
         _print_summary(scenarios[0], summaries[0])
+    if provenance:
+        _print_parameters(summaries[0])
     if args.out:
         print(f"records, Chrome trace{' and scaling.png' if sweep else ''} in {args.out}/")
     return summaries
+
+
+def _calibrated_scenarios(args, counts):
+    """Each scale's scenario with the calibration applied, and {calibration, parameters}
+    for its summary: every parameter as measured (file) or assumed (preset and source)."""
+    from calibrate.apply import load_for_simulation, provenance
+    from ddplab.calcmds import read_calib
+    from sim.config import scenario_from_dict
+
+    calib = read_calib(args.calib)
+    scenarios, extra = [], []
+    for n in counts:
+        data, measured, mode, path = load_for_simulation(
+            args.scenario,
+            args.set,
+            calib,
+            str(args.calib),
+            args.calib_network,
+            args.calib_mode,
+            ranks=n,
+            steps=args.steps,
+            seed=args.seed,
+        )
+        sc = scenario_from_dict(data)
+        scenarios.append(sc)
+        extra.append(
+            {"calibration": {"file": str(args.calib), "mode": mode}, "parameters": provenance(sc, measured, path)}
+        )
+    return scenarios, extra
+
+
+def _print_parameters(summary: dict) -> None:
+    cal = summary["calibration"]
+    print(f"  parameters       calibration {cal['file']} applied in mode {cal['mode']!r}:")
+    for p in summary["parameters"]:
+        value = p["value"]
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value or '""')
+        print(f"    {p['key']:<28} {shown:>12}  {p['source']}")
 
 
 def _network_line(sc) -> str:
@@ -104,7 +150,7 @@ def _network_line(sc) -> str:
     if not net.enabled:
         return "network off (free communication)"
     if net.backend == "gloo":
-        return f"gloo ring over {net.nic_gbit_s:g} Gbit/s x {net.nic_efficiency:.0%}"
+        return f"gloo ring over {net.nic_gbit_s:.4g} Gbit/s x {net.nic_efficiency:.0%}"
     return (
         f"NCCL {net.algorithm}; {net.gpus_per_node}/node on {net.intra_gb_s:g} GB/s {net.intra_link},"
         f" {net.nics_per_node} x {net.nic_gbit_s:g} Gbit/s NICs"

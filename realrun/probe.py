@@ -5,6 +5,7 @@ The seed's step 4, grown into nccl-tests' method: measure before trusting a
 cluster, and compare the collective's bus bandwidth with the raw link rate.
 """
 
+import gc
 import os
 import statistics
 import sys
@@ -48,6 +49,10 @@ def run(args) -> int:
         _say(f"realrun probe: rank {env.rank}: {reason}", sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
     writer.close(**summary)
+    # The bucket profile's DDP copy sits in a reference cycle (its hooks close over it);
+    # collected at interpreter exit, after the group is gone, its reducer aborted the
+    # process ("terminate called without an active exception", seen over netlab).
+    gc.collect()
     dist.barrier()  # leave together: no rank tears down its sockets under a peer still using them
     dist.destroy_process_group()
     return 0

@@ -34,8 +34,10 @@ def build_buckets(
     bucket_cap_mb: float,
     first_bucket_mb: float,
     powersgd_rank: int = 1,
+    ready_order: list[tuple[str, float]] | None = None,
 ) -> list[Bucket]:
-    """Buckets in launch order (bucket 0 is reduced first)."""
+    """Buckets in launch order (bucket 0 is reduced first). ``ready_order``: (parameter,
+    ready fraction) in the order gradients became ready, measured; default from FLOPs."""
     if bucket_cap_mb <= 0:
         raise ValueError(f"training.bucket_cap_mb must be > 0, got {bucket_cap_mb}")
     if first_bucket_mb <= 0:
@@ -54,7 +56,7 @@ def build_buckets(
         buckets.append(Bucket(len(buckets), tuple(open_names), numel, open_bytes, open_ready, psgd))
         open_names, open_bytes, open_ready = [], 0, 0.0
 
-    for name, ready in gradient_ready_order(shape, seq_len):
+    for name, ready in ready_order or gradient_ready_order(shape, seq_len):
         open_names.append(name)
         open_bytes += _numel(shapes[name]) * bytes_per_grad
         open_ready = max(open_ready, ready)

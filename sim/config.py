@@ -95,8 +95,14 @@ class ComputeConfig:
     """Data loading time per optimizer step, before the first forward."""
     interference_gamma: float = 0.0
     """Compute slows by (1 + gamma) while a collective runs on the same rank."""
+    ready_fractions: dict[str, float] | None = None
+    """Measured bucket-ready profile: parameter name -> fraction of the last backward done
+    when its gradient is ready (`ddplab calibrate`); unset = from FLOP counts (sim/gpt2.py)."""
 
     def __post_init__(self):
+        if self.ready_fractions is not None:
+            for name, frac in self.ready_fractions.items():
+                _require(0 <= frac <= 1, f"compute.ready_fractions.{name}", frac, "must be in [0, 1]")
         _require(self.peak_tflop_s > 0, "compute.peak_tflop_s", self.peak_tflop_s, "must be > 0")
         _require(0 < self.mfu <= 1, "compute.mfu", self.mfu, "must be in (0, 1]")
         if self.step_compute_s is not None:
@@ -255,6 +261,11 @@ def _check_type(key: str, value, hint):
     if value is None and type(None) in allowed:
         return None
     for t in allowed:
+        if typing.get_origin(t) is dict and isinstance(value, dict):
+            key_t, value_t = typing.get_args(t)
+            return {
+                _check_type(f"{key}.{k}", k, key_t): _check_type(f"{key}.{k}", v, value_t) for k, v in value.items()
+            }
         if t is bool and isinstance(value, bool):
             return value
         if t is int and isinstance(value, int) and not isinstance(value, bool):
@@ -263,7 +274,7 @@ def _check_type(key: str, value, hint):
             return float(value)
         if t is str and isinstance(value, str):
             return value
-    names = " or ".join(t.__name__ for t in allowed if t is not type(None))
+    names = " or ".join(getattr(t, "__name__", "table") for t in allowed if t is not type(None))
     raise ValueError(f"{key}: expected {names}, got {value!r}")
 
 

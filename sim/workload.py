@@ -8,7 +8,7 @@ import numpy as np
 from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
 from sim.config import Scenario
-from sim.gpt2 import flops_per_token, model_shape
+from sim.gpt2 import flops_per_token, gradient_ready_order, model_shape, param_tensors
 from sim.noise import speed_factors
 
 
@@ -61,6 +61,27 @@ def micro_step_compute_s(sc: Scenario) -> float:
     return flops / (sc.compute.peak_tflop_s * 1e12 * sc.compute.mfu)
 
 
+def measured_ready_order(sc: Scenario) -> list[tuple[str, float]] | None:
+    """The measured profile as (parameter, fraction) in ready order, scaled so the last
+    gradient ends backward (DDP's view of it); None when the scenario has none."""
+    measured = sc.compute.ready_fractions
+    if measured is None:
+        return None
+    shape = model_shape(sc.model.preset)
+    names = [p.name for p in param_tensors(shape)]
+    missing, unknown = sorted(set(names) - set(measured)), sorted(set(measured) - set(names))
+    if missing or unknown:
+        what = f"no value for {missing[0]}" if missing else f"{unknown[0]} is not a parameter"
+        raise ValueError(f"compute.ready_fractions: {what} of {sc.model.preset} (measured on another model?)")
+    last = max(measured.values())
+    if last <= 0:
+        raise ValueError("compute.ready_fractions: every fraction is 0")
+    # Ties (a weight and its bias finish in one autograd node) keep the FLOP profile's
+    # order, which matches DDP's rebuilt buckets (tests/test_shared_shapes.py).
+    flop_order = [n for n, _ in gradient_ready_order(shape, sc.training.seq_len or shape.block_size)]
+    return sorted(((n, measured[n] / last) for n in flop_order), key=lambda item: item[1])
+
+
 def _wire_bytes(sc: Scenario, b: Bucket) -> float:
     t = sc.training
     if t.comm_hook in ("fp16", "bf16"):
@@ -83,6 +104,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         bucket_cap_mb=t.bucket_cap_mb,
         first_bucket_mb=t.effective_first_bucket_mb,
         powersgd_rank=t.powersgd_rank,
+        ready_order=measured_ready_order(sc),
     )
     # The engine reads a rank's backward end as its last bucket's ready time.
     assert buckets[-1].ready_fraction == 1.0

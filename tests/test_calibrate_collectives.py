@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT
 
 from calibrate.collective_fit import fit_collective, holdout_errors, predict_s
-from calibrate.probe_records import collective_times, link_gbit_s
+from calibrate.records import collective_times, link_gbit_s, read_run
 from sim.collectives import bus_factor
 
 MEASURED = ROOT / "measurements" / "netlab-1gbit-full-probe"
@@ -21,7 +21,7 @@ def synthetic(op, ranks, alpha_s, busbw_gb_s, rng, sigma=0.03, outliers=True):
         t = alpha_s + s * bus_factor(op, ranks) / (busbw_gb_s * 1e9)
         x = t * rng.lognormal(0.0, sigma, 20)
         if outliers:
-            x[:2] *= 20  # scheduler hiccups: the median and the soft-L1 loss must shrug them off
+            x[:2] *= 20  # scheduler hiccups: the median and the robust loss must shrug them off
         times[s] = list(x)
     return times
 
@@ -52,14 +52,15 @@ def test_too_few_sizes_is_refused():
 
 
 def test_measured_1gbit_allreduce():
-    times = collective_times(MEASURED)[("allreduce", 2)]
+    run = read_run(MEASURED)
+    times = collective_times(run)[("allreduce", 2)]
     rng = np.random.default_rng(0)
     fit = fit_collective("allreduce", 2, times, rng=rng)
     big = max(times)
     measured_busbw = big * bus_factor("allreduce", 2) / np.mean(times[big]) / 1e9
     assert fit.busbw_gb_s == pytest.approx(measured_busbw, rel=0.08)
     # The stack over the wire: busbw / raw TCP (0.959 Gbit/s here), the seed's comparison.
-    efficiency = fit.busbw_gb_s * 8 / link_gbit_s(MEASURED)
+    efficiency = fit.busbw_gb_s * 8 / link_gbit_s(run)[0]
     assert 0.9 < efficiency < 1.1
     assert predict_s(fit, 64 * 2**20) == pytest.approx(np.median(times[64 * 2**20]), rel=0.10)
     # Bandwidth-bound sizes predicted from the other half within 10 %; small sizes on this
@@ -71,8 +72,8 @@ def test_measured_1gbit_allreduce():
 def test_incomplete_or_foreign_files_are_named(tmp_path):
     (tmp_path / "probe-rank0000.jsonl").write_text(json.dumps({"type": "meta", "schema": "other"}) + "\n")
     with pytest.raises(ValueError, match="not a ddplab.realrun"):
-        collective_times(tmp_path)
-    meta = {"type": "meta", "schema": "ddplab.realrun", "schema_version": 1}
+        read_run(tmp_path)
+    meta = {"type": "meta", "schema": "ddplab.realrun", "schema_version": 1, "rank": 0, "world_size": 1}
     (tmp_path / "probe-rank0000.jsonl").write_text(json.dumps(meta) + "\n")
     with pytest.raises(ValueError, match="incomplete"):
-        collective_times(tmp_path)
+        read_run(tmp_path)

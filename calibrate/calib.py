@@ -1,0 +1,152 @@
+"""``ddplab calibrate``: probe runs in, one calibration (``ddplab-calib`` v1 JSON) out.
+
+Every fitted value carries where it came from: the run directories, the sample
+count and the fit's quality. Networks are kept apart by label (the emulated lab's
+link rate, or the run directory's name on real machines), so probes over several
+links calibrate one file; compute, noise and per-rank speed pool every run.
+"""
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from calibrate import collective_fit, compute_fit, noise_fit
+from calibrate.records import Run, collective_times, link_gbit_s, read_run
+from sim.gpt2 import flops_per_token, model_shape
+
+SCHEMA, SCHEMA_VERSION = "ddplab-calib", 1
+
+
+def _need(value, run_or_what, kind: str, part: str):
+    if value is None:
+        raise ValueError(f"{run_or_what}: no {kind} records (missing probe kind: probe with --parts {part})")
+    return value
+
+
+def read_probe_runs(paths: list[Path]) -> list[Run]:
+    runs = []
+    for p in paths:
+        run = read_run(p)
+        if run.verb != "probe":
+            raise ValueError(f"{p}: a {run.verb} run; calibrate reads probe runs (validate takes train runs)")
+        if run.config.get("quick"):
+            raise ValueError(f"{p}: a --quick probe (one 64 MB allreduce); calibrate needs a full probe")
+        runs.append(run)
+    first = runs[0]
+    for run in runs[1:]:
+        for what in ("world_size", "backend", "device"):
+            if getattr(run, what) != getattr(first, what):
+                raise ValueError(
+                    f"{run.path}: {what} {getattr(run, what)} differs from {first.path}'s {getattr(first, what)}"
+                )
+    return runs
+
+
+def _network(run: Run, rng: np.random.Generator) -> dict:
+    times = collective_times(run)
+    if not any(op == "allreduce" for op, _ in times):
+        raise ValueError(f"{run.path}: no allreduce records (missing probe kind: probe with --parts collectives)")
+    link = _need(link_gbit_s(run), run.path, "link", "link")
+    rtts = run.of("rtt", 0)
+    out = {"run": str(run.path), "collectives": {}}
+    out["link_gbit_s"] = {"value": link[0], "samples": link[1], "source": "raw TCP, slowest direction, median"}
+    if rtts:
+        out["rtt_p50_us"] = {
+            "value": max(r["p50_us"] for r in rtts),
+            "samples": sum(len(r["samples_us"]) for r in rtts),
+        }
+    for (op, ranks), by_size in sorted(times.items()):
+        fit = collective_fit.fit_collective(op, ranks, by_size, rng=rng)
+        holdout = collective_fit.holdout_errors(op, ranks, by_size, rng=rng) if len(by_size) >= 6 else {}
+        out["collectives"][op] = {
+            **fit._asdict(),
+            "holdout_rel_err": {str(s): e for s, e in holdout.items()},
+            "times_s": {str(s): v for s, v in sorted(by_size.items())},
+        }
+    ar = out["collectives"]["allreduce"]
+    out["stack_efficiency"] = {
+        "value": ar["busbw_gb_s"] * 8.0 / link[0],
+        "source": "fitted allreduce busbw / raw TCP link rate",
+    }
+    return out
+
+
+def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
+    """The calibration of these probe runs, as the JSON-ready dict written to calib.json."""
+    runs = read_probe_runs(paths)
+    rng = np.random.default_rng(seed)
+    networks = {}
+    for run in runs:
+        if run.label in networks:
+            raise ValueError(f"{run.path}: network {run.label!r} is also measured by {networks[run.label]['run']}")
+        networks[run.label] = _network(run, rng)
+
+    where = ", ".join(str(r.path) for r in runs)
+    samples = _need(compute_fit.compute_samples(runs), where, "compute", "compute")
+    factors = compute_fit.speed_factors(samples)
+    fits = compute_fit.fit_compute(samples, factors)
+    opt = _need(compute_fit.optimizer_s(runs), where, "optimizer", "compute")
+    ready = _need(compute_fit.ready_profile(runs), where, "grad_ready", "compute")
+    gamma = _need(compute_fit.interference_gamma(runs), where, "overlap", "overlap")
+    multipliers = np.concatenate(list(compute_fit.normalised_compute(samples).values()))
+    candidates = noise_fit.fit_noise(multipliers)
+    best = candidates[0]
+
+    shape = model_shape(samples.model)
+    top_tokens = fits["step"].points[-1][0]
+    achieved = flops_per_token(shape, samples.seq_len) * top_tokens / fits["step"].at(top_tokens) / 1e12
+    files = samples.files
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "created_unix": time.time(),
+        "command": command,
+        "seed": seed,
+        "runs": [str(r.path) for r in runs],
+        "world_size": runs[0].world_size,
+        "backend": runs[0].backend,
+        "device": runs[0].device,
+        "networks": networks,
+        "compute": {
+            "model": samples.model,
+            "seq_len": samples.seq_len,
+            "runs": files,
+            "samples": fits["samples"],
+            **{f"{k}_s": fits[k]._asdict() for k in ("step", "forward", "backward")},
+            "achieved_tflop_s": {
+                "value": achieved,
+                "at_tokens": top_tokens,
+                "source": "model FLOPs per token (sim/gpt2.py) x tokens / fitted step time, fastest rank",
+            },
+            "optimizer_s": {"value": opt[0], "samples": opt[1], "source": "slowest rank's median AdamW step"},
+            "ready_fractions": {"value": ready[0], "samples": ready[1], "source": "grad_ready, mean over ranks"},
+            "buckets_default_cap": compute_fit.bucket_profile(runs),
+            "interference_gamma": {
+                "value": max(gamma[0], 0.0),
+                "raw": gamma[0],
+                "samples": gamma[1],
+                "source": "overlap probe: compute with 16 MiB allreduces in flight / alone - 1",
+            },
+        },
+        "noise": {
+            "distribution": best.distribution,
+            "sigma": best.sigma,
+            "ks": best.ks,
+            "samples": fits["samples"],
+            "source": "per-iteration forward+backward / its (rank, micro-batch) mean; MLE, best AIC",
+            "candidates": [c._asdict() for c in candidates],
+            "multipliers": [round(float(x), 6) for x in multipliers],
+        },
+        "ranks": {str(r): v for r, v in noise_fit.straggler_scores(factors).items()},
+    }
+
+
+def check_calib(data: dict, path: Path) -> dict:
+    """A calibration read back from JSON, checked for what apply and validate use."""
+    if not isinstance(data, dict) or (data.get("schema"), data.get("schema_version")) != (SCHEMA, SCHEMA_VERSION):
+        raise ValueError(f"{path}: not a {SCHEMA} v{SCHEMA_VERSION} file (made by `ddplab calibrate`)")
+    for key in ("networks", "compute", "noise", "ranks", "world_size", "runs"):
+        if key not in data:
+            raise ValueError(f"{path}: no {key!r} section")
+    return data

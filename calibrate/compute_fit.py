@@ -1,0 +1,164 @@
+"""Compute parameters from the probe's compute, optimizer, grad_ready and overlap records.
+
+Per rank and micro-batch size the probe times forward and backward of a local copy
+(no communication). The fastest rank is the reference (speed factor 1); every rank's
+times are divided by its persistent speed factor (sim/noise.py's model: compute time
+= base x speed factor x a mean-1 jitter draw) before the base is fitted, so the fit
+describes one speed-1 rank and the factors describe the others.
+
+Time per micro-step is affine in tokens, t = t0 + tokens x per-token (weighted least
+squares on the per-size means, weights 1/t^2 so each size counts by its relative
+error). Means, not medians: the simulator draws mean-1 multipliers around the base.
+"""
+
+from collections import defaultdict
+from typing import NamedTuple
+
+import numpy as np
+
+from calibrate.records import Run
+
+
+class AffineFit(NamedTuple):
+    intercept_s: float
+    per_token_s: float
+    r2: float
+    points: list[tuple[int, float]]  # (tokens, mean seconds) the fit saw
+
+    def at(self, tokens: float) -> float:
+        return self.intercept_s + self.per_token_s * tokens
+
+
+def fit_affine(tokens: list[int], seconds: list[float]) -> AffineFit:
+    x, y = np.asarray(tokens, float), np.asarray(seconds, float)
+    if len(x) == 1:  # one size: proportional through the origin
+        return AffineFit(0.0, float(y[0] / x[0]), 1.0, [(int(x[0]), float(y[0]))])
+    w = 1.0 / y
+    slope, intercept = np.polyfit(x, y, 1, w=w)
+    if intercept < 0:  # time cannot fall below zero at small batches: refit through the origin
+        slope, intercept = float(np.sum(w * w * x * y) / np.sum(w * w * x * x)), 0.0
+    pred = intercept + slope * x
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+    return AffineFit(float(intercept), float(slope), r2, [(int(a), float(b)) for a, b in zip(x, y, strict=True)])
+
+
+class ComputeSamples(NamedTuple):
+    """Per rank and micro-batch size, per-iteration (forward_s, backward_s) arrays."""
+
+    model: str
+    seq_len: int
+    by_rank: dict[int, dict[int, np.ndarray]]  # {rank: {micro_batch: (iters, 2)}}
+    files: list[str]
+
+
+def compute_samples(runs: list[Run]) -> ComputeSamples | None:
+    """The compute records of every run (they must agree on model and sequence length)."""
+    by_rank: dict = defaultdict(lambda: defaultdict(list))
+    shapes, files = set(), []
+    for run in runs:
+        recs = run.of("compute")
+        if recs:
+            files.append(str(run.path))
+        for r in recs:
+            shapes.add((r["model"], r["seq_len"]))
+        for rank in run.records:
+            for r in run.of("compute", rank):
+                by_rank[rank][r["micro_batch"]].append((r["forward_s"], r["backward_s"]))
+    if not shapes:
+        return None
+    if len(shapes) > 1:
+        listed = ", ".join(f"{m} at seq {s}" for m, s in sorted(shapes))
+        raise ValueError(f"compute records: runs disagree on the model ({listed}); calibrate one model at a time")
+    model, seq = shapes.pop()
+    arrays = {rank: {b: np.array(v) for b, v in sorted(d.items())} for rank, d in sorted(by_rank.items())}
+    return ComputeSamples(model, seq, arrays, files)
+
+
+def speed_factors(samples: ComputeSamples) -> dict[int, float]:
+    """Each rank's persistent compute-time factor against the fastest rank: the geometric
+    mean over micro-batch sizes of its median over the fastest median, scaled so the
+    fastest rank's factor is 1."""
+    medians = {r: {b: float(np.median(x.sum(axis=1))) for b, x in d.items()} for r, d in samples.by_rank.items()}
+    sizes = set.intersection(*(set(d) for d in medians.values()))
+    fastest = {b: min(m[b] for m in medians.values()) for b in sizes}
+    raw = {r: float(np.exp(np.mean([np.log(m[b] / fastest[b]) for b in sizes]))) for r, m in medians.items()}
+    # Each rank can be fastest at some size; the fastest overall is the reference.
+    low = min(raw.values())
+    return {r: f / low for r, f in raw.items()}
+
+
+def fit_compute(samples: ComputeSamples, factors: dict[int, float]) -> dict:
+    """Forward, backward and their sum per micro-step as affine functions of tokens,
+    on speed-1-normalised means pooled over ranks."""
+    fwd, bwd = defaultdict(list), defaultdict(list)
+    for rank, d in samples.by_rank.items():
+        for b, x in d.items():
+            fwd[b].extend(x[:, 0] / factors[rank])
+            bwd[b].extend(x[:, 1] / factors[rank])
+    sizes = sorted(fwd)
+    tokens = [b * samples.seq_len for b in sizes]
+    f_mean = [float(np.mean(fwd[b])) for b in sizes]
+    b_mean = [float(np.mean(bwd[b])) for b in sizes]
+    return {
+        "forward": fit_affine(tokens, f_mean),
+        "backward": fit_affine(tokens, b_mean),
+        "step": fit_affine(tokens, [a + b for a, b in zip(f_mean, b_mean, strict=True)]),
+        "samples": int(sum(len(v) for v in fwd.values())),
+    }
+
+
+def normalised_compute(samples: ComputeSamples) -> dict[int, np.ndarray]:
+    """Per rank, forward + backward of every iteration over its (rank, size) mean: the
+    mean-1 jitter multipliers the simulator draws (sim/noise.py)."""
+    out = {}
+    for rank, d in samples.by_rank.items():
+        parts = [x.sum(axis=1) / x.sum(axis=1).mean() for x in d.values()]
+        out[rank] = np.concatenate(parts)
+    return out
+
+
+def optimizer_s(runs: list[Run]) -> tuple[float, int] | None:
+    """The slowest rank's median AdamW step (the step waits for it), and the sample count."""
+    per_rank = defaultdict(list)
+    for run in runs:
+        for rank in run.records:
+            per_rank[rank] += [r["optimizer_s"] for r in run.of("optimizer", rank)]
+    if not per_rank:
+        return None
+    return max(float(np.median(v)) for v in per_rank.values()), sum(len(v) for v in per_rank.values())
+
+
+def ready_profile(runs: list[Run]) -> tuple[dict[str, float], int] | None:
+    """Per parameter, the mean over ranks and runs of the fraction of backward done when
+    its gradient was ready (DDP's step 3, realrun/probe_compute.py)."""
+    fractions = defaultdict(list)
+    for run in runs:
+        for r in run.of("grad_ready"):
+            fractions[r["name"]].append(r["ready_fraction"])
+    if not fractions:
+        return None
+    return {k: float(np.mean(v)) for k, v in fractions.items()}, max(len(v) for v in fractions.values())
+
+
+def bucket_profile(runs: list[Run]) -> list[dict]:
+    """Rank 0's measured default-cap buckets of the first run that has them (for the report)."""
+    for run in runs:
+        recs = run.of("bucket_ready", 0)
+        if recs:
+            return [{"bucket": r["bucket"], "bytes": r["bytes"], "ready_fraction": r["ready_fraction"]} for r in recs]
+    return []
+
+
+def interference_gamma(runs: list[Run]) -> tuple[float, int] | None:
+    """Mean over ranks of the overlap probe's gamma, weighted by its iterations with
+    communication in flight; None when no rank fitted one."""
+    num = den = 0.0
+    for run in runs:
+        for r in run.of("overlap"):
+            if r.get("gamma") is not None and r.get("iters_with_comm"):
+                num += r["gamma"] * r["iters_with_comm"]
+                den += r["iters_with_comm"]
+    if not den:
+        return None
+    return num / den, int(den)

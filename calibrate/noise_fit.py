@@ -1,0 +1,66 @@
+"""Jitter: which mean-1 distribution the per-iteration compute multipliers follow.
+
+Candidates are the simulator's (sim/noise.py): lognormal, gamma and normal, each
+fitted by maximum likelihood (scipy.stats ``fit``) and ranked by AIC = 2k - 2 ln L
+(Akaike 1974; k = 2 free parameters each). The Kolmogorov-Smirnov statistic of the
+chosen fit is reported so a poor best is visible as such. The simulator's ``sigma``
+is the lognormal's log-sd, the gamma's and normal's sd (for gamma shape k with mean
+1, sd = 1/sqrt(k)).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy import stats
+
+STRAGGLER_SCORE_FLAG = 0.75  # DESIGN.md / issue 5: fastest median / this median below 0.75
+
+
+class NoiseCandidate(NamedTuple):
+    distribution: str
+    sigma: float  # as sim/noise.py reads it
+    loglik: float
+    aic: float
+    ks: float  # Kolmogorov-Smirnov statistic against the data
+    params: tuple[float, ...]  # scipy's fitted parameters (for the plot)
+
+
+def _candidate(name: str, x: np.ndarray) -> NoiseCandidate:
+    if name == "lognormal":
+        s, loc, scale = stats.lognorm.fit(x, floc=0.0)
+        dist, sigma, params = stats.lognorm(s, loc, scale), float(s), (s, loc, scale)
+    elif name == "gamma":
+        a, loc, scale = stats.gamma.fit(x, floc=0.0)
+        dist, sigma, params = stats.gamma(a, loc, scale), float(1.0 / np.sqrt(a)), (a, loc, scale)
+    elif name == "normal":
+        loc, scale = stats.norm.fit(x)
+        dist, sigma, params = stats.norm(loc, scale), float(scale), (loc, scale)
+    else:
+        raise ValueError(f"noise: unknown distribution {name!r}")
+    loglik = float(np.sum(dist.logpdf(x)))
+    return NoiseCandidate(name, sigma, loglik, 2 * 2 - 2 * loglik, float(stats.kstest(x, dist.cdf).statistic), params)
+
+
+def fit_noise(x: np.ndarray) -> list[NoiseCandidate]:
+    """Every candidate fitted to mean-1 multipliers, best AIC first."""
+    x = np.asarray(x, float)
+    if len(x) < 8:
+        raise ValueError(f"noise: {len(x)} compute samples, a distribution fit needs at least 8")
+    if np.ptp(x) == 0:
+        raise ValueError("noise: every compute sample is identical; nothing to fit")
+    return sorted((_candidate(n, x) for n in ("lognormal", "gamma", "normal")), key=lambda c: c.aic)
+
+
+def pdf(c: NoiseCandidate, x: np.ndarray) -> np.ndarray:
+    dist = {"lognormal": stats.lognorm, "gamma": stats.gamma, "normal": stats.norm}[c.distribution]
+    return dist(*c.params).pdf(x)
+
+
+def straggler_scores(factors: dict[int, float]) -> dict[int, dict]:
+    """Per rank: score = fastest median / this rank's median (1 = the fastest), flagged
+    below 0.75."""
+    out = {}
+    for rank, f in sorted(factors.items()):
+        score = 1.0 / f
+        out[rank] = {"speed_factor": f, "score": score, "flagged": score < STRAGGLER_SCORE_FLAG}
+    return out

@@ -1,0 +1,136 @@
+"""Reading realrun's run directories (realrun/SCHEMA.md, ``ddplab.realrun`` v1) as
+files: calibrate never imports realrun, only agrees with its documented schema.
+
+A run directory holds one ``<verb>-rankNNNN.jsonl`` per rank. ``read_run`` checks
+what every consumer needs before any fitting starts: one verb, every rank of the
+world present and complete, one world size. Each failure is one line naming the
+file and what is wrong, raised as ``ValueError`` (the CLI's exit 2).
+"""
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA, SCHEMA_VERSION = "ddplab.realrun", 1
+VERBS = ("probe", "train")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Records of one rank file; a torn last line (a killed writer) is dropped."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file") from None
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: not a JSON record") from None
+    meta = out[0] if out else {}
+    if meta.get("type") != "meta" or (meta.get("schema"), meta.get("schema_version")) != (SCHEMA, SCHEMA_VERSION):
+        raise ValueError(f"{path}: not a {SCHEMA} v{SCHEMA_VERSION} record file")
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """One complete run: its verb, world size, and every rank's records by type."""
+
+    path: Path
+    verb: str
+    world_size: int
+    backend: str
+    device: str
+    config: dict  # rank 0's meta config (the verb's arguments)
+    lab: dict | None  # the emulated lab (netlab/commands.json), or None on real machines
+    records: dict[int, dict[str, list[dict]]]  # {rank: {type: [records]}}
+    files: tuple[str, ...]
+
+    def of(self, kind: str, rank: int | None = None) -> list[dict]:
+        """Records of one type, of one rank or of all ranks (rank order)."""
+        ranks = [rank] if rank is not None else sorted(self.records)
+        return [r for k in ranks for r in self.records[k].get(kind, [])]
+
+    @property
+    def label(self) -> str:
+        """The network this run measured: the lab's link rate, or the directory name."""
+        return str(self.lab["rate"]) if self.lab and self.lab.get("rate") else self.path.name
+
+
+def read_run(path: Path, verb: str | None = None) -> Run:
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{path}: not a run directory")
+    files = sorted(p for v in VERBS for p in path.glob(f"{v}-rank[0-9][0-9][0-9][0-9].jsonl"))
+    if not files:
+        raise ValueError(f"{path}: no probe-rank*.jsonl or train-rank*.jsonl files")
+    verbs = {f.name.split("-rank")[0] for f in files}
+    if len(verbs) > 1:
+        raise ValueError(f"{path}: holds both probe and train records; one run per directory")
+    found = verbs.pop()
+    if verb and found != verb:
+        raise ValueError(f"{path}: a {found} run, {verb} records are needed here")
+    records: dict[int, dict[str, list[dict]]] = {}
+    metas = {}
+    for f in files:
+        recs = read_jsonl(f)
+        meta = recs[0]
+        if recs[-1].get("type") != "complete":
+            raise ValueError(f"{f}: incomplete run (no completion record; the rank stopped early)")
+        by_type: dict[str, list[dict]] = defaultdict(list)
+        for r in recs[1:]:
+            by_type[r.get("type")].append(r)
+        records[meta["rank"]] = dict(by_type)
+        metas[meta["rank"]] = meta
+    sizes = {m["world_size"] for m in metas.values()}
+    if len(sizes) > 1:
+        raise ValueError(f"{path}: rank files disagree on the world size ({sorted(sizes)})")
+    world = sizes.pop()
+    missing = sorted(set(range(world)) - set(records))
+    if missing:
+        raise ValueError(f"{path}: world size {world} but no file for rank {missing[0]}")
+    lab = None
+    commands = path / "netlab" / "commands.json"
+    if commands.exists():
+        try:
+            lab = json.loads(commands.read_text())["lab"]["spec"]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
+            raise ValueError(f"{commands}: unreadable lab description") from None
+    m0 = metas[0]
+    return Run(
+        path=path,
+        verb=found,
+        world_size=world,
+        backend=m0.get("backend", "?"),
+        device=m0.get("device", "?"),
+        config=m0.get("config", {}),
+        lab=lab,
+        records=records,
+        files=tuple(str(f) for f in files),
+    )
+
+
+def collective_times(run: Run) -> dict[tuple[str, int], dict[int, list[float]]]:
+    """{(op, ranks): {size_bytes: [time of the slowest rank, per timed iteration]}} from
+    rank 0 (every rank records the same per-iteration maximum)."""
+    out: dict = defaultdict(lambda: defaultdict(list))
+    for r in run.of("collective", 0):
+        out[(r["op"], r["ranks"])][r["size_bytes"]].append(r["time_max_s"])
+    return {k: dict(v) for k, v in out.items()}
+
+
+def link_gbit_s(run: Run) -> tuple[float, int] | None:
+    """(the slowest direction's median raw TCP rate, samples), or None without link records."""
+    by_dir = defaultdict(list)
+    for r in run.of("link", 0):
+        by_dir[(r["src"], r["dst"])].append(r["gbit_s"])
+    if not by_dir:
+        return None
+    rate = min(sorted(v)[len(v) // 2] for v in by_dir.values())
+    return rate, sum(len(v) for v in by_dir.values())

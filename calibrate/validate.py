@@ -1,0 +1,165 @@
+"""``ddplab validate``: predict each real training run from the calibration alone,
+then compare with what it measured.
+
+For a ``ddplab train`` run the simulator gets the same configuration (model,
+sequence, micro-batch per rank, accumulation, bucket cap, comm hook, overlap,
+injected straggler) on the calibrated machines (calibrate/apply.py, mode ``all``,
+the network the run used). Nothing of the train run's own timing enters the
+prediction. Definitions match on both sides:
+
+- step time: a step's ``total_s`` (mean over ranks), p50 and p95 over the steps
+  after the first ``WARMUP_STEPS`` (step 0 runs DDP's single bootstrap bucket and
+  allocates; step 1 is the first with rebuilt buckets);
+- wait: the time from a rank's last bucket being ready until backward returned
+  (realrun's ``wait_s``; sim's exposed comm + straggler wait), mean over ranks;
+- exposed comm: the least-waiting rank's wait (the slowest rank waits only for
+  communication it could not hide); straggler wait: mean wait - that.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from calibrate.apply import apply_calibration, pick_network
+from calibrate.records import Run, read_run
+from scenarios import load_models
+
+WARMUP_STEPS = 2
+SIM_STEPS = 400  # enough for a stable p95 of the simulated distribution
+
+
+def _measured(run: Run) -> dict:
+    steps = {}
+    for rank in run.records:
+        for r in run.of("step", rank):
+            steps.setdefault(r["step"], {})[rank] = r
+    kept = [s for s in sorted(steps) if s >= WARMUP_STEPS and len(steps[s]) == run.world_size]
+    if len(kept) < 3:
+        raise ValueError(f"{run.path}: {len(kept)} complete steps after {WARMUP_STEPS} warm-up steps; need 3 or more")
+    if "wait_s" not in steps[kept[0]][0]:
+        raise ValueError(f"{run.path}: an uninstrumented run (--no-instrument) has no per-step timing to validate")
+    total = np.array([[steps[s][r]["total_s"] for r in range(run.world_size)] for s in kept])
+    wait = np.array([[steps[s][r]["wait_s"] for r in range(run.world_size)] for s in kept])
+    compute = np.array(
+        [[steps[s][r]["forward_s"] + steps[s][r]["backward_s"] for r in range(run.world_size)] for s in kept]
+    )
+    step_s = total.mean(axis=1)
+    return {
+        "steps": len(kept),
+        "p50_s": float(np.percentile(step_s, 50)),
+        "p95_s": float(np.percentile(step_s, 95)),
+        "wait_s": float(wait.mean()),
+        "exposed_comm_s": float(wait.min(axis=1).mean()),
+        "straggler_wait_s": float((wait.mean(axis=1) - wait.min(axis=1)).mean()),
+        "compute_s": float(compute.mean()),
+    }
+
+
+def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[dict, str]:
+    """The simulator's scenario data for this run on the calibrated machines."""
+    cfg = run.config
+    model = cfg["model"]
+    models = load_models()
+    if model not in models:
+        raise ValueError(f"{run.path}: model {model!r} is not a preset here")
+    seq = cfg.get("seq_len") or models[model]["block_size"]
+    nets = calib["networks"]
+    label = run.label if run.label in nets else None
+    if label is None and len(nets) > 1:
+        raise ValueError(
+            f"{run.path}: ran on network {run.label!r}; the calibration measured {', '.join(sorted(nets))}"
+        )
+    label, _ = pick_network(calib, label)
+    per_rank = cfg.get("micro_batch_per_rank") or [cfg["micro_batch"]] * run.world_size
+    if len(per_rank) != run.world_size:
+        raise ValueError(f"{run.path}: --micro-batch-per-rank has {len(per_rank)} entries for {run.world_size} ranks")
+    base_mb = max(per_rank)
+    data = {
+        "name": f"validate:{run.path}",
+        "ranks": run.world_size,
+        "steps": SIM_STEPS,
+        "seed": seed,
+        "model": {"preset": model},
+        "training": {
+            "micro_batch_size": base_mb,
+            "seq_len": seq,
+            "grad_accum": cfg.get("grad_accum", 1),
+            "bucket_cap_mb": cfg.get("bucket_cap_mb", 25.0),
+            "grad_bytes_per_param": 4,  # realrun trains fp32 parameters: fp32 gradient buckets
+            "overlap": not cfg.get("no_overlap", False),
+            "comm_hook": cfg.get("comm_hook", "none"),
+        },
+        "network": {"backend": run.backend, "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+        "noise": {},
+        "compute": {},
+    }
+    data, _, _ = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all")
+    # Per-rank work: the measured speed factor, times the injected straggler's burn, times
+    # this rank's share of micro-batch compute (uneven micro-batches, at the affine fit).
+    fit = calib["compute"]["step_s"]
+    factors = {int(r): v["speed_factor"] for r, v in calib["ranks"].items()}
+    for rank, factor in cfg.get("straggler") or []:
+        factors[rank] = factors.get(rank, 1.0) * factor
+    for rank, mb in enumerate(per_rank):
+        share = (fit["intercept_s"] + fit["per_token_s"] * mb * seq) / (
+            fit["intercept_s"] + fit["per_token_s"] * base_mb * seq
+        )
+        factors[rank] = factors.get(rank, 1.0) * share
+    data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if r < run.world_size)
+    return data, label
+
+
+def _predicted(data: dict) -> dict:
+    from sim.config import scenario_from_dict
+    from sim.engine import simulate
+
+    res = simulate(scenario_from_dict(data), trace_steps=0)
+    s = res.summary()
+    wait = res.exposed_comm_s + res.straggler_wait_s  # (steps, ranks)
+    return {
+        "p50_s": s["step_time_s"]["p50"],
+        "p95_s": s["step_time_s"]["p95"],
+        "wait_s": float(wait.mean()),
+        "exposed_comm_s": float(wait.min(axis=1).mean()),
+        "straggler_wait_s": float((wait.mean(axis=1) - wait.min(axis=1)).mean()),
+        "compute_s": s["compute_s"],
+    }
+
+
+def validate(calib: dict, calib_path: str, paths: list[Path], *, seed: int = 0, progress=None) -> dict:
+    """{"mape": fraction, "mape_p95": fraction, "rows": [...]}; refuses calibration runs."""
+    used = {Path(p).resolve() for p in calib["runs"]}
+    runs = []
+    for p in paths:
+        run = read_run(p)
+        if run.path.resolve() in used:
+            raise ValueError(f"{p}: used to make the calibration; validate with runs it never saw")
+        if run.verb != "train":
+            raise ValueError(f"{p}: a {run.verb} run; validate compares against train runs")
+        if run.world_size != calib["world_size"] or run.backend != calib["backend"]:
+            raise ValueError(
+                f"{p}: {run.world_size} ranks on {run.backend}; the calibration is {calib['world_size']}"
+                f" ranks on {calib['backend']}"
+            )
+        runs.append(run)
+    rows = []
+    for i, run in enumerate(runs, 1):
+        data, label = scenario_for(run, calib, calib_path, seed=seed)
+        m, p = _measured(run), _predicted(data)
+        row = {"run": str(run.path), "name": f"{run.path.parent.name}/{run.path.name}", "network": label}
+        row["steps"] = m["steps"]
+        for key in ("p50_s", "p95_s", "wait_s", "exposed_comm_s", "straggler_wait_s", "compute_s"):
+            row[f"predicted_{key}"] = p[key]
+            row[f"measured_{key}"] = m[key]
+        row["error_p50"] = p["p50_s"] / m["p50_s"] - 1.0
+        row["error_p95"] = p["p95_s"] / m["p95_s"] - 1.0
+        rows.append(row)
+        if progress:
+            progress(f"[{i}/{len(runs)}] {row['name']}: predicted p50 {p['p50_s']:.3f} s, measured {m['p50_s']:.3f} s")
+    return {
+        "calib": calib_path,
+        "mape": float(np.mean([abs(r["error_p50"]) for r in rows])),
+        "mape_p95": float(np.mean([abs(r["error_p95"]) for r in rows])),
+        "worst": max(rows, key=lambda r: abs(r["error_p50"]))["name"],
+        "rows": rows,
+    }

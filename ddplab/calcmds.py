@@ -1,0 +1,126 @@
+"""`ddplab calibrate` and `ddplab validate` (issue 5). Like commands.py, each returns
+what `--json` prints and otherwise prints for people. Output files are written to a
+temporary name and renamed, so an error leaves nothing half-written."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from sim.units import fmt_seconds
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def write_json_atomic(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def read_calib(path: Path) -> dict:
+    from calibrate.calib import check_calib
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--calib: {path}: cannot read ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ValueError(f"--calib: {path}: not JSON") from None
+    return check_calib(data, path)
+
+
+def _check_output(path: Path) -> None:
+    if path.suffix != ".json":
+        raise ValueError(f"-o: {path}: expected a .json file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"-o: {path.parent}: no such directory")
+
+
+def calibrate(args):
+    from calibrate.calib import calibrate as fit
+    from calibrate.plots import write_calibration_plots
+
+    _check_output(args.output)
+    command = " ".join(["ddplab", *args.argv])
+    _progress(f"calibrate: fitting {len(args.runs)} probe run(s)")
+    calib = fit(args.runs, seed=args.seed, command=command)
+    pngs = write_calibration_plots(calib, args.output.with_suffix(""))
+    calib["plots"] = [p.name for p in pngs]
+    write_json_atomic(args.output, calib)
+    if args.json:
+        return calib
+    print_calibration(calib)
+    print(f"wrote {args.output} and {', '.join(p.name for p in pngs)}")
+    return calib
+
+
+def print_calibration(c: dict) -> None:
+    print(f"calibration of {len(c['runs'])} probe run(s): {c['world_size']} ranks, {c['backend']} on {c['device']}")
+    print(
+        f"{'network':<10} {'op':<15} {'alpha':>9} {'busbw GB/s':>18} {'hop us':>8} {'R2(log)':>8}"
+        f" {'link Gbit/s':>12} {'stack eff':>9}"
+    )
+    for label, n in sorted(c["networks"].items()):
+        for op, f in sorted(n["collectives"].items()):
+            lo, hi = f["busbw_ci_gb_s"]
+            print(
+                f"{label:<10} {op:<15} {fmt_seconds(f['alpha_s']):>9} {f['busbw_gb_s']:>7.4g} [{lo:.3g}-{hi:.3g}]"
+                f" {f['hop_latency_us']:>8.1f} {f['r2_log']:>8.4f} {n['link_gbit_s']['value']:>12.4g}"
+                f" {n['stack_efficiency']['value']:>9.3f}"
+            )
+    k = c["compute"]
+    s = k["step_s"]
+    print(
+        f"compute   {k['model']} seq {k['seq_len']}: forward+backward = {fmt_seconds(s['intercept_s'])}"
+        f" + {s['per_token_s'] * 1e6:.3f} us/token (R2 {s['r2']:.4f}, {k['samples']} iterations);"
+        f" {k['achieved_tflop_s']['value'] * 1e3:.3g} GFLOP/s achieved"
+    )
+    print(
+        f"          optimizer {fmt_seconds(k['optimizer_s']['value'])}; interference gamma"
+        f" {k['interference_gamma']['raw']:.3f}; {len(k['ready_fractions']['value'])} gradients in the ready profile"
+    )
+    nz = c["noise"]
+    others = ", ".join(f"{x['distribution']} AIC {x['aic']:.0f}" for x in nz["candidates"][1:])
+    print(
+        f"jitter    {nz['distribution']} sigma {nz['sigma']:.4f} (KS {nz['ks']:.3f}, AIC"
+        f" {nz['candidates'][0]['aic']:.0f}; {others})"
+    )
+    ranks = "  ".join(
+        f"rank {r}: x{v['speed_factor']:.3f}{' FLAGGED' if v['flagged'] else ''}"
+        for r, v in sorted(c["ranks"].items(), key=lambda kv: int(kv[0]))
+    )
+    print(f"ranks     {ranks}  (straggler flag: score = fastest/this < 0.75)")
+
+
+def validate(args):
+    from calibrate.plots import predicted_vs_measured
+    from calibrate.validate import validate as run
+
+    calib = read_calib(args.calib)
+    plot = args.plot or args.calib.with_name("validation.png")
+    if not plot.parent.is_dir():
+        raise ValueError(f"--plot: {plot.parent}: no such directory")
+    out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else _progress)
+    predicted_vs_measured(out["rows"], out["mape"], plot)
+    out["plot"] = str(plot)
+    if args.json:
+        return out
+    print(
+        f"{'run':<28} {'p50 pred':>9} {'p50 meas':>9} {'err':>7} {'p95 pred':>9} {'p95 meas':>9}"
+        f" {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9} {'cmp meas':>9}"
+    )
+    for r in out["rows"]:
+        print(
+            f"{r['name']:<28} {fmt_seconds(r['predicted_p50_s']):>9} {fmt_seconds(r['measured_p50_s']):>9}"
+            f" {r['error_p50']:>+7.1%} {fmt_seconds(r['predicted_p95_s']):>9} {fmt_seconds(r['measured_p95_s']):>9}"
+            f" {fmt_seconds(r['predicted_wait_s']):>9} {fmt_seconds(r['measured_wait_s']):>9}"
+            f" {fmt_seconds(r['predicted_compute_s']):>9} {fmt_seconds(r['measured_compute_s']):>9}"
+        )
+    print(
+        f"median step time MAPE {out['mape']:.1%} over {len(out['rows'])} runs (worst {out['worst']});"
+        f" p95 MAPE {out['mape_p95']:.1%}; plot {plot}"
+    )
+    return out

@@ -1,0 +1,124 @@
+"""A calibration in the simulator: `simulate --calib` replaces what was measured,
+keeps what does not transfer, and says which is which; the measured bucket-ready
+profile drives DDP's bucket assignment."""
+
+import json
+
+import numpy as np
+import pytest
+from fake_runs import probe_run
+
+from calibrate.calib import calibrate
+from sim.config import ComputeConfig, scenario_from_dict
+from sim.gpt2 import gradient_ready_order, model_shape
+from sim.workload import build_workload
+
+
+@pytest.fixture(scope="module")
+def calib_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cal")
+    calib = calibrate([probe_run(d / "1gbit" / "probe", speed={1: 1.5})], seed=0)
+    path = d / "calib.json"
+    path.write_text(json.dumps(calib))
+    return path, calib
+
+
+def _params(summary) -> dict:
+    return {p["key"]: p for p in summary["parameters"]}
+
+
+def test_home_lab_takes_every_measured_value(calib_file, ddplab):
+    path, calib = calib_file
+    code, out, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path), "--json", "--steps", "5")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["calibration"]["mode"] == "all"
+    p = _params(s)
+    net = calib["networks"]["1gbit"]
+    assert p["network.nic_gbit_s"]["value"] == 0.96
+    assert p["network.nic_efficiency"]["value"] == pytest.approx(min(net["stack_efficiency"]["value"], 1.0))
+    assert p["network.gloo_hop_latency_us"]["value"] == pytest.approx(net["collectives"]["allreduce"]["hop_latency_us"])
+    # gpt2-760m was not measured: compute transfers through FLOP counts at the achieved rate.
+    assert p["compute.peak_tflop_s"]["value"] == pytest.approx(calib["compute"]["achieved_tflop_s"]["value"])
+    assert p["compute.mfu"]["value"] == 1.0
+    assert p["stragglers"]["value"] == f"1:{calib['ranks']['1']['speed_factor']:.4g}"
+    assert p["compute.ready_fractions"]["source"].startswith("assumed: homelab-1gbe.toml")
+    for key in ("network.nic_gbit_s", "noise.sigma", "compute.interference_gamma", "compute.optimizer_s"):
+        assert p[key]["source"].startswith(f"measured: {path}"), key
+    # The optimizer scales with parameters (AdamW is memory-bound): 760M / 0.12M.
+    params = {"gpt2-760m": 760_300_032, "gpt2-tiny": 120_576}
+    expect = calib["compute"]["optimizer_s"]["value"] * params["gpt2-760m"] / params["gpt2-tiny"]
+    assert p["compute.optimizer_s"]["value"] == pytest.approx(expect)
+
+
+def test_cluster_takes_only_shape_parameters(calib_file, ddplab):
+    path, calib = calib_file
+    code, out, err = ddplab(
+        "simulate", "h100-1024", "--calib", str(path), "--json", "--steps", "3", "--ranks", "64",
+        "--set", "noise.sigma=0.02",
+    )  # fmt: skip
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["calibration"]["mode"] == "shape"
+    p = _params(s)
+    assert p["network.nic_gbit_s"]["value"] == 400.0
+    assert p["network.nic_gbit_s"]["source"].startswith("assumed: h100-1024.toml (")
+    assert p["compute.peak_tflop_s"]["source"].startswith("assumed")
+    assert p["compute.interference_gamma"]["value"] == pytest.approx(0.12)
+    assert p["noise.distribution"]["source"].startswith("measured")
+    # What the user types wins over the calibration, and is then not called measured.
+    assert p["noise.sigma"]["value"] == 0.02 and p["noise.sigma"]["source"].startswith("assumed")
+    assert p["stragglers"]["value"] == "" and p["stragglers"]["source"].startswith("assumed")
+
+
+def test_two_networks_need_a_name(tmp_path, ddplab):
+    calib = calibrate([probe_run(tmp_path / "a", rate="1gbit"), probe_run(tmp_path / "b", rate="10gbit")])
+    path = tmp_path / "calib.json"
+    path.write_text(json.dumps(calib))
+    code, _, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path))
+    assert code == 2 and "--calib-network: the calibration measured 10gbit, 1gbit; name one" in err
+    code, out, err = ddplab(
+        "simulate", "homelab-1gbe", "--calib", str(path), "--calib-network", "10gbit", "--json", "--steps", "3"
+    )
+    assert code == 0, err
+    assert _params(json.loads(out))["network.nic_gbit_s"]["source"].endswith("(10gbit: raw TCP, 6 transfers)")
+    path.write_text("{}")
+    code, _, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path))
+    assert code == 2 and "not a ddplab-calib v1 file" in err
+
+
+def _tiny(ready=None, cap=0.05):
+    return scenario_from_dict(
+        {
+            "ranks": 2,
+            "model": {"preset": "gpt2-tiny"},
+            "training": {"seq_len": 64, "bucket_cap_mb": cap, "grad_bytes_per_param": 4},
+            "compute": {"step_compute_s": 0.01, **({"ready_fractions": ready} if ready else {})},
+            "network": {"backend": "gloo", "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+        }
+    )
+
+
+def test_measured_ready_profile_sets_bucket_order():
+    order = gradient_ready_order(model_shape("gpt2-tiny"), 64)
+    flops = build_workload(_tiny(), np.random.default_rng(0)).buckets
+    # The FLOP profile fed back as a measurement (scaled by 0.9) builds the same buckets.
+    same = build_workload(_tiny({n: 0.9 * f for n, f in order}), np.random.default_rng(0)).buckets
+    assert [b.params for b in same] == [b.params for b in flops]
+    assert [b.ready_fraction for b in same] == pytest.approx([b.ready_fraction for b in flops])
+    # Reversed order: the tensor FLOPs call first becomes ready last, and buckets follow.
+    rev = {n: 1.0 - i / len(order) for i, (n, _) in enumerate(order)}
+    buckets = build_workload(_tiny(rev), np.random.default_rng(0)).buckets
+    assert buckets[0].params[0] == order[-1][0] and buckets[-1].params[-1] == order[0][0]
+    assert buckets[-1].ready_fraction == 1.0
+
+
+def test_ready_profile_errors_name_the_key():
+    order = dict(gradient_ready_order(model_shape("gpt2-tiny"), 64))
+    order.pop("transformer.wte.weight")
+    with pytest.raises(ValueError, match=r"compute.ready_fractions: no value for transformer.wte.weight of gpt2-tiny"):
+        build_workload(_tiny(order), np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"compute.ready_fractions.x: must be in \[0, 1\], got 2.0"):
+        ComputeConfig(ready_fractions={"x": 2.0})
+    with pytest.raises(ValueError, match=r"compute.ready_fractions.x: expected float, got 'fast'"):
+        scenario_from_dict({"compute": {"ready_fractions": {"x": "fast"}}})
