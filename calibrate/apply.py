@@ -4,7 +4,8 @@ Two modes (issue 5):
 - ``all``: the scenario describes the machines that were measured (same backend,
   one rank per host, the probe's world size): measured link rate, stack efficiency,
   hop latency, compute, optimizer, per-rank speed, jitter, gamma and the
-  bucket-ready profile replace the preset's values.
+  bucket-ready profile replace the preset's values. Gamma and the stack efficiency
+  are the named network's (gloo's TCP work competes with compute, more on a faster link).
 - ``shape``: a cluster the probe never touched. Only dimensionless shape parameters
   transfer: the jitter distribution and sigma, interference gamma, stack
   efficiency and (same model only) the bucket-ready profile. Bandwidths and FLOP/s
@@ -82,16 +83,25 @@ def apply_calibration(
         _set(data, key, value)
         measured[key] = f"measured: {calib_path} ({origin})"
 
-    put("noise.distribution", noise["distribution"], f"{noise['samples']} compute iterations, best AIC")
-    put("noise.sigma", noise["sigma"], f"{noise['distribution']} MLE, KS {noise['ks']:.3f}")
-    gamma = c["interference_gamma"]
-    put("compute.interference_gamma", gamma["value"], f"overlap probe, {gamma['samples']} iterations")
+    if noise["distribution"] == "empirical":
+        why = f"{noise['best_fit']} rejected: KS {noise['ks']:.3f} > {noise['ks_critical_1pct']:.3f}"
+        put("noise.distribution", "empirical", f"{noise['samples']} compute iterations resampled; {why}")
+        put("noise.samples", list(noise["multipliers"]), "normalised compute iterations")
+        put("noise.sigma", noise["sigma"], "sd of the samples (not used by empirical)")
+    else:
+        put("noise.distribution", noise["distribution"], f"{noise['samples']} compute iterations, best AIC")
+        put("noise.sigma", noise["sigma"], f"{noise['distribution']} MLE, KS {noise['ks']:.3f}")
     label, net = pick_network(calib, network) if mode == "all" or network else (None, None)
     if net is None and len(calib["networks"]) == 1:
         label, net = pick_network(calib, None)
     if net is not None:
         eff = net["stack_efficiency"]["value"]
         put("network.nic_efficiency", min(eff, 1.0), f"{label}: allreduce busbw / raw TCP = {eff:.3f}")
+        gamma = net["interference_gamma"]
+        put("compute.interference_gamma", gamma["value"], f"{label}: overlap probe, {gamma['samples']} iterations")
+    else:  # several networks, none named: their mean
+        gammas = [n["interference_gamma"]["value"] for n in calib["networks"].values()]
+        put("compute.interference_gamma", sum(gammas) / len(gammas), f"overlap probes, mean of {len(gammas)} networks")
     same_model = c["model"] == sc.model.preset
     if same_model:
         put("compute.ready_fractions", dict(c["ready_fractions"]["value"]), f"grad_ready of {c['model']}")

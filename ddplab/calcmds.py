@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from sim.units import fmt_seconds
+from sim.units import fmt_bytes, fmt_seconds
 
 
 def _progress(msg: str) -> None:
@@ -61,7 +61,7 @@ def print_calibration(c: dict) -> None:
     print(f"calibration of {len(c['runs'])} probe run(s): {c['world_size']} ranks, {c['backend']} on {c['device']}")
     print(
         f"{'network':<10} {'op':<15} {'alpha':>9} {'busbw GB/s':>18} {'hop us':>8} {'R2(log)':>8}"
-        f" {'link Gbit/s':>12} {'stack eff':>9}"
+        f" {'link Gbit/s':>12} {'stack eff':>9} {'gamma':>6}"
     )
     for label, n in sorted(c["networks"].items()):
         for op, f in sorted(n["collectives"].items()):
@@ -69,8 +69,19 @@ def print_calibration(c: dict) -> None:
             print(
                 f"{label:<10} {op:<15} {fmt_seconds(f['alpha_s']):>9} {f['busbw_gb_s']:>7.4g} [{lo:.3g}-{hi:.3g}]"
                 f" {f['hop_latency_us']:>8.1f} {f['r2_log']:>8.4f} {n['link_gbit_s']['value']:>12.4g}"
-                f" {n['stack_efficiency']['value']:>9.3f}"
+                f" {n['stack_efficiency']['value']:>9.3f} {n['interference_gamma']['raw']:>6.3f}"
             )
+    for label, n in sorted(c["networks"].items()):
+        for op, f in sorted(n["collectives"].items()):
+            errs = {int(s): e for s, e in f["holdout_rel_err"].items()}
+            if errs:
+                worst = max(errs, key=lambda s: abs(errs[s]))
+                start = f["holdout_within_10pct_from_bytes"]
+                held = f"within 10 % from {fmt_bytes(start)} up" if start else "no size range within 10 %"
+                print(
+                    f"holdout   {label} {op}: fit on half the sizes, the other half {held};"
+                    f" worst {errs[worst]:+.0%} at {fmt_bytes(worst)}"
+                )
     k = c["compute"]
     s = k["step_s"]
     print(
@@ -79,14 +90,21 @@ def print_calibration(c: dict) -> None:
         f" {k['achieved_tflop_s']['value'] * 1e3:.3g} GFLOP/s achieved"
     )
     print(
-        f"          optimizer {fmt_seconds(k['optimizer_s']['value'])}; interference gamma"
-        f" {k['interference_gamma']['raw']:.3f}; {len(k['ready_fractions']['value'])} gradients in the ready profile"
+        f"          optimizer {fmt_seconds(k['optimizer_s']['value'])};"
+        f" {len(k['ready_fractions']['value'])} gradients in the ready profile"
     )
     nz = c["noise"]
     others = ", ".join(f"{x['distribution']} AIC {x['aic']:.0f}" for x in nz["candidates"][1:])
+    best = nz["candidates"][0]
+    verdict = (
+        f"rejected (KS {best['ks']:.3f} > {nz['ks_critical_1pct']:.3f} at 1 %): the simulator resamples"
+        f" the {nz['samples']} measured multipliers (empirical, sd {nz['sigma']:.4f})"
+        if nz["distribution"] == "empirical"
+        else f"KS {best['ks']:.3f} <= {nz['ks_critical_1pct']:.3f}"
+    )
     print(
-        f"jitter    {nz['distribution']} sigma {nz['sigma']:.4f} (KS {nz['ks']:.3f}, AIC"
-        f" {nz['candidates'][0]['aic']:.0f}; {others})"
+        f"jitter    best fit {best['distribution']} sigma {best['sigma']:.4f}"
+        f" (AIC {best['aic']:.0f}; {others}): {verdict}"
     )
     ranks = "  ".join(
         f"rank {r}: x{v['speed_factor']:.3f}{' FLAGGED' if v['flagged'] else ''}"

@@ -12,7 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma")
+NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
@@ -176,9 +176,11 @@ class NetworkConfig:
 @dataclass(kw_only=True)
 class NoiseConfig:
     distribution: str = "none"
-    """Per-rank per-micro-step compute multiplier, mean 1: none | lognormal | normal | gamma."""
+    """Per-rank per-micro-step compute multiplier, mean 1: none | lognormal | normal | gamma | empirical."""
     sigma: float = 0.0
-    """Its standard deviation (lognormal: the sigma of the log)."""
+    """Its standard deviation (lognormal: the sigma of the log); not used by empirical."""
+    samples: list[float] | None = None
+    """empirical: measured multipliers, resampled (rescaled to mean 1); `ddplab calibrate` writes them."""
     speed_spread_sd: float = 0.0
     """Persistent per-rank speed factor: lognormal with this sigma, mean 1, drawn once."""
 
@@ -189,6 +191,11 @@ class NoiseConfig:
         if self.distribution == "normal":
             _require(self.sigma <= 0.25, "noise.sigma", self.sigma, "normal noise needs sigma <= 0.25")
         _require(self.speed_spread_sd >= 0, "noise.speed_spread_sd", self.speed_spread_sd, "must be >= 0")
+        if self.distribution == "empirical":
+            n = len(self.samples or [])
+            _require(n >= 8, "noise.samples", f"{n} values", "empirical noise needs at least 8 samples")
+            bad = [x for x in self.samples if not x > 0]
+            _require(not bad, "noise.samples", bad[:1], "every multiplier must be > 0")
 
 
 def parse_stragglers(text: str) -> dict[int, float]:
@@ -261,6 +268,9 @@ def _check_type(key: str, value, hint):
     if value is None and type(None) in allowed:
         return None
     for t in allowed:
+        if typing.get_origin(t) is list and isinstance(value, list):
+            (item_t,) = typing.get_args(t)
+            return [_check_type(f"{key}[{i}]", v, item_t) for i, v in enumerate(value)]
         if typing.get_origin(t) is dict and isinstance(value, dict):
             key_t, value_t = typing.get_args(t)
             return {

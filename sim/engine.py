@@ -102,7 +102,8 @@ class _CommStream:
         t0 = 0.0
         for step in range(self.sc.steps):
             # Draw order is fixed (noise then jitter), whatever the grouping.
-            noise = multipliers(self.rng, noise_cfg.distribution, noise_cfg.sigma, (wl.ranks, wl.grad_accum))
+            shape = (wl.ranks, wl.grad_accum)
+            noise = multipliers(self.rng, noise_cfg.distribution, noise_cfg.sigma, shape, noise_cfg.samples)
             jitter = multipliers(self.rng, "lognormal", jitter_sigma, nb)
             st = _Step(env, t0, noise, nb, self.n_groups)
             self.opened[step].succeed(st)

@@ -1,7 +1,9 @@
 """Random draws, all from one ``numpy.random.Generator`` passed in (never a global).
 
 Every multiplier has mean 1 so noise adds variance, not average work: lognormal
-with mu = -sigma^2/2, normal(1, sigma) clipped at 0, gamma with shape 1/sigma^2.
+with mu = -sigma^2/2, normal(1, sigma) clipped at 0, gamma with shape 1/sigma^2, or
+``empirical``: measured multipliers resampled with replacement (rescaled to mean 1),
+for when none of the three fits (a bootstrap of the measured jitter, Efron 1979).
 Draws are made for all ranks at once, in a fixed order, so results do not depend
 on how ranks are grouped into simulation processes.
 """
@@ -9,8 +11,11 @@ on how ranks are grouped into simulation processes.
 import numpy as np
 
 
-def multipliers(rng: np.random.Generator, distribution: str, sigma: float, size) -> np.ndarray:
-    """Mean-1 multiplicative noise of the given shape."""
+def multipliers(rng: np.random.Generator, distribution: str, sigma: float, size, samples=None) -> np.ndarray:
+    """Mean-1 multiplicative noise of the given shape (``samples``: for ``empirical``)."""
+    if distribution == "empirical":
+        pool = np.asarray(samples, dtype=float)
+        return rng.choice(pool / pool.mean(), size=size)
     if distribution == "none" or sigma == 0.0:
         return np.ones(size)
     if distribution == "lognormal":
