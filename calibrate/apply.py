@@ -195,8 +195,11 @@ def load_for_simulation(name_or_path: str, overrides, calib: dict, calib_path: s
     from scenarios import scenario_path
 
     path = scenario_path(name_or_path)
-    # The mode follows the preset as written (a sweep keeps one mode at every scale).
-    data, measured, used = apply_calibration(load_toml(path), calib, calib_path=calib_path, network=network, mode=mode)
+    # Calibrate the scenario as the user set it (model, sequence...), with the mode decided
+    # before --ranks/--sweep-ranks (a sweep keeps one mode at every scale); then the user's
+    # own keys are applied again, so what they type wins over what was measured.
+    user = apply_overrides(load_toml(path), list(overrides))
+    data, measured, used = apply_calibration(user, calib, calib_path=calib_path, network=network, mode=mode)
     data.update({k: v for k, v in top.items() if v is not None})
     if "stragglers" in measured:  # the measured slow ranks that exist at this scale
         ranks = data.get("ranks", 1)

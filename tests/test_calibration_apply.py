@@ -122,3 +122,20 @@ def test_ready_profile_errors_name_the_key():
         ComputeConfig(ready_fractions={"x": 2.0})
     with pytest.raises(ValueError, match=r"compute.ready_fractions.x: expected float, got 'fast'"):
         scenario_from_dict({"compute": {"ready_fractions": {"x": "fast"}}})
+
+
+def test_calibration_follows_the_users_model(calib_file, ddplab):
+    """--set model.preset=gpt2-tiny (the calibrated model) on the 760M preset: the
+    measured compute fit and ready profile apply, not the FLOP-count transfer."""
+    path, calib = calib_file
+    code, out, err = ddplab(
+        "simulate", "homelab-1gbe", "--calib", str(path), "--json", "--steps", "3",
+        "--set", "model.preset=gpt2-tiny", "--set", "training.seq_len=64", "--set", "training.micro_batch_size=8",
+    )  # fmt: skip
+    assert code == 0, err
+    p = _params(json.loads(out))
+    fit = calib["compute"]["step_s"]
+    assert p["compute.step_compute_s"]["value"] == pytest.approx(fit["intercept_s"] + fit["per_token_s"] * 8 * 64)
+    assert p["compute.ready_fractions"]["value"] == "measured"
+    assert "compute.peak_tflop_s" not in p
+    assert p["compute.optimizer_s"]["value"] == pytest.approx(calib["compute"]["optimizer_s"]["value"])
