@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint browser bench clean
 
 # The netlab tests need iproute2 and iptables; as root with apt, install what is
 # missing (best effort: without them those tests skip and say why).
@@ -27,21 +27,26 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-# Until the full measured loop lands, the demo is the arithmetic and the simulator:
-# the seed's cost table, then each platform swept from 2 to 1024 ranks, with
-# records, Chrome traces and a scaling plot per platform under runs/demo/.
-SWEEP := 2,8,16,64,256,1024
+# The whole loop on this machine (ddplab/demo.py): probe, train, calibrate, validate,
+# simulate 2..1024 ranks, report, into runs/demo/ (report.html). A rerun reuses the
+# finished stages; DEMO_ARGS="--fresh" redoes them, "--quick" is the short version.
+DEMO_ARGS ?=
 demo: $(STAMP)
-	$(VENV)/bin/ddplab cost
-	@for s in homelab-1gbe h100-1024 mi300x-1024; do \
-	  echo; $(VENV)/bin/ddplab simulate $$s --sweep-ranks $(SWEEP) --steps 100 --out runs/demo/$$s || exit $$?; \
-	done
+	$(VENV)/bin/ddplab demo --out runs/demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: lint
+# The report's browser test needs Debian's chromium: as root with apt, install it when
+# missing (best effort: without it that test skips and says why).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)); } || \
+	  echo "chromium not installed: the report's browser test will skip"
+
+test: lint browser
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

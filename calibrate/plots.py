@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
 from calibrate import noise_fit
 from calibrate.collective_fit import CollectiveFit, predict_s
@@ -111,6 +112,7 @@ def ranks(calib: dict, path: Path) -> None:
     ax.bar([int(r) for r, _ in rows], scores, color=colors)
     ax.axhline(noise_fit.STRAGGLER_SCORE_FLAG, color="k", ls="--", lw=0.8, label="flag below 0.75")
     ax.set(xlabel="rank", ylabel="speed score", ylim=(0, 1.05), title="per-rank compute speed (1 = fastest)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8)
     fig.tight_layout()
     save(fig, path)
@@ -140,7 +142,13 @@ def predicted_vs_measured(rows: list[dict], mape: float, path: Path) -> None:
     ax.scatter(m50, p50, s=22, color="tab:blue", label=f"p50 (MAPE {mape:.1%})")
     for r in rows:
         ax.annotate(r["name"], (r["measured_p50_s"], r["predicted_p50_s"]), fontsize=6, alpha=0.7)
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (s)")
+    if hi / lo > 5:  # a wide range reads best on log axes, in plain numbers
+        ax.set(xscale="log", yscale="log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (s)")
     ax.set(ylabel="predicted step time (s)", title="validation: prediction vs real DDP runs")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

@@ -1,4 +1,4 @@
-"""`ddplab calibrate` and `ddplab validate` (issue 5). Like commands.py, each returns
+"""`ddplab calibrate`, `ddplab validate`, `ddplab demo` and `ddplab report`. Like commands.py, each returns
 what `--json` prints and otherwise prints for people. Output files are written to a
 temporary name and renamed, so an error leaves nothing half-written."""
 
@@ -142,3 +142,53 @@ def validate(args):
         f" p95 MAPE {out['mape_p95']:.1%}; plot {plot}"
     )
     return out
+
+
+def demo(args) -> int:
+    from ddplab.demo import Demo
+
+    d = Demo(args.out, quick=args.quick, fresh=args.fresh, lab=not args.no_lab)
+    try:
+        state = d.run()
+    except RuntimeError as e:  # a stage failed: what ran is kept, a rerun resumes there
+        print(f"ddplab demo: {e}", file=sys.stderr)
+        return 1
+    total = sum(s["seconds"] for s in state["stages"].values())
+    _print_headlines(args.out)
+    print(f"report: {args.out / 'report.html'} (stages took {total:.0f} s in all)")
+    return 0
+
+
+def _print_headlines(out: Path) -> None:
+    """The lesson in five lines, from the files the stages wrote."""
+    calib = json.loads((out / "calib.json").read_text())
+    val = json.loads((out / "validation.json").read_text())
+    sim = json.loads((out / "sim" / "summary.json").read_text())
+    (label, net), *_ = calib["networks"].items()
+    ar, k = net["collectives"]["allreduce"], calib["compute"]
+    step = k["step_s"]["intercept_s"] + k["step_s"]["per_token_s"] * 4 * k["seq_len"]
+    print(
+        f"measured:   link {net['link_gbit_s']['value']:.3g} Gbit/s, allreduce busbw {ar['busbw_gb_s']:.3g} GB/s"
+        f" (stack efficiency {net['stack_efficiency']['value']:.2f}), compute {fmt_seconds(step)} per micro-step"
+    )
+    for r in val["rows"]:
+        print(
+            f"validation: predicted {fmt_seconds(r['predicted_p50_s'])}, measured {fmt_seconds(r['measured_p50_s'])}"
+            f" per step ({r['error_p50']:+.1%}) from the probe alone"
+        )
+    by = {(r["platform"], r["variant"]): r for r in sim["stragglers"]}
+    for platform in ("h100-1024", "mi300x-1024"):
+        rows = [r for (p, _), r in by.items() if p == platform]
+        parts = [
+            f"{r['variant']} {fmt_seconds(r['step_time_s']['p50'])} ({r['scaling_efficiency']:.0%} efficient)"
+            for r in rows
+        ]
+        print(f"{platform}: {'; '.join(parts)}")
+
+
+def report(args):
+    from ddplab.report import write_report
+
+    path = write_report(args.run_dir)
+    print(f"wrote {path}")
+    return str(path)

@@ -134,6 +134,17 @@ def _add_calibration(sub) -> None:
     va.add_argument("--json", action="store_true")
     va.set_defaults(func=calcmds.validate)
 
+    de = sub.add_parser("demo", help="the whole loop here: probe, train, calibrate, validate, simulate, report")
+    de.add_argument("--out", type=Path, default=Path("runs/demo"), help="directory for everything (default runs/demo)")
+    de.add_argument("--quick", action="store_true", help="smaller probe and run, fewer rank counts (~1.5 min)")
+    de.add_argument("--fresh", action="store_true", help="redo every stage (default: reuse finished ones)")
+    de.add_argument("--no-lab", action="store_true", help="two processes on loopback even where netlab could run")
+    de.set_defaults(func=calcmds.demo, json=False, returns_code=True)
+
+    re_ = sub.add_parser("report", help="the HTML report of a demo directory (report.html beside its PNGs)")
+    re_.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    re_.set_defaults(func=calcmds.report, json=False)
+
 
 def _lab_options(p) -> None:
     p.add_argument("--name", default="lab", help="lab id (namespaces ddplab-NAME-h0...)")

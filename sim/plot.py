@@ -51,6 +51,7 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
     right.bar(x, exposed, bottom=busy, color="C3", label="exposed comm")
     top = [b + e for b, e in zip(busy, exposed, strict=True)]
     right.bar(x, wait, bottom=top, color="C7", label="straggler wait")
+    right.set_ylim(0, max(t + w for t, w in zip(top, wait, strict=True)) * 1.08)
     right.set_xticks(x, [str(r) for r in ranks])
     right.set_xlabel("ranks (GPUs)")
     right.set_ylabel(f"mean step time ({unit})")
@@ -74,4 +75,57 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
     fig.suptitle(title)
     path = Path(path)
     fig.savefig(path, dpi=120)
+    return path
+
+
+_TIMELINE_COLORS = {
+    "forward": "C0",
+    "backward": "C1",
+    "optimizer": "C2",
+    "dataloader": "0.6",
+    "allreduce": "C3",
+    "wait": "0.8",
+}
+
+
+def plot_timeline(result, path, title: str) -> Path:
+    """The traced window of a simulation (the Chrome trace's spans, sim/trace.py) as a
+    picture: per traced rank a compute lane and a comm lane, time across."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    from sim.trace import COMM, COMPUTE, chrome_trace
+
+    spans = [e for e in chrome_trace(result)["traceEvents"] if e["ph"] == "X" and e["tid"] in (COMPUTE, COMM)]
+    if not spans:
+        raise ValueError("plot_timeline: the result has no traced steps")
+    ranks = sorted({e["pid"] for e in spans})
+    t0 = min(e["ts"] for e in spans)
+    end = max(e["ts"] + e["dur"] for e in spans)
+    unit, scale = ("s", 1e-6) if (end - t0) * 1e-6 >= 10 else ("ms", 1e-3)
+    stragglers = result.scenario.straggler_map
+    fig = Figure(figsize=(12, 0.55 * 2 * len(ranks) + 1.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    labels, ticks = [], []
+    for i, r in enumerate(ranks):
+        for lane, tid in enumerate((COMPUTE, COMM)):
+            y = (len(ranks) - 1 - i) * 2.4 + (1 - lane) * 1.1
+            for e in spans:
+                if e["pid"] == r and e["tid"] == tid:
+                    kind = e["name"].split()[0]
+                    start = (e["ts"] - t0) * scale
+                    ax.broken_barh([(start, e["dur"] * scale)], (y, 0.9), color=_TIMELINE_COLORS.get(kind, "k"))
+            ticks.append(y + 0.45)
+            slow = f" x{stragglers[r]:g}" if r in stragglers else ""
+            labels.append(f"rank {r}{slow} {'compute' if tid == COMPUTE else 'comm'}")
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlim(0, (end - t0) * scale)
+    handles = [Patch(color=c, label=k) for k, c in _TIMELINE_COLORS.items()]
+    fig.legend(handles=handles, loc="outside lower center", ncols=6, fontsize="small")
+    ax.set_title(title)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
     return path
