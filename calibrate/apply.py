@@ -19,7 +19,7 @@ achieved FLOP/s becomes peak x MFU; across sequence lengths the same way.
 import re
 from pathlib import Path
 
-from sim.config import apply_overrides, load_toml, scenario_from_dict
+from sim.config import apply_overrides, load_scenario_data, scenario_from_dict
 from sim.gpt2 import model_shape, param_tensors
 
 MODES = ("auto", "all", "shape")
@@ -198,7 +198,7 @@ def load_for_simulation(name_or_path: str, overrides, calib: dict, calib_path: s
     # Calibrate the scenario as the user set it (model, sequence...), with the mode decided
     # before --ranks/--sweep-ranks (a sweep keeps one mode at every scale); then the user's
     # own keys are applied again, so what they type wins over what was measured.
-    user = apply_overrides(load_toml(path), list(overrides))
+    user = apply_overrides(load_scenario_data(path), list(overrides))
     data, measured, used = apply_calibration(user, calib, calib_path=calib_path, network=network, mode=mode)
     data.update({k: v for k, v in top.items() if v is not None})
     if "stragglers" in measured:  # the measured slow ranks that exist at this scale

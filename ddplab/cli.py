@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_netlab(sub)
     _add_calibration(sub)
+    from ddplab import whatifcmd
+
+    whatifcmd.add_parser(sub)
 
     sc = sub.add_parser("scenarios", help="list the scenario presets")
     sc.add_argument("--json", action="store_true")

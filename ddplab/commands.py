@@ -264,11 +264,11 @@ def collective(args):
 
 def scenarios(args):
     from scenarios import scenario_names, scenario_path
-    from sim.config import load_toml
+    from sim.config import load_scenario_data
 
     out = []
     for name in scenario_names():
-        data = load_toml(scenario_path(name))
+        data = load_scenario_data(scenario_path(name))
         out.append({"name": name, "description": data.get("description", ""), "ranks": data.get("ranks")})
     if not args.json:
         for row in out:

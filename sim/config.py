@@ -55,6 +55,23 @@ class TrainingConfig:
     """PowerSGD matrix_approximation_rank."""
     compress_s_per_gb: float = 0.0
     """Encode + decode time per GB of uncompressed gradient, on the comm path."""
+    mode: str = "ddp"
+    """ddp (every rank holds the whole model, gradients allreduced in buckets) | fsdp (FSDP /
+    ZeRO-3: parameters, gradients and optimizer state sharded; each unit allgathered for its
+    forward and again for its backward, its gradients reduce-scattered; sim/fsdp.py)."""
+    fsdp_prefetch: int = 1
+    """fsdp: units whose allgather is issued ahead of the unit computing (0 = none, 1 = FSDP's
+    backward_prefetch=BACKWARD_PRE with forward_prefetch, or FSDP2's implicit prefetch)."""
+    param_bytes_per_param: int = 2
+    """Parameter element size in compute and on the allgather wire: 2 for bf16/fp16, 4 for fp32."""
+    optimizer_state_bytes_per_param: int = 12
+    """Optimizer state per parameter: 12 = fp32 master copy + Adam m and v (ZeRO paper's K = 12)."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's forward in its backward: only block inputs are kept
+    (memory estimate), and backward costs one more block forward (fsdp mode)."""
+    fused_attention: bool = True
+    """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
+    seq x seq score matrix for backward (memory estimate only)."""
 
     @property
     def effective_first_bucket_mb(self) -> float:
@@ -77,6 +94,23 @@ class TrainingConfig:
             self.compress_s_per_gb,
             "must be >= 0",
         )
+        _one_of("training.mode", self.mode, ("ddp", "fsdp"))
+        _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
+        _one_of("training.param_bytes_per_param", self.param_bytes_per_param, (2, 4))
+        _require(
+            self.optimizer_state_bytes_per_param >= 0,
+            "training.optimizer_state_bytes_per_param",
+            self.optimizer_state_bytes_per_param,
+            "must be >= 0",
+        )
+        if self.mode == "fsdp":
+            # FSDP reduce-scatters plain gradients; its wire dtype is grad_bytes_per_param.
+            _require(
+                self.comm_hook == "none",
+                "training.comm_hook",
+                self.comm_hook,
+                "fsdp mode models no DDP comm hook (set grad_bytes_per_param for the reduce dtype)",
+            )
 
 
 @dataclass(kw_only=True)
@@ -198,7 +232,72 @@ class NoiseConfig:
             _require(not bad, "noise.samples", bad[:1], "every multiplier must be > 0")
 
 
-def parse_stragglers(text: str) -> dict[int, float]:
+@dataclass(kw_only=True)
+class EpisodesConfig:
+    """Time-varying slowdowns (REFERENCES.md "Stragglers and failures"): fail-slow episodes
+    start as a Poisson process over the whole job, last a long-tailed time, and hit one
+    rank (compute) or every collective (the network); plus a slow diurnal swing."""
+
+    comm_per_h: float = 0.0
+    """Network fail-slow episodes starting per hour (whole job)."""
+    comm_mean_s: float = 1440.0
+    """Their mean duration, seconds (Falcon: tens of seconds to ~10 h, mean ~24 min)."""
+    comm_bandwidth_factor: float = 0.5
+    """Collective bandwidth during one, x this (Falcon: x 0.25-0.5): collective time / factor."""
+    compute_per_h: float = 0.0
+    """Compute fail-slow (throttling) episodes starting per hour, each on one random rank."""
+    compute_mean_s: float = 600.0
+    """Their mean duration, seconds."""
+    compute_slowdown: float = 1.4
+    """The throttled rank's compute time x this during an episode."""
+    diurnal_amplitude: float = 0.0
+    """Compute time x (1 + A sin(2 pi t / period)) on every rank (Llama 3: ~1-2 % swing from heat)."""
+    diurnal_period_h: float = 24.0
+    """Period of the diurnal swing, hours."""
+
+    def __post_init__(self):
+        for key in ("comm_per_h", "compute_per_h", "diurnal_amplitude"):
+            _require(getattr(self, key) >= 0, f"episodes.{key}", getattr(self, key), "must be >= 0")
+        for key in ("comm_mean_s", "compute_mean_s", "diurnal_period_h"):
+            _require(getattr(self, key) > 0, f"episodes.{key}", getattr(self, key), "must be > 0")
+        _require(
+            0 < self.comm_bandwidth_factor <= 1,
+            "episodes.comm_bandwidth_factor",
+            self.comm_bandwidth_factor,
+            "must be in (0, 1]",
+        )
+        _require(self.compute_slowdown >= 1, "episodes.compute_slowdown", self.compute_slowdown, "must be >= 1")
+        _require(self.diurnal_amplitude < 1, "episodes.diurnal_amplitude", self.diurnal_amplitude, "must be < 1")
+
+    @property
+    def active(self) -> bool:
+        return self.comm_per_h > 0 or self.compute_per_h > 0 or self.diurnal_amplitude > 0
+
+
+@dataclass(kw_only=True)
+class PausesConfig:
+    """Stop-the-world pauses on a rank (Python GC, OS noise): ByteDance (OSDI'25) measured
+    unsynchronised GC costing 12.6 % at 128 ranks; synchronising it (gc.freeze and a
+    collect on every rank at the same steps) makes the whole job pause together instead."""
+
+    every_steps: float = 0.0
+    """Mean steps between pauses on a rank; 0 = none (REFERENCES.md gc/os-noise: ~500)."""
+    min_s: float = 0.1
+    """Shortest pause, seconds (uniform between min_s and max_s)."""
+    max_s: float = 0.5
+    """Longest pause, seconds."""
+    synchronized: bool = False
+    """true: every rank pauses at the same steps (every every_steps steps); false: each rank
+    independently, with probability 1 / every_steps per step."""
+
+    def __post_init__(self):
+        _require(
+            self.every_steps == 0 or self.every_steps >= 1, "pauses.every_steps", self.every_steps, "must be 0 or >= 1"
+        )
+        _require(0 <= self.min_s <= self.max_s, "pauses.min_s", self.min_s, "must be in [0, pauses.max_s]")
+
+
+def parse_stragglers(text: str, key: str = "stragglers") -> dict[int, float]:
     """``"17:1.4,100:2.0"`` -> {17: 1.4, 100: 2.0}; ``""`` -> {}."""
     out: dict[int, float] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
@@ -209,7 +308,7 @@ def parse_stragglers(text: str) -> dict[int, float]:
             rank, factor = -1, 0.0
         _require(
             sep == ":" and rank >= 0 and factor > 0,
-            "stragglers",
+            key,
             item,
             "expected RANK:SLOWDOWN like 17:1.4",
         )
@@ -230,11 +329,18 @@ class Scenario:
     """Seed of the one numpy Generator every random draw comes from."""
     stragglers: str = ""
     """Persistent slow ranks, "RANK:SLOWDOWN,...": compute time x SLOWDOWN."""
+    loader_stragglers: str = ""
+    """Ranks with a slow dataloader, "RANK:SLOWDOWN,...": that rank's compute.dataloader_s x SLOWDOWN."""
+    rebalance: bool = False
+    """Size each rank's micro-batch to its persistent speed (work in proportion to speed,
+    continuous sizes): every rank then computes base x N / sum(1/s)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
+    episodes: EpisodesConfig = field(default_factory=EpisodesConfig)
+    pauses: PausesConfig = field(default_factory=PausesConfig)
 
     def __post_init__(self):
         _require(self.ranks >= 1, "ranks", self.ranks, "must be >= 1")
@@ -246,6 +352,10 @@ class Scenario:
             self.ranks,
             f"must be <= or a multiple of network.gpus_per_node ({g})",
         )
+        for rank, factor in parse_stragglers(self.loader_stragglers, "loader_stragglers").items():
+            _require(
+                rank < self.ranks, "loader_stragglers", f"{rank}:{factor}", f"rank out of range for {self.ranks} ranks"
+            )
         for rank in self.straggler_map:
             _require(
                 rank < self.ranks,
@@ -319,6 +429,26 @@ def load_toml(path: Path) -> dict:
         raise ValueError(f"{path}: cannot read ({e.strerror})") from None
 
 
+def load_scenario_data(path: Path, _seen: tuple = ()) -> dict:
+    """A scenario file's data with its ``base`` (another preset or file) filled in
+    underneath: a straggler preset is the cluster preset plus what it changes."""
+    from scenarios import scenario_path
+
+    data = load_toml(path)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or base in _seen:
+        raise ValueError(f"{path}: base: expected another preset's name, not {base!r} (or a cycle)")
+    merged = load_scenario_data(scenario_path(base), (*_seen, base))
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
 def parse_override(text: str) -> tuple[list[str], object]:
     """``noise.sigma=0.05`` -> (["noise", "sigma"], 0.05). The value is read as a TOML
     value when it is one (numbers, true/false, quoted strings), else as a bare string."""
@@ -354,6 +484,6 @@ def load_scenario(name_or_path: str, overrides: list[str] = (), **top_level) -> 
     """A preset or TOML file, with ``--set`` overrides and top-level fields (ranks, steps, seed)."""
     from scenarios import scenario_path
 
-    data = apply_overrides(load_toml(scenario_path(name_or_path)), list(overrides))
+    data = apply_overrides(load_scenario_data(scenario_path(name_or_path)), list(overrides))
     data.update({k: v for k, v in top_level.items() if v is not None})
     return scenario_from_dict(data)

@@ -25,6 +25,7 @@ import numpy as np
 import simpy
 
 from sim.config import Scenario
+from sim.episodes import Effects
 from sim.noise import multipliers
 from sim.results import Recorder, SimResult
 from sim.workload import Workload, build_workload
@@ -65,8 +66,9 @@ class _Busy:
 class _Step:
     """One step's shared state, handed to every group with the step's open event."""
 
-    def __init__(self, env, t0: float, noise: np.ndarray, n_buckets: int, n_groups: int):
+    def __init__(self, env, t0: float, noise: np.ndarray, n_buckets: int, n_groups: int, pause_s=None):
         self.t0, self.noise, self.n_groups = t0, noise, n_groups
+        self.pause_s = pause_s  # (ranks,) stop-the-world time before the first forward, or None
         self.launch = np.full(n_buckets, -math.inf)
         self.posted = np.zeros(n_buckets, dtype=int)
         self.gates = [env.event() for _ in range(n_buckets)]
@@ -95,6 +97,8 @@ class _CommStream:
         self.env, self.wl, self.n_groups, self.rng, self.sc = env, wl, n_groups, rng, sc
         self.opened = [env.event() for _ in range(sc.steps)]
         self.done = [env.event() for _ in range(sc.steps)]
+        needed = Effects.needed(sc.episodes, sc.pauses)
+        self.effects = Effects(sc.episodes, sc.pauses, wl.ranks, sc.seed) if needed else None
 
     def run(self, rec: Recorder):
         env, wl, nb = self.env, self.wl, len(self.wl.buckets)
@@ -105,7 +109,11 @@ class _CommStream:
             shape = (wl.ranks, wl.grad_accum)
             noise = multipliers(self.rng, noise_cfg.distribution, noise_cfg.sigma, shape, noise_cfg.samples)
             jitter = multipliers(self.rng, "lognormal", jitter_sigma, nb)
-            st = _Step(env, t0, noise, nb, self.n_groups)
+            pause = None
+            if self.effects:  # episodes and pauses: their own generators (sim/episodes.py)
+                fx = self.effects.at(step, t0)
+                noise, jitter, pause = noise * fx.compute_factor[:, None], jitter * fx.comm_factor, fx.pause_s
+            st = _Step(env, t0, noise, nb, self.n_groups, pause)
             self.opened[step].succeed(st)
             end = -math.inf
             for b in range(nb):
@@ -135,6 +143,8 @@ def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, st
         bwd = wl.backward_s[ranks, None] * noise
         # Dataloader, then K micro-steps; only the last backward launches buckets (no_sync).
         last_bwd_start = st.t0 + wl.dataloader_s[ranks] + fwd.sum(axis=1) + bwd[:, :-1].sum(axis=1)
+        if st.pause_s is not None:
+            last_bwd_start = last_bwd_start + st.pause_s[ranks]
         last_bwd = bwd[:, -1]
         if gamma == 0.0:
             if wl.overlap:

@@ -7,7 +7,7 @@ import numpy as np
 
 from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
-from sim.config import Scenario
+from sim.config import Scenario, parse_stragglers
 from sim.gpt2 import flops_per_token, gradient_ready_order, model_shape, param_tensors
 from sim.noise import speed_factors
 
@@ -82,6 +82,13 @@ def measured_ready_order(sc: Scenario) -> list[tuple[str, float]] | None:
     return sorted(((n, measured[n] / last) for n in flop_order), key=lambda item: item[1])
 
 
+def _dataloader_s(sc: Scenario) -> np.ndarray:
+    out = np.full(sc.ranks, sc.compute.dataloader_s)
+    for rank, slowdown in parse_stragglers(sc.loader_stragglers, "loader_stragglers").items():
+        out[rank] *= slowdown
+    return out
+
+
 def _wire_bytes(sc: Scenario, b: Bucket) -> float:
     t = sc.training
     if t.comm_hook in ("fp16", "bf16"):
@@ -109,6 +116,10 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
     # The engine reads a rank's backward end as its last bucket's ready time.
     assert buckets[-1].ready_fraction == 1.0
     factor = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
+    if sc.rebalance:
+        # Work in proportion to speed: rank r gets a share (1/s_r) / sum(1/s) of the batch,
+        # so it computes base x s_r x N (1/s_r) / sum(1/s) = base x N / sum(1/s) (DESIGN.md).
+        factor = np.full(sc.ranks, sc.ranks / np.sum(1.0 / factor))
     base = micro_step_compute_s(sc)
     bwd_frac = sc.compute.backward_fraction
     wire = np.array([_wire_bytes(sc, b) for b in buckets])
@@ -125,7 +136,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         speed_factor=factor,
         forward_s=base * (1.0 - bwd_frac) * factor,
         backward_s=base * bwd_frac * factor,
-        dataloader_s=np.full(sc.ranks, sc.compute.dataloader_s),
+        dataloader_s=_dataloader_s(sc),
         optimizer_s=sc.compute.optimizer_s,
         buckets=buckets,
         ready_fraction=np.array([b.ready_fraction for b in buckets]),

@@ -1,0 +1,82 @@
+"""What changes from step to step beyond per-micro-step jitter: fail-slow episodes,
+the diurnal swing and stop-the-world pauses (sim/config.py EpisodesConfig,
+PausesConfig; the numbers in REFERENCES.md "Stragglers and failures").
+
+Episodes are drawn lazily as simulated time passes (Poisson starts, so the draw
+depends only on time, not on steps) from their own generators, seeded from the
+scenario's seed: turning an episode kind on does not change the jitter draws, so
+what-if comparisons see the same noise (common random numbers).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.config import EpisodesConfig, PausesConfig
+
+# Fail-slow durations: 30 s to ~10 h (Alibaba Falcon); lognormal with this log-sd around
+# the configured mean, clipped to that range.
+DURATION_SIGMA = 1.2
+DURATION_RANGE_S = (30.0, 36000.0)
+
+
+class StepEffects(NamedTuple):
+    compute_factor: np.ndarray  # (ranks,) compute time multiplier for this step
+    comm_factor: float  # every collective's time x this
+    pause_s: np.ndarray  # (ranks,) stop-the-world time before this step's first forward
+
+
+class _Poisson:
+    """Episode intervals of one kind, extended on demand up to a time."""
+
+    def __init__(self, rng: np.random.Generator, per_h: float, mean_s: float, ranks: int):
+        self.rng, self.rate_s, self.ranks = rng, per_h / 3600.0, ranks
+        self.mu = np.log(mean_s) - DURATION_SIGMA**2 / 2  # lognormal with this mean
+        self.next_start = rng.exponential(1.0 / self.rate_s) if self.rate_s > 0 else np.inf
+        self.live: list[tuple[float, float, int]] = []  # (start, end, rank)
+
+    def active(self, t: float) -> list[int]:
+        """Ranks hit by an episode covering time t (one entry per episode)."""
+        while self.next_start <= t:
+            d = float(np.clip(self.rng.lognormal(self.mu, DURATION_SIGMA), *DURATION_RANGE_S))
+            self.live.append((self.next_start, self.next_start + d, int(self.rng.integers(self.ranks))))
+            self.next_start += self.rng.exponential(1.0 / self.rate_s)
+        self.live = [e for e in self.live if e[1] > t]
+        return [r for s, _, r in self.live if s <= t]
+
+
+class Effects:
+    def __init__(self, episodes: EpisodesConfig, pauses: PausesConfig, ranks: int, seed: int):
+        self.ep, self.pa, self.ranks = episodes, pauses, ranks
+        self.comm = _Poisson(np.random.default_rng([seed, 1]), episodes.comm_per_h, episodes.comm_mean_s, ranks)
+        self.compute = _Poisson(
+            np.random.default_rng([seed, 2]), episodes.compute_per_h, episodes.compute_mean_s, ranks
+        )
+        self.pause_rng = np.random.default_rng([seed, 3])
+
+    @staticmethod
+    def needed(episodes: EpisodesConfig, pauses: PausesConfig) -> bool:
+        return episodes.active or pauses.every_steps > 0
+
+    def at(self, step: int, t_s: float) -> StepEffects:
+        """The effects on the step that starts at simulated time t_s (episodes last minutes
+        to hours; a step, seconds: what holds at its start holds for the step)."""
+        ep = self.ep
+        factor = np.ones(self.ranks)
+        for rank in self.compute.active(t_s):
+            factor[rank] = ep.compute_slowdown
+        if ep.diurnal_amplitude:
+            factor *= 1.0 + ep.diurnal_amplitude * np.sin(2 * np.pi * t_s / (ep.diurnal_period_h * 3600.0))
+        comm = 1.0 / ep.comm_bandwidth_factor if self.comm.active(t_s) else 1.0
+        return StepEffects(factor, comm, self._pauses(step))
+
+    def _pauses(self, step: int) -> np.ndarray:
+        pa = self.pa
+        if pa.every_steps == 0:
+            return np.zeros(self.ranks)
+        if pa.synchronized:  # every rank collects at the same steps (gc.freeze + gc.collect every k steps)
+            every = max(1, round(pa.every_steps))
+            hit = (step + 1) % every == 0
+            return np.full(self.ranks, self.pause_rng.uniform(pa.min_s, pa.max_s) if hit else 0.0)
+        hit = self.pause_rng.random(self.ranks) < 1.0 / pa.every_steps
+        return np.where(hit, self.pause_rng.uniform(pa.min_s, pa.max_s, self.ranks), 0.0)

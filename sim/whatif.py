@@ -1,0 +1,117 @@
+"""Mitigations side by side: the same scenario, the same seed (so the same jitter
+draws: common random numbers), with one fix applied per row.
+
+A mitigation is a named change to the scenario's data:
+  rebalance          micro-batches sized to each rank's speed (Scenario.rebalance)
+  exclude-slowest    restart without the slowest rank's node (or the rank, within one
+                     node): fewer ranks, and a restart paid once over the horizon
+  sync-gc            pauses on every rank at the same steps (PausesConfig.synchronized)
+  accum=K            gradient accumulation K (note: K x the tokens per step)
+  KEY=VALUE          any scenario key, as --set (bucket_cap_mb=100, comm_hook=bf16:
+                     bare training keys are found in their section)
+Throughput is tokens per second of wall time; cost is GPU-hours per billion tokens.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.config import Scenario, apply_overrides, parse_stragglers, scenario_from_dict
+from sim.engine import simulate
+from sim.workload import build_workload
+
+SECTION_OF = {"bucket_cap_mb": "training", "comm_hook": "training", "grad_accum": "training", "overlap": "training"}
+
+
+class WhatIf(NamedTuple):
+    mitigation: str
+    ranks: int
+    step_time_s: float  # mean
+    step_time_p95_s: float
+    tokens_per_s: float  # after the restart cost, if any, over the horizon
+    scaling_efficiency: float
+    gpu_h_per_btok: float  # GPU-hours per 1e9 tokens
+    restart_s: float  # paid once over the horizon
+    note: str
+
+
+def _slowest_group(sc: Scenario) -> tuple[list[int], str]:
+    """The slowest rank by persistent speed (stragglers x spread) and what leaves with it."""
+    factors = build_workload(sc, np.random.default_rng(sc.seed)).speed_factor
+    slow = int(np.argmax(factors))
+    g = sc.network.gpus_per_node
+    if sc.ranks > g:
+        node = slow // g
+        return list(range(node * g, node * g + g)), f"node {node} with rank {slow} (x{factors[slow]:.3g})"
+    return [slow], f"rank {slow} (x{factors[slow]:.3g})"
+
+
+def _exclude(data: dict, sc: Scenario, removed: list[int]) -> dict:
+    """The scenario without ``removed`` ranks: fewer ranks, explicit stragglers renumbered."""
+    keep = [r for r in range(sc.ranks) if r not in removed]
+    new_index = {old: new for new, old in enumerate(keep)}
+
+    def renumber(text: str, key: str) -> str:
+        items = parse_stragglers(text, key)
+        return ",".join(f"{new_index[r]}:{f:g}" for r, f in sorted(items.items()) if r in new_index)
+
+    out = apply_overrides(data, [])
+    out["ranks"] = len(keep)
+    out["stragglers"] = renumber(sc.stragglers, "stragglers")
+    out["loader_stragglers"] = renumber(sc.loader_stragglers, "loader_stragglers")
+    return out
+
+
+def apply_mitigation(data: dict, text: str) -> tuple[dict, float, str]:
+    """(scenario data with the mitigation, restart seconds paid once, note)."""
+    sc = scenario_from_dict(data)
+    if text == "rebalance":
+        return apply_overrides(data, ["rebalance=true"]), 0.0, "work sized to speed (continuous micro-batches)"
+    if text == "sync-gc":
+        return apply_overrides(data, ["pauses.synchronized=true"]), 0.0, "every rank pauses at the same steps"
+    if text.startswith("exclude-slowest"):
+        removed, what = _slowest_group(sc)
+        return _exclude(data, sc, removed), None, f"restart without {what}"
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(
+            f"--try: unknown mitigation {text!r} (rebalance, exclude-slowest, sync-gc, accum=K, or KEY=VALUE)"
+        )
+    if key == "accum":
+        key = "grad_accum"
+    full = f"{SECTION_OF[key]}.{key}" if key in SECTION_OF else key
+    note = f"{value} x the tokens per step" if key == "grad_accum" else ""
+    return apply_overrides(data, [f"{full}={value}"]), 0.0, note
+
+
+def compare(data: dict, tries: list[str], *, horizon_h: float, restart_min: float) -> list[WhatIf]:
+    """Doing nothing, then each mitigation, on the same seed."""
+    if horizon_h <= 0:
+        raise ValueError(f"--horizon-h: must be > 0, got {horizon_h}")
+    if restart_min < 0:
+        raise ValueError(f"--restart-min: must be >= 0, got {restart_min}")
+    rows = [_run("nothing", data, 0.0, "", horizon_h)]
+    for text in tries:
+        changed, restart_s, note = apply_mitigation(data, text)
+        if restart_s is None:
+            restart_s = restart_min * 60.0
+        rows.append(_run(text, changed, restart_s, note, horizon_h))
+    return rows
+
+
+def _run(name: str, data: dict, restart_s: float, note: str, horizon_h: float) -> WhatIf:
+    sc = scenario_from_dict(data)
+    s = simulate(sc, trace_steps=0).summary()
+    horizon_s = horizon_h * 3600.0
+    tokens_per_s = s["tokens_per_s"] * max(0.0, 1.0 - restart_s / horizon_s)
+    return WhatIf(
+        mitigation=name,
+        ranks=sc.ranks,
+        step_time_s=s["step_time_s"]["mean"],
+        step_time_p95_s=s["step_time_s"]["p95"],
+        tokens_per_s=tokens_per_s,
+        scaling_efficiency=s["scaling_efficiency"],
+        gpu_h_per_btok=sc.ranks * 1e9 / tokens_per_s / 3600.0 if tokens_per_s > 0 else float("inf"),
+        restart_s=restart_s,
+        note=note,
+    )

@@ -1,0 +1,115 @@
+"""Straggler presets, episodes, pauses and mitigations (issue 7): the truths of
+DESIGN.md that they touch, held to closed forms and order statistics."""
+
+import json
+from math import comb
+
+import numpy as np
+import pytest
+
+from sim.config import load_scenario, scenario_from_dict
+from sim.engine import simulate
+from sim.whatif import apply_mitigation, compare
+
+QUIET = ["noise.distribution=none", "noise.speed_spread_sd=0.0", "network.enabled=false", "compute.optimizer_s=0.0"]
+
+
+def _mean_step(name, overrides=(), **top):
+    return simulate(load_scenario(name, list(overrides), **top), trace_steps=0).summary()
+
+
+def test_speed_proportional_work_removes_a_persistent_straggler():
+    """1024 ranks, one at s = 2, no jitter, free communication: doing nothing, the step is
+    s x compute; with work sized to speed every rank computes base x N / (N - 1 + 1/s)."""
+    base = _mean_step("h100-1024", QUIET, steps=5)["compute_s"]
+    slow = _mean_step("h100-1024", [*QUIET, "stragglers=17:2.0"], steps=5)
+    fixed = _mean_step("h100-1024", [*QUIET, "stragglers=17:2.0", "rebalance=true"], steps=5)
+    assert slow["step_time_s"]["mean"] == pytest.approx(2.0 * base, rel=1e-9)
+    assert fixed["step_time_s"]["mean"] == pytest.approx(base * 1024 / (1023 + 0.5), rel=1e-9)
+    assert fixed["straggler_wait_s"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_accumulation_shrinks_jitter_inflation_by_about_one_over_root_k():
+    """Max over 1024 ranks of a sum of K i.i.d. lognormal(0.05) draws: its excess over the
+    mean shrinks ~1/sqrt(K) (the sum's relative sd does), so K = 4 halves the inflation."""
+
+    def inflation(k):
+        s = _mean_step("h100-1024", [*QUIET[1:], "noise.sigma=0.05", f"training.grad_accum={k}"], steps=200)
+        return s["step_time_s"]["mean"] / (k * _mean_step("h100-1024", QUIET, steps=2)["compute_s"] / 1) - 1
+
+    one, four = inflation(1), inflation(4)
+    assert one == pytest.approx(0.1751, rel=0.05)  # E[max of 1024] / E[X] - 1 (REFERENCES.md)
+    assert four / one == pytest.approx(0.5, rel=0.1)
+
+
+def test_unsynchronised_pauses_cost_more_than_synchronised():
+    """Pauses of 100-500 ms every 50 steps per rank, 128 ranks: unsynchronised, each step
+    waits for the longest pause among the ranks that paused (P = 1 - (1 - 1/50)^128 = 0.92
+    that one did); synchronised, the job pauses together once every 50 steps."""
+    quiet = QUIET[:2]
+    none = _mean_step("h100-1024", quiet, ranks=128, steps=2000)["step_time_s"]["mean"]
+    unsync = _mean_step("h100-1024", [*quiet, "pauses.every_steps=50"], ranks=128, steps=2000)["step_time_s"]["mean"]
+    sync = _mean_step(
+        "h100-1024", [*quiet, "pauses.every_steps=50", "pauses.synchronized=true"], ranks=128, steps=2000
+    )["step_time_s"]["mean"]
+    assert sync - none == pytest.approx(0.3 / 50, rel=0.15)  # mean pause / interval
+    # E[max of the pauses that happened]: m ~ Binomial(128, 1/50) pauses uniform(0.1, 0.5)
+    m = np.arange(1, 129)
+    p = np.array([comb(128, k) * 0.02**k * 0.98 ** (128 - k) for k in m])
+    expected = float(np.sum(p * (0.1 + 0.4 * m / (m + 1))))  # E[max of m uniforms on [0.1, 0.5]]
+    assert unsync - none == pytest.approx(expected, rel=0.08)
+
+
+def test_network_fail_slow_episode_stretches_collectives():
+    """Episodes starting every ~1 ms and lasting >= 30 s: active from the second step on
+    (step 0 starts at t = 0, before the first); they divide collective bandwidth by the
+    factor, so communication-only steps take 1 / factor as long."""
+    comm_only = ["noise.distribution=none", "noise.speed_spread_sd=0.0", "compute.step_compute_s=1e-6",
+                 "compute.optimizer_s=0.0", "training.overlap=false"]  # fmt: skip
+    base = _mean_step("h100-1024", comm_only, ranks=64, steps=5)["step_time_s"]["p50"]
+    hit = _mean_step(
+        "h100-1024",
+        [*comm_only, "episodes.comm_per_h=3600000", "episodes.comm_bandwidth_factor=0.25"],
+        ranks=64,
+        steps=5,
+    )["step_time_s"]["p50"]
+    assert hit / base == pytest.approx(4.0, rel=1e-3)  # the 1 us of compute is not stretched
+
+
+def test_presets_load_and_cite():
+    for name in ("straggler-jitter", "straggler-lemon", "straggler-failslow", "straggler-throttle",
+                 "straggler-dataloader", "straggler-gc"):  # fmt: skip
+        sc = load_scenario(name, steps=2)
+        assert sc.ranks == 1024 and sc.network.gpus_per_node == 8  # built on h100-1024
+    assert load_scenario("straggler-lemon").straggler_map == {17: 1.40}
+    assert load_scenario("straggler-gc").pauses.every_steps == 500
+
+
+def test_slow_dataloader_rank_sets_the_pace():
+    quiet = QUIET
+    s = _mean_step("straggler-dataloader", quiet, steps=5)
+    base = _mean_step("h100-1024", quiet, steps=5)
+    assert s["step_time_s"]["mean"] - base["step_time_s"]["mean"] == pytest.approx(0.05 * 1.667, rel=1e-6)
+
+
+def test_exclude_slowest_drops_its_node_and_pays_a_restart():
+    data = {"ranks": 64, "steps": 20, "stragglers": "17:2.0,40:1.1", "network": {"gpus_per_node": 8}}
+    changed, restart_s, note = apply_mitigation(data, "exclude-slowest")
+    sc = scenario_from_dict(changed)
+    assert sc.ranks == 56 and sc.straggler_map == {32: 1.1} and "node 2" in note
+    rows = compare({**data, "noise": {"distribution": "none"}}, ["exclude-slowest"], horizon_h=1.0, restart_min=6.0)
+    assert rows[1].restart_s == 360.0
+    # 56 ranks at full speed, minus 6 min of restart in the hour.
+    sim = simulate(scenario_from_dict({**changed, "noise": {"distribution": "none"}}), trace_steps=0).summary()
+    assert rows[1].tokens_per_s == pytest.approx(sim["tokens_per_s"] * 0.9)
+
+
+def test_whatif_cli(ddplab):
+    code, out, err = ddplab("whatif", "straggler-lemon", "--ranks", "64", "--steps", "30", "--try", "rebalance",
+                            "--try", "accum=2", "--json")  # fmt: skip
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["mitigation"] for r in rows] == ["nothing", "rebalance", "accum=2"]
+    assert rows[1]["tokens_per_s"] > 1.2 * rows[0]["tokens_per_s"]  # the 1.4x lemon GPU no longer sets the pace
+    code, _, err = ddplab("whatif", "straggler-lemon", "--try", "teleport")
+    assert code == 2 and "--try: unknown mitigation 'teleport'" in err
