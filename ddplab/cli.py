@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="random seed")
     s.add_argument("--out", type=Path, help="write records, Chrome trace and plots here")
     s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
+    s.add_argument("--device-gib", type=float, help="say whether the per-GPU memory estimate fits this many GiB")
     s.add_argument("--calib", type=Path, help="calib.json: measured values replace the preset's (see --calib-mode)")
     s.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")
     s.add_argument(
@@ -109,9 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_netlab(sub)
     _add_calibration(sub)
-    from ddplab import whatifcmd
+    from ddplab import goodputcmd, straggcmd, whatifcmd
 
     whatifcmd.add_parser(sub)
+    goodputcmd.add_parser(sub)
+    straggcmd.add_parser(sub)
 
     sc = sub.add_parser("scenarios", help="list the scenario presets")
     sc.add_argument("--json", action="store_true")

@@ -81,6 +81,7 @@ def simulate(args):
         t = time.perf_counter()
         result = run(sc)
         summary = result.summary()
+        summary["memory_gib"] = _memory(sc, getattr(args, "device_gib", None))
         if provenance:
             summary.update(provenance[i - 1])
         summaries.append(summary)
@@ -105,6 +106,18 @@ def simulate(args):
     if args.out:
         print(f"records, Chrome trace{' and scaling.png' if sweep else ''} in {args.out}/")
     return summaries
+
+
+def _memory(sc, device_gib: float | None) -> dict:
+    from sim.memory import estimate_memory, fits
+
+    if device_gib is not None and device_gib <= 0:
+        raise ValueError(f"--device-gib: must be > 0, got {device_gib}")
+    est = estimate_memory(sc)
+    out = {k: v for k, v in est._asdict().items() if k.endswith("_gib")}
+    if device_gib is not None:
+        out["device_gib"], out["fits"] = device_gib, fits(est, device_gib)
+    return out
 
 
 def _calibrated_scenarios(args, counts):
@@ -179,6 +192,14 @@ def _print_summary(sc, s: dict) -> None:
     for name, value in parts:
         if value > 0 or name.startswith(("compute", "exposed", "straggler")):
             print(f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}")
+    m = s["memory_gib"]
+    verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB" if "fits" in m else ""
+    print(
+        f"  memory/GPU       {m['total_gib']:.2f} GiB ({sc.training.mode}: params {m['parameters_gib']:.2f},"
+        f" grads {m['gradients_gib']:.2f}, optimizer {m['optimizer_state_gib']:.2f},"
+        f" activations {m['activations_gib']:.2f}, buffers"
+        f" {m['ddp_buckets_gib'] + m['fsdp_unsharded_gib'] + m['cuda_overhead_gib']:.2f}){verdict}"
+    )
     if s["slowest_rank_compute_s"] > 1.05 * s["compute_s"]:
         print(
             f"  slowest rank     rank {s['slowest_rank']}: compute {fmt_seconds(s['slowest_rank_compute_s'])}"

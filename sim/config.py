@@ -68,7 +68,8 @@ class TrainingConfig:
     """Optimizer state per parameter: 12 = fp32 master copy + Adam m and v (ZeRO paper's K = 12)."""
     activation_checkpointing: bool = False
     """Recompute each transformer block's forward in its backward: only block inputs are kept
-    (memory estimate), and backward costs one more block forward (fsdp mode)."""
+    (memory estimate); in fsdp mode backward costs one more block forward (the ddp engine
+    does not model the recompute)."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
     seq x seq score matrix for backward (memory estimate only)."""

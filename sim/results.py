@@ -50,6 +50,7 @@ class SimResult:
         return {
             "scenario": sc.name,
             "model": sc.model.preset,
+            "mode": sc.training.mode,
             "ranks": sc.ranks,
             "nodes": -(-sc.ranks // sc.network.gpus_per_node),
             "steps": sc.steps,

@@ -36,9 +36,12 @@ class WhatIf(NamedTuple):
 
 
 def _slowest_group(sc: Scenario) -> tuple[list[int], str]:
-    """The slowest rank by persistent speed (stragglers x spread) and what leaves with it."""
-    factors = build_workload(sc, np.random.default_rng(sc.seed)).speed_factor
-    slow = int(np.argmax(factors))
+    """The slowest rank by its persistent per-step time (loader + compute at its speed factor:
+    stragglers x spread) and what leaves with it."""
+    wl = build_workload(sc, np.random.default_rng(sc.seed))
+    per_step_s = wl.dataloader_s + wl.grad_accum * (wl.forward_s + wl.backward_s)
+    factors = per_step_s / np.min(per_step_s)
+    slow = int(np.argmax(per_step_s))
     g = sc.network.gpus_per_node
     if sc.ranks > g:
         node = slow // g

@@ -116,11 +116,16 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
     # The engine reads a rank's backward end as its last bucket's ready time.
     assert buckets[-1].ready_fraction == 1.0
     factor = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
-    if sc.rebalance:
-        # Work in proportion to speed: rank r gets a share (1/s_r) / sum(1/s) of the batch,
-        # so it computes base x s_r x N (1/s_r) / sum(1/s) = base x N / sum(1/s) (DESIGN.md).
-        factor = np.full(sc.ranks, sc.ranks / np.sum(1.0 / factor))
     base = micro_step_compute_s(sc)
+    loader = _dataloader_s(sc)
+    if sc.rebalance:
+        # Work in proportion to speed: rank r's per-step time t_r (its loader and its K
+        # micro-steps, both proportional to its samples) gets a batch share (1/t_r)/mean(1/t),
+        # so every rank takes N / sum(1/t); with loaders idle that is base x N / sum(1/s)
+        # (DESIGN.md). Micro-batches are taken as continuous: real ones round to samples.
+        per_step_s = loader + base * t.grad_accum * factor
+        share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
+        factor, loader = factor * share, loader * share
     bwd_frac = sc.compute.backward_fraction
     wire = np.array([_wire_bytes(sc, b) for b in buckets])
     fabric = fabric_for(sc)
@@ -136,7 +141,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         speed_factor=factor,
         forward_s=base * (1.0 - bwd_frac) * factor,
         backward_s=base * bwd_frac * factor,
-        dataloader_s=_dataloader_s(sc),
+        dataloader_s=loader,
         optimizer_s=sc.compute.optimizer_s,
         buckets=buckets,
         ready_fraction=np.array([b.ready_fraction for b in buckets]),

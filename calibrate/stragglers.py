@@ -1,0 +1,332 @@
+"""Straggler detection on per-rank step records, real (``ddplab train``) or simulated.
+
+Two signals, which must agree on a true straggler:
+
+- the score: the fastest rank's median compute time per step / this rank's
+  (1 = the fastest), flagged below 0.75. This is NVIDIA resiliency-ext's
+  straggler detector's "relative performance score" (nvidia_resiliency_ext
+  ``straggler.Detector``: a rank's median section time against the best
+  rank's), with the threshold calibrate already uses (noise_fit.py);
+- the wait: in synchronous data parallelism every rank waits at the step's
+  collectives for the last one to arrive, so the slowest rank waits least (it
+  only sees the communication that could not be hidden). A rank with the lowest
+  score that is not also the least-waiting one is a sign of noise, not of a
+  slow GPU.
+
+Sources and definitions, per rank, over the kept steps:
+
+- train (realrun/SCHEMA.md "train"): compute = ``forward_s + backward_s`` (an
+  injected ``--straggler``'s throttle is inside both), wait = ``wait_s`` (last
+  bucket ready until backward returned). The first ``WARMUP_STEPS`` are dropped
+  as in validate.py (step 0 runs DDP's single bootstrap bucket; step 1 is the
+  first with rebuilt buckets);
+- sim (sim/export.py ``ranks-NNNN/records.npz``): compute = ``compute_s``, wait
+  = ``collective_wait_s`` (what a profiler shows, sim/results.py). The simulator
+  has no warm-up, so every step is kept.
+
+Bad input is a ``ValueError`` whose message is one line naming the path.
+"""
+
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from calibrate.noise_fit import STRAGGLER_SCORE_FLAG
+from calibrate.records import read_run
+from calibrate.validate import WARMUP_STEPS
+
+SIM_SCHEMA = "ddplab.sim/1"  # sim/export.py SCHEMA
+_RANKS_DIR = re.compile(r"ranks-(\d{4,})")
+
+
+class RankStat(NamedTuple):
+    rank: int
+    compute_s_p50: float  # median compute time per step
+    score: float  # fastest rank's compute_s_p50 / this rank's (1 = the fastest)
+    flagged: bool  # score < STRAGGLER_SCORE_FLAG
+    wait_s_mean: float  # mean collective wait per step
+
+
+class Records(NamedTuple):
+    """Per-step per-rank times, as read from a run directory."""
+
+    source: str  # "train" | "sim"
+    path: Path  # the directory the records came from (a sim run's ranks-NNNN)
+    compute_s: np.ndarray  # (steps, ranks)
+    wait_s: np.ndarray  # (steps, ranks)
+    skipped_steps: int  # warm-up steps dropped
+    injected: dict[int, float]  # train: --straggler RANK:FACTOR as configured; sim: {}
+
+
+class Report(NamedTuple):
+    source: str
+    path: Path
+    steps: int
+    skipped_steps: int
+    ranks: tuple[RankStat, ...]
+    flagged: tuple[int, ...]  # rank order
+    lowest_score_rank: int
+    least_waiting_rank: int
+    wait_s_median: float  # median over ranks of wait_s_mean
+    injected: dict[int, float]
+
+    @property
+    def agrees(self) -> bool:
+        """The slowest rank is the one that waits least, as a true straggler does."""
+        return self.lowest_score_rank == self.least_waiting_rank
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "path": str(self.path),
+            "steps": self.steps,
+            "skipped_warmup_steps": self.skipped_steps,
+            "world_size": len(self.ranks),
+            "score_flag": STRAGGLER_SCORE_FLAG,
+            "ranks": [r._asdict() for r in self.ranks],
+            "flagged": list(self.flagged),
+            "lowest_score_rank": self.lowest_score_rank,
+            "least_waiting_rank": self.least_waiting_rank,
+            "agrees": self.agrees,
+            "wait_s_median": self.wait_s_median,
+            "injected": {str(k): v for k, v in sorted(self.injected.items())},
+            "verdict": verdict(self),
+        }
+
+
+def analyse(rec: Records) -> Report:
+    compute, wait = rec.compute_s, rec.wait_s
+    p50 = np.median(compute, axis=0)
+    if not (p50 > 0).all():
+        r = int(np.argmax(~(p50 > 0)))
+        raise ValueError(f"{rec.path}: rank {r}'s median compute time is {p50[r]:g} s; no speed to compare")
+    score = p50.min() / p50
+    wait_mean = wait.mean(axis=0)
+    ranks = tuple(
+        RankStat(r, float(p50[r]), float(score[r]), bool(score[r] < STRAGGLER_SCORE_FLAG), float(wait_mean[r]))
+        for r in range(compute.shape[1])
+    )
+    return Report(
+        source=rec.source,
+        path=rec.path,
+        steps=compute.shape[0],
+        skipped_steps=rec.skipped_steps,
+        ranks=ranks,
+        flagged=tuple(r.rank for r in ranks if r.flagged),
+        lowest_score_rank=int(np.argmin(score)),
+        least_waiting_rank=int(np.argmin(wait_mean)),
+        wait_s_median=float(np.median(wait_mean)),
+        injected=rec.injected,
+    )
+
+
+def verdict(rep: Report) -> str:
+    """One line: who is a straggler, and whether the wait says the same."""
+    low, least = rep.ranks[rep.lowest_score_rank], rep.ranks[rep.least_waiting_rank]
+    waits = f"({_fmt_s(least.wait_s_mean)} vs {_fmt_s(rep.wait_s_median)} median)"
+    if not rep.flagged:
+        head = f"no straggler: every score >= {STRAGGLER_SCORE_FLAG} (lowest {low.score:.2f}, rank {low.rank})"
+        return f"{head}; rank {least.rank} waits least {waits}"
+    if len(rep.flagged) == 1:
+        head = f"rank {low.rank} is a straggler: score {low.score:.2f}"
+    else:
+        scores = ", ".join(f"{rep.ranks[r].score:.2f}" for r in rep.flagged)
+        names = ", ".join(map(str, rep.flagged))
+        head = f"ranks {names} are stragglers: scores {scores}; rank {low.rank} is the slowest"
+    if rep.agrees:
+        return f"{head}, it waits least {waits}"
+    return (
+        f"{head}, but rank {least.rank} waits least {waits}: the wait does not confirm it"
+        f" (rank {low.rank} waits {_fmt_s(low.wait_s_mean)})"
+    )
+
+
+def _fmt_s(s: float) -> str:
+    """3.1 ms, 40 ms, 1.2 s, 0 s: two or three significant digits."""
+    if s == 0:
+        return "0 s"
+    if abs(s) >= 1:
+        return f"{s:.3g} s"
+    if abs(s) >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"
+
+
+# Reading run directories.
+
+
+def load(path: Path, ranks: int | None = None) -> Records:
+    """The records of a train run directory, a simulation's ``ranks-NNNN`` directory,
+    or a ``simulate --out`` directory (one of a sweep's rank counts chosen by ``ranks``)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{path}: not a directory")
+    if sim_dirs(path) or (path / "records.npz").exists() or _RANKS_DIR.fullmatch(path.name):
+        return read_sim(sim_records_dir(path, ranks))
+    if not list(path.glob("train-rank[0-9][0-9][0-9][0-9].jsonl")) and not list(
+        path.glob("probe-rank[0-9][0-9][0-9][0-9].jsonl")
+    ):
+        raise ValueError(f"{path}: no train-rank*.jsonl files and no simulation records (ranks-NNNN/records.npz)")
+    rec = read_train(path)
+    world = rec.compute_s.shape[1]
+    if ranks is not None and ranks != world:
+        raise ValueError(f"{path}: a train run of {world} ranks, not --ranks {ranks}")
+    return rec
+
+
+def sim_dirs(path: Path) -> dict[int, Path]:
+    """{ranks: directory} of the ``ranks-NNNN`` subdirectories of a ``simulate --out`` directory."""
+    out = {}
+    for d in path.iterdir():
+        m = _RANKS_DIR.fullmatch(d.name)
+        if m and d.is_dir():
+            out[int(m.group(1))] = d
+    return dict(sorted(out.items()))
+
+
+def sim_records_dir(path: Path, ranks: int | None) -> Path:
+    m = _RANKS_DIR.fullmatch(path.name)
+    if (path / "records.npz").exists() or m:
+        if ranks is not None and m and int(m.group(1)) != ranks:
+            raise ValueError(f"{path}: simulated {int(m.group(1))} ranks, not --ranks {ranks}")
+        return path
+    found = sim_dirs(path)
+    if ranks is not None:
+        if ranks not in found:
+            raise ValueError(f"{path}: no ranks-{ranks:04d} directory (simulated: {_list(found)} ranks)")
+        return found[ranks]
+    if len(found) > 1:
+        raise ValueError(
+            f"{path}: a sweep of {_list(found)} ranks; pass --ranks N or one of its ranks-NNNN directories"
+        )
+    return next(iter(found.values()))
+
+
+def _list(found: dict[int, Path]) -> str:
+    return ", ".join(map(str, found))
+
+
+def read_sim(d: Path) -> Records:
+    f = d / "records.npz"
+    if not f.is_file():
+        raise ValueError(f"{d}: no records.npz (written by `ddplab simulate SCENARIO --out DIR`)")
+    try:
+        with np.load(f, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in ("schema", "compute_s", "collective_wait_s") if k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError):  # not a zip, or pickled objects
+        raise ValueError(f"{f}: not a readable .npz file") from None
+    schema = str(arrays["schema"]) if "schema" in arrays else None
+    if schema != SIM_SCHEMA:
+        raise ValueError(f"{f}: not a {SIM_SCHEMA} records file (schema {schema})")
+    missing = [k for k in ("compute_s", "collective_wait_s") if k not in arrays]
+    if missing:
+        raise ValueError(f"{f}: no {missing[0]} array")
+    compute, wait = arrays["compute_s"].astype(float), arrays["collective_wait_s"].astype(float)
+    if compute.ndim != 2 or compute.shape != wait.shape or compute.size == 0:
+        raise ValueError(
+            f"{f}: compute_s {compute.shape} and collective_wait_s {wait.shape} must be the same (steps, ranks)"
+        )
+    return Records("sim", d, compute, wait, 0, {})
+
+
+def read_train(path: Path) -> Records:
+    run = read_run(path, verb="train")  # one-line ValueErrors: a probe run, missing ranks, incomplete files
+    world = run.world_size
+    steps: dict[int, dict[int, dict]] = {}
+    for rank in range(world):
+        for r in run.of("step", rank):
+            steps.setdefault(r["step"], {})[rank] = r
+    kept = [s for s in sorted(steps) if s >= WARMUP_STEPS and len(steps[s]) == world]
+    if not kept:
+        raise ValueError(f"{path}: no step of every rank after the {WARMUP_STEPS} warm-up steps")
+    first = steps[kept[0]][0]
+    if not all(k in first for k in ("forward_s", "backward_s", "wait_s")):
+        raise ValueError(f"{path}: an uninstrumented run (--no-instrument) has no forward/backward/wait times")
+    rows = [[steps[s][r] for r in range(world)] for s in kept]
+    compute = np.array([[x["forward_s"] + x["backward_s"] for x in row] for row in rows], float)
+    wait = np.array([[x["wait_s"] for x in row] for row in rows], float)
+    injected = {int(r): float(f) for r, f in run.config.get("straggler") or []}
+    return Records("train", path, compute, wait, len([s for s in steps if s < WARMUP_STEPS]), injected)
+
+
+# The picture.
+
+
+def plot(rep: Report, path: Path, *, annotate: int = 8) -> Path:
+    """Score per rank with the flag line (top) and mean wait per rank (bottom), as a PNG.
+
+    Up to 64 ranks as bars; beyond, as points over the rank index so 1024 ranks stay
+    readable. Flagged ranks are red and the ``annotate`` lowest-scoring of them are
+    labelled; the least-waiting rank is labelled on the wait panel. Written to a
+    temporary name and renamed, so a failure leaves no half-written file.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    n = len(rep.ranks)
+    x = np.arange(n)
+    score = np.array([r.score for r in rep.ranks])
+    wait_s = np.array([r.wait_s_mean for r in rep.ranks])
+    unit, scale = ("s", 1.0) if wait_s.max() >= 10 else ("ms", 1e3)
+    wait = wait_s * scale
+    flagged = np.array([r.flagged for r in rep.ranks])
+    colors = np.where(flagged, "tab:red", "tab:blue")
+    bars = n <= 64
+
+    fig = Figure(figsize=(max(8.0, min(14.0, 4 + 0.2 * n)), 6.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    if bars:
+        top.bar(x, score, color=colors)
+        bottom.bar(x, wait, color=colors)
+    else:
+        top.plot(x, score, color="tab:blue", lw=0.6, alpha=0.6)
+        top.scatter(x[~flagged], score[~flagged], s=6, color="tab:blue", zorder=3)
+        top.scatter(x[flagged], score[flagged], s=30, color="tab:red", zorder=4, label="flagged")
+        bottom.plot(x, wait, color="tab:blue", lw=0.6, alpha=0.6)
+        bottom.scatter(x, wait, s=6, c=list(colors), zorder=3)
+    top.axhline(STRAGGLER_SCORE_FLAG, color="k", ls="--", lw=0.8, label=f"flag below {STRAGGLER_SCORE_FLAG}")
+    for r in sorted(rep.flagged, key=lambda k: score[k])[:annotate]:
+        top.annotate(
+            f"rank {r}: {score[r]:.2f}",
+            (r, score[r]),
+            xytext=(0, 4) if bars else (6, -12),  # above its bar; beside a point
+            textcoords="offset points",
+            ha="center" if bars else "left",
+            fontsize=8,
+            color="tab:red",
+            bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1},
+        )
+    top.set(ylabel="score (fastest / this)", ylim=(0, 1.08), title="straggler score: fastest median compute / rank's")
+    top.legend(loc="lower right", fontsize=8)
+    top.grid(alpha=0.3, axis="y")
+
+    least = rep.least_waiting_rank
+    bottom.axhline(rep.wait_s_median * scale, color="k", ls=":", lw=0.8, label="median over ranks")
+    bottom.scatter([least], [wait[least]], s=60, facecolors="none", edgecolors="k", zorder=5)
+    bottom.annotate(
+        f"rank {least} waits least: {_fmt_s(wait_s[least])}",
+        (least, wait[least]),
+        xytext=(6, 8),
+        textcoords="offset points",
+        fontsize=8,
+    )
+    bottom.set(xlabel="rank", ylabel=f"mean wait per step ({unit})", ylim=(0, max(wait.max(), 1e-12) * 1.15))
+    bottom.set_title("collective wait: the straggler waits least")
+    bottom.legend(loc="upper right", fontsize=8)
+    bottom.grid(alpha=0.3, axis="y")
+    bottom.set_xlim(-0.5 if bars else -n * 0.01, n - 0.5 if bars else n * 1.01)
+    fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps\n{verdict(rep)}", fontsize=9)
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

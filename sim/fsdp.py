@@ -1,0 +1,321 @@
+"""FSDP / ZeRO-3 steps (Rajbhandari et al. 2020, "ZeRO", stage 3; PyTorch FSDP, Zhao et al. 2023).
+
+Units are what PyTorch FSDP builds when it wraps each GPT-2 block: a root unit with what lies
+outside the blocks (wte, wpe, ln_f; lm_head is tied to wte) and one unit per block, each a flat
+parameter sharded 1/N over the ranks. One micro-step on each rank:
+
+  forward:  allgather the root, embeddings; per block: allgather it, compute it (then it is
+            freed again); ln_f + lm_head on the root, still gathered
+  backward: lm_head + ln_f; per block in reverse: allgather it again, compute its backward,
+            reduce-scatter its gradients; the embedding backward, then reduce-scatter the
+            root's gradients (wte's completes last: the lookup adds its share after lm_head's)
+
+then, after the last micro-step's last reduce-scatter, the optimizer on the rank's shard
+(``compute.optimizer_s`` is the whole model's, so the shard's is that / N: AdamW is
+memory-bound, its time goes with the elements it touches).
+
+The root is allgathered once per micro-step, the blocks twice: torch keeps the root's
+parameters gathered from forward to backward (FSDP1 ``_runtime_utils._post_forward_reshard``
+skips the root; FSDP2 sets the root's ``reshard_after_forward`` to False), so the traffic is
+(3 P - P_root)(N-1)/N parameter bytes, a little under ZeRO's 3 P(N-1)/N = 1.5 x DDP's.
+
+Prefetch p: when unit i starts (before it waits for its own allgather), the allgathers of the
+units up to i + p are issued; forward and backward prefetch separately, nothing crosses from
+forward into backward. p = 0 issues each allgather when its unit starts: no overlap at all.
+
+One FIFO collective stream shared by allgathers and reduce-scatters, as in sim/engine.py (NCCL
+runs a communicator's collectives in issue order): collective c starts when every rank has
+issued it and collective c-1 has ended, so every collective waits for the slowest rank's issue.
+A compute segment starts when the rank's previous segment has ended and its unit's allgather
+has finished. Every micro-step reduce-scatters (FSDP without ``no_sync``, which would keep
+unsharded gradients, the memory FSDP exists to save): K micro-steps carry K x the traffic.
+
+Noise, stragglers, jitter, interference, episodes and pauses are drawn and applied as in
+sim/engine.py: persistent speed factors (with stragglers) from ``build_workload``, a mean-1
+multiplier per rank and micro-step on all of its compute, one per collective per step, compute
+slowed by (1 + gamma) while a collective runs. The same seed gives DDP and FSDP the same draws
+of speed factors and noise.
+
+Per rank a step splits, as DDP's (sim/results.py), into dataloader + compute + optimizer +
+exposed comm + straggler wait: the rank's idle time (waiting for an allgather, and from its
+last compute to the end of the last reduce-scatter) is exposed comm while a collective runs and
+straggler wait while none does (a slower rank has not issued the next one yet).
+"""
+
+import math
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.buckets import Bucket
+from sim.collectives import bus_factor, collective_cost
+from sim.config import Scenario
+from sim.episodes import Effects
+from sim.gpt2 import GPT2Shape, model_shape, param_tensors
+from sim.noise import multipliers
+from sim.results import SimResult
+from sim.workload import build_workload, fabric_for
+
+ROOT = 0  # unit index of the root; block i is unit 1 + i
+
+
+def unit_params(shape: GPT2Shape) -> list[tuple[str, ...]]:
+    """Parameter names per FSDP unit: [root, block 0, ..., block L-1]."""
+    units: list[list[str]] = [[] for _ in range(shape.n_layer + 1)]
+    for t in param_tensors(shape):
+        parts = t.name.split(".")
+        units[1 + int(parts[2]) if parts[1] == "h" else ROOT].append(t.name)
+    return [tuple(u) for u in units]
+
+
+def unit_numels(shape: GPT2Shape) -> np.ndarray:
+    """Elements per unit, [root, block 0, ..., block L-1]."""
+    numel = {t.name: t.numel for t in param_tensors(shape)}
+    return np.array([sum(numel[n] for n in names) for names in unit_params(shape)])
+
+
+class ComputeShares(NamedTuple):
+    """Shares of a micro-step's forward (and, uniformly, backward) FLOPs, as sim/gpt2.py's
+    ``backward_ops`` counts them: matmuls 2 x weight elements per token, attention 4 T d per
+    layer, embedding lookups, layer norms and biases ~0."""
+
+    embedding: float
+    block: float  # each of the n_layer blocks
+    head: float  # ln_f + the tied lm_head
+
+
+def compute_shares(shape: GPT2Shape, seq_len: int) -> ComputeShares:
+    d = shape.n_embd
+    block = 2.0 * 12 * d * d + 4.0 * seq_len * d  # qkv 3d^2 + proj d^2 + fc 4d^2 + proj 4d^2; QK^T, AV
+    head = 2.0 * shape.vocab_size * d
+    total = shape.n_layer * block + head
+    return ComputeShares(0.0, block / total, head / total)
+
+
+class _Op(NamedTuple):
+    """One entry of a micro-step's program, in the order every rank runs it."""
+
+    issue: int  # >= 0: issue this collective (index within the micro-step); -1: compute
+    wait: int  # compute: the allgather it needs finished (index), -1 for none
+    fwd_share: float  # compute: share of the micro-step's forward time
+    bwd_share: float  # compute: share of its backward time
+
+
+def _program(n_layer: int, prefetch: int, shares: ComputeShares, recompute: bool):
+    """One micro-step's program and its collectives [(op, unit)] in issue order."""
+    colls: list[tuple[str, int]] = []
+    prog: list[_Op] = []
+
+    def issue(op: str, unit: int) -> int:
+        prog.append(_Op(len(colls), -1, 0.0, 0.0))
+        colls.append((op, unit))
+        return len(colls) - 1
+
+    # Forward: segment u computes unit u (0: the root's embeddings, 1 + i: block i), then the head.
+    ag: dict[int, int] = {}
+    for u in range(n_layer + 1):
+        for ahead in range(len(ag), min(u + prefetch, n_layer) + 1):
+            ag[ahead] = issue("allgather", ahead)
+        prog.append(_Op(-1, ag[u], shares.embedding if u == ROOT else shares.block, 0.0))
+    prog.append(_Op(-1, -1, shares.head, 0.0))  # the root is still gathered
+    # Backward: segment 0 is the head, segment s = 1..L is block L - s (unit 1 + L - s).
+    ag = {}
+    for s in range(n_layer + 1):
+        for ahead in range(len(ag) + 1, min(s + prefetch, n_layer) + 1):
+            ag[ahead] = issue("allgather", 1 + n_layer - ahead)
+        if s == 0:
+            prog.append(_Op(-1, -1, 0.0, shares.head))
+        else:
+            # Activation checkpointing reruns the block's forward inside its backward.
+            prog.append(_Op(-1, ag[s], shares.block if recompute else 0.0, shares.block))
+            issue("reduce_scatter", 1 + n_layer - s)
+    prog.append(_Op(-1, -1, 0.0, shares.embedding))
+    issue("reduce_scatter", ROOT)
+    return prog, colls
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsdpWorkload:
+    """What an FSDP step costs before anything runs; the attributes sim/results.py, export and
+    plots read from a DDP ``Workload`` mean the same here, per collective instead of per bucket."""
+
+    ranks: int
+    grad_accum: int
+    tokens_per_step: int  # all ranks together
+    speed_factor: np.ndarray  # (ranks,) persistent compute-time multiplier
+    forward_s: np.ndarray  # (ranks,) one micro-step's forward, before noise
+    backward_s: np.ndarray  # (ranks,) one micro-step's backward, before noise (no recompute)
+    dataloader_s: np.ndarray  # (ranks,)
+    optimizer_s: float  # on the shard: compute.optimizer_s / N
+    buckets: list[Bucket]  # the FSDP units as flat parameters: root, block 0..L-1
+    ops: tuple[str, ...]  # (collectives per step,) in stream order, K micro-steps
+    units: tuple[int, ...]  # (collectives per step,) the unit each one moves
+    wire_bytes: np.ndarray  # (collectives per step,) collective size S (allgather: the gathered unit)
+    collective_s: np.ndarray  # (collectives per step,) before jitter
+    algorithms: tuple[str, ...]
+    program: tuple[_Op, ...]  # one micro-step
+    prefetch: int
+    interference_gamma: float
+
+    @property
+    def traffic_bytes_per_step(self) -> float:
+        """Bytes each rank puts on its bus per optimizer step (nccl-tests convention)."""
+        if self.ranks == 1:
+            return 0.0
+        return float(sum(bus_factor(op, self.ranks) * s for op, s in zip(self.ops, self.wire_bytes, strict=True)))
+
+
+def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
+    """Compute per rank from the DDP workload (the same first draws: speed factors), then
+    the FSDP units and their collectives."""
+    base = build_workload(sc, rng)
+    t = sc.training
+    shape = model_shape(sc.model.preset)
+    seq = t.seq_len or shape.block_size
+    numels = unit_numels(shape)
+    sh = compute_shares(shape, seq)
+    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing)
+    colls = colls * t.grad_accum
+    ops = tuple(op for op, _ in colls)
+    units = tuple(u for _, u in colls)
+    size = {"allgather": t.param_bytes_per_param, "reduce_scatter": t.grad_bytes_per_param}
+    wire = np.array([float(numels[u] * size[op]) for op, u in colls])
+    fabric = fabric_for(sc)
+    costs = [collective_cost(op, w, fabric) for op, w in zip(ops, wire, strict=True)]
+    coll_s = np.array([c.time_s for c in costs])
+    if not sc.network.enabled:
+        coll_s = np.zeros_like(coll_s)
+    names = unit_params(shape)
+    # A unit's gradients are ready when its backward is done: the head, blocks in reverse, and
+    # the root last (wte's gradient completes with the embedding backward).
+    ready = [1.0] + [sh.head + (shape.n_layer - i) * sh.block for i in range(shape.n_layer)]
+    buckets = [
+        Bucket(u, names[u], int(numels[u]), int(numels[u]) * t.grad_bytes_per_param, ready[u], int(numels[u]))
+        for u in range(len(names))
+    ]
+    return FsdpWorkload(
+        ranks=sc.ranks,
+        grad_accum=t.grad_accum,
+        tokens_per_step=base.tokens_per_step,
+        speed_factor=base.speed_factor,
+        forward_s=base.forward_s,
+        backward_s=base.backward_s,
+        dataloader_s=base.dataloader_s,
+        optimizer_s=base.optimizer_s / sc.ranks,
+        buckets=buckets,
+        ops=ops,
+        units=units,
+        wire_bytes=wire,
+        collective_s=coll_s,
+        algorithms=tuple(c.algorithm for c in costs),
+        program=tuple(prog),
+        prefetch=t.fsdp_prefetch,
+        interference_gamma=sc.compute.interference_gamma,
+    )
+
+
+def _busy_points(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative busy time I(t) of FIFO (sorted, disjoint) intervals, as interpolation points."""
+    t = np.empty(2 * len(starts))
+    t[0::2], t[1::2] = starts, ends
+    cum = np.cumsum(ends - starts)
+    busy = np.empty_like(t)
+    busy[0::2], busy[1::2] = cum - (ends - starts), cum
+    return t, busy
+
+
+def _finish(t0: np.ndarray, work_s: np.ndarray, starts: np.ndarray, ends: np.ndarray, gamma: float) -> np.ndarray:
+    """End of ``work_s`` full-speed seconds of compute from ``t0``, at 1/(1+gamma) speed while a
+    collective runs: V(t) = t - c I(t), c = gamma/(1+gamma), solve V(t) = V(t0) + work
+    (sim/engine.py ``_Busy.finish``)."""
+    if not len(starts):
+        return t0 + work_s
+    pts, busy = _busy_points(starts, ends)
+    c = gamma / (1.0 + gamma)
+    v_pts = pts - c * busy
+    v = t0 - c * np.interp(t0, pts, busy) + work_s
+    inside = np.interp(v, v_pts, pts)
+    after = pts[-1] + (v - v_pts[-1])  # slope 1 after the last interval
+    return np.where(v < v_pts[0], v, np.where(v > v_pts[-1], after, inside))
+
+
+def simulate_fsdp(sc: Scenario) -> SimResult:
+    """Simulate ``sc.steps`` FSDP optimizer steps of ``sc.ranks`` ranks (``training.mode`` is
+    not read: the caller chose FSDP)."""
+    wall0 = time.perf_counter()
+    rng = np.random.default_rng(sc.seed)
+    wl = build_fsdp_workload(sc, rng)
+    n, k_micro, steps = sc.ranks, wl.grad_accum, sc.steps
+    n_coll, per_micro = len(wl.ops), len(wl.ops) // wl.grad_accum
+    gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
+    effects = Effects(sc.episodes, sc.pauses, n, sc.seed) if Effects.needed(sc.episodes, sc.pauses) else None
+    noise_cfg = sc.noise
+    step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
+    compute, exposed, wait, coll_wait = (np.zeros((steps, n)) for _ in range(4))
+    t0 = 0.0
+    for step in range(steps):
+        # Draw order as sim/engine.py: the step's noise, then its jitter.
+        noise = multipliers(rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples)
+        jitter = multipliers(rng, "lognormal", sc.network.jitter_sigma, n_coll)
+        t = t0 + wl.dataloader_s
+        work = np.zeros(n)  # compute per rank this step
+        if effects:  # episodes and pauses, as sim/engine.py applies them
+            fx = effects.at(step, t0)
+            noise, jitter = noise * fx.compute_factor[:, None], jitter * fx.comm_factor
+            t, work = t + fx.pause_s, work + fx.pause_s  # a pause counts as compute, as in sim/results.py
+        starts, ends = np.zeros(n_coll), np.zeros(n_coll)
+        durations = wl.collective_s * jitter
+        stream_end = -math.inf
+        gap_lo, gap_hi = [], []
+        issued = 0
+        for k in range(k_micro):
+            fwd, bwd = wl.forward_s * noise[:, k], wl.backward_s * noise[:, k]
+            first = k * per_micro
+            for op in wl.program:
+                if op.issue >= 0:
+                    c = first + op.issue
+                    start = max(float(t.max()), stream_end)
+                    coll_wait[step] += start - np.maximum(t, stream_end)
+                    stream_end = start + durations[c]
+                    starts[c], ends[c] = start, stream_end
+                    issued = c + 1
+                    continue
+                if op.wait >= 0:
+                    gap_lo.append(t)
+                    t = np.maximum(t, ends[first + op.wait])
+                    gap_hi.append(t)
+                seg = op.fwd_share * fwd + op.bwd_share * bwd
+                # Collectives issued later start after this segment ends on this rank: the
+                # ones issued so far are all that can slow it.
+                done = _finish(t, seg, starts[:issued], ends[:issued], gamma) if gamma else t + seg
+                work += done - t
+                t = done
+        gap_lo.append(t)
+        gap_hi.append(np.full(n, stream_end))
+        # Idle time while the stream is busy is exposed comm; the rest is straggler wait.
+        lo, hi = np.stack(gap_lo), np.stack(gap_hi)
+        if durations.any():
+            pts, busy = _busy_points(starts, ends)
+            exp = (np.interp(hi, pts, busy) - np.interp(lo, pts, busy)).sum(axis=0)
+        else:
+            exp = np.zeros(n)
+        end = stream_end + wl.optimizer_s
+        step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
+        compute[step], exposed[step] = work, exp
+        wait[step] = np.maximum((hi - lo).sum(axis=0) - exp, 0.0)
+        t0 = end
+    return SimResult(
+        scenario=sc,
+        workload=wl,
+        step_time_s=step_time,
+        step_end_s=step_end,
+        comm_busy_s=comm_busy,
+        compute_s=compute,
+        exposed_comm_s=exposed,
+        straggler_wait_s=wait,
+        collective_wait_s=coll_wait,
+        wall_s=time.perf_counter() - wall0,
+        trace={},
+    )

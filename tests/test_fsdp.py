@@ -1,0 +1,336 @@
+"""FSDP / ZeRO-3 steps (sim/fsdp.py) and the per-GPU memory estimate (sim/memory.py) against
+closed forms: exact where one exists."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import tiny
+
+from sim.collectives import bus_factor
+from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig, load_scenario
+from sim.engine import simulate
+from sim.fsdp import compute_shares, simulate_fsdp, unit_numels
+from sim.gpt2 import backward_ops, model_shape, param_count
+from sim.memory import GIB, activation_bytes, estimate_memory, fits
+
+REL = 1e-9
+SLOW_NET = NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nics_per_node=1, nic_gbit_s=0.01)
+
+
+def fsdp(prefetch=1, k=1, checkpointing=False) -> TrainingConfig:
+    return TrainingConfig(
+        micro_batch_size=2,
+        seq_len=64,
+        grad_accum=k,
+        mode="fsdp",
+        fsdp_prefetch=prefetch,
+        activation_checkpointing=checkpointing,
+    )
+
+
+def assert_breakdown_sums(r):
+    """step = dataloader + compute + optimizer + exposed comm + straggler wait, per rank."""
+    parts = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s + r.exposed_comm_s + r.straggler_wait_s
+    np.testing.assert_allclose(parts, np.broadcast_to(r.step_time_s[:, None], parts.shape), rtol=REL)
+    assert (r.exposed_comm_s >= -1e-12).all() and (r.straggler_wait_s >= 0).all()
+
+
+def block_fwd_s(wl, shape, seq=64):
+    return wl.forward_s[0] * compute_shares(shape, seq).block
+
+
+def test_units_and_compute_shares_match_gpt2():
+    shape = model_shape("gpt2-760m")
+    numels = unit_numels(shape)
+    assert len(numels) == shape.n_layer + 1 and numels.sum() == param_count(shape) == 760_300_032
+    d = shape.n_embd
+    assert numels[0] == shape.vocab_size * d + shape.block_size * d + 2 * d  # wte, wpe, ln_f
+    assert (numels[1:] == 12 * d * d + 13 * d).all()
+    sh = compute_shares(shape, 2048)
+    assert sh.embedding + shape.n_layer * sh.block + sh.head == pytest.approx(1.0, rel=1e-12)
+    # The same FLOPs as the DDP side's backward_ops, which sets its bucket-ready times.
+    ops = backward_ops(shape, 2048)
+    total = sum(op.flops_per_token for op in ops)
+    assert sh.head == pytest.approx(ops[0].flops_per_token / total, rel=1e-12)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_free_network_is_compute_plus_shard_optimizer(checkpointing):
+    ranks, k = 4, 2
+    sc = tiny(
+        ranks=ranks,
+        training=fsdp(k=k, checkpointing=checkpointing),
+        compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_s=0.01),
+        network=NetworkConfig(enabled=False, gpus_per_node=1),
+    )
+    r = simulate_fsdp(sc)
+    wl = r.workload
+    recompute = 0.0
+    if checkpointing:  # one more forward of every block per micro-step
+        shape = model_shape("gpt2-tiny")
+        recompute = k * shape.n_layer * block_fwd_s(wl, shape)
+    np.testing.assert_allclose(r.step_time_s, 0.01 + k * 0.3 + recompute + 0.02 / ranks, rtol=REL)
+    assert_breakdown_sums(r)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize(
+    "net", [SLOW_NET, NetworkConfig(backend="gloo", gpus_per_node=1, nics_per_node=1, nic_gbit_s=100.0)]
+)
+def test_prefetch_0_is_the_sum_of_parts(k, net):
+    # No prefetch: each allgather is issued when its unit starts and every reduce-scatter sits
+    # in front of the next allgather, so nothing overlaps, whatever the speeds.
+    ranks = 4
+    sc = tiny(
+        ranks=ranks,
+        training=fsdp(prefetch=0, k=k),
+        compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.02, dataloader_s=0.005),
+        network=net,
+    )
+    r = simulate_fsdp(sc)
+    wl = r.workload
+    shape = model_shape("gpt2-tiny")
+    n_layer = shape.n_layer
+    # Per micro-step: root + blocks gathered in forward, blocks again in backward, all reduce-scattered.
+    assert wl.ops.count("allgather") == k * (2 * n_layer + 1)
+    assert wl.ops.count("reduce_scatter") == k * (n_layer + 1)
+    # gloo ring closed form, (N-1) alpha + (N-1)/N S / B, S = the unsharded unit's bytes.
+    alpha, beta = 50e-6, net.nic_gbit_s * 1e9 / 8 * net.nic_efficiency
+    numels = unit_numels(shape)
+    sizes = np.array([numels[u] * 2.0 for u in wl.units])  # bf16 parameters and gradients
+    np.testing.assert_allclose(wl.wire_bytes, sizes, rtol=0)
+    np.testing.assert_allclose(wl.collective_s, (ranks - 1) * alpha + (ranks - 1) / ranks * sizes / beta, rtol=1e-12)
+    expected = 0.005 + k * 0.2 + wl.collective_s.sum() + 0.02 / ranks
+    np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
+    np.testing.assert_allclose(r.comm_busy_s, wl.collective_s.sum(), rtol=REL)
+    np.testing.assert_allclose(r.exposed_comm_s, wl.collective_s.sum(), rtol=REL)
+    assert_breakdown_sums(r)
+
+
+def test_h100_prefetch_0_closed_form():
+    sc = load_scenario(
+        "h100-1024",
+        ["training.mode=fsdp", "training.fsdp_prefetch=0", "noise.distribution=none", "noise.speed_spread_sd=0"],
+        ranks=64,
+        steps=3,
+    )
+    r = simulate_fsdp(sc)
+    wl = r.workload
+    expected = wl.forward_s[0] + wl.backward_s[0] + wl.collective_s.sum() + sc.compute.optimizer_s / 64
+    np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
+
+
+@pytest.mark.parametrize("prefetch", [1, 2, 30])
+@pytest.mark.parametrize("k", [1, 2])
+def test_prefetch_hides_compute_when_communication_bound(prefetch, k):
+    # Communication far slower than compute: with prefetch the stream never idles but where no
+    # collective is in flight yet: the last block's and the head's forward (prefetch does not
+    # cross from forward into backward), once per micro-step.
+    ranks = 4
+    sc = tiny(
+        ranks=ranks,
+        training=fsdp(prefetch=prefetch, k=k),
+        compute=ComputeConfig(step_compute_s=1e-3, optimizer_s=0.02, dataloader_s=0.005),
+        network=SLOW_NET,
+    )
+    r = simulate_fsdp(sc)
+    wl = r.workload
+    shape = model_shape("gpt2-tiny")
+    sh = compute_shares(shape, 64)
+    assert wl.collective_s.min() > 10 * (wl.forward_s[0] + wl.backward_s[0])  # communication-bound
+    idle = k * wl.forward_s[0] * (sh.block + sh.head)
+    expected = 0.005 + wl.collective_s.sum() + idle + 0.02 / ranks
+    np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
+    no_prefetch = simulate_fsdp(dataclasses.replace(sc, training=fsdp(prefetch=0, k=k)))
+    assert r.step_time_s.mean() < no_prefetch.step_time_s.mean()
+    assert_breakdown_sums(r)
+
+
+def test_prefetch_hides_communication_when_compute_bound():
+    # Fast network, prefetch 1: all that shows is what no compute can hide, the first two
+    # allgathers (the root, whose embedding computes nothing, and block 0) and the last two
+    # reduce-scatters (block 0 and the root, after the last backward).
+    sc = load_scenario(
+        "h100-1024",
+        ["training.mode=fsdp", "noise.distribution=none", "noise.speed_spread_sd=0"],
+        ranks=64,
+        steps=3,
+    )
+    r = simulate_fsdp(sc)
+    wl = r.workload
+    c = wl.collective_s
+    assert wl.units[:2] == (0, 1) and wl.units[-2:] == (1, 0)
+    shown = c[0] + c[1] + c[-2] + c[-1]
+    np.testing.assert_allclose(r.exposed_comm_s, shown, rtol=REL)
+    expected = wl.forward_s[0] + wl.backward_s[0] + shown + sc.compute.optimizer_s / 64
+    np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
+    assert r.summary()["scaling_efficiency"] > 0.95
+
+
+def test_fsdp_moves_about_1_5x_ddp_traffic():
+    # ZeRO (Rajbhandari et al. 2020, Sec. 7.2.2): ZeRO-3 moves 3 Psi (N-1)/N against DDP's 2 Psi.
+    # torch keeps the root unit gathered from forward to backward, so its parameters travel once.
+    ranks = 64
+    sc = load_scenario("h100-1024", ["training.mode=fsdp"], ranks=ranks, steps=1)
+    wl = simulate_fsdp(sc).workload
+    ddp = simulate(load_scenario("h100-1024", ranks=ranks, steps=1)).workload
+    shape = model_shape("gpt2-760m")
+    numels = unit_numels(shape)
+    p, root = float(numels.sum()), float(numels[0])
+    f = (ranks - 1) / ranks
+    assert wl.traffic_bytes_per_step == pytest.approx((3 * p - root) * 2 * f, rel=1e-12)
+    assert ddp.traffic_bytes_per_step == pytest.approx(2 * p * 2 * f, rel=1e-12)
+    ratio = wl.traffic_bytes_per_step / ddp.traffic_bytes_per_step
+    assert ratio == pytest.approx(1.5 - root / (2 * p), rel=1e-12)
+    assert 1.44 < ratio < 1.5
+    # Every block: two allgathers and one reduce-scatter of its bytes, ZeRO's 3x exactly.
+    for u in range(1, shape.n_layer + 1):
+        moved = sum(
+            bus_factor(op, ranks) * b for op, b, x in zip(wl.ops, wl.wire_bytes, wl.units, strict=True) if x == u
+        )
+        assert moved == pytest.approx(3 * f * numels[u] * 2, rel=1e-12)
+    # Unlike DDP's no_sync, every FSDP micro-step reduce-scatters: K x the traffic.
+    wl4 = simulate_fsdp(
+        load_scenario("h100-1024", ["training.mode=fsdp", "training.grad_accum=4"], ranks=ranks, steps=1)
+    )
+    assert wl4.workload.traffic_bytes_per_step == pytest.approx(4 * wl.traffic_bytes_per_step, rel=1e-12)
+
+
+@pytest.mark.parametrize("ranks", [2, 64, 1024])
+def test_persistent_straggler_is_s_times_compute(ranks):
+    s, base = 1.4, 0.25
+    common = dict(ranks=ranks, stragglers=f"{ranks - 1}:{s}", compute=ComputeConfig(step_compute_s=base))
+    r = simulate_fsdp(tiny(**common, training=fsdp(), network=NetworkConfig(enabled=False, gpus_per_node=1)))
+    np.testing.assert_allclose(r.step_time_s, s * base, rtol=REL)
+    r = simulate_fsdp(tiny(**common, training=fsdp(prefetch=0)))
+    np.testing.assert_allclose(r.step_time_s - r.workload.collective_s.sum(), s * base, rtol=REL)
+    r = simulate_fsdp(tiny(**common, training=fsdp(prefetch=2)))
+    assert (r.step_time_s >= s * base * (1 - REL)).all()
+    waits = r.collective_wait_s.mean(axis=0)  # everybody waits for the straggler, it for nobody
+    assert waits.argmin() == ranks - 1 and waits[ranks - 1] == pytest.approx(0.0, abs=1e-12)
+    assert_breakdown_sums(r)
+
+
+def test_interference_cannot_slow_what_never_overlaps():
+    # Prefetch 0 runs no collective during compute: gamma changes nothing. With prefetch it does.
+    def run(prefetch, gamma):
+        compute = ComputeConfig(step_compute_s=0.05, interference_gamma=gamma)
+        return simulate_fsdp(tiny(training=fsdp(prefetch=prefetch), compute=compute, network=SLOW_NET))
+
+    np.testing.assert_allclose(run(0, 0.5).step_time_s, run(0, 0.0).step_time_s, rtol=REL)
+    slowed, plain = run(1, 0.5), run(1, 0.0)
+    assert (slowed.compute_s > plain.compute_s).all()
+    assert_breakdown_sums(slowed)
+
+
+def test_everything_on_breakdown_and_seed():
+    sc = tiny(
+        ranks=8,
+        steps=20,
+        stragglers="3:1.3",
+        training=fsdp(prefetch=1, k=2, checkpointing=True),
+        compute=ComputeConfig(step_compute_s=0.1, optimizer_s=0.01, dataloader_s=0.003, interference_gamma=0.3),
+        network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.2, jitter_sigma=0.1),
+        noise=NoiseConfig(distribution="gamma", sigma=0.1, speed_spread_sd=0.02),
+    )
+    r = simulate_fsdp(sc)
+    assert_breakdown_sums(r)
+    assert np.all(r.step_time_s[:, None] >= r.compute_s)
+    np.testing.assert_array_equal(simulate_fsdp(sc).step_time_s, r.step_time_s)
+    # The same persistent draws as the DDP engine for the same seed.
+    ddp = simulate(dataclasses.replace(sc, training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=2)))
+    np.testing.assert_array_equal(ddp.workload.speed_factor, r.workload.speed_factor)
+    s = r.summary()
+    assert 0 < s["scaling_efficiency"] <= 1 and s["buckets"] == 3  # root + 2 blocks
+
+
+def test_pauses_and_episodes_apply_as_in_ddp():
+    # sim/episodes.py's effects: a pause is compute before the first forward, as the DDP recorder counts it.
+    sets = ["training.mode=fsdp", "pauses.every_steps=2", "episodes.compute_per_h=1e5", "episodes.comm_per_h=1e5"]
+    sc = load_scenario("h100-1024", sets, ranks=16, steps=20)
+    r = simulate_fsdp(sc)
+    assert_breakdown_sums(r)
+    plain = simulate_fsdp(load_scenario("h100-1024", ["training.mode=fsdp"], ranks=16, steps=20))
+    assert r.step_time_s.mean() > plain.step_time_s.mean()
+
+
+def test_1024_ranks_100_steps_fast():
+    sc = load_scenario("h100-1024", ["training.mode=fsdp"], ranks=1024, steps=100)
+    r = simulate_fsdp(sc)
+    assert r.wall_s < 5.0, r.wall_s  # ~0.15 s on one core
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("training.mode=zero3", "training.mode"),
+        ("training.fsdp_prefetch=-1", "training.fsdp_prefetch"),
+        ("training.param_bytes_per_param=3", "training.param_bytes_per_param"),
+        ("training.optimizer_state_bytes_per_param=-4", "training.optimizer_state_bytes_per_param"),
+    ],
+)
+def test_bad_keys_name_themselves(override, key):
+    with pytest.raises(ValueError, match=key):
+        load_scenario("h100-1024", [override])
+
+
+def test_fsdp_refuses_ddp_comm_hooks():
+    with pytest.raises(ValueError, match="training.comm_hook"):
+        load_scenario("h100-1024", ["training.mode=fsdp", "training.comm_hook=powersgd"])
+
+
+# ---- memory ---------------------------------------------------------------------------------
+
+
+def homelab(mode: str, ranks: int, checkpointing: bool = False):
+    return load_scenario(
+        "homelab-10gbe",
+        [f"training.mode={mode}", f"training.activation_checkpointing={str(checkpointing).lower()}", "stragglers=''"],
+        ranks=ranks,
+    )
+
+
+def test_gpt2_124m_state_arithmetic_exact():
+    # 124,439,808 parameters (GPT-2 small with tied lm_head): bf16 2 B, Adam state 12 B each.
+    sc = load_scenario(
+        "h100-1024", ["model.preset=gpt2-124m", "training.seq_len=1024", "training.micro_batch_size=1"], ranks=1
+    )
+    e = estimate_memory(sc)
+    assert e.parameters_gib * GIB == 248_879_616
+    assert e.gradients_gib * GIB == 248_879_616
+    assert e.ddp_buckets_gib * GIB == 248_879_616
+    assert e.optimizer_state_gib * GIB == 1_493_277_696
+    sharded = estimate_memory(dataclasses.replace(sc, ranks=4, training=dataclasses.replace(sc.training, mode="fsdp")))
+    assert sharded.parameters_gib * GIB == 248_879_616 / 4
+    assert sharded.optimizer_state_gib * GIB == 1_493_277_696 / 4
+    assert sharded.ddp_buckets_gib == 0
+    # gathered: root (params + grads) + 2 blocks' params (prefetch 1) + one block's gradients
+    root, block = 50257 * 768 + 1024 * 768 + 2 * 768, 12 * 768 * 768 + 13 * 768
+    assert sharded.fsdp_unsharded_gib * GIB == root * 4 + 2 * block * 2 + block * 2
+    parts = [v for k, v in sharded._asdict().items() if k.endswith("_gib") and k != "total_gib"]
+    assert sharded.total_gib == pytest.approx(sum(parts), rel=1e-12)
+
+
+def test_activations_follow_korthikanti():
+    shape = model_shape("gpt2-760m")
+    s, b, h, a, v, n_layer = 1024, 4, 1536, 16, 50257, 24
+    head = 4 * s * b * h * (1 + v / h)
+    full = activation_bytes(shape, s, b, checkpointing=False, fused_attention=False)
+    assert full == pytest.approx(n_layer * s * b * h * (34 + 5 * a * s / h) + head, rel=1e-12)
+    fused = activation_bytes(shape, s, b, checkpointing=False, fused_attention=True)
+    assert fused == pytest.approx(n_layer * 34 * s * b * h + head, rel=1e-12)
+    ckpt = activation_bytes(shape, s, b, checkpointing=True, fused_attention=True)
+    assert ckpt == pytest.approx(n_layer * 2 * s * b * h + 34 * s * b * h + head, rel=1e-12)
+
+
+def test_760m_ddp_does_not_fit_a_12_gb_gpu_fsdp_on_two_does_with_checkpointing():
+    ddp = estimate_memory(homelab("ddp", 2))
+    # 760,300,032 parameters x (2 + 2 + 12) bytes = 12.16 GB of model states before anything else.
+    assert ddp.model_states_gib * GIB == 760_300_032 * 16
+    assert not fits(ddp, 12.0)
+    assert not fits(estimate_memory(homelab("ddp", 1, checkpointing=True)), 12.0)
+    fsdp2 = estimate_memory(homelab("fsdp", 2, checkpointing=True))
+    assert fsdp2.model_states_gib == pytest.approx(ddp.model_states_gib / 2, rel=1e-12)
+    assert fits(fsdp2, 12.0)
+    assert fsdp2.total_gib < estimate_memory(homelab("fsdp", 2)).total_gib
