@@ -161,12 +161,14 @@ def demo(args) -> int:
 
 def _print_headlines(out: Path) -> None:
     """The lesson in five lines, from the files the stages wrote."""
+    from ddplab.demo import MICRO_BATCH
+
     calib = json.loads((out / "calib.json").read_text())
     val = json.loads((out / "validation.json").read_text())
     sim = json.loads((out / "sim" / "summary.json").read_text())
     (label, net), *_ = calib["networks"].items()
     ar, k = net["collectives"]["allreduce"], calib["compute"]
-    step = k["step_s"]["intercept_s"] + k["step_s"]["per_token_s"] * 4 * k["seq_len"]
+    step = k["step_s"]["intercept_s"] + k["step_s"]["per_token_s"] * MICRO_BATCH * k["seq_len"]
     print(
         f"measured:   link {net['link_gbit_s']['value']:.3g} Gbit/s, allreduce busbw {ar['busbw_gb_s']:.3g} GB/s"
         f" (stack efficiency {net['stack_efficiency']['value']:.2f}), compute {fmt_seconds(step)} per micro-step"

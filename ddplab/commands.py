@@ -174,7 +174,7 @@ def _print_summary(sc, s: dict) -> None:
     st = s["step_time_s"]
     print(f"{sc.name}: {sc.description}")
     print(
-        f"  {s['model']}, {s['ranks']} ranks on {s['nodes']} nodes, {_network_line(sc)};"
+        f"  {s['model']}{_mode(sc)}, {s['ranks']} ranks on {s['nodes']} nodes, {_network_line(sc)};"
         f" {s['steps']} steps, seed {s['seed']}"
     )
     print(
@@ -233,9 +233,14 @@ _SWEEP_COLUMNS = (
 )
 
 
+def _mode(sc) -> str:
+    t = sc.training
+    return f" (FSDP, prefetch {t.fsdp_prefetch})" if t.mode == "fsdp" else ""
+
+
 def _print_sweep(sc, summaries: list[dict]) -> None:
     print(f"{sc.name}: {sc.description}")
-    print(f"  {sc.model.preset}, {_network_line(sc)}; {sc.steps} steps, seed {sc.seed}")
+    print(f"  {sc.model.preset}{_mode(sc)}, {_network_line(sc)}; {sc.steps} steps, seed {sc.seed}")
     print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
     for s in summaries:
         print(" ".join(f"{f(s):>{w}}" for _, w, f in _SWEEP_COLUMNS))

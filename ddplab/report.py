@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from ddplab.demo import MICRO_BATCH
 from sim.cost import SEED_LINKS, link_costs
 from sim.gpt2 import model_shape, param_tensors
 from sim.units import fmt_bytes, fmt_seconds
@@ -75,8 +76,7 @@ def _missing(what: str, how: str) -> str:
     return f"<p class=missing>{_e(what)} not found: {_e(how)}</p>"
 
 
-def _cost(calib, demo) -> str:
-    rows = []
+def _cost(calib) -> str:
     link = None
     if calib:
         (label, net), *_ = sorted(calib["networks"].items())
@@ -91,7 +91,7 @@ def _cost(calib, demo) -> str:
         compute_s = None
         if calib and name == calib["compute"]["model"]:
             k = calib["compute"]["step_s"]
-            compute_s = k["intercept_s"] + k["per_token_s"] * 4 * calib["compute"]["seq_len"]
+            compute_s = k["intercept_s"] + k["per_token_s"] * MICRO_BATCH * calib["compute"]["seq_len"]
         costs = link_costs(
             params=params,
             bytes_per_param=bpp,
@@ -281,7 +281,7 @@ def render(run_dir: Path) -> str:
     stages = demo.get("stages", {})
     timing = ", ".join(f"{k} {v['seconds']} s" for k, v in stages.items())
     sections = [
-        ("The arithmetic first (the seed's cost table)", _cost(calib, demo)),
+        ("The arithmetic first (the seed's cost table)", _cost(calib)),
         ("The probe against the wire", _probe(run_dir, calib)),
         ("The fitted model, and where each value came from", _params(run_dir, calib)),
         ("The prediction checked against a real run", _validation(run_dir)),
