@@ -44,7 +44,7 @@ straggler wait while none does (a slower rank has not issued the next one yet).
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -53,7 +53,7 @@ from sim.buckets import Bucket
 from sim.collectives import bus_factor, collective_cost
 from sim.config import Scenario
 from sim.episodes import Effects
-from sim.gpt2 import GPT2Shape, model_shape, param_tensors
+from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, model_shape, param_tensors
 from sim.noise import multipliers
 from sim.results import SimResult
 from sim.workload import build_workload, fabric_for
@@ -74,24 +74,6 @@ def unit_numels(shape: GPT2Shape) -> np.ndarray:
     """Elements per unit, [root, block 0, ..., block L-1]."""
     numel = {t.name: t.numel for t in param_tensors(shape)}
     return np.array([sum(numel[n] for n in names) for names in unit_params(shape)])
-
-
-class ComputeShares(NamedTuple):
-    """Shares of a micro-step's forward (and, uniformly, backward) FLOPs, as sim/gpt2.py's
-    ``backward_ops`` counts them: matmuls 2 x weight elements per token, attention 4 T d per
-    layer, embedding lookups, layer norms and biases ~0."""
-
-    embedding: float
-    block: float  # each of the n_layer blocks
-    head: float  # ln_f + the tied lm_head
-
-
-def compute_shares(shape: GPT2Shape, seq_len: int) -> ComputeShares:
-    d = shape.n_embd
-    block = 2.0 * 12 * d * d + 4.0 * seq_len * d  # qkv 3d^2 + proj d^2 + fc 4d^2 + proj 4d^2; QK^T, AV
-    head = 2.0 * shape.vocab_size * d
-    total = shape.n_layer * block + head
-    return ComputeShares(0.0, block / total, head / total)
 
 
 class _Op(NamedTuple):
@@ -170,8 +152,9 @@ class FsdpWorkload:
 def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     """Compute per rank from the DDP workload (the same first draws: speed factors), then
     the FSDP units and their collectives."""
-    base = build_workload(sc, rng)
+    # The DDP workload without recompute: the program below reruns each block's forward itself.
     t = sc.training
+    base = build_workload(replace(sc, training=replace(t, activation_checkpointing=False)), rng)
     shape = model_shape(sc.model.preset)
     seq = t.seq_len or shape.block_size
     numels = unit_numels(shape)

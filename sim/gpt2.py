@@ -143,3 +143,21 @@ def gradient_ready_order(shape: GPT2Shape, seq_len: int) -> list[tuple[str, floa
         done += op.flops_per_token
         order += [(name, done / total) for name in op.completes]
     return order
+
+
+class ComputeShares(NamedTuple):
+    """Shares of a micro-step's forward (and, uniformly, backward) FLOPs, as sim/gpt2.py's
+    ``backward_ops`` counts them: matmuls 2 x weight elements per token, attention 4 T d per
+    layer, embedding lookups, layer norms and biases ~0."""
+
+    embedding: float
+    block: float  # each of the n_layer blocks
+    head: float  # ln_f + the tied lm_head
+
+
+def compute_shares(shape: GPT2Shape, seq_len: int) -> ComputeShares:
+    d = shape.n_embd
+    block = 2.0 * 12 * d * d + 4.0 * seq_len * d  # qkv 3d^2 + proj d^2 + fc 4d^2 + proj 4d^2; QK^T, AV
+    head = 2.0 * shape.vocab_size * d
+    total = shape.n_layer * block + head
+    return ComputeShares(0.0, block / total, head / total)

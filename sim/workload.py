@@ -8,7 +8,7 @@ import numpy as np
 from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
 from sim.config import Scenario, parse_stragglers
-from sim.gpt2 import flops_per_token, gradient_ready_order, model_shape, param_tensors
+from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, model_shape, param_tensors
 from sim.noise import speed_factors
 
 
@@ -127,6 +127,9 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
         factor, loader = factor * share, loader * share
     bwd_frac = sc.compute.backward_fraction
+    # Activation checkpointing reruns every block's forward inside backward (torch.utils.checkpoint;
+    # Chen et al. 2016): backward grows by the blocks' share of the forward (FSDP does the same per block).
+    recompute = shape.n_layer * compute_shares(shape, seq).block if t.activation_checkpointing else 0.0
     wire = np.array([_wire_bytes(sc, b) for b in buckets])
     fabric = fabric_for(sc)
     costs = [collective_cost("allreduce", w, fabric) for w in wire]
@@ -140,7 +143,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         tokens_per_step=sc.ranks * t.grad_accum * t.micro_batch_size * seq,
         speed_factor=factor,
         forward_s=base * (1.0 - bwd_frac) * factor,
-        backward_s=base * bwd_frac * factor,
+        backward_s=base * (bwd_frac + (1.0 - bwd_frac) * recompute) * factor,
         dataloader_s=loader,
         optimizer_s=sc.compute.optimizer_s,
         buckets=buckets,

@@ -10,9 +10,10 @@ from conftest import tiny
 from sim.collectives import bus_factor
 from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig, load_scenario
 from sim.engine import simulate
-from sim.fsdp import compute_shares, simulate_fsdp, unit_numels
-from sim.gpt2 import backward_ops, model_shape, param_count
+from sim.fsdp import build_fsdp_workload, simulate_fsdp, unit_numels
+from sim.gpt2 import backward_ops, compute_shares, model_shape, param_count
 from sim.memory import GIB, activation_bytes, estimate_memory, fits
+from sim.workload import build_workload
 
 REL = 1e-9
 SLOW_NET = NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nics_per_node=1, nic_gbit_s=0.01)
@@ -334,3 +335,21 @@ def test_760m_ddp_does_not_fit_a_12_gb_gpu_fsdp_on_two_does_with_checkpointing()
     assert fsdp2.model_states_gib == pytest.approx(ddp.model_states_gib / 2, rel=1e-12)
     assert fits(fsdp2, 12.0)
     assert fsdp2.total_gib < estimate_memory(homelab("fsdp", 2)).total_gib
+
+
+def test_ddp_activation_checkpointing_recomputes_the_blocks_forward():
+    """DDP with activation checkpointing: every micro-step's backward also reruns each block's
+    forward (the blocks' share of forward FLOPs); FSDP's per-block recompute is counted once."""
+    plain = load_scenario("h100-1024", ranks=8, steps=3)
+    ckpt = load_scenario("h100-1024", ["training.activation_checkpointing=true"], ranks=8, steps=3)
+    a, b = (build_workload(sc, np.random.default_rng(0)) for sc in (plain, ckpt))
+    shape = model_shape("gpt2-760m")
+    share = shape.n_layer * compute_shares(shape, 2048).block
+    assert b.backward_s == pytest.approx(a.backward_s + a.forward_s * share, rel=1e-12)
+    assert np.array_equal(a.forward_s, b.forward_s)
+    f = load_scenario("h100-1024", ["training.mode=fsdp", "training.activation_checkpointing=true"], ranks=8, steps=3)
+    g = load_scenario("h100-1024", ["training.mode=fsdp"], ranks=8, steps=3)
+    assert np.array_equal(
+        build_fsdp_workload(f, np.random.default_rng(0)).backward_s,
+        build_fsdp_workload(g, np.random.default_rng(0)).backward_s,
+    )
