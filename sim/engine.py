@@ -170,6 +170,7 @@ def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, st
             fwd=fwd,
             bwd=bwd,
             busy=st.busy(nb),
+            pause_s=None if st.pause_s is None else st.pause_s[ranks],
         )
 
 

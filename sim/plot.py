@@ -83,6 +83,7 @@ _TIMELINE_COLORS = {
     "backward": "C1",
     "optimizer": "C2",
     "dataloader": "0.6",
+    "pause": "C4",
     "allreduce": "C3",
     "wait": "0.8",
 }

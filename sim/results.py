@@ -2,6 +2,7 @@
 
 Per step and rank (arrays of shape (steps, ranks)), a rank's step splits exactly:
   step_time = dataloader + compute + optimizer + exposed_comm + straggler_wait
+(compute includes any stop-the-world pause before the first forward, sim/episodes.py)
 where, in the idle time between the end of its backward and the end of the
 step's last collective, ``exposed_comm`` is the part during which a collective
 is running and ``straggler_wait`` the part during which none is (the stream is
@@ -117,7 +118,7 @@ class Recorder:
         if step < self.trace_steps:
             self.trace["comm"][step] = (t0, starts.copy(), ends.copy())
 
-    def ranks(self, step: int, ranks: slice, *, t0, last_bwd_start, ready, fwd, bwd, busy):
+    def ranks(self, step: int, ranks: slice, *, t0, last_bwd_start, ready, fwd, bwd, busy, pause_s=None):
         starts, ends = busy.t[0::2], busy.t[1::2]
         bwd_end = ready[:, -1]  # the last bucket is ready when backward ends (fraction 1)
         compute = bwd_end - t0 - self.wl.dataloader_s[ranks]
@@ -136,6 +137,7 @@ class Recorder:
                     self.trace["ranks"][(step, r)] = {
                         "t0": t0,
                         "dataloader_s": float(self.wl.dataloader_s[r]),
+                        "pause_s": 0.0 if pause_s is None else float(pause_s[i]),
                         "forward_s": fwd[i].copy(),
                         "backward_s": bwd[i].copy(),
                         "last_backward_start": float(last_bwd_start[i]),

@@ -8,7 +8,7 @@ Complete events ("ph": "X") carry ``ts`` and ``dur`` in microseconds; instant ev
 processes and threads.
 
 Layout: one process per traced rank (pid = rank), with three threads:
-  tid 0 "compute": dataloader, forward k / backward k per micro-step, optimizer;
+  tid 0 "compute": dataloader, pause (GC/OS), forward k / backward k per micro-step, optimizer;
   tid 1 "comm":    "allreduce bucket b", the "wait bucket b" before it (the rank was
                    ready, the stream free, but a slower rank had not launched yet)
                    and an instant "ready b" when the rank launches bucket b;
@@ -64,6 +64,9 @@ def _compute_events(rank: int, rec: dict, collectives_end_s: float, optimizer_s:
     if rec["dataloader_s"] > 0:
         events.append(_span("dataloader", "compute", rank, COMPUTE, t, t + rec["dataloader_s"]))
         t += rec["dataloader_s"]
+    if rec.get("pause_s", 0.0) > 0:  # a GC/OS stop-the-world pause (sim/episodes.py)
+        events.append(_span("pause", "compute", rank, COMPUTE, t, t + rec["pause_s"]))
+        t += rec["pause_s"]
     fwd, bwd = rec["forward_s"], rec["backward_s"]
     last = len(fwd) - 1
     for k in range(len(fwd)):

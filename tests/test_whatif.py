@@ -113,3 +113,19 @@ def test_whatif_cli(ddplab):
     assert rows[1]["tokens_per_s"] > 1.2 * rows[0]["tokens_per_s"]  # the 1.4x lemon GPU no longer sets the pace
     code, _, err = ddplab("whatif", "straggler-lemon", "--try", "teleport")
     assert code == 2 and "--try: unknown mitigation 'teleport'" in err
+
+
+def test_pauses_are_drawn_as_their_own_span():
+    """A synchronised pause every step: every traced rank shows one "pause" span per step, of
+    the same length, and its first forward starts where the pause ends."""
+    from sim.trace import chrome_trace
+
+    sc = load_scenario("straggler-gc", ["pauses.every_steps=1", "pauses.synchronized=true"], ranks=16, steps=3)
+    events = chrome_trace(simulate(sc, trace_steps=3))["traceEvents"]
+    pauses = [e for e in events if e.get("name") == "pause"]
+    forwards = {(e["pid"], round(e["ts"], 3)) for e in events if e.get("name") == "forward 0"}
+    assert len(pauses) == 3 * 8  # 3 steps x the 8 traced ranks
+    for step_t0 in sorted({p["ts"] for p in pauses}):
+        same = [p for p in pauses if p["ts"] == step_t0]
+        assert len({round(p["dur"], 6) for p in same}) == 1 and 100e3 <= same[0]["dur"] <= 500e3  # us
+        assert all((p["pid"], round(p["ts"] + p["dur"], 3)) in forwards for p in same)
