@@ -38,8 +38,8 @@ import numpy as np
 from calibrate.noise_fit import STRAGGLER_SCORE_FLAG
 from calibrate.records import read_run
 from calibrate.validate import WARMUP_STEPS
+from sim.export import SCHEMA as SIM_SCHEMA
 
-SIM_SCHEMA = "ddplab.sim/1"  # sim/export.py SCHEMA
 _RANKS_DIR = re.compile(r"ranks-(\d{4,})")
 
 
