@@ -1,9 +1,11 @@
 """The demo's simulations: the measured home lab and two 1024-GPU clusters swept over
-rank counts with the calibration applied, and what one lemon GPU costs at 1024.
+rank counts with the calibration applied, what one lemon GPU costs at 1024 and which fix
+pays for it, and what failures cost over a campaign.
 
 Writes under ``RUN_DIR/sim/``: ``<platform>/`` (sim/export.py's records, traces and
 ``scaling.png`` per platform), ``<platform>/timeline.png``, ``stragglers.png`` and
-``summary.json`` ({"platforms": {name: [summary per rank count]}, "stragglers": [...]}).
+``summary.json`` ({"platforms": {name: [summary per rank count]}, "stragglers": [...],
+"fixes": [sim/whatif.py rows for the lemon GPU], "goodput": {...}}).
 """
 
 import json
@@ -70,11 +72,48 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
                 title = f"{name}, 1024 ranks, one lemon GPU (rank {LEMON_RANK}) x{LEMON:g}: first 3 steps"
                 plot_timeline(result, out / name / "timeline.png", title)
     _plot_stragglers(stragglers, out / "stragglers.png")
-    summary = {"platforms": platforms, "stragglers": stragglers}
+    summary = {
+        "platforms": platforms,
+        "stragglers": stragglers,
+        "fixes": _fixes(calib, str(calib_path), steps),
+        "goodput": _goodput(),
+    }
     tmp = out / ".summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1))
     os.replace(tmp, out / "summary.json")
     return summary
+
+
+def _fixes(calib: dict, calib_path: str, steps: int) -> list[dict]:
+    """Which fix pays for the lemon GPU on 1024 H100s (sim/whatif.py), with the measured jitter."""
+    from sim.whatif import compare
+
+    data, _, _, _ = load_for_simulation(
+        "h100-1024", [f"stragglers={LEMON_RANK}:{LEMON}"], calib, calib_path, None, "auto", ranks=1024
+    )
+    data["steps"] = steps
+    rows = compare(data, ["rebalance", "exclude-slowest", "accum=4"], horizon_h=24.0, restart_min=10.0)
+    return [r._asdict() for r in rows]
+
+
+def _goodput() -> dict:
+    """Failures on the same 1024 GPUs (128 nodes) at REFERENCES.md's 6.5 failures per 1000
+    node-days, 10 min restarts, 2 min checkpoints at Daly's interval (sim/goodput.py)."""
+    from sim.goodput import Campaign, daly_interval_min, estimate, job_mtbf_min, wall_per_work_analytic
+
+    mtbf = job_mtbf_min(failures_per_1000_node_days=6.5, nodes=128)
+    costs = {"mtbf_min": mtbf, "restart_min": 10.0, "checkpoint_min": 2.0}
+    tau = daly_interval_min(checkpoint_min=2.0, mtbf_min=mtbf)
+    sim = estimate(Campaign(work_min=1000 * mtbf, interval_min=tau, **costs), seed=0)
+    return {
+        "mtbf_h": mtbf / 60.0,
+        "interval_min": tau,
+        "wall_per_work": {
+            "simulated": sim.wall_per_work,
+            "analytic": wall_per_work_analytic(interval_min=tau, **costs),
+        },
+        "failures_per_week": 7 * 24 * 60 / mtbf,
+    }
 
 
 def _plot_stragglers(rows: list[dict], path: Path) -> None:
