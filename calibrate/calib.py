@@ -107,7 +107,8 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
     fits = compute_fit.fit_compute(samples, factors)
     opt = _need(compute_fit.optimizer_s(runs), where, "optimizer", "compute")
     ready = _need(compute_fit.ready_profile(runs), where, "grad_ready", "compute")
-    multipliers = np.concatenate(list(compute_fit.normalised_compute(samples).values()))
+    per_rank = compute_fit.normalised_compute(samples)
+    multipliers = np.concatenate(list(per_rank.values()))
     candidates = noise_fit.fit_noise(multipliers)
     best = candidates[0]
     critical = noise_fit.ks_critical(len(multipliers))
@@ -155,7 +156,22 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
             "candidates": [c._asdict() for c in candidates],
             "multipliers": [round(float(x), 6) for x in multipliers],
         },
-        "ranks": {str(r): v for r, v in noise_fit.straggler_scores(factors).items()},
+        "ranks": {
+            str(r): v | {"noise": _rank_noise(per_rank[r])} for r, v in noise_fit.straggler_scores(factors).items()
+        },
+    }
+
+
+def _rank_noise(x: np.ndarray) -> dict:
+    """One rank's own jitter: the best fit by AIC and its KS, so a rank that jitters unlike the
+    others shows (the simulator draws every rank from the pooled fit above)."""
+    best = noise_fit.fit_noise(x)[0]
+    return {
+        "best_fit": best.distribution,
+        "sigma": best.sigma,
+        "ks": best.ks,
+        "samples": len(x),
+        "sd": float(np.std(x)),
     }
 
 

@@ -108,6 +108,7 @@ def print_calibration(c: dict) -> None:
     )
     ranks = "  ".join(
         f"rank {r}: x{v['speed_factor']:.3f}{' FLAGGED' if v['flagged'] else ''}"
+        f" (jitter {v['noise']['best_fit']} sd {v['noise']['sd']:.3f})"
         for r, v in sorted(c["ranks"].items(), key=lambda kv: int(kv[0]))
     )
     print(f"ranks     {ranks}  (straggler flag: score = fastest/this < 0.75)")
