@@ -180,10 +180,10 @@ def simulate(sc: Scenario, *, group_size: int | None = None, trace_steps: int = 
     ``group_size``: ranks per SimPy process (default: all in one, the fastest);
     results do not depend on it. ``trace_steps``/``trace_ranks``: the window kept
     for the Chrome trace (default: the first 3 steps, up to 8 ranks incl. stragglers).
-    ``training.mode = "fsdp"`` runs sim/fsdp.py's per-unit model instead (no trace yet).
+    ``training.mode = "fsdp"`` runs sim/fsdp.py's per-unit model instead.
     """
     if sc.training.mode == "fsdp":
-        return simulate_fsdp(sc)
+        return simulate_fsdp(sc, trace_steps=trace_steps, trace_ranks=trace_ranks)
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_workload(sc, rng)

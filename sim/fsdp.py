@@ -55,7 +55,7 @@ from sim.config import Scenario
 from sim.episodes import Effects
 from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, model_shape, param_tensors
 from sim.noise import multipliers
-from sim.results import SimResult
+from sim.results import SimResult, pick_trace_ranks
 from sim.workload import build_workload, fabric_for
 
 ROOT = 0  # unit index of the root; block i is unit 1 + i
@@ -224,12 +224,15 @@ def _finish(t0: np.ndarray, work_s: np.ndarray, starts: np.ndarray, ends: np.nda
     return np.where(v < v_pts[0], v, np.where(v > v_pts[-1], after, inside))
 
 
-def simulate_fsdp(sc: Scenario) -> SimResult:
+def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None) -> SimResult:
     """Simulate ``sc.steps`` FSDP optimizer steps of ``sc.ranks`` ranks (``training.mode`` is
-    not read: the caller chose FSDP)."""
+    not read: the caller chose FSDP). The first ``trace_steps`` steps of ``trace_ranks``
+    (default: as sim/results.py picks them) are kept as Chrome trace spans."""
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_fsdp_workload(sc, rng)
+    traced = sorted(trace_ranks) if trace_ranks is not None else pick_trace_ranks(sc, wl)
+    spans: list[tuple] = []  # (rank, lane, name, start_s, end_s); lane 0 compute, 1 comm
     n, k_micro, steps = sc.ranks, wl.grad_accum, sc.steps
     n_coll, per_micro = len(wl.ops), len(wl.ops) // wl.grad_accum
     gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
@@ -264,6 +267,9 @@ def simulate_fsdp(sc: Scenario) -> SimResult:
                     stream_end = start + durations[c]
                     starts[c], ends[c] = start, stream_end
                     issued = c + 1
+                    if step < trace_steps:
+                        name = f"{wl.ops[c]} unit {wl.units[c]}"
+                        spans.extend((r, 1, name, start, stream_end) for r in traced)
                     continue
                 if op.wait >= 0:
                     gap_lo.append(t)
@@ -273,6 +279,9 @@ def simulate_fsdp(sc: Scenario) -> SimResult:
                 # Collectives issued later start after this segment ends on this rank: the
                 # ones issued so far are all that can slow it.
                 done = _finish(t, seg, starts[:issued], ends[:issued], gamma) if gamma else t + seg
+                if step < trace_steps:
+                    name = f"{'backward' if op.bwd_share else 'forward'} {k}"
+                    spans.extend((r, 0, name, float(t[r]), float(done[r])) for r in traced)
                 work += done - t
                 t = done
         gap_lo.append(t)
@@ -285,6 +294,9 @@ def simulate_fsdp(sc: Scenario) -> SimResult:
         else:
             exp = np.zeros(n)
         end = stream_end + wl.optimizer_s
+        if step < trace_steps:
+            spans.extend((r, 0, "optimizer", stream_end, end) for r in traced if wl.optimizer_s > 0)
+            spans.extend((r, 2, f"step {step}", t0, end) for r in traced)
         step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
         compute[step], exposed[step] = work, exp
         wait[step] = np.maximum((hi - lo).sum(axis=0) - exp, 0.0)
@@ -300,5 +312,5 @@ def simulate_fsdp(sc: Scenario) -> SimResult:
         straggler_wait_s=wait,
         collective_wait_s=coll_wait,
         wall_s=time.perf_counter() - wall0,
-        trace={},
+        trace={"spans": spans},
     )

@@ -85,6 +85,8 @@ _TIMELINE_COLORS = {
     "dataloader": "0.6",
     "pause": "C4",
     "allreduce": "C3",
+    "allgather": "C5",
+    "reduce_scatter": "C6",
     "wait": "0.8",
 }
 

@@ -81,7 +81,7 @@ class SimResult:
         }
 
 
-def _pick_trace_ranks(sc: Scenario, wl: Workload, limit: int = 8) -> list[int]:
+def pick_trace_ranks(sc: Scenario, wl: Workload, limit: int = 8) -> list[int]:
     """The first ranks, the explicit stragglers and the slowest rank, up to ``limit``."""
     picks = list(sc.straggler_map) + [int(np.argmax(wl.speed_factor))]
     picks += list(range(sc.ranks))
@@ -108,7 +108,7 @@ class Recorder:
         self.wait = np.zeros((steps, n))
         self.coll_wait = np.zeros((steps, n))
         self.trace_steps = min(trace_steps, steps)
-        self.trace_ranks = sorted(trace_ranks) if trace_ranks is not None else _pick_trace_ranks(sc, wl)
+        self.trace_ranks = sorted(trace_ranks) if trace_ranks is not None else pick_trace_ranks(sc, wl)
         self.trace = {"comm": {}, "ranks": {}}
 
     def step(self, step: int, *, t0: float, end_s: float, starts: np.ndarray, ends: np.ndarray):

@@ -114,6 +114,8 @@ def _comm_events(result: SimResult, rank: int, ready, starts, ends) -> list[dict
 def chrome_trace(result: SimResult) -> dict:
     """The traced steps and ranks of ``result`` (see ``simulate(trace_steps=, trace_ranks=)``)
     as a Trace Event Format object."""
+    if "spans" in result.trace:  # models that record their spans directly (sim/fsdp.py)
+        return _from_spans(result)
     comm, per_rank = result.trace.get("comm", {}), result.trace.get("ranks", {})
     ranks = sorted({r for _, r in per_rank})
     optimizer_s = result.workload.optimizer_s
@@ -124,6 +126,16 @@ def chrome_trace(result: SimResult) -> dict:
         events += _compute_events(rank, rec, end_s, optimizer_s)
         events += _comm_events(result, rank, rec["ready"], starts, ends)
         events.append(_span(f"step {step}", "step", rank, STEPS, t0, end_s + optimizer_s))
+    other = {"scenario": result.scenario.name, "ranks": result.scenario.ranks}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
+def _from_spans(result: SimResult) -> dict:
+    """(rank, lane, name, start_s, end_s) spans as complete events, lanes as the threads above."""
+    spans = result.trace["spans"]
+    events = _metadata(result, sorted({s[0] for s in spans}))
+    cats = {COMPUTE: "compute", COMM: "comm", STEPS: "step"}
+    events += [_span(name, cats[lane], rank, lane, start, end) for rank, lane, name, start, end in spans]
     other = {"scenario": result.scenario.name, "ranks": result.scenario.ranks}
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 

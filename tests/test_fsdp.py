@@ -353,3 +353,23 @@ def test_ddp_activation_checkpointing_recomputes_the_blocks_forward():
         build_fsdp_workload(f, np.random.default_rng(0)).backward_s,
         build_fsdp_workload(g, np.random.default_rng(0)).backward_s,
     )
+
+
+def test_fsdp_trace_spans_and_timeline(tmp_path):
+    """FSDP runs keep their first steps as spans: per traced rank the compute lane never
+    overlaps itself, every collective of the program appears on the comm lane, and the
+    Chrome trace and the timeline picture are built from them."""
+    from sim.plot import plot_timeline
+    from sim.trace import chrome_trace
+
+    sc = load_scenario("h100-1024", ["training.mode=fsdp", "stragglers=3:1.4"], ranks=16, steps=4)
+    res = simulate(sc, trace_steps=2)
+    events = [e for e in chrome_trace(res)["traceEvents"] if e["ph"] == "X"]
+    ranks = sorted({e["pid"] for e in events})
+    assert 3 in ranks and len(ranks) == 8
+    for r in ranks:
+        compute = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["pid"] == r and e["tid"] == 0)
+        assert all(a[1] <= b[0] + 1e-6 for a, b in zip(compute, compute[1:], strict=False))
+        comm = [e for e in events if e["pid"] == r and e["tid"] == 1]
+        assert len(comm) == 2 * len(build_fsdp_workload(sc, np.random.default_rng(0)).ops)
+    assert plot_timeline(res, tmp_path / "t.png", "fsdp").read_bytes()[:4] == b"\x89PNG"
