@@ -221,6 +221,7 @@ class Demo:
                 )
                 continue
             log = self.out / "logs" / f"{name}.log"
+            log.unlink(missing_ok=True)  # the status line must not show a previous run's last line
             with _Status(tag, log) as status:
                 action()
             self._stamp(name, status.elapsed_s)
