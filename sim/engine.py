@@ -24,44 +24,13 @@ import time
 import numpy as np
 import simpy
 
+from sim.busy import Busy
 from sim.config import Scenario
 from sim.episodes import Effects
 from sim.fsdp import simulate_fsdp
 from sim.noise import multipliers
 from sim.results import Recorder, SimResult
 from sim.workload import Workload, build_workload
-
-
-class _Busy:
-    """The comm stream's busy intervals within one step, as a piecewise-linear
-    cumulative busy time I(t). Intervals are FIFO, so sorted and disjoint."""
-
-    def __init__(self, starts: np.ndarray, ends: np.ndarray):
-        self.t = np.empty(2 * len(starts))
-        self.t[0::2], self.t[1::2] = starts, ends
-        cum = np.cumsum(ends - starts)
-        self.busy = np.empty_like(self.t)
-        self.busy[0::2] = cum - (ends - starts)
-        self.busy[1::2] = cum
-
-    def busy_before(self, t: np.ndarray) -> np.ndarray:
-        if not len(self.t):
-            return np.zeros_like(t)
-        return np.interp(t, self.t, self.busy)
-
-    def finish(self, t0: np.ndarray, work_s: np.ndarray, gamma: float) -> np.ndarray:
-        """When compute of ``work_s`` full-speed seconds started at ``t0`` ends, running
-        at 1/(1+gamma) speed while a collective is busy: solve V(t) = V(t0) + work with
-        V(t) = t - c I(t), c = gamma/(1+gamma), V increasing."""
-        if not len(self.t) or gamma == 0.0:
-            return t0 + work_s
-        c = gamma / (1.0 + gamma)
-        v_pts = self.t - c * self.busy
-        v = t0 - c * self.busy_before(t0) + work_s
-        inside = np.interp(v, v_pts, self.t)
-        before = v  # V(t) = t before the first interval
-        after = self.t[-1] + (v - v_pts[-1])  # slope 1 after the last
-        return np.where(v < v_pts[0], before, np.where(v > v_pts[-1], after, inside))
 
 
 class _Step:
@@ -86,8 +55,8 @@ class _Step:
             if self.posted[b] == self.n_groups:
                 self.gates[b].succeed()
 
-    def busy(self, upto: int) -> _Busy:
-        return _Busy(self.starts[:upto], self.ends[:upto])
+    def busy(self, upto: int) -> Busy:
+        return Busy(self.starts[:upto], self.ends[:upto])
 
 
 class _CommStream:

@@ -50,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.buckets import Bucket
+from sim.busy import Busy
 from sim.collectives import bus_factor, collective_cost
 from sim.config import Scenario
 from sim.episodes import Effects
@@ -199,31 +200,6 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     )
 
 
-def _busy_points(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative busy time I(t) of FIFO (sorted, disjoint) intervals, as interpolation points."""
-    t = np.empty(2 * len(starts))
-    t[0::2], t[1::2] = starts, ends
-    cum = np.cumsum(ends - starts)
-    busy = np.empty_like(t)
-    busy[0::2], busy[1::2] = cum - (ends - starts), cum
-    return t, busy
-
-
-def _finish(t0: np.ndarray, work_s: np.ndarray, starts: np.ndarray, ends: np.ndarray, gamma: float) -> np.ndarray:
-    """End of ``work_s`` full-speed seconds of compute from ``t0``, at 1/(1+gamma) speed while a
-    collective runs: V(t) = t - c I(t), c = gamma/(1+gamma), solve V(t) = V(t0) + work
-    (sim/engine.py ``_Busy.finish``)."""
-    if not len(starts):
-        return t0 + work_s
-    pts, busy = _busy_points(starts, ends)
-    c = gamma / (1.0 + gamma)
-    v_pts = pts - c * busy
-    v = t0 - c * np.interp(t0, pts, busy) + work_s
-    inside = np.interp(v, v_pts, pts)
-    after = pts[-1] + (v - v_pts[-1])  # slope 1 after the last interval
-    return np.where(v < v_pts[0], v, np.where(v > v_pts[-1], after, inside))
-
-
 def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None) -> SimResult:
     """Simulate ``sc.steps`` FSDP optimizer steps of ``sc.ranks`` ranks (``training.mode`` is
     not read: the caller chose FSDP). The first ``trace_steps`` steps of ``trace_ranks``
@@ -278,7 +254,7 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None) -> Si
                 seg = op.fwd_share * fwd + op.bwd_share * bwd
                 # Collectives issued later start after this segment ends on this rank: the
                 # ones issued so far are all that can slow it.
-                done = _finish(t, seg, starts[:issued], ends[:issued], gamma) if gamma else t + seg
+                done = Busy(starts[:issued], ends[:issued]).finish(t, seg, gamma) if gamma else t + seg
                 if step < trace_steps:
                     name = f"{'backward' if op.bwd_share else 'forward'} {k}"
                     spans.extend((r, 0, name, float(t[r]), float(done[r])) for r in traced)
@@ -289,8 +265,8 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None) -> Si
         # Idle time while the stream is busy is exposed comm; the rest is straggler wait.
         lo, hi = np.stack(gap_lo), np.stack(gap_hi)
         if durations.any():
-            pts, busy = _busy_points(starts, ends)
-            exp = (np.interp(hi, pts, busy) - np.interp(lo, pts, busy)).sum(axis=0)
+            stream = Busy(starts, ends)
+            exp = (stream.busy_before(hi) - stream.busy_before(lo)).sum(axis=0)
         else:
             exp = np.zeros(n)
         end = stream_end + wl.optimizer_s
