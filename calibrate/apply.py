@@ -19,8 +19,8 @@ achieved FLOP/s becomes peak x MFU; across sequence lengths the same way.
 import re
 from pathlib import Path
 
-from sim.config import apply_overrides, load_scenario_data, scenario_from_dict
-from sim.gpt2 import model_shape, param_tensors
+from sim.config import Scenario, apply_overrides, load_scenario_data, scenario_from_dict
+from sim.gpt2 import model_shape, param_count
 
 MODES = ("auto", "all", "shape")
 
@@ -54,12 +54,11 @@ def pick_network(calib: dict, label: str | None) -> tuple[str, dict]:
     return label, nets[label]
 
 
-def choose_mode(data: dict, calib: dict, mode: str) -> str:
+def choose_mode(sc: Scenario, calib: dict, mode: str) -> str:
     if mode not in MODES:
         raise ValueError(f"--calib-mode: must be one of {', '.join(MODES)}, got {mode!r}")
     if mode != "auto":
         return mode
-    sc = scenario_from_dict(data)
     same = sc.network.backend == calib["backend"] and sc.network.gpus_per_node == 1 and sc.ranks == calib["world_size"]
     return "all" if same else "shape"
 
@@ -74,8 +73,8 @@ def apply_calibration(
 ) -> tuple[dict, dict[str, str], str]:
     """(scenario data with the calibration applied, {key: where it came from}, mode used)."""
     data = apply_overrides(data, [])  # a copy
-    mode = choose_mode(data, calib, mode)
     sc = scenario_from_dict(data)
+    mode = choose_mode(sc, calib, mode)
     c, noise = calib["compute"], calib["noise"]
     measured: dict[str, str] = {}
 
@@ -140,8 +139,8 @@ def _apply_measured_machines(data, sc, calib, label, net, put) -> None:
         )
         put("compute.backward_fraction", frac, f"measured on {c['model']}")
     opt = c["optimizer_s"]
-    params = sum(t.numel for t in param_tensors(model_shape(sc.model.preset)))
-    measured_params = sum(t.numel for t in param_tensors(model_shape(c["model"])))
+    params = param_count(model_shape(sc.model.preset))
+    measured_params = param_count(model_shape(c["model"]))
     put("compute.optimizer_s", opt["value"] * params / measured_params, f"AdamW, {opt['samples']} steps, x params")
     slow = {int(r): v["speed_factor"] for r, v in calib["ranks"].items() if v["speed_factor"] > 1.0}
     put("stragglers", ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items())), "per-rank median speed")

@@ -23,8 +23,11 @@ def save(fig, path: Path) -> None:
     """Write next to the target, then rename: a reader never sees half a PNG."""
     tmp = path.with_name(f".{path.name}.tmp")
     FigureCanvasAgg(fig)
-    fig.savefig(tmp, dpi=110, format="png")
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def collectives(calib: dict, path: Path) -> None:

@@ -27,7 +27,6 @@ Sources and definitions, per rank, over the kept steps:
 Bad input is a ``ValueError`` whose message is one line naming the path.
 """
 
-import os
 import re
 import zipfile
 from pathlib import Path
@@ -267,6 +266,8 @@ def plot(rep: Report, path: Path, *, annotate: int = 8) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from calibrate.plots import save
+
     path = Path(path)
     n = len(rep.ranks)
     x = np.arange(n)
@@ -323,10 +324,5 @@ def plot(rep: Report, path: Path, *, annotate: int = 8) -> Path:
     bottom.set_xlim(-0.5 if bars else -n * 0.01, n - 0.5 if bars else n * 1.01)
     fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps\n{verdict(rep)}", fontsize=9)
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    save(fig, path)
     return path

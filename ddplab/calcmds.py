@@ -14,10 +14,15 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def write_json_atomic(path: Path, data) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write next to the target, then rename: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def read_calib(path: Path) -> dict:

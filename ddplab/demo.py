@@ -106,9 +106,9 @@ class Demo:
 
     # --- bookkeeping
     def _save(self) -> None:
-        tmp = self.state_path.with_name(".demo.json.tmp")
-        tmp.write_text(json.dumps(self.state, indent=1))
-        os.replace(tmp, self.state_path)
+        from ddplab.calcmds import write_json_atomic
+
+        write_json_atomic(self.state_path, self.state)
 
     def _done(self, stage: str, outputs: list[Path]) -> bool:
         return stage in self.state.get("stages", {}) and all(p.exists() for p in outputs)

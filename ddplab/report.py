@@ -10,13 +10,13 @@ the count in a real browser).
 
 import html
 import json
-import os
 import time
 from pathlib import Path
 
+from ddplab.calcmds import write_text_atomic
 from ddplab.demo import MICRO_BATCH
 from sim.cost import SEED_LINKS, link_costs
-from sim.gpt2 import model_shape, param_tensors
+from sim.gpt2 import model_shape, param_count
 from sim.units import fmt_bytes, fmt_seconds
 
 CSS = """
@@ -87,7 +87,7 @@ def _cost(calib) -> str:
     if calib:
         models.insert(0, (calib["compute"]["model"], 4, "the demo's model, fp32 gradients"))
     for name, bpp, what in models:
-        params = sum(t.numel for t in param_tensors(model_shape(name)))
+        params = param_count(model_shape(name))
         compute_s = None
         if calib and name == calib["compute"]["model"]:
             k = calib["compute"]["step_s"]
@@ -328,7 +328,5 @@ def write_report(run_dir: Path) -> Path:
     if not run_dir.is_dir():
         raise ValueError(f"RUN_DIR: {run_dir}: not a directory")
     path = run_dir / "report.html"
-    tmp = run_dir / ".report.html.tmp"
-    tmp.write_text(render(run_dir))
-    os.replace(tmp, path)
+    write_text_atomic(path, render(run_dir))
     return path

@@ -8,8 +8,6 @@ Writes under ``RUN_DIR/sim/``: ``<platform>/`` (sim/export.py's records, traces 
 "fixes": [sim/whatif.py rows for the lemon GPU], "goodput": {...}}).
 """
 
-import json
-import os
 from pathlib import Path
 
 from calibrate.apply import load_for_simulation
@@ -38,7 +36,7 @@ def _scenario(name: str, calib: dict, calib_path: str, ranks: int, steps: int, e
 
 
 def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
-    from ddplab.calcmds import read_calib
+    from ddplab.calcmds import read_calib, write_json_atomic
 
     calib_path = run_dir / "calib.json"
     calib = read_calib(calib_path)
@@ -78,9 +76,7 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
         "fixes": _fixes(calib, str(calib_path), steps),
         "goodput": _goodput(),
     }
-    tmp = out / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1))
-    os.replace(tmp, out / "summary.json")
+    write_json_atomic(out / "summary.json", summary)
     return summary
 
 

@@ -42,7 +42,7 @@ def whatif(args):
     base = rows[0]
     out = []
     for r in rows:
-        row = r._asdict() | {"speedup": base.step_time_s and r.tokens_per_s / base.tokens_per_s}
+        row = r._asdict() | {"speedup": r.tokens_per_s / base.tokens_per_s}
         if args.usd_per_gpu_hour is not None:
             row["usd_per_btok"] = r.gpu_h_per_btok * args.usd_per_gpu_hour
         out.append(row)
