@@ -148,16 +148,23 @@ def _apply_measured_machines(data, sc, calib, label, net, put) -> None:
 
 
 def _toml_comments(path: Path) -> dict[str, str]:
-    """{"section.key": the line's trailing comment} of a preset file: its stated source."""
-    out, section = {}, ""
-    for line in path.read_text().splitlines():
+    """{"section.key": "file (the line's trailing comment)"} of a preset file, its stated
+    sources; keys it takes from its ``base`` preset cite that file (sim/config.py
+    load_scenario_data merges them the same way)."""
+    from scenarios import scenario_path
+
+    text = path.read_text()
+    base = re.search(r'^base\s*=\s*"([^"]+)"', text, re.MULTILINE)
+    out = _toml_comments(scenario_path(base.group(1))) if base else {}
+    section = ""
+    for line in text.splitlines():
         head = re.match(r"\s*\[([\w.-]+)\]", line)
         if head:
             section = head.group(1) + "."
             continue
         m = re.match(r"\s*([\w]+)\s*=.*?#\s*(.+)$", line)
         if m:
-            out[section + m.group(1)] = m.group(2).strip()
+            out[section + m.group(1)] = f"{path.name} ({m.group(2).strip()})"
     return out
 
 
@@ -181,9 +188,7 @@ def provenance(sc, measured: dict[str, str], scenario_path: Path) -> list[dict]:
             continue
         if key == "compute.ready_fractions":
             value = "measured" if value else "from FLOP counts (sim/gpt2.py)"
-        origin = measured.get(key) or f"assumed: {scenario_path.name}" + (
-            f" ({comments[key]})" if key in comments else ""
-        )
+        origin = measured.get(key) or f"assumed: {comments.get(key, scenario_path.name)}"
         rows.append({"key": key, "meaning": meaning, "value": value, "source": origin})
     return rows
 
