@@ -59,6 +59,8 @@ def _network(run: Run, rng: np.random.Generator) -> dict:
     link = _need(link_gbit_s(run), run.path, "link", "link")
     rtts = run.of("rtt", 0)
     out = {"run": str(run.path), "collectives": {}}
+    # Probes before --sched existed ran the sweep under the normal scheduler.
+    out["collectives_sched"] = next((c.get("collective_sched") for c in run.of("complete", 0)), None) or "other"
     out["link_gbit_s"] = {"value": link[0], "samples": link[1], "source": "raw TCP, slowest direction, median"}
     if rtts:
         out["rtt_p50_us"] = {
@@ -76,7 +78,7 @@ def _network(run: Run, rng: np.random.Generator) -> dict:
         }
     gamma = _need(compute_fit.interference_gamma([run]), run.path, "overlap", "overlap")
     # Per network: gloo's TCP work competes with compute for the same cores, more of it
-    # the faster the link moves bytes (measured here: 0.15 at 1 Gbit/s, 0.64 at 10).
+    # the faster the link moves bytes (measured here: 0.19 at 1 Gbit/s, 0.68 at 10).
     out["interference_gamma"] = {
         "value": max(gamma[0], 0.0),
         "raw": gamma[0],

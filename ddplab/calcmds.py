@@ -87,6 +87,8 @@ def print_calibration(c: dict) -> None:
                     f"holdout   {label} {op}: fit on half the sizes, the other half {held};"
                     f" worst {errs[worst]:+.0%} at {fmt_bytes(worst)}"
                 )
+        if n["collectives_sched"] != "fifo":
+            print(f"note      {label}: collectives timed under the normal scheduler: {n['collectives_sched']}")
     k = c["compute"]
     s = k["step_s"]
     print(

@@ -110,6 +110,12 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
     p.add_argument("--seq-len", type=_positive(int), help="tokens per sequence (default: the model's context)")
     p.add_argument("--micro-batches", type=_positive_ints, default=[1, 2, 4, 8], help="micro-batch sizes")
     p.add_argument("--quick", action="store_true", help="the seed's 64 MB allreduce health check only")
+    p.add_argument(
+        "--sched",
+        choices=["fifo", "other"],
+        default="fifo",
+        help="scheduler for the collective sweep: fifo (real-time, where permitted) or other (normal)",
+    )
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
     p.add_argument("--seed", type=int, default=0)
     return p

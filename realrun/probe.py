@@ -19,6 +19,7 @@ from realrun.probe_collectives import quick, sweep
 from realrun.probe_compute import bucket_profile, compute, overlap
 from realrun.probe_link import LINK_REPEATS, PING_BYTES, RTT_PINGS, probe_links
 from realrun.records import RecordWriter, rank_file
+from realrun.sched import realtime
 
 
 def run(args) -> int:
@@ -86,12 +87,16 @@ def _full(env: DistEnv, args, writer, stage) -> dict:
     summary, lead = {"parts": args.parts}, env.rank == 0
     busbw = {}
     if "collectives" in args.parts:
-        for op in args.ops:
-            stage[0] = f"{op} sweep"
-            rows = sweep(op, args.sizes, env, iters=args.iters, warmup=args.warmup, writer=writer)
-            if rows:
-                busbw[op] = (rows[-1].size_bytes, rows[-1].busbw_gb_s)
+        with realtime(args.sched == "fifo") as sched:
+            if lead:
+                print(f"# scheduling of the collective sweep: {sched}", flush=True)
+            for op in args.ops:
+                stage[0] = f"{op} sweep"
+                rows = sweep(op, args.sizes, env, iters=args.iters, warmup=args.warmup, writer=writer)
+                if rows:
+                    busbw[op] = (rows[-1].size_bytes, rows[-1].busbw_gb_s)
         summary["busbw_gb_s_at_max_size"] = {op: bw for op, (_, bw) in busbw.items()}
+        summary["collective_sched"] = sched
     if "link" in args.parts:
         stage[0] = "link probe (TCP between rank pairs)"
         links = probe_links(env, args.link_bytes[0], args.timeout_s, writer)

@@ -38,6 +38,7 @@ def test_recovers_compute_network_and_ranks(probe):
     assert r["1"]["speed_factor"] == pytest.approx(1.5, rel=0.02)
     assert r["1"]["score"] == pytest.approx(1 / 1.5, rel=0.02) and r["1"]["flagged"]
     net = c["networks"]["1gbit"]
+    assert net["collectives_sched"] == "other"  # these fake probes record no --sched
     ar = net["collectives"]["allreduce"]
     assert ar["busbw_gb_s"] == pytest.approx(0.118, rel=0.02)
     assert ar["alpha_s"] == pytest.approx(200e-6, rel=0.1)

@@ -11,7 +11,7 @@ from calibrate.collective_fit import fit_collective, holdout_errors, predict_s
 from calibrate.records import collective_times, link_gbit_s, read_run
 from sim.collectives import bus_factor
 
-MEASURED = ROOT / "measurements" / "netlab-1gbit-full-probe"
+MEASURED = ROOT / "measurements" / "validation" / "1gbit" / "probe"  # docs/validation/measure.sh
 
 
 def synthetic(op, ranks, alpha_s, busbw_gb_s, rng, sigma=0.03, outliers=True):
@@ -63,10 +63,12 @@ def test_measured_1gbit_allreduce():
     efficiency = fit.busbw_gb_s * 8 / link_gbit_s(run)[0]
     assert 0.9 < efficiency < 1.1
     assert predict_s(fit, 64 * 2**20) == pytest.approx(np.median(times[64 * 2**20]), rel=0.10)
-    # Bandwidth-bound sizes predicted from the other half within 10 %; small sizes on this
-    # shared 2-core box swing by milliseconds (scheduler), so they are not held to it.
+    # From 32 KiB up, the other half of the sizes predicts each held-out one within 10 %.
+    # Below, netlab's token bucket refills while a ring step waits on latency and lets
+    # the next few KiB through at memory speed: 4-16 KiB all take ~0.15 ms, and the line
+    # that the larger sizes set puts 8 KiB at under half that (docs/validation.md).
     errors = holdout_errors("allreduce", 2, times, rng=rng)
-    assert all(abs(e) < 0.10 for s, e in errors.items() if s >= 512 * 1024), errors
+    assert all(abs(e) < 0.10 for s, e in errors.items() if s >= 32 * 1024), errors
 
 
 def test_incomplete_or_foreign_files_are_named(tmp_path):

@@ -4,6 +4,7 @@ This pins the schema both sides agree on (realrun/SCHEMA.md); the accuracy evide
 is docs/validation.md, measured on the emulated home lab."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -39,6 +40,8 @@ def test_calibration_of_a_real_probe(loop):
     assert c["world_size"] == 2 and c["backend"] == "gloo"
     ((label, net),) = c["networks"].items()
     assert label == "probe"  # no lab: the run directory names the network
+    sched = net["collectives_sched"]  # root: the sweep ran real-time (realrun/sched.py)
+    assert sched == "fifo" if os.geteuid() == 0 else sched.startswith("other (")
     assert net["collectives"]["allreduce"]["sizes"] == 11
     assert net["link_gbit_s"]["value"] > 0 and net["collectives"]["allreduce"]["busbw_gb_s"] > 0
     k = c["compute"]

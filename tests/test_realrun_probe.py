@@ -7,6 +7,7 @@ comparisons span orders of magnitude in work: 1 KiB against 64 MiB.
 """
 
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -84,6 +85,13 @@ def test_every_rank_completes(full):
     for r in ranks:
         assert r.complete and r.error is None
         assert r.meta["verb"] == "probe" and r.meta["world_size"] == 2
+
+
+def test_collective_sweep_runs_real_time_where_permitted(full):
+    stdout, ranks = full
+    sched = ranks[0].records[-1]["collective_sched"]
+    assert sched == "fifo" if os.geteuid() == 0 else sched.startswith("other")
+    assert f"# scheduling of the collective sweep: {sched}" in stdout
 
 
 def test_tables_are_nccl_tests_shaped(full):
