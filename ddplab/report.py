@@ -150,7 +150,7 @@ def _params(run_dir: Path, calib) -> str:
                     f"{fmt_seconds(f['alpha_s'])} [{fmt_seconds(lo)}, {fmt_seconds(hi)}]",
                     f"{f['busbw_gb_s']:.4g} [{blo:.4g}, {bhi:.4g}]",
                     f"{f['r2_log']:.3f}",
-                    f"{f['samples']} iterations, {f['sizes']} sizes",
+                    f"{f['samples']} iterations, {f['sizes']} sizes, {n.get('collectives_sched', 'other')}",
                     f"{n['interference_gamma']['raw']:.3f}",
                 ]
             )
@@ -170,7 +170,10 @@ def _params(run_dir: Path, calib) -> str:
         rows.append([f"rank {r} speed", f"x{v['speed_factor']:.3f} (score {v['score']:.3f}){flag}", "median compute"])
     return (
         f"<p class=note>From {_e(', '.join(calib['runs']))} ({_e(calib['command'])}).</p>"
-        + _table(["collective", "alpha [95 % CI]", "busbw GB/s [95 % CI]", "R² (log)", "samples", "gamma"], net_rows)
+        + _table(
+            ["collective", "alpha [95 % CI]", "busbw GB/s [95 % CI]", "R² (log)", "samples, scheduler", "gamma"],
+            net_rows,
+        )
         + _table(["parameter", "value", "source"], rows, left=3)
         + _img(run_dir, "calib-compute.png", "compute fit")
         + _img(run_dir, "calib-noise.png", "jitter")

@@ -56,7 +56,11 @@ def realtime(wanted: bool):
 
 
 def _restore(saved: dict) -> None:
-    for tid, (policy, param) in saved.items():
+    """Saved threads get their policy back; threads started inside the block inherited
+    FIFO from their creator and go to the normal scheduler."""
+    normal = (os.SCHED_OTHER, os.sched_param(0))
+    for tid in set(saved) | set(_threads()):
+        policy, param = saved.get(tid, normal)
         try:
             os.sched_setscheduler(tid, policy, param)
         except ProcessLookupError:

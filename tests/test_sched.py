@@ -26,6 +26,7 @@ def policies() -> dict[int, int]:
 def test_every_thread_runs_fifo_inside_and_returns_after():
     started, stop = threading.Event(), threading.Event()
     worker = threading.Thread(target=lambda: (started.set(), stop.wait()))
+    born_inside = threading.Thread(target=stop.wait)  # started in the block: inherits FIFO
     worker.start()
     started.wait()
     before = policies()
@@ -35,10 +36,16 @@ def test_every_thread_runs_fifo_inside_and_returns_after():
             inside = policies()
             assert worker.native_id in inside and set(inside.values()) == {os.SCHED_FIFO}
             assert os.sched_getparam(worker.native_id).sched_priority == FIFO_PRIORITY
-        assert policies() == before and os.SCHED_FIFO not in before.values()
+            born_inside.start()
+            assert os.sched_getscheduler(born_inside.native_id) == os.SCHED_FIFO
+        after = policies()
+        assert {t: p for t, p in after.items() if t in before} == before
+        assert after[born_inside.native_id] == os.SCHED_OTHER and os.SCHED_FIFO not in before.values()
     finally:
         stop.set()
         worker.join()
+        if born_inside.ident:
+            born_inside.join()
 
 
 def test_other_changes_nothing():
