@@ -56,11 +56,11 @@ def test_other_changes_nothing():
 
 @root
 def test_without_permission_it_says_so_and_changes_nothing():
-    child = (
+    child = (  # imports first: `nobody` may not read a checkout under a private directory
         "import os, resource\n"
+        "from realrun.sched import realtime\n"
         "resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))\n"
         "os.setgid(65534); os.setuid(65534)\n"
-        "from realrun.sched import realtime\n"
         "with realtime(True) as s:\n"
         "    print(s); print(os.sched_getscheduler(0) == os.SCHED_OTHER)\n"
     )
