@@ -56,12 +56,13 @@ def realtime(wanted: bool):
 
 
 def _restore(saved: dict) -> None:
-    """Saved threads get their policy back; threads started inside the block inherited
-    FIFO from their creator and go to the normal scheduler."""
-    normal = (os.SCHED_OTHER, os.sched_param(0))
-    for tid in set(saved) | set(_threads()):
-        policy, param = saved.get(tid, normal)
+    """Saved threads get their policy back. A thread started inside the block inherited
+    FIFO from its creator and goes to the normal scheduler; other threads are left be."""
+    for tid in _threads():
         try:
-            os.sched_setscheduler(tid, policy, param)
-        except ProcessLookupError:
-            pass
+            if tid in saved:
+                os.sched_setscheduler(tid, *saved[tid])
+            elif os.sched_getscheduler(tid) == os.SCHED_FIFO:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        except ProcessLookupError:  # ended meanwhile
+            continue
