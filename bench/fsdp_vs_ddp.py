@@ -55,7 +55,7 @@ def memory_table() -> None:
         ("DDP, 2 machines", "ddp", 2),
         ("FSDP, 2 machines", "fsdp", 2),
     ]
-    cols = ("params", "grads", "optim", "activ", "buckets", "gathered", "CUDA", "total", "fits")
+    cols = ("params", "grads", "optim", "activ", "logits", "buckets", "gathered", "CUDA", "total", "fits")
     print(f"{'':<34}" + "".join(f"{c:>9}" for c in cols) + f"{'unfused attn':>14}")
     for label, mode, n in rows:
         for ckpt in (False, True):
@@ -71,9 +71,10 @@ def memory_table() -> None:
                 e.gradients_gib,
                 e.optimizer_state_gib,
                 e.activations_gib,
+                e.logits_gib,
                 e.ddp_buckets_gib,
                 e.fsdp_unsharded_gib,
-                e.cuda_overhead_gib,
+                e.cuda_context_gib,
                 e.total_gib,
             )
             name = f"{label}{', act. ckpt' if ckpt else ''}"
@@ -93,7 +94,7 @@ def main() -> None:
     print()
     print(
         "b) the home lab pair (rank 1 is the M2, 8.06x slower); FSDP with activation checkpointing, "
-        "which it needs to fit (c), and pays for with one more block forward per backward"
+        "which pays for its memory (c) with one more block forward per backward"
     )
     for preset in ("homelab-10gbe", "homelab-1gbe"):
         print(preset)
@@ -101,7 +102,8 @@ def main() -> None:
     print()
     print(
         f"c) per-GPU memory, GiB: gpt2-760m on an RTX 4070 ({RTX_4070_GIB:g} GiB), micro-batch 4, seq 1024, "
-        "bf16 params and grads, Adam 12 B/param; fused attention (SDPA), and its total without it"
+        "the preset's precision (pure bf16: 2 B params and grads, 4 B Adam); fused attention (SDPA), and its"
+        " total without it"
     )
     memory_table()
 

@@ -1,28 +1,36 @@
 """A calibration applied to a scenario, and where each parameter then comes from.
 
-Two modes (issue 5):
+Three modes (issues 5 and 12):
 - ``all``: the scenario describes the machines that were measured (same backend,
   one rank per host, the probe's world size): measured link rate, stack efficiency,
   hop latency, compute, optimizer, per-rank speed, jitter, gamma and the
   bucket-ready profile replace the preset's values. Gamma and the stack efficiency
   are the named network's (gloo's TCP work competes with compute, more on a faster link).
+- ``device``: one GPU of the cluster's class was measured (calibrate/devices.py: an
+  H200 for ``h100-1024``): its compute per micro-step, optimizer step, peak memory,
+  bucket-ready profile and jitter replace the preset's; the network stays the preset's.
+  It needs the same precision (the compute of bf16 autocast is not fp32's).
 - ``shape``: a cluster the probe never touched. Only dimensionless shape parameters
   transfer: the jitter distribution and sigma, interference gamma, stack
   efficiency and (same model only) the bucket-ready profile. Bandwidths and FLOP/s
   stay the preset's.
 
-``auto`` picks ``all`` when the scenario matches the measured set-up, else ``shape``.
-Compute transfers across models through FLOP counts (sim/gpt2.py): the measured
-achieved FLOP/s becomes peak x MFU; across sequence lengths the same way.
+``auto`` picks ``all`` when the scenario matches the measured set-up, ``device`` when it
+is a cluster of the probed GPU's class, else ``shape``, and says why. Compute transfers
+across models through FLOP counts (sim/gpt2.py): the measured achieved FLOP/s becomes a
+fixed MFU; across sequence lengths the same way.
 """
 
 import re
 from pathlib import Path
+from typing import NamedTuple
 
+from calibrate.compute_fit import memory_at
 from sim.config import Scenario, apply_overrides, load_scenario_data, scenario_from_dict
 from sim.gpt2 import model_shape, param_count
+from sim.memory import GIB
 
-MODES = ("auto", "all", "shape")
+MODES = ("auto", "all", "device", "shape")
 
 # What `simulate` reports the origin of: (key, what it means).
 REPORTED = (
@@ -32,8 +40,11 @@ REPORTED = (
     ("compute.step_compute_s", "compute per micro-step"),
     ("compute.peak_tflop_s", "peak FLOP/s"),
     ("compute.mfu", "MFU"),
+    ("compute.matmul_efficiency", "roofline: matmul efficiency"),
+    ("compute.hbm_tb_s", "roofline: memory bandwidth"),
     ("compute.backward_fraction", "backward share"),
     ("compute.optimizer_s", "optimizer step"),
+    ("compute.memory_peak_gib", "peak memory"),
     ("compute.interference_gamma", "interference gamma"),
     ("compute.ready_fractions", "bucket-ready profile"),
     ("noise.distribution", "jitter distribution"),
@@ -43,8 +54,17 @@ REPORTED = (
 )
 
 
+class Applied(NamedTuple):
+    data: dict  # scenario data with the calibration applied
+    measured: dict[str, str]  # {key: where its value came from}
+    mode: str  # all | device | shape
+    why: str  # why that mode
+
+
 def pick_network(calib: dict, label: str | None) -> tuple[str, dict]:
     nets = calib["networks"]
+    if not nets:
+        raise ValueError("--calib-network: the calibration measured no network (a one-rank probe)")
     if label is None:
         if len(nets) != 1:
             raise ValueError(f"--calib-network: the calibration measured {', '.join(sorted(nets))}; name one")
@@ -54,13 +74,53 @@ def pick_network(calib: dict, label: str | None) -> tuple[str, dict]:
     return label, nets[label]
 
 
-def choose_mode(sc: Scenario, calib: dict, mode: str) -> str:
+def probed_on(calib: dict) -> str:
+    """Where a calibration was measured, e.g. "NVIDIA H200, 1 GPU" or "cpu, 2 ranks"."""
+    name = (calib.get("device_info") or {}).get("name") or calib.get("device", "?")
+    n = calib["world_size"]
+    unit = "GPU" if calib.get("device", "cpu") != "cpu" else "rank"
+    return f"{name}, {n} {unit}{'s' if n != 1 else ''}"
+
+
+def _device_mismatch(sc: Scenario, calib: dict) -> str | None:
+    """Why a one-GPU calibration cannot stand for this scenario's GPUs; None when it can."""
+    measured, wanted = calib.get("device_class"), sc.compute.device_class
+    if not wanted:
+        return f"{sc.name} names no GPU class (compute.device_class)"
+    if measured != wanted:
+        what = f"class {measured}" if measured else "no preset's class"
+        return f"probed on {probed_on(calib)} ({what}), {sc.name} is a {wanted} cluster"
+    if calib.get("precision", "fp32") != sc.training.precision:
+        return f"probed in {calib.get('precision', 'fp32')}, {sc.name} trains in {sc.training.precision}"
+    if calib["compute"].get("memory") is None:
+        return "the probe recorded no device memory"
+    return None
+
+
+def choose_mode(sc: Scenario, calib: dict, mode: str) -> tuple[str, str]:
+    """(mode, why)."""
     if mode not in MODES:
         raise ValueError(f"--calib-mode: must be one of {', '.join(MODES)}, got {mode!r}")
+    same = (
+        bool(calib["networks"])
+        and sc.network.backend == calib["backend"]
+        and sc.network.gpus_per_node == 1
+        and sc.ranks == calib["world_size"]
+    )
+    mismatch = _device_mismatch(sc, calib)
+    if mode == "all" and not calib["networks"] and sc.ranks > 1:
+        raise ValueError(
+            "--calib-mode all: the calibration measured no network (a one-rank probe); use device or shape"
+        )
+    if mode == "device" and mismatch:
+        raise ValueError(f"--calib-mode device: {mismatch}")
     if mode != "auto":
-        return mode
-    same = sc.network.backend == calib["backend"] and sc.network.gpus_per_node == 1 and sc.ranks == calib["world_size"]
-    return "all" if same else "shape"
+        return mode, "as asked (--calib-mode)"
+    if same:
+        return "all", f"the measured machines: {calib['backend']}, {calib['world_size']} ranks"
+    if not mismatch:
+        return "device", f"one {sc.compute.device_class}-class GPU measured ({probed_on(calib)})"
+    return "shape", f"only dimensionless values transfer: {mismatch}"
 
 
 def _set(data: dict, key: str, value) -> None:
@@ -70,27 +130,28 @@ def _set(data: dict, key: str, value) -> None:
 
 def apply_calibration(
     data: dict, calib: dict, *, calib_path: str, network: str | None = None, mode: str = "auto"
-) -> tuple[dict, dict[str, str], str]:
-    """(scenario data with the calibration applied, {key: where it came from}, mode used)."""
+) -> Applied:
+    """The scenario data with the calibration applied, where each value came from, and the mode."""
     data = apply_overrides(data, [])  # a copy
     sc = scenario_from_dict(data)
-    mode = choose_mode(sc, calib, mode)
+    mode, why = choose_mode(sc, calib, mode)
     c, noise = calib["compute"], calib["noise"]
     measured: dict[str, str] = {}
+    where = f"measured on {probed_on(calib)}: {calib_path}"
 
     def put(key: str, value, origin: str) -> None:
         _set(data, key, value)
-        measured[key] = f"measured: {calib_path} ({origin})"
+        measured[key] = f"{where} ({origin})"
 
     if noise["distribution"] == "empirical":
-        why = f"{noise['best_fit']} rejected: KS {noise['ks']:.3f} > {noise['ks_critical_1pct']:.3f}"
-        put("noise.distribution", "empirical", f"{noise['samples']} compute iterations resampled; {why}")
+        why_empirical = f"{noise['best_fit']} rejected: KS {noise['ks']:.3f} > {noise['ks_critical_1pct']:.3f}"
+        put("noise.distribution", "empirical", f"{noise['samples']} compute iterations resampled; {why_empirical}")
         put("noise.samples", list(noise["multipliers"]), "normalised compute iterations")
         put("noise.sigma", noise["sigma"], "sd of the samples (not used by empirical)")
     else:
         put("noise.distribution", noise["distribution"], f"{noise['samples']} compute iterations, best AIC")
         put("noise.sigma", noise["sigma"], f"{noise['distribution']} MLE, KS {noise['ks']:.3f}")
-    label, net = pick_network(calib, network) if mode == "all" or network else (None, None)
+    label, net = pick_network(calib, network) if (mode == "all" and calib["networks"]) or network else (None, None)
     if net is None and len(calib["networks"]) == 1:
         label, net = pick_network(calib, None)
     if net is not None:
@@ -98,19 +159,73 @@ def apply_calibration(
         put("network.nic_efficiency", min(eff, 1.0), f"{label}: allreduce busbw / raw TCP = {eff:.3f}")
         gamma = net["interference_gamma"]
         put("compute.interference_gamma", gamma["value"], f"{label}: overlap probe, {gamma['samples']} iterations")
-    else:  # several networks, none named: their mean
+    elif calib["networks"]:  # several networks, none named: their mean
         gammas = [n["interference_gamma"]["value"] for n in calib["networks"].values()]
         put("compute.interference_gamma", sum(gammas) / len(gammas), f"overlap probes, mean of {len(gammas)} networks")
     same_model = c["model"] == sc.model.preset
     if same_model:
         put("compute.ready_fractions", dict(c["ready_fractions"]["value"]), f"grad_ready of {c['model']}")
     if mode == "all":
-        _apply_measured_machines(data, sc, calib, label, net, put)
-    return data, measured, mode
+        if net is not None:
+            _apply_measured_network(label, net, put)
+        _apply_compute(data, sc, calib, put)
+        _apply_memory(sc, calib, put)
+        slow = {int(r): v["speed_factor"] for r, v in calib["ranks"].items() if v["speed_factor"] > 1.0}
+        put("stragglers", ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items())), "per-rank median speed")
+        put("noise.speed_spread_sd", 0.0, "the measured ranks' own factors are the stragglers entry")
+    elif mode == "device":
+        _apply_compute(data, sc, calib, put)
+        _apply_memory(sc, calib, put)
+    return Applied(data, measured, mode, why)
 
 
-def _apply_measured_machines(data, sc, calib, label, net, put) -> None:
+def _apply_compute(data, sc, calib, put) -> None:
+    """Compute per micro-step and the optimizer step of one speed-1 rank, as measured: the
+    affine fit in tokens for the same model and sequence, else the achieved FLOP/s as an MFU."""
     c = calib["compute"]
+    seq = sc.training.seq_len or model_shape(sc.model.preset).block_size
+    tokens = sc.training.micro_batch_size * seq
+    step = c["step_s"]["intercept_s"] + c["step_s"]["per_token_s"] * tokens
+    bwd = c["backward_s"]["intercept_s"] + c["backward_s"]["per_token_s"] * tokens
+    if c["model"] == sc.model.preset and c["seq_len"] == seq:
+        put("compute.step_compute_s", step, f"affine fit in tokens at {tokens}, R^2 {c['step_s']['r2']:.4f}")
+        put("compute.backward_fraction", bwd / step, "backward / (forward + backward) fits")
+    else:
+        _set(data, "compute.step_compute_s", None)
+        achieved = c["achieved_tflop_s"]["value"]
+        peak = sc.compute.peak_for(sc.training.dtypes)
+        if achieved > peak:
+            raise ValueError(
+                f"--calib: {achieved:.4g} TFLOP/s achieved on {c['model']} exceeds {sc.name}'s peak {peak:.4g}"
+                " (compute.peak_tflop_s): a faster device than the scenario's"
+            )
+        put("compute.mfu", achieved / peak, f"{achieved:.4g} TFLOP/s achieved on {c['model']}, through FLOP counts")
+        top = c["step_s"]["points"][-1][0]
+        frac = (c["backward_s"]["intercept_s"] + c["backward_s"]["per_token_s"] * top) / (
+            c["step_s"]["intercept_s"] + c["step_s"]["per_token_s"] * top
+        )
+        put("compute.backward_fraction", frac, f"measured on {c['model']}")
+    opt = c["optimizer_s"]
+    params = param_count(model_shape(sc.model.preset))
+    measured_params = param_count(model_shape(c["model"]))
+    put("compute.optimizer_s", opt["value"] * params / measured_params, f"AdamW, {opt['samples']} steps, x params")
+
+
+def _apply_memory(sc, calib, put) -> None:
+    """The measured peak of a DDP step, at this scenario's tokens (same model and sequence)."""
+    c, memory = calib["compute"], calib["compute"].get("memory")
+    seq = sc.training.seq_len or model_shape(sc.model.preset).block_size
+    if memory is None or c["model"] != sc.model.preset or c["seq_len"] != seq or sc.training.mode != "ddp":
+        return
+    tokens = sc.training.micro_batch_size * seq
+    ddp = memory["ddp_peak_bytes"]
+    how = "a DDP step's max_memory_allocated" + (
+        "" if tokens == ddp["tokens"] else f" at {ddp['tokens']} tokens, moved along the per-token slope"
+    )
+    put("compute.memory_peak_gib", memory_at(memory, tokens) / GIB, how)
+
+
+def _apply_measured_network(label: str, net: dict, put) -> None:
     ar = net["collectives"]["allreduce"]
     put(
         "network.nic_gbit_s",
@@ -122,29 +237,6 @@ def _apply_measured_machines(data, sc, calib, label, net, put) -> None:
         ar["hop_latency_us"],
         f"{label}: allreduce alpha / 2(n-1), {ar['samples']} iterations",
     )
-    seq = sc.training.seq_len or model_shape(sc.model.preset).block_size
-    tokens = sc.training.micro_batch_size * seq
-    step = c["step_s"]["intercept_s"] + c["step_s"]["per_token_s"] * tokens
-    bwd = c["backward_s"]["intercept_s"] + c["backward_s"]["per_token_s"] * tokens
-    if c["model"] == sc.model.preset and c["seq_len"] == seq:
-        put("compute.step_compute_s", step, f"affine fit in tokens at {tokens}, R^2 {c['step_s']['r2']:.4f}")
-        put("compute.backward_fraction", bwd / step, "backward / (forward + backward) fits")
-    else:
-        _set(data, "compute.step_compute_s", None)
-        put("compute.peak_tflop_s", c["achieved_tflop_s"]["value"], f"achieved on {c['model']}, through FLOP counts")
-        put("compute.mfu", 1.0, "peak_tflop_s is already the achieved rate")
-        top = c["step_s"]["points"][-1][0]
-        frac = (c["backward_s"]["intercept_s"] + c["backward_s"]["per_token_s"] * top) / (
-            c["step_s"]["intercept_s"] + c["step_s"]["per_token_s"] * top
-        )
-        put("compute.backward_fraction", frac, f"measured on {c['model']}")
-    opt = c["optimizer_s"]
-    params = param_count(model_shape(sc.model.preset))
-    measured_params = param_count(model_shape(c["model"]))
-    put("compute.optimizer_s", opt["value"] * params / measured_params, f"AdamW, {opt['samples']} steps, x params")
-    slow = {int(r): v["speed_factor"] for r, v in calib["ranks"].items() if v["speed_factor"] > 1.0}
-    put("stragglers", ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items())), "per-rank median speed")
-    put("noise.speed_spread_sd", 0.0, "the measured ranks' own factors are the stragglers entry")
 
 
 def _toml_comments(path: Path) -> dict[str, str]:
@@ -176,15 +268,22 @@ def provenance(sc, measured: dict[str, str], scenario_path: Path) -> list[dict]:
         "compute": sc.compute,
         "noise": sc.noise,
     }
+    # Which compute model decides the time: given, a fixed MFU, or the roofline.
+    given, fixed = sc.compute.step_compute_s is not None, sc.compute.mfu is not None
+    shown = {
+        "compute.step_compute_s": given,
+        "compute.peak_tflop_s": not given,
+        "compute.mfu": fixed and not given,
+        "compute.matmul_efficiency": not (fixed or given),
+        "compute.hbm_tb_s": not (fixed or given),
+        "compute.memory_peak_gib": sc.compute.memory_peak_gib is not None,
+        "network.gloo_hop_latency_us": sc.network.backend == "gloo",
+    }
     rows = []
     for key, meaning in REPORTED:
         section, _, name = key.rpartition(".")
         value = getattr(data[section], name) if section else getattr(sc, name)
-        if key == "compute.step_compute_s" and value is None:
-            continue
-        if key in ("compute.peak_tflop_s", "compute.mfu") and sc.compute.step_compute_s is not None:
-            continue
-        if key == "network.gloo_hop_latency_us" and sc.network.backend != "gloo":
+        if not shown.get(key, True):
             continue
         if key == "compute.ready_fractions":
             value = "measured" if value else "from FLOP counts (sim/gpt2.py)"
@@ -193,9 +292,17 @@ def provenance(sc, measured: dict[str, str], scenario_path: Path) -> list[dict]:
     return rows
 
 
-def load_for_simulation(name_or_path: str, overrides, calib: dict, calib_path: str, network, mode, **top) -> tuple:
+class Calibrated(NamedTuple):
+    data: dict
+    measured: dict[str, str]
+    mode: str
+    why: str
+    path: Path  # the scenario file
+
+
+def load_for_simulation(name_or_path: str, overrides, calib: dict, calib_path: str, network, mode, **top) -> Calibrated:
     """Scenario data as `simulate` loads it, with the calibration applied underneath the
-    --set overrides (what the user types wins). Returns (data, measured, mode, path)."""
+    --set overrides (what the user types wins)."""
     from scenarios import scenario_path
 
     path = scenario_path(name_or_path)
@@ -203,7 +310,7 @@ def load_for_simulation(name_or_path: str, overrides, calib: dict, calib_path: s
     # before --ranks/--sweep-ranks (a sweep keeps one mode at every scale); then the user's
     # own keys are applied again, so what they type wins over what was measured.
     user = apply_overrides(load_scenario_data(path), list(overrides))
-    data, measured, used = apply_calibration(user, calib, calib_path=calib_path, network=network, mode=mode)
+    data, measured, used, why = apply_calibration(user, calib, calib_path=calib_path, network=network, mode=mode)
     data.update({k: v for k, v in top.items() if v is not None})
     if "stragglers" in measured:  # the measured slow ranks that exist at this scale
         ranks = data.get("ranks", 1)
@@ -212,4 +319,4 @@ def load_for_simulation(name_or_path: str, overrides, calib: dict, calib_path: s
     data = apply_overrides(data, list(overrides))
     for text in overrides:
         measured.pop(text.partition("=")[0].strip(), None)
-    return data, measured, used, path
+    return Calibrated(data, measured, used, why, path)

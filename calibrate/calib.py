@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate import collective_fit, compute_fit, noise_fit
+from calibrate.devices import device_class
 from calibrate.records import Run, collective_times, link_gbit_s, read_run
 from sim.gpt2 import flops_per_token, model_shape
 
@@ -35,7 +36,7 @@ def read_probe_runs(paths: list[Path]) -> list[Run]:
         runs.append(run)
     first = runs[0]
     for run in runs[1:]:
-        for what in ("world_size", "backend", "device"):
+        for what in ("world_size", "backend", "device", "precision", "compiled"):
             if getattr(run, what) != getattr(first, what):
                 raise ValueError(
                     f"{run.path}: {what} {getattr(run, what)} differs from {first.path}'s {getattr(first, what)}"
@@ -99,6 +100,8 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
     rng = np.random.default_rng(seed)
     networks = {}
     for run in runs:
+        if not run.of("collective"):  # one rank (a single GPU): nothing measured between ranks
+            continue
         if run.label in networks:
             raise ValueError(f"{run.path}: network {run.label!r} is also measured by {networks[run.label]['run']}")
         networks[run.label] = _network(run, rng)
@@ -116,6 +119,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
     critical = noise_fit.ks_critical(len(multipliers))
     chosen = best.distribution if best.ks <= critical else "empirical"
 
+    memory = compute_fit.memory_fit(runs)
     shape = model_shape(samples.model)
     top_tokens = fits["step"].points[-1][0]
     achieved = flops_per_token(shape, samples.seq_len) * top_tokens / fits["step"].at(top_tokens) / 1e12
@@ -130,6 +134,10 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
         "world_size": runs[0].world_size,
         "backend": runs[0].backend,
         "device": runs[0].device,
+        "device_info": runs[0].device_info,
+        "device_class": device_class((runs[0].device_info or {}).get("name")),
+        "precision": runs[0].precision,
+        "compiled": runs[0].compiled,
         "networks": networks,
         "compute": {
             "model": samples.model,
@@ -145,6 +153,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
             "optimizer_s": {"value": opt[0], "samples": opt[1], "source": "slowest rank's median AdamW step"},
             "ready_fractions": {"value": ready[0], "samples": ready[1], "source": "grad_ready, mean over ranks"},
             "buckets_default_cap": compute_fit.bucket_profile(runs),
+            "memory": memory,
         },
         "noise": {
             "distribution": chosen,

@@ -162,3 +162,45 @@ def interference_gamma(runs: list[Run]) -> tuple[float, int] | None:
     if not den:
         return None
     return num / den, int(den)
+
+
+def memory_fit(runs: list[Run]) -> dict | None:
+    """Rank 0's peak allocated device memory: per micro-batch size of the compute probe (a local
+    copy with AdamW's state, no DDP), fitted affine in tokens, and one real DDP training step's
+    peak (the bucket profile's last step, optimizer included). None without device statistics
+    (CPU probes record none)."""
+    points = {}
+    for run in runs:
+        for r in run.of("compute_memory", 0):
+            if r.get("peak_allocated_bytes") is not None:
+                points[r["tokens"]] = max(points.get(r["tokens"], 0), r["peak_allocated_bytes"])
+    ddp = [r for run in runs for r in run.of("ddp_memory", 0) if r.get("peak_allocated_bytes") is not None]
+    if not points or not ddp:
+        return None
+    tokens = sorted(points)
+    if len(tokens) > 1:
+        slope, intercept = np.polyfit(tokens, [points[t] for t in tokens], 1)
+    else:
+        slope, intercept = 0.0, float(points[tokens[0]])
+    last = ddp[-1]
+    return {
+        "compute_peak_bytes": {
+            "intercept_bytes": float(intercept),
+            "per_token_bytes": float(slope),
+            "points": [[t, points[t]] for t in tokens],
+        },
+        "ddp_peak_bytes": {
+            "value": last["peak_allocated_bytes"],
+            "reserved": last.get("peak_reserved_bytes"),
+            "tokens": last["tokens"],
+            "micro_batch": last["micro_batch"],
+        },
+        "source": "torch.cuda.max_memory_allocated per micro-batch (no DDP) and of a DDP training step",
+    }
+
+
+def memory_at(memory: dict, tokens: float) -> float:
+    """Peak bytes of a DDP training step at ``tokens`` per micro-step: the measured DDP step's
+    peak moved along the measured per-token slope (activations grow linearly in tokens)."""
+    ddp = memory["ddp_peak_bytes"]
+    return ddp["value"] + memory["compute_peak_bytes"]["per_token_bytes"] * (tokens - ddp["tokens"])

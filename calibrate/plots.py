@@ -64,7 +64,9 @@ def compute(calib: dict, path: Path) -> None:
     """Step time per micro-step against tokens with the affine fit; the measured
     bucket-ready profile as gradient bytes ready against backward progress."""
     c = calib["compute"]
-    fig, (left, right) = _subplots(1, 2, figsize=(10.5, 4))
+    memory = c.get("memory")
+    fig, axes = _subplots(1, 3 if memory else 2, figsize=(15.5 if memory else 10.5, 4))
+    left, right = axes[0], axes[1]
     for key, name in (("step_s", "forward + backward"), ("forward_s", "forward"), ("backward_s", "backward")):
         fit = c[key]
         x = np.array([p[0] for p in fit["points"]])
@@ -86,8 +88,25 @@ def compute(calib: dict, path: Path) -> None:
         ylabel="share of parameter tensors ready",
         title="measured gradient-ready profile (grey: default-cap buckets)",
     )
+    if memory:
+        _memory(axes[2], memory)
     fig.tight_layout()
     save(fig, path)
+
+
+def _memory(ax, memory: dict) -> None:
+    """Peak allocated device memory against tokens: the compute probe's sizes with their line,
+    and the DDP training step (DDP's buckets on top)."""
+    gib = float(1 << 30)
+    fit = memory["compute_peak_bytes"]
+    x = np.array([p[0] for p in fit["points"]])
+    ax.scatter(x, [p[1] / gib for p in fit["points"]], s=16, label="no DDP, AdamW state held")
+    xs = np.linspace(0, x.max() * 1.05, 50)
+    ax.plot(xs, (fit["intercept_bytes"] + fit["per_token_bytes"] * xs) / gib, lw=1)
+    ddp = memory["ddp_peak_bytes"]
+    ax.scatter([ddp["tokens"]], [ddp["value"] / gib], marker="^", s=40, color="tab:red", label="DDP training step")
+    ax.set(xlabel="tokens per micro-step", ylabel="peak allocated (GiB)", title="device memory (max_memory_allocated)")
+    ax.legend(fontsize=8)
 
 
 def noise(calib: dict, multipliers: np.ndarray, path: Path) -> None:
@@ -123,12 +142,14 @@ def ranks(calib: dict, path: Path) -> None:
 
 def write_calibration_plots(calib: dict, stem: Path) -> list[Path]:
     """Every calibration picture as ``<stem>-<what>.png``; returns the paths."""
-    out = [stem.with_name(f"{stem.name}-{w}.png") for w in ("collectives", "compute", "noise", "ranks")]
-    collectives(calib, out[0])
-    compute(calib, out[1])
-    noise(calib, np.array(calib["noise"]["multipliers"]), out[2])
-    ranks(calib, out[3])
-    return out
+    what = ("collectives", "compute", "noise", "ranks") if calib["networks"] else ("compute", "noise", "ranks")
+    out = {w: stem.with_name(f"{stem.name}-{w}.png") for w in what}
+    if "collectives" in out:  # a one-rank (one-GPU) probe measured no network
+        collectives(calib, out["collectives"])
+    compute(calib, out["compute"])
+    noise(calib, np.array(calib["noise"]["multipliers"]), out["noise"])
+    ranks(calib, out["ranks"])
+    return list(out.values())
 
 
 def predicted_vs_measured(rows: list[dict], mape: float, path: Path) -> None:

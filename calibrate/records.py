@@ -48,6 +48,9 @@ class Run:
     backend: str
     device: str
     config: dict  # rank 0's meta config (the verb's arguments)
+    precision: str  # as resolved on the device (fp32 in files from before --precision)
+    compiled: bool
+    device_info: dict | None  # the device's name, memory and SM/CU count (None in older files)
     lab: dict | None  # the emulated lab (netlab/commands.json), or None on real machines
     records: dict[int, dict[str, list[dict]]]  # {rank: {type: [records]}}
     files: tuple[str, ...]
@@ -110,6 +113,9 @@ def read_run(path: Path, verb: str | None = None) -> Run:
         backend=m0.get("backend", "?"),
         device=m0.get("device", "?"),
         config=m0.get("config", {}),
+        precision=(m0.get("precision") or {}).get("name", "fp32"),
+        compiled=bool(m0.get("compile", False)),
+        device_info=m0.get("device_info"),
         lab=lab,
         records=records,
         files=tuple(str(f) for f in files),

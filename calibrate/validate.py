@@ -69,7 +69,7 @@ def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[
         raise ValueError(
             f"{run.path}: ran on network {run.label!r}; the calibration measured {', '.join(sorted(nets))}"
         )
-    label, _ = pick_network(calib, label)
+    label = pick_network(calib, label)[0] if nets else None  # a one-rank run communicates nothing
     per_rank = cfg.get("micro_batch_per_rank") or [cfg["micro_batch"]] * run.world_size
     if len(per_rank) != run.world_size:
         raise ValueError(f"{run.path}: --micro-batch-per-rank has {len(per_rank)} entries for {run.world_size} ranks")
@@ -85,7 +85,7 @@ def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[
             "seq_len": seq,
             "grad_accum": cfg.get("grad_accum", 1),
             "bucket_cap_mb": cfg.get("bucket_cap_mb", 25.0),
-            "grad_bytes_per_param": 4,  # realrun trains fp32 parameters: fp32 gradient buckets
+            "precision": run.precision,  # as the run trained: its gradient dtype fills DDP's buckets
             "overlap": not cfg.get("no_overlap", False),
             "comm_hook": cfg.get("comm_hook", "none"),
         },
@@ -93,7 +93,7 @@ def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[
         "noise": {},
         "compute": {},
     }
-    data, _, _ = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all")
+    data = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all").data
     # Per-rank work: the measured speed factor, times the injected straggler's burn, times
     # this rank's share of micro-batch compute (uneven micro-batches, at the affine fit).
     fit = calib["compute"]["step_s"]
@@ -107,6 +107,10 @@ def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[
         factors[rank] = factors.get(rank, 1.0) * share
     data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if r < run.world_size)
     return data, label
+
+
+def _how(precision: str, compiled: bool) -> str:
+    return f"{precision}{' + torch.compile' if compiled else ''}"
 
 
 def _predicted(data: dict) -> dict:
@@ -141,6 +145,10 @@ def validate(calib: dict, calib_path: str, paths: list[Path], *, seed: int = 0, 
                 f"{p}: {run.world_size} ranks on {run.backend}; the calibration is {calib['world_size']}"
                 f" ranks on {calib['backend']}"
             )
+        trained = _how(run.precision, run.compiled)
+        probed = _how(calib.get("precision", "fp32"), calib.get("compiled", False))
+        if trained != probed:  # the compute of one precision says nothing exact of another's
+            raise ValueError(f"{p}: trained in {trained}; the calibration probed {probed}")
         runs.append(run)
     rows = []
     for i, run in enumerate(runs, 1):

@@ -63,11 +63,24 @@ def calibrate(args):
 
 
 def print_calibration(c: dict) -> None:
-    print(f"calibration of {len(c['runs'])} probe run(s): {c['world_size']} ranks, {c['backend']} on {c['device']}")
+    from calibrate.apply import probed_on
+
+    compiled = ", torch.compile" if c.get("compiled") else ""
+    cls = f"; GPU class {c['device_class']}" if c.get("device_class") else ""
     print(
-        f"{'network':<10} {'op':<15} {'alpha':>9} {'busbw GB/s':>18} {'hop us':>8} {'R2(log)':>8}"
-        f" {'link Gbit/s':>12} {'stack eff':>9} {'gamma':>6}"
+        f"calibration of {len(c['runs'])} probe run(s): {probed_on(c)}, {c['backend']},"
+        f" {c.get('precision', 'fp32')}{compiled}{cls}"
     )
+    if not c["networks"]:
+        print(
+            "networks  none measured (one rank, or a probe without --parts collectives,link,overlap):"
+            " this calibration carries compute, memory and jitter (simulate --calib-mode device or shape)"
+        )
+    else:
+        print(
+            f"{'network':<10} {'op':<15} {'alpha':>9} {'busbw GB/s':>18} {'hop us':>8} {'R2(log)':>8}"
+            f" {'link Gbit/s':>12} {'stack eff':>9} {'gamma':>6}"
+        )
     for label, n in sorted(c["networks"].items()):
         for op, f in sorted(n["collectives"].items()):
             lo, hi = f["busbw_ci_gb_s"]
@@ -94,12 +107,19 @@ def print_calibration(c: dict) -> None:
     print(
         f"compute   {k['model']} seq {k['seq_len']}: forward+backward = {fmt_seconds(s['intercept_s'])}"
         f" + {s['per_token_s'] * 1e6:.3f} us/token (R2 {s['r2']:.4f}, {k['samples']} iterations);"
-        f" {k['achieved_tflop_s']['value'] * 1e3:.3g} GFLOP/s achieved"
+        f" {_flop_rate(k['achieved_tflop_s']['value'])} achieved"
     )
     print(
         f"          optimizer {fmt_seconds(k['optimizer_s']['value'])};"
         f" {len(k['ready_fractions']['value'])} gradients in the ready profile"
     )
+    mem = k.get("memory")
+    if mem:
+        ddp, per = mem["ddp_peak_bytes"], mem["compute_peak_bytes"]["per_token_bytes"]
+        print(
+            f"memory    DDP step peak {fmt_bytes(ddp['value'])} allocated at micro-batch {ddp['micro_batch']}"
+            f" ({ddp['tokens']} tokens); {fmt_bytes(per)} per token (max_memory_allocated)"
+        )
     nz = c["noise"]
     others = ", ".join(f"{x['distribution']} AIC {x['aic']:.0f}" for x in nz["candidates"][1:])
     best = nz["candidates"][0]
@@ -119,6 +139,10 @@ def print_calibration(c: dict) -> None:
         for r, v in sorted(c["ranks"].items(), key=lambda kv: int(kv[0]))
     )
     print(f"ranks     {ranks}  (straggler flag: score = fastest/this < 0.75)")
+
+
+def _flop_rate(tflop_s: float) -> str:
+    return f"{tflop_s:.4g} TFLOP/s" if tflop_s >= 1 else f"{tflop_s * 1e3:.3g} GFLOP/s"
 
 
 def validate(args):

@@ -53,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--calib-mode",
         default="auto",
-        choices=["auto", "all", "shape"],
-        help="all: the measured machines; shape: only dimensionless values (auto decides)",
+        choices=["auto", "all", "device", "shape"],
+        help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
+        " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",
     )
     s.set_defaults(func=commands.simulate)
 

@@ -109,14 +109,18 @@ def simulate(args):
 
 
 def _memory(sc, device_gib: float | None) -> dict:
-    from sim.memory import estimate_memory, fits
+    from sim.memory import estimate_memory
 
     if device_gib is not None and device_gib <= 0:
         raise ValueError(f"--device-gib: must be > 0, got {device_gib}")
     est = estimate_memory(sc)
-    out = {k: v for k, v in est._asdict().items() if k.endswith("_gib")}
+    out = {k: v for k, v in est._asdict().items() if k.endswith("_gib")} | {"peak_phase": est.peak_phase}
+    measured = sc.compute.memory_peak_gib
+    if measured is not None:  # a GPU calibration's own peak decides; the estimate stays beside it
+        out["measured_peak_allocated_gib"] = measured
+        out["total_gib"] = measured + est.cuda_context_gib
     if device_gib is not None:
-        out["device_gib"], out["fits"] = device_gib, fits(est, device_gib)
+        out["device_gib"], out["fits"] = device_gib, out["total_gib"] <= device_gib
     return out
 
 
@@ -130,7 +134,7 @@ def _calibrated_scenarios(args, counts):
     calib = read_calib(args.calib)
     scenarios, extra = [], []
     for n in counts:
-        data, measured, mode, path = load_for_simulation(
+        cal = load_for_simulation(
             args.scenario,
             args.set,
             calib,
@@ -141,17 +145,20 @@ def _calibrated_scenarios(args, counts):
             steps=args.steps,
             seed=args.seed,
         )
-        sc = scenario_from_dict(data)
+        sc = scenario_from_dict(cal.data)
         scenarios.append(sc)
         extra.append(
-            {"calibration": {"file": str(args.calib), "mode": mode}, "parameters": provenance(sc, measured, path)}
+            {
+                "calibration": {"file": str(args.calib), "mode": cal.mode, "why": cal.why},
+                "parameters": provenance(sc, cal.measured, cal.path),
+            }
         )
     return scenarios, extra
 
 
 def _print_parameters(summary: dict) -> None:
     cal = summary["calibration"]
-    print(f"  parameters       calibration {cal['file']} applied in mode {cal['mode']!r}:")
+    print(f"  parameters       calibration {cal['file']} applied in mode {cal['mode']!r} ({cal['why']}):")
     for p in summary["parameters"]:
         value = p["value"]
         shown = f"{value:.4g}" if isinstance(value, float) else str(value or '""')
@@ -192,14 +199,7 @@ def _print_summary(sc, s: dict) -> None:
     for name, value in parts:
         if value > 0 or name.startswith(("compute", "exposed", "straggler")):
             print(f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}")
-    m = s["memory_gib"]
-    verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB" if "fits" in m else ""
-    print(
-        f"  memory/GPU       {m['total_gib']:.2f} GiB ({sc.training.mode}: params {m['parameters_gib']:.2f},"
-        f" grads {m['gradients_gib']:.2f}, optimizer {m['optimizer_state_gib']:.2f},"
-        f" activations {m['activations_gib']:.2f}, buffers"
-        f" {m['ddp_buckets_gib'] + m['fsdp_unsharded_gib'] + m['cuda_overhead_gib']:.2f}){verdict}"
-    )
+    _print_memory(sc, s["memory_gib"])
     if s["slowest_rank_compute_s"] > 1.05 * s["compute_s"]:
         print(
             f"  slowest rank     rank {s['slowest_rank']}: compute {fmt_seconds(s['slowest_rank_compute_s'])}"
@@ -215,6 +215,34 @@ def _print_summary(sc, s: dict) -> None:
         f" per step; {', '.join(s['algorithms'])})"
     )
     print(f"  simulated in     {s['wall_s']:.2f} s")
+
+
+# The memory terms as printed: (label, key); zero terms are left out.
+_MEMORY_TERMS = (
+    ("params", "parameters_gib"),
+    ("grads", "gradients_gib"),
+    ("optimizer", "optimizer_state_gib"),
+    ("weight copies", "weight_copies_gib"),
+    ("activations", "activations_gib"),
+    ("logits", "logits_gib"),
+    ("DDP buckets", "ddp_buckets_gib"),
+    ("FSDP gathered", "fsdp_unsharded_gib"),
+    ("CUDA context", "cuda_context_gib"),
+)
+
+
+def _print_memory(sc, m: dict) -> None:
+    verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB" if "fits" in m else ""
+    terms = ", ".join(f"{label} {m[key]:.2f}" for label, key in _MEMORY_TERMS if m[key] > 0)
+    estimate = f"at the {m['peak_phase']} peak ({sc.training.mode}, {sc.training.precision}: {terms})"
+    if "measured_peak_allocated_gib" in m:
+        print(
+            f"  memory/GPU       {m['total_gib']:.2f} GiB: {m['measured_peak_allocated_gib']:.2f} measured"
+            f" + CUDA context {m['cuda_context_gib']:.2f}{verdict}"
+        )
+        print(f"    estimate       {m['peak_allocated_gib']:.2f} GiB allocated {estimate}")
+        return
+    print(f"  memory/GPU       {m['total_gib']:.2f} GiB {estimate}{verdict}")
 
 
 # Sweep table columns: header (units in the name), width, value.
@@ -363,6 +391,15 @@ def _launch(verb: str, args):
                 raise ValueError(f"--straggler: rank {rank} out of range for --nproc {args.nproc}")
     if getattr(args, "micro_batch_per_rank", None) and len(args.micro_batch_per_rank) != args.nproc:
         raise ValueError(f"--micro-batch-per-rank: {len(args.micro_batch_per_rank)} values for --nproc {args.nproc}")
+    if args.backend == "nccl":
+        import torch  # check_args has imported it already
+
+        gpus = torch.cuda.device_count()
+        if args.nproc > gpus:  # realrun/dist.py puts rank LOCAL_RANK on cuda:LOCAL_RANK
+            raise ValueError(
+                f"--nproc {args.nproc}: this machine has {gpus} GPU(s); NCCL runs one rank per GPU"
+                f" (use --nproc {max(gpus, 1)})"
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     code = run_local(verb, _worker_argv(args.argv), args.nproc)
     if code != 0:

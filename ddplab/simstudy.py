@@ -22,7 +22,7 @@ HOMELAB_SET = [
     f"model.preset={MODEL}",
     f"training.seq_len={SEQ_LEN}",
     f"training.micro_batch_size={MICRO_BATCH}",
-    "training.grad_bytes_per_param=4",  # fp32 gradients, as realrun trains
+    "training.precision=fp32",  # as realrun trains on CPU: fp32 gradients
 ]
 LEMON_RANK = 17
 
@@ -30,7 +30,8 @@ LEMON_RANK = 17
 def _scenario(name: str, calib: dict, calib_path: str, ranks: int, steps: int, extra=()):
     preset = "homelab-1gbe" if name == "homelab" else name
     overrides = (HOMELAB_SET if name == "homelab" else []) + list(extra)
-    data, measured, mode, path = load_for_simulation(preset, overrides, calib, calib_path, None, "auto", ranks=ranks)
+    cal = load_for_simulation(preset, overrides, calib, calib_path, None, "auto", ranks=ranks)
+    data, mode = cal.data, cal.mode
     data["steps"] = steps
     return scenario_from_dict(data), mode
 
@@ -84,9 +85,9 @@ def _fixes(calib: dict, calib_path: str, steps: int) -> list[dict]:
     """Which fix pays for the lemon GPU on 1024 H100s (sim/whatif.py), with the measured jitter."""
     from sim.whatif import compare
 
-    data, _, _, _ = load_for_simulation(
+    data = load_for_simulation(
         "h100-1024", [f"stragglers={LEMON_RANK}:{LEMON}"], calib, calib_path, None, "auto", ranks=1024
-    )
+    ).data
     data["steps"] = steps
     rows = compare(data, ["rebalance", "exclude-slowest", "accum=4"], horizon_h=24.0, restart_min=10.0)
     return [r._asdict() for r in rows]

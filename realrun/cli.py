@@ -9,6 +9,8 @@ from pathlib import Path
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 PROBE_PARTS = ("collectives", "link", "compute", "overlap")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+# realrun/precision.py's names; repeated here so that importing this module stays torch-free.
+PRECISIONS = ("auto", "fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,12 +97,26 @@ def _straggler(text: str) -> tuple[int, float]:
     return r, f
 
 
+def _add_numerics(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="auto (default): bf16-amp on GPUs with native bf16, fp32 on CPU; fp32: float32, TF32 off;"
+        " tf32: float32 on TF32 tensor cores (GPUs); bf16-amp/fp16-amp: float32 weights, forward"
+        " under autocast (fp16 with a gradient scaler); bf16: weights and gradients in bfloat16",
+    )
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (nn.Module.compile(), in place)")
+
+
 def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="collective, link, compute and overlap probes", add_help=add_help)
     p.add_argument("--out", type=Path, required=True, help="run directory for the records")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
     p.add_argument("--parts", type=_csv(PROBE_PARTS), default=list(PROBE_PARTS), help="which probes to run")
-    p.add_argument("--ops", type=_csv(OPS), default=["allreduce", "allgather", "reduce_scatter"])
+    p.add_argument(
+        "--ops", type=_csv(OPS), default=["allreduce", "allgather", "reduce_scatter"], help="collectives to sweep"
+    )
     # The issue's defaults: a full probe takes ~4-5 min over 1GbE (gloo ~110 MB/s), <1 min on loopback.
     p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1K:256M"), help="1K:256M or 1M,16M")
     p.add_argument("--iters", type=_positive(int), default=20, help="timed iterations per size")
@@ -117,30 +133,39 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
         help="scheduler for the collective sweep: fifo (real-time, where permitted) or other (normal)",
     )
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the synthetic tokens")
+    _add_numerics(p)
     return p
 
 
 def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="real DDP training with per-rank per-step records", add_help=add_help)
     p.add_argument("--out", type=Path, required=True, help="run directory for the records")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
-    p.add_argument("--model", default="gpt2-tiny")
-    p.add_argument("--steps", type=_positive(int), default=20)
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
+    p.add_argument("--model", default="gpt2-tiny", help="model preset (scenarios/models.toml)")
+    p.add_argument("--steps", type=_positive(int), default=20, help="optimizer steps")
     p.add_argument("--micro-batch", type=_positive(int), default=4, help="sequences per rank per micro-step")
     p.add_argument("--micro-batch-per-rank", type=_positive_ints, help="uneven work, e.g. 8,4 (reweighted)")
     p.add_argument("--seq-len", type=_positive(int), help="tokens per sequence (default: the model's context)")
     p.add_argument("--grad-accum", type=_positive(int), default=1, help="micro-steps per optimizer step")
-    p.add_argument("--bucket-cap-mb", type=_positive(float), default=25.0)
-    p.add_argument("--comm-hook", choices=COMM_HOOKS, default="none")
+    p.add_argument("--bucket-cap-mb", type=_positive(float), default=25.0, help="DDP's bucket_cap_mb")
+    p.add_argument("--comm-hook", choices=COMM_HOOKS, default="none", help="gradient compression hook")
     p.add_argument("--no-overlap", action="store_true", help="launch every bucket after backward ends")
-    p.add_argument("--straggler", type=_straggler, action="append", default=[], metavar="RANK:FACTOR")
+    p.add_argument(
+        "--straggler",
+        type=_straggler,
+        action="append",
+        default=[],
+        metavar="RANK:FACTOR",
+        help="make RANK's compute FACTOR x slower with real work (repeatable)",
+    )
     p.add_argument("--grad-staging", choices=["none", "cpu"], default="none", help="reduce through CPU tensors")
     p.add_argument("--data", type=Path, help="train on this text file (byte tokens)")
-    p.add_argument("--lr", type=_positive(float), default=3e-4)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=_positive(float), default=3e-4, help="AdamW learning rate")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order")
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
     p.add_argument("--no-instrument", action="store_true", help="plain DDP, no timing hooks (overhead baseline)")
+    _add_numerics(p)
 
     # Test-only, hidden: inject a fault; save step 0's batches, weights and reduced gradients.
     def fault(text: str) -> tuple[int, int, str]:
@@ -157,9 +182,11 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
 PARSERS = {"probe": probe_parser, "train": train_parser}
 
 
-def check_args(verb: str, args: argparse.Namespace) -> None:
+def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True) -> None:
     """What a parser cannot check alone, checked once for every entry (ddplab probe/train,
-    netlab run, launch, the workers), so a bad value fails before any process starts."""
+    netlab run, launch, the workers), so a bad value fails before any process starts.
+    ``this_machine`` False: the ranks run elsewhere (`ddplab launch`), so the GPU and
+    compiler checks are left to their workers, which check again on their own machine."""
     from scenarios import load_models
 
     models = load_models()
@@ -170,6 +197,19 @@ def check_args(verb: str, args: argparse.Namespace) -> None:
         raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {context}")
     if verb == "train" and args.grad_staging == "cpu" and args.comm_hook == "powersgd":
         raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
+    if verb == "train" and args.compile and args.bucket_cap_mb < 1.0:
+        # Under compile, dynamo's DDPOptimizer splits the graph at DDP's bucket cap and asserts
+        # that its first bucket, fixed at c10d's 1 MiB, is no larger than the others
+        # (torch/_dynamo/backends/distributed.py, DDPOptimizer.__init__; seen failing here).
+        raise ValueError(
+            f"--bucket-cap-mb {args.bucket_cap_mb:g}: with --compile it must be >= 1 (torch's 1 MiB first bucket)"
+        )
+    # The hardware checks import torch (~2 s), so only here, never at import: ddplab imports
+    # this module at startup.
+    from realrun.precision import preflight
+
+    straggler = getattr(args, "straggler", ())
+    preflight(args.backend, args.precision, args.compile, straggler, this_machine=this_machine)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,7 +67,9 @@ def check_verb_args(verb_args: list[str] | tuple[str, ...]) -> list[str]:
         raise ValueError(f"{parser.prog}: {message}")
 
     parser.error = error  # a ValueError (one line, exit 2 in the CLI) instead of SystemExit
-    check_args(args[0], parser.parse_args(args[1:]))
+    # The ranks run on the nodes, whose GPUs this machine may not have: their workers
+    # check precision and compile support on their own hardware.
+    check_args(args[0], parser.parse_args(args[1:]), this_machine=False)
     return args
 
 

@@ -18,8 +18,16 @@ from realrun.model import preset_config
 from realrun.probe_collectives import quick, sweep
 from realrun.probe_compute import bucket_profile, compute, overlap
 from realrun.probe_link import LINK_REPEATS, PING_BYTES, RTT_PINGS, probe_links
-from realrun.records import RecordWriter, rank_file
+from realrun.recipe import Recipe
+from realrun.records import RecordWriter, one_line, rank_file
 from realrun.sched import realtime
+
+# What one rank cannot measure: each of these needs a peer at the other end.
+NEEDS_A_PEER = {
+    "collectives": "a collective on one rank moves no data",
+    "link": "the link probe times TCP between pairs of ranks",
+    "overlap": "gamma needs a collective in flight with a peer",
+}
 
 
 def run(args) -> int:
@@ -37,15 +45,22 @@ def run(args) -> int:
         where = ", ".join(
             f"{k}={os.environ.get(k)}" for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR")
         )
-        _say(f"realrun probe: rank {rank}: joining the process group failed ({where}): {_line(e)}", sys.stderr)
+        _say(f"realrun probe: rank {rank}: joining the process group failed ({where}): {one_line(e)}", sys.stderr)
         return 1
+    recipe = Recipe.for_run(args, env.device)
     config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    writer = RecordWriter(rank_file(args.out, "probe", env.rank), verb="probe", config=config, dist_info=env.info())
+    writer = RecordWriter(
+        rank_file(args.out, "probe", env.rank),
+        verb="probe",
+        config=config,
+        dist_info=env.info(),
+        run_info=recipe.meta(),
+    )
     stage = ["start"]  # what was running, for the error line
     try:
-        summary = _quick(env, writer, stage) if args.quick else _full(env, args, writer, stage)
+        summary = _quick(env, writer, stage) if args.quick else _full(env, args, writer, stage, recipe)
     except (RuntimeError, OSError, ValueError) as e:  # torch's DistBackendError is a RuntimeError
-        reason = f"{stage[0]}: {_line(e)}"
+        reason = f"{stage[0]}: {one_line(e)}"
         writer.abandon(reason)
         _say(f"realrun probe: rank {env.rank}: {reason}", sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
@@ -57,12 +72,6 @@ def run(args) -> int:
     dist.barrier()  # leave together: no rank tears down its sockets under a peer still using them
     dist.destroy_process_group()
     return 0
-
-
-def _line(e: Exception) -> str:
-    """One line for an exception: gloo and NCCL messages can run to many."""
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _quick(env: DistEnv, writer, stage) -> dict:
@@ -83,10 +92,16 @@ def _say(line: str, stream=None) -> None:
     stream.flush()
 
 
-def _full(env: DistEnv, args, writer, stage) -> dict:
+def _full(env: DistEnv, args, writer, stage, recipe: Recipe) -> dict:
     summary, lead = {"parts": args.parts}, env.rank == 0
+    skipped = summary["skipped"] = {}
+    if env.world_size == 1:
+        for part in (p for p in NEEDS_A_PEER if p in args.parts):
+            skipped[part] = "world size 1"
+            if lead:
+                print(f"# {part}: skipped: world size 1 ({NEEDS_A_PEER[part]}; run with --nproc 2 or more)", flush=True)
     busbw = {}
-    if "collectives" in args.parts:
+    if "collectives" in args.parts and "collectives" not in skipped:
         with realtime(args.sched == "fifo") as sched:
             if lead:
                 print(f"# scheduling of the collective sweep: {sched}", flush=True)
@@ -97,7 +112,7 @@ def _full(env: DistEnv, args, writer, stage) -> dict:
                     busbw[op] = (rows[-1].size_bytes, rows[-1].busbw_gb_s)
         summary["busbw_gb_s_at_max_size"] = {op: bw for op, (_, bw) in busbw.items()}
         summary["collective_sched"] = sched
-    if "link" in args.parts:
+    if "link" in args.parts and "link" not in skipped:
         stage[0] = "link probe (TCP between rank pairs)"
         links = probe_links(env, args.link_bytes[0], args.timeout_s, writer)
         if lead and links:
@@ -105,16 +120,16 @@ def _full(env: DistEnv, args, writer, stage) -> dict:
     mb = max(args.micro_batches)
     if "compute" in args.parts:
         stage[0] = f"compute probe ({args.model})"
-        means = compute(env, args, writer)
+        means = compute(env, args, writer, recipe)
         stage[0] = f"bucket-ready profile (DDP {args.model})"
-        buckets = bucket_profile(env, args, mb, writer)
+        buckets = bucket_profile(env, args, mb, writer, recipe)
         summary["buckets"] = len(buckets)
         if lead:
-            _print_compute(args, means)
+            _print_compute(args, means, recipe)
             _print_buckets(buckets)
-    if "overlap" in args.parts:
+    if "overlap" in args.parts and "overlap" not in skipped:
         stage[0] = "overlap probe (compute under a concurrent allreduce)"
-        row = overlap(env, args, mb, writer)
+        row = overlap(env, args, mb, writer, recipe)
         gammas = [None] * env.world_size
         dist.all_gather_object(gammas, row["gamma"])
         summary["gamma"] = row["gamma"]
@@ -149,15 +164,22 @@ def _print_links(links, nbytes: int, allreduce) -> dict:
     return out
 
 
-def _print_compute(args, means) -> None:
-    print(f"# compute: {args.model}, seq_len {args.seq_len}, local copy (no DDP), rank 0,")
-    print(f"#   mean of {args.iters} iterations after {args.warmup} warm-up")
-    print(f"# {'micro_batch':>11} {'tokens':>8} {'forward(ms)':>11} {'backward(ms)':>12} {'tokens/s':>10}")
+def _print_compute(args, means, recipe: Recipe) -> None:
+    compiled = "compiled (nn.Module.compile)" if recipe.compile else "eager"
+    print(f"# compute: {args.model}, seq_len {args.seq_len}, precision {recipe.precision.name}, {compiled},")
+    print(f"#   local copy (no DDP), rank 0, mean of {args.iters} iterations after {args.warmup} warm-up;")
+    print("#   peak = most bytes held by tensors in those iterations, optimizer state included ('-': CPU)")
+    print(
+        f"# {'micro_batch':>11} {'tokens':>8} {'forward(ms)':>11} {'backward(ms)':>12} {'tokens/s':>10}"
+        f" {'peak(GiB)':>9}"
+    )
     for b in args.micro_batches:
         fwd, bwd = means["forward_s"][b], means["backward_s"][b]
-        tokens = b * args.seq_len
-        print(f"  {b:>11} {tokens:>8} {fwd * 1e3:>11.2f} {bwd * 1e3:>12.2f} {tokens / (fwd + bwd):>10.0f}")
-    print(f"# optimizer: AdamW step over {means['params']:,} parameters: {means['optimizer_s'] * 1e3:.2f} ms")
+        tokens, peak = b * args.seq_len, means["peak_allocated_bytes"][b]
+        shown = "-" if peak is None else f"{peak / 2**30:.2f}"
+        print(f"  {b:>11} {tokens:>8} {fwd * 1e3:>11.2f} {bwd * 1e3:>12.2f} {tokens / (fwd + bwd):>10.0f} {shown:>9}")
+    kind = "fused" if recipe.fused else "for-loop"
+    print(f"# optimizer: AdamW ({kind}) step over {means['params']:,} parameters: {means['optimizer_s'] * 1e3:.2f} ms")
     print("#", flush=True)
 
 

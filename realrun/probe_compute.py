@@ -17,8 +17,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from realrun.data import Batches
+from realrun.device import peak_memory, reset_peak
 from realrun.dist import DistEnv, now
 from realrun.model import build
+from realrun.recipe import Recipe, backward, optimizer_step
 
 # DDP builds buckets in reverse parameter order for step 1 and rebuilds them in the
 # order gradients became ready at the start of step 2 (reducer.cpp rebuild_buckets).
@@ -26,20 +28,29 @@ BUCKET_STEPS = 3
 OVERLAP_COMM_BYTES = 16 * 1024 * 1024  # one background allreduce: a 16 MiB bucket
 
 
-def model_for(name: str, env: DistEnv, seed: int):
+def model_for(name: str, env: DistEnv, seed: int, recipe: Recipe):
     # Seed the weights without touching the caller's global RNG state.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return build(name).to(env.device)
+        return recipe.prepare(build(name).to(env.device))
 
 
-def _fwd_bwd(model, batch, device) -> tuple[float, float]:
-    x, y = batch
+def _loss(model, batch, recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, loss): forward and loss under the run's autocast; backward goes outside it
+    (the AMP recipe). Callers hold the logits through backward, as realrun/train.py does, so
+    peak memory is a training step's (the logits are one of its largest tensors)."""
+    with recipe.autocast():
+        logits, per_seq = model(*batch)
+        return logits, per_seq.mean()
+
+
+def _fwd_bwd(model, batch, recipe: Recipe, scaler) -> tuple[float, float]:
+    device = recipe.device
     model.zero_grad(set_to_none=True)
     t0 = now(device)
-    _, loss = model(x, y)
+    _logits, loss = _loss(model, batch, recipe)
     t1 = now(device)
-    loss.mean().backward()
+    backward(loss, scaler)
     return t1 - t0, now(device) - t1
 
 
@@ -48,29 +59,44 @@ def _batch(batches: Batches, size: int, device):
     return tuple(t.to(device).contiguous() for t in batches.next(size))
 
 
-def compute(env: DistEnv, a, writer) -> dict:
-    """Forward and backward per micro-batch size, then AdamW's step. Returns this rank's
-    means: {"forward_s": {B: s}, "backward_s": {B: s}, "optimizer_s": s, "params": n}."""
-    model = model_for(a.model, env, a.seed)
+def compute(env: DistEnv, a, writer, recipe: Recipe) -> dict:
+    """Forward and backward per micro-batch size, then the optimizer's step. Returns this
+    rank's means: {"forward_s": {B: s}, "backward_s": {B: s}, "peak_allocated_bytes": {B:
+    bytes or None}, "optimizer_s": s, "params": n}."""
+    model = model_for(a.model, env, a.seed, recipe)
+    opt, scaler = recipe.optimizer(model.parameters(), 1e-4), recipe.scaler()
     batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
-    out = {"forward_s": {}, "backward_s": {}}
+    # One untimed training step first: AdamW allocates its two state tensors per parameter
+    # in its first step, so from here on memory holds what a training step's does.
+    backward(_loss(model, _batch(batches, a.micro_batches[0], env.device), recipe)[1], scaler)
+    optimizer_step(opt, scaler)
+    opt.zero_grad(set_to_none=True)
+    out = {"forward_s": {}, "backward_s": {}, "peak_allocated_bytes": {}}
     for b in a.micro_batches:
         batch = _batch(batches, b, env.device)
         for _ in range(a.warmup):
-            _fwd_bwd(model, batch, env.device)
-        times = [_fwd_bwd(model, batch, env.device) for _ in range(a.iters)]
+            _fwd_bwd(model, batch, recipe, scaler)
+        reset_peak(env.device)
+        times = [_fwd_bwd(model, batch, recipe, scaler) for _ in range(a.iters)]
         shape = {"model": a.model, "micro_batch": b, "seq_len": a.seq_len, "tokens": b * a.seq_len}
         for i, (fwd, bwd) in enumerate(times):
             writer.write({"type": "compute", **shape, "forward_s": fwd, "backward_s": bwd, "iter": i})
+        peak = peak_memory(env.device)
+        writer.write({"type": "compute_memory", **{k: shape[k] for k in ("micro_batch", "seq_len", "tokens")}, **peak})
         out["forward_s"][b] = statistics.fmean(t[0] for t in times)
         out["backward_s"][b] = statistics.fmean(t[1] for t in times)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        out["peak_allocated_bytes"][b] = peak["peak_allocated_bytes"]
     out["params"] = sum(p.numel() for p in model.parameters())
-    opt.step()  # warm-up: the first step allocates AdamW's two state tensors per parameter
+    # fp16-amp: scaler.step unscales the gradients in place, so repeated steps would shrink
+    # them 1/scale-fold each time into denormals (slow on CPUs): restore them, untimed.
+    grads = [p.grad.clone() for p in model.parameters()] if scaler is not None else []
+    optimizer_step(opt, scaler)  # warm-up on this size's gradients
     steps = []
     for i in range(a.iters):
+        for p, g in zip(model.parameters(), grads, strict=False):
+            p.grad.copy_(g)
         t0 = now(env.device)
-        opt.step()
+        optimizer_step(opt, scaler)
         steps.append(now(env.device) - t0)
         writer.write({"type": "optimizer", "params": out["params"], "optimizer_s": steps[-1], "iter": i})
     out["optimizer_s"] = statistics.fmean(steps)
@@ -95,11 +121,13 @@ class _Marks:
         return start.elapsed_time(end) / 1e3 if self.cuda else end - start
 
 
-def bucket_profile(env: DistEnv, a, micro_batch: int, writer) -> list[dict]:
-    """Real DDP (default bucket cap) for BUCKET_STEPS steps; records the last step's
-    bucket and gradient ready times, as seconds and fractions of backward compute."""
-    model = model_for(a.model, env, a.seed)
+def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> list[dict]:
+    """Real DDP (default bucket cap) for BUCKET_STEPS training steps; records the last
+    step's bucket and gradient ready times, as seconds and fractions of backward compute,
+    and its peak memory."""
+    model = model_for(a.model, env, a.seed, recipe)
     ddp = DDP(model, device_ids=[env.device] if env.device.type == "cuda" else None)
+    opt, scaler = recipe.optimizer(ddp.parameters(), 1e-4), recipe.scaler()
     marks, names = _Marks(env.device), {id(p): n for n, p in model.named_parameters()}
     ready, launched, members, end = {}, {}, {}, {}
     for name, p in model.named_parameters():
@@ -124,15 +152,19 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer) -> list[dict]:
     for _ in range(BUCKET_STEPS):
         for d in (ready, launched, members):
             d.clear()
-        x, y = _batch(batches, micro_batch, env.device)
-        ddp.zero_grad(set_to_none=True)
-        _, loss = ddp(x, y)
-        loss = loss.mean()
+        batch = _batch(batches, micro_batch, env.device)
+        now(env.device)  # the previous step's kernels are done before the peak restarts
+        reset_peak(env.device)
+        _logits, loss = _loss(ddp, batch, recipe)
         loss.register_hook(end_of_graph)
         start = marks.mark()
-        loss.backward()
+        backward(loss, scaler)
         stop = marks.mark()
+        del _logits  # held through backward, as a training step holds them; not into the next step
+        optimizer_step(opt, scaler)
+        opt.zero_grad(set_to_none=True)
     now(env.device)
+    peak = peak_memory(env.device)
     backward_s, compute_s = marks.seconds(start, stop), marks.seconds(start, end["t"])
     ready_s = {name: marks.seconds(start, m) for name, m in ready.items()}
     for name, _ in model.named_parameters():
@@ -157,14 +189,26 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer) -> list[dict]:
         }
         writer.write(row)
         rows.append(row)
+    writer.write(
+        {
+            "type": "ddp_memory",
+            "micro_batch": micro_batch,
+            "seq_len": a.seq_len,
+            "tokens": micro_batch * a.seq_len,
+            "buckets": len(rows),
+            "grad_dtype": recipe.precision.describe()["grad_dtype"],
+            **peak,
+        }
+    )
     return rows
 
 
-def overlap(env: DistEnv, a, micro_batch: int, writer) -> dict:
+def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
     """gamma = compute time with a concurrent allreduce / alone - 1. Every rank queues
     the same number of async allreduces (so the collectives match) and keeps computing
     until they are done; only iterations that ran entirely under communication count."""
-    model = model_for(a.model, env, a.seed)
+    model = model_for(a.model, env, a.seed, recipe)
+    scaler = recipe.scaler()
     batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
     batch = _batch(batches, micro_batch, env.device)
     # On a GPU time the compute stream only: a device-wide sync would wait for the comm too.
@@ -175,8 +219,7 @@ def overlap(env: DistEnv, a, micro_batch: int, writer) -> dict:
         if cuda:
             torch.cuda.current_stream().synchronize()
         t0 = time.perf_counter()
-        _, loss = model(*batch)
-        loss.mean().backward()
+        backward(_loss(model, batch, recipe)[1], scaler)
         if cuda:
             torch.cuda.current_stream().synchronize()
         return time.perf_counter() - t0

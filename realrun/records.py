@@ -6,6 +6,7 @@ everything before that point is intact. Schema: realrun/SCHEMA.md."""
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import time
@@ -17,7 +18,9 @@ SCHEMA_VERSION = 1
 
 
 class RecordWriter:
-    def __init__(self, path: Path, *, verb: str, config: dict, dist_info: dict):
+    def __init__(self, path: Path, *, verb: str, config: dict, dist_info: dict, run_info: dict | None = None):
+        """``run_info``: what the run resolved beyond its arguments (precision, compile,
+        optimizer, device_info; realrun/recipe.py), merged into the meta record."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "w")
@@ -37,6 +40,7 @@ class RecordWriter:
                 "master": f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}",
                 "time_unix": self._t0,
                 **dist_info,
+                **(run_info or {}),
             }
         )
 
@@ -53,6 +57,18 @@ class RecordWriter:
         """Record why the run ends early, without marking it complete."""
         self.write({"type": "error", "reason": reason, "wall_s": time.time() - self._t0})
         self._f.close()
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: first line`` of an exception: gloo, NCCL and compiler messages run to many lines.
+    Inductor's compile errors (CppCompileError, torch/_inductor/exc.py) say only "C++ compile
+    error" first and put the compiler's own words after "Output:"; those are added."""
+    text = str(err).strip()
+    line = text.splitlines()[0] if text else ""
+    output = re.search(r"\nOutput:\n\s*(\S[^\n]*)", text)
+    if output:
+        line += f" ({output.group(1).strip()})"
+    return f"{type(err).__name__}: {line}"
 
 
 def _versions() -> dict:

@@ -23,9 +23,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from realrun import dist as rdist
 from realrun.data import Batches
+from realrun.device import peak_memory, reset_peak
 from realrun.hooks import BucketHook, Clock, inner_hook
 from realrun.model import build
-from realrun.records import RecordWriter, rank_file
+from realrun.recipe import Recipe, backward, optimizer_step
+from realrun.records import RecordWriter, one_line, rank_file
 from realrun.throttle import Throttle
 
 DEFAULT_BUCKET_CAP_MB = 25.0
@@ -36,8 +38,8 @@ class Terminated(Exception):
 
 
 class Trainer:
-    def __init__(self, args, env: rdist.DistEnv):
-        self.args, self.env = args, env
+    def __init__(self, args, env: rdist.DistEnv, recipe: Recipe):
+        self.args, self.env, self.recipe = args, env, recipe
         self.step = -1
         self.enter("setup")
         sizes = args.micro_batch_per_rank or [args.micro_batch] * env.world_size
@@ -53,7 +55,7 @@ class Trainer:
         # broadcasts rank 0's weights at construction).
         with torch.random.fork_rng(devices=[env.device] if env.device.type == "cuda" else []):
             torch.manual_seed(args.seed)
-            model = build(args.model, device=env.device)
+            model = recipe.prepare(build(args.model, device=env.device))
         self.seq_len = args.seq_len or model.cfg.block_size
         self.batches = Batches(
             vocab_size=model.cfg.vocab_size, seq_len=self.seq_len, seed=args.seed, rank=env.rank,
@@ -69,7 +71,8 @@ class Trainer:
         cap = {} if args.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB else {"bucket_cap_mb": args.bucket_cap_mb}
         ids = [env.device.index] if env.device.type == "cuda" else None
         self.ddp = DDP(model, device_ids=ids, **cap)
-        self.opt = torch.optim.AdamW(self.ddp.parameters(), lr=args.lr)
+        self.opt = recipe.optimizer(self.ddp.parameters(), args.lr)
+        self.scaler = recipe.scaler()
         self.instrument = not args.no_instrument
         self.clock = Clock(env.device)
         self.hook = None
@@ -93,6 +96,7 @@ class Trainer:
 
     def train_step(self) -> dict:
         a, dev = self.args, self.env.device
+        reset_peak(dev)
         t0 = self.now()
         self.clock.start(t0)
         if self.hook is not None:
@@ -109,13 +113,14 @@ class Trainer:
             t1 = self.now()
             with nullcontext() if last else self.ddp.no_sync():
                 self.enter("forward")
-                _, per_seq = self.ddp(x, y)
-                loss = per_seq.sum() * self.loss_scale
+                with self.recipe.autocast():  # forward and loss only (the AMP recipe)
+                    _, per_seq = self.ddp(x, y)
+                    loss = per_seq.sum() * self.loss_scale
                 t2 = self.now()
                 self.enter("backward")
-                loss.backward()
+                backward(loss, self.scaler)
                 t3 = self.now()
-            loss_sum += per_seq.detach().sum()
+            loss_sum += per_seq.detach().float().sum()
             data_s, forward_s = data_s + t1 - t, forward_s + t2 - t1
             if last and self.instrument:
                 # Backward compute ends when the last bucket is ready; the rest is waiting.
@@ -128,11 +133,15 @@ class Trainer:
                 saved.append((x.cpu(), y.cpu()))
         if saved:
             self._save_grads(saved)
+        # The scale this step's gradients carry, read before update() changes it (a sync,
+        # so before the optimizer's clock starts).
+        grad_scale = self.scaler.get_scale() if self.scaler is not None else None
         self.enter("optimizer")
         t = self.now()
-        self.opt.step()
+        optimizer_step(self.opt, self.scaler)
         self.opt.zero_grad(set_to_none=True)
         t_end = self.now()
+        peak = peak_memory(dev)
         rec = {
             "type": "step",
             "step": self.step,
@@ -140,7 +149,11 @@ class Trainer:
             "micro_batch": self.micro_batch,
             "loss": loss_sum.item() / (self.micro_batch * a.grad_accum),
             "total_s": t_end - t0,
+            "mem_peak_allocated_bytes": peak["peak_allocated_bytes"],
+            "mem_peak_reserved_bytes": peak["peak_reserved_bytes"],
         }
+        if grad_scale is not None:
+            rec["grad_scale"] = grad_scale
         if not self.instrument:
             return rec
         rec.update(
@@ -199,8 +212,15 @@ class Trainer:
 
 def run(args) -> int:
     env = rdist.init(args.backend, args.timeout_s)
+    recipe = Recipe.for_run(args, env.device)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    writer = RecordWriter(rank_file(args.out, "train", env.rank), verb="train", config=config, dist_info=env.info())
+    writer = RecordWriter(
+        rank_file(args.out, "train", env.rank),
+        verb="train",
+        config=config,
+        dist_info=env.info(),
+        run_info=recipe.meta(),
+    )
     closing = False
 
     def on_sigterm(*_):
@@ -210,7 +230,7 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     trainer = None
     try:
-        trainer = Trainer(args, env)
+        trainer = Trainer(args, env, recipe)
         for step in range(args.steps):
             trainer.step = step
             trainer.inject_fault()
@@ -239,9 +259,9 @@ def run(args) -> int:
 
 def _first_line(err: BaseException) -> str:
     """The exception's first line, less the wrappers futures add around a collective's error."""
-    text = (str(err).strip().splitlines() or [""])[0]
+    name, _, text = one_line(err).partition(": ")
     text = re.sub(r"^(Got the following error when running the callback: |RuntimeError: )+", "", text)
-    return f"{type(err).__name__}: {text[:300]}"
+    return f"{name}: {text[:300]}"
 
 
 def _ddp_bucket_bytes(ddp: DDP) -> list[int] | None:

@@ -12,6 +12,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sim.precision import PRECISIONS, Precision, precision_dtypes
+
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
@@ -45,8 +47,9 @@ class TrainingConfig:
     first_bucket_mb: float | None = None
     """First bucket's cap in MiB; unset = as PyTorch: 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES)
     when bucket_cap_mb is the default 25, else bucket_cap_mb (torch 2.13 _BucketCapacityConfig)."""
-    grad_bytes_per_param: int = 2
-    """Gradient element size: 2 for bf16/fp16 gradients, 4 for fp32."""
+    precision: str = "bf16-amp"
+    """fp32 | tf32 | bf16-amp | bf16 | fp16-amp, as `ddplab train --precision`: decides the dtype of
+    weights, matmuls, gradients (and so DDP's buckets) and optimizer state (sim/precision.py)."""
     overlap: bool = True
     """Launch each bucket's allreduce as soon as it is ready (DDP); false = after backward."""
     comm_hook: str = "none"
@@ -62,10 +65,6 @@ class TrainingConfig:
     fsdp_prefetch: int = 1
     """fsdp: units whose allgather is issued ahead of the unit computing (0 = none, 1 = FSDP's
     backward_prefetch=BACKWARD_PRE with forward_prefetch, or FSDP2's implicit prefetch)."""
-    param_bytes_per_param: int = 2
-    """Parameter element size in compute and on the allgather wire: 2 for bf16/fp16, 4 for fp32."""
-    optimizer_state_bytes_per_param: int = 12
-    """Optimizer state per parameter: 12 = fp32 master copy + Adam m and v (ZeRO paper's K = 12)."""
     activation_checkpointing: bool = False
     """Recompute each transformer block's forward in its backward: only block inputs are kept
     (memory estimate); in fsdp mode backward costs one more block forward (the ddp engine
@@ -87,7 +86,7 @@ class TrainingConfig:
         _require(self.bucket_cap_mb > 0, "training.bucket_cap_mb", self.bucket_cap_mb, "must be > 0")
         if self.first_bucket_mb is not None:
             _require(self.first_bucket_mb > 0, "training.first_bucket_mb", self.first_bucket_mb, "must be > 0")
-        _one_of("training.grad_bytes_per_param", self.grad_bytes_per_param, (2, 4))
+        _one_of("training.precision", self.precision, PRECISIONS)
         _one_of("training.comm_hook", self.comm_hook, COMM_HOOKS)
         _require(
             self.compress_s_per_gb >= 0,
@@ -97,33 +96,50 @@ class TrainingConfig:
         )
         _one_of("training.mode", self.mode, ("ddp", "fsdp"))
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
-        _one_of("training.param_bytes_per_param", self.param_bytes_per_param, (2, 4))
-        _require(
-            self.optimizer_state_bytes_per_param >= 0,
-            "training.optimizer_state_bytes_per_param",
-            self.optimizer_state_bytes_per_param,
-            "must be >= 0",
-        )
         if self.mode == "fsdp":
-            # FSDP reduce-scatters plain gradients; its wire dtype is grad_bytes_per_param.
+            # FSDP reduce-scatters plain gradients in the precision's gradient dtype.
             _require(
                 self.comm_hook == "none",
                 "training.comm_hook",
                 self.comm_hook,
-                "fsdp mode models no DDP comm hook (set grad_bytes_per_param for the reduce dtype)",
+                "fsdp mode models no DDP comm hook (training.precision sets the reduce dtype)",
             )
+
+    @property
+    def dtypes(self) -> Precision:
+        """Bytes per element of each kind of tensor under ``precision``."""
+        return precision_dtypes(self.precision)
 
 
 @dataclass(kw_only=True)
 class ComputeConfig:
+    device_class: str = ""
+    """The GPU class (h100, mi300x, a100; calibrate/devices.py) whose one-GPU calibration carries
+    into this scenario (`simulate --calib`, mode device); "" = none."""
     peak_tflop_s: float = 989.4
-    """Dense bf16 peak of one accelerator, TFLOP/s."""
-    mfu: float = 0.45
-    """Model FLOPs utilisation achieved by forward + backward."""
+    """Dense bf16/fp16 tensor peak of one accelerator, TFLOP/s."""
+    peak_tf32_tflop_s: float = 494.7
+    """Dense TF32 tensor peak, TFLOP/s (training.precision = tf32)."""
+    peak_fp32_tflop_s: float = 66.9
+    """fp32 peak without tensor cores, TFLOP/s (training.precision = fp32)."""
+    hbm_tb_s: float = 3.35
+    """Device memory bandwidth, TB/s (the roofline's memory-bound kernels)."""
+    mfu: float | None = None
+    """A fixed model FLOPs utilisation (FLOPs / (peak x mfu) per micro-step); unset = the roofline
+    of every kernel (sim/roofline.py), which follows the work per kernel."""
+    matmul_efficiency: float = 0.80
+    """Roofline: achieved fraction of the precision's peak in large matmuls."""
+    attention_efficiency: float = 0.35
+    """Roofline: achieved fraction of the peak in fused causal attention."""
+    memory_efficiency: float = 0.90
+    """Roofline: achieved fraction of hbm_tb_s in memory-bound kernels."""
+    kernel_launch_us: float = 5.0
+    """Roofline: the least time one eager kernel takes (the host's cost of issuing it), microseconds."""
     step_compute_s: float | None = None
-    """Forward + backward time of one micro-step, given directly (overrides FLOPs / (peak x MFU))."""
-    backward_fraction: float = 2.0 / 3.0
-    """Share of a micro-step spent in backward (backward = 2 x forward FLOPs)."""
+    """Forward + backward time of one micro-step, given directly (overrides the roofline and mfu)."""
+    backward_fraction: float | None = None
+    """Share of a micro-step spent in backward; unset = the roofline's split (2/3 with mfu or
+    step_compute_s: backward is 2 x forward FLOPs)."""
     optimizer_s: float = 0.0
     """Optimizer step time, the same on every rank."""
     dataloader_s: float = 0.0
@@ -133,13 +149,23 @@ class ComputeConfig:
     ready_fractions: dict[str, float] | None = None
     """Measured bucket-ready profile: parameter name -> fraction of the last backward done
     when its gradient is ready (`ddplab calibrate`); unset = from FLOP counts (sim/gpt2.py)."""
+    memory_peak_gib: float | None = None
+    """Peak allocated memory per GPU as measured (`ddplab calibrate` on a GPU probe), reported
+    beside sim/memory.py's estimate and used to say whether it fits; unset = the estimate."""
 
     def __post_init__(self):
+        if self.memory_peak_gib is not None:
+            _require(self.memory_peak_gib > 0, "compute.memory_peak_gib", self.memory_peak_gib, "must be > 0")
         if self.ready_fractions is not None:
             for name, frac in self.ready_fractions.items():
                 _require(0 <= frac <= 1, f"compute.ready_fractions.{name}", frac, "must be in [0, 1]")
-        _require(self.peak_tflop_s > 0, "compute.peak_tflop_s", self.peak_tflop_s, "must be > 0")
-        _require(0 < self.mfu <= 1, "compute.mfu", self.mfu, "must be in (0, 1]")
+        for key in ("peak_tflop_s", "peak_tf32_tflop_s", "peak_fp32_tflop_s", "hbm_tb_s"):
+            _require(getattr(self, key) > 0, f"compute.{key}", getattr(self, key), "must be > 0")
+        if self.mfu is not None:
+            _require(0 < self.mfu <= 1, "compute.mfu", self.mfu, "must be in (0, 1]")
+        for key in ("matmul_efficiency", "attention_efficiency", "memory_efficiency"):
+            _require(0 < getattr(self, key) <= 1, f"compute.{key}", getattr(self, key), "must be in (0, 1]")
+        _require(self.kernel_launch_us >= 0, "compute.kernel_launch_us", self.kernel_launch_us, "must be >= 0")
         if self.step_compute_s is not None:
             _require(
                 self.step_compute_s > 0,
@@ -147,14 +173,19 @@ class ComputeConfig:
                 self.step_compute_s,
                 "must be > 0",
             )
-        _require(
-            0 < self.backward_fraction < 1,
-            "compute.backward_fraction",
-            self.backward_fraction,
-            "must be in (0, 1)",
-        )
+        if self.backward_fraction is not None:
+            _require(
+                0 < self.backward_fraction < 1,
+                "compute.backward_fraction",
+                self.backward_fraction,
+                "must be in (0, 1)",
+            )
         for key in ("optimizer_s", "dataloader_s", "interference_gamma"):
             _require(getattr(self, key) >= 0, f"compute.{key}", getattr(self, key), "must be >= 0")
+
+    def peak_for(self, dtypes: Precision) -> float:
+        """The dense peak the precision's matmuls run at, TFLOP/s."""
+        return {"bf16": self.peak_tflop_s, "tf32": self.peak_tf32_tflop_s, "fp32": self.peak_fp32_tflop_s}[dtypes.peak]
 
 
 @dataclass(kw_only=True)
@@ -399,11 +430,20 @@ def _check_type(key: str, value, hint):
     raise ValueError(f"{key}: expected {names}, got {value!r}")
 
 
+# Keys older scenario files may still carry, and what decides them now.
+_REPLACED = {
+    f"training.{k}": f"training.precision ({' | '.join(PRECISIONS)}; sim/precision.py)"
+    for k in ("grad_bytes_per_param", "param_bytes_per_param", "optimizer_state_bytes_per_param")
+}
+
+
 def _build(cls, data: dict, prefix: str):
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in data.items():
         full = f"{prefix}{key}"
+        if full in _REPLACED:
+            raise ValueError(f"{full}: replaced by {_REPLACED[full]}")
         if key not in hints:
             known = ", ".join(f"{prefix}{k}" for k in hints)
             raise ValueError(f"{full}: unknown key (known: {known})")

@@ -164,7 +164,8 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     colls = colls * t.grad_accum
     ops = tuple(op for op, _ in colls)
     units = tuple(u for _, u in colls)
-    size = {"allgather": t.param_bytes_per_param, "reduce_scatter": t.grad_bytes_per_param}
+    # FSDP mixed precision: gather the compute dtype, reduce the gradient dtype (sim/precision.py).
+    size = {"allgather": t.dtypes.compute_bytes, "reduce_scatter": t.dtypes.grad_bytes}
     wire = np.array([float(numels[u] * size[op]) for op, u in colls])
     fabric = fabric_for(sc)
     costs = [collective_cost(op, w, fabric) for op, w in zip(ops, wire, strict=True)]
@@ -176,7 +177,7 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     # the root last (wte's gradient completes with the embedding backward).
     ready = [1.0] + [sh.head + (shape.n_layer - i) * sh.block for i in range(shape.n_layer)]
     buckets = [
-        Bucket(u, names[u], int(numels[u]), int(numels[u]) * t.grad_bytes_per_param, ready[u], int(numels[u]))
+        Bucket(u, names[u], int(numels[u]), int(numels[u]) * t.dtypes.grad_bytes, ready[u], int(numels[u]))
         for u in range(len(names))
     ]
     return FsdpWorkload(

@@ -1,28 +1,47 @@
 """Per-GPU memory of one training rank, estimated from the scenario: does it fit?
 
-Model states (ZeRO, Rajbhandari et al. 2020, Sec. 3.1: mixed-precision Adam keeps 16-bit
-parameters and gradients and K = 12 bytes of fp32 master copy, momentum and variance per
-parameter, 2 + 2 + 12 = 16 bytes per parameter):
-  ddp:  every rank holds all of them, plus DDP's bucket buffers: with the default
-        ``gradient_as_bucket_view=False`` the reducer copies gradients into flat buckets,
-        one more gradient's worth (torch.nn.parallel.DistributedDataParallel docs);
-  fsdp: each rank holds 1/N of each (ZeRO-3, P_os+g+p: (2 + 2 + K) Psi / N), plus the
-        unsharded working set: the root unit gathered from forward to backward with its
-        unsharded gradient, the block computing and the ``fsdp_prefetch`` blocks gathered
-        ahead of it, and the computing block's unsharded gradient before its reduce-scatter.
+The estimate counts what PyTorch really holds at the step's peak, tensor by tensor, in the
+dtypes of ``training.precision`` (sim/precision.py). It is the figure
+``torch.cuda.max_memory_allocated`` reports, plus the CUDA context, which lives outside
+PyTorch's allocator. tests/test_memory.py holds it to torch's own MemTracker on CPU, tensor
+for tensor, and to 45.3 GiB measured on an H200 (docs/gpu.md).
 
-Activations of one micro-batch (Korthikanti et al. 2022, "Reducing Activation Recomputation
-in Large Transformer Models", Sec. 4, 16-bit activations, no tensor or sequence parallelism):
-  per block: s b h (34 + 5 a s / h) bytes; the 5 a s^2 b of it are the attention scores, the
-        softmax output and its dropout mask, which a fused attention kernel (FlashAttention,
-        Dao et al. 2022; PyTorch SDPA) never stores: s b h 34 with ``fused_attention``;
-  full activation checkpointing: only each block's input, 2 s b h, plus one block's full
-        activations while it is recomputed in backward;
-  outside the blocks: 4 s b h (1 + v / h) (the final layer norm and output projection inputs,
-        and the fp32 logits the loss keeps, Sec. 4.3).
-Everything else (CUDA context, cuBLAS workspaces, allocator slack) is one fixed, assumed
-overhead. Not counted: fragmentation, temporary buffers inside kernels, FSDP's padding of
-flat parameters to a multiple of N (under N elements per unit).
+Model states:
+  parameters, in the parameter dtype (fp32 under AMP: autocast keeps no separate master copy,
+  the parameters are it); AdamW's two moments in the same dtype; gradients in it too, but
+  with ``zero_grad(set_to_none=True)`` they do not exist when backward starts, so the peak
+  holds them only under gradient accumulation (no_sync keeps them between micro-steps).
+  ddp: every rank holds all of them, plus DDP's flat buckets: with the default
+       ``gradient_as_bucket_view=False`` the reducer copies gradients into buckets allocated at
+       construction, one more gradient's worth (DistributedDataParallel docs).
+  fsdp: each rank holds 1/N of each (ZeRO-3), plus the unsharded working set: the root unit
+       gathered from forward to backward with its unsharded gradient, the block computing and
+       the ``fsdp_prefetch`` blocks gathered ahead of it (in the compute dtype: FSDP's mixed
+       precision), and the computing block's unsharded gradient before its reduce-scatter.
+
+Autocast's weight copies (ddp under AMP): each matmul weight cast to 16 bits once per forward
+and saved by the matmul for backward: every block's four weights and the tied output layer.
+
+Activations saved for backward, per block, in bytes per token per model dimension (s b h):
+  two residual-stream inputs of the layer norms (r each: fp32 under AMP, as autocast runs
+  layer norms in fp32), the two norms' outputs as the QKV and MLP matmuls' inputs (c each),
+  Q, K and V (3c, views of the QKV output), the attention output, which is also the output
+  projection's input (c), GELU's input and output (4c each): 2r + 14c; plus per token the
+  norms' means and inverse deviations (fp32) and attention's log-sum-exp (fp32, one per head).
+  This is Korthikanti et al. 2022 ("Reducing Activation Recomputation", Sec. 4.1) for a
+  model without dropout and with fused attention, which stores no s x s scores; without it
+  (``fused_attention = false``) the softmax probabilities a s^2 b and the scaled queries add.
+  Full activation checkpointing keeps each block's input and one block's activations while it
+  is recomputed.
+Outside the blocks: ln_f's input and the output layer's input, and the loss. At the start of
+backward the caller still holds the logits (T x vocab, compute dtype), log_softmax's output
+is saved and the loss's backward makes two more T x vocab gradients (fp32 under autocast,
+which runs log_softmax and the losses in fp32): at GPT-2's vocabulary and seq 2048 that is a
+quarter of the whole peak. That moment, the start of backward, is the peak; the optimizer
+step (all gradients, no activations) is the other candidate, taken when larger.
+
+Not counted: allocator fragmentation (reserved minus allocated), cuBLAS workspaces (tens of
+MiB), temporaries inside kernels, FSDP's padding of flat parameters to a multiple of N.
 """
 
 from typing import NamedTuple
@@ -30,79 +49,133 @@ from typing import NamedTuple
 from sim.config import Scenario
 from sim.fsdp import ROOT, unit_numels
 from sim.gpt2 import GPT2Shape, model_shape
+from sim.precision import Precision
 
 GIB = float(1 << 30)
-# Assumed, not sourced: the CUDA context, PyTorch's lazily loaded kernels and cuBLAS workspaces
-# take a few hundred MiB; measure it as torch.cuda.mem_get_info() before and after a first matmul.
-CUDA_OVERHEAD_GIB = 0.5
+# Assumed: the CUDA context and PyTorch's lazily loaded kernels take a few hundred MiB outside the
+# caching allocator (torch.cuda.max_memory_allocated does not see them); measure it as
+# torch.cuda.mem_get_info() before and after a first matmul.
+CUDA_CONTEXT_GIB = 0.5
+FP32 = 4
+INDEX_BYTES = 8  # int64 token ids: the embedding keeps the inputs, the loss the targets
 
 
 class MemoryEstimate(NamedTuple):
-    """One rank's peak memory, GiB (2^30 bytes)."""
+    """One rank's memory at its peak, GiB (2^30 bytes)."""
 
     mode: str  # "ddp" | "fsdp"
     ranks: int
+    precision: str
+    peak_phase: str  # "backward" (its start) or "optimizer"
     parameters_gib: float  # ddp: all; fsdp: the rank's shard
-    gradients_gib: float  # ddp: all; fsdp: the shard
+    gradients_gib: float  # held at the peak
     optimizer_state_gib: float  # ddp: all; fsdp: the shard
-    activations_gib: float  # one micro-batch's, at the start of backward
+    weight_copies_gib: float  # autocast's 16-bit weights, saved for backward (ddp)
+    activations_gib: float  # one micro-batch's, saved for backward: blocks and head inputs
+    logits_gib: float  # the loss's T x vocab tensors at the start of backward
     ddp_buckets_gib: float  # DDP's flat gradient buckets (0 for fsdp)
     fsdp_unsharded_gib: float  # FSDP's gathered units and their unsharded gradients (0 for ddp)
-    cuda_overhead_gib: float  # assumed, fixed
-    total_gib: float
+    peak_allocated_gib: float  # what torch.cuda.max_memory_allocated reports
+    cuda_context_gib: float  # assumed, outside the allocator
+    total_gib: float  # what the device must hold
 
     @property
     def model_states_gib(self) -> float:
         return self.parameters_gib + self.gradients_gib + self.optimizer_state_gib
 
 
-def block_activation_bytes(shape: GPT2Shape, seq_len: int, micro_batch: int, *, fused_attention: bool) -> float:
-    """One transformer block's stored activations, bytes (Korthikanti et al. 2022, Eq. 1)."""
+def block_activation_bytes(
+    shape: GPT2Shape, seq_len: int, micro_batch: int, dtypes: Precision, *, fused_attention: bool
+) -> float:
+    """One transformer block's tensors saved for backward, bytes (see the module docstring)."""
     s, b, h, a = seq_len, micro_batch, shape.n_embd, shape.n_head
-    scores = 0.0 if fused_attention else 5.0 * a * s / h
-    return s * b * h * (34.0 + scores)
+    r, c = dtypes.residual_bytes, dtypes.compute_bytes
+    stats = 2 * 2 * FP32  # two layer norms' mean and inverse deviation per token
+    if fused_attention:
+        attention = a * FP32  # log-sum-exp per head and token
+    else:
+        attention = a * s * c + h * c  # softmax probabilities per head and key, and the scaled queries
+    return s * b * (h * (2 * r + 14 * c) + stats + attention)
 
 
 def activation_bytes(
-    shape: GPT2Shape, seq_len: int, micro_batch: int, *, checkpointing: bool, fused_attention: bool
+    shape: GPT2Shape, seq_len: int, micro_batch: int, dtypes: Precision, *, checkpointing: bool, fused_attention: bool
 ) -> float:
-    """One micro-batch's activations kept for backward, bytes (see the module docstring)."""
-    s, b, h, v = seq_len, micro_batch, shape.n_embd, shape.vocab_size
-    block = block_activation_bytes(shape, s, b, fused_attention=fused_attention)
-    blocks = shape.n_layer * 2.0 * s * b * h + block if checkpointing else shape.n_layer * block
-    return blocks + 4.0 * s * b * h * (1.0 + v / h)
+    """One micro-batch's activations saved for backward outside the loss, bytes."""
+    s, b, h = seq_len, micro_batch, shape.n_embd
+    block = block_activation_bytes(shape, s, b, dtypes, fused_attention=fused_attention)
+    blocks = shape.n_layer * (s * b * h * dtypes.residual_bytes) + block if checkpointing else shape.n_layer * block
+    head = s * b * (h * (dtypes.residual_bytes + dtypes.compute_bytes) + 2 * FP32 + 2 * INDEX_BYTES)
+    return blocks + head
 
 
-def estimate_memory(sc: Scenario, *, cuda_overhead_gib: float = CUDA_OVERHEAD_GIB) -> MemoryEstimate:
+def logits_bytes(shape: GPT2Shape, seq_len: int, micro_batch: int, dtypes: Precision) -> float:
+    """The T x vocab tensors alive at the start of backward: the logits the caller holds, the
+    saved log_softmax output and the two gradients of the loss's backward."""
+    tv = seq_len * micro_batch * shape.vocab_size
+    return tv * (dtypes.compute_bytes + 3 * dtypes.loss_bytes)
+
+
+def weight_copy_bytes(shape: GPT2Shape, dtypes: Precision) -> float:
+    """Autocast's 16-bit copies of the matmul weights (four per block, and the output layer)."""
+    if not dtypes.autocast:
+        return 0.0
+    d = shape.n_embd
+    return (shape.n_layer * 12 * d * d + shape.vocab_size * d) * dtypes.compute_bytes
+
+
+def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB) -> MemoryEstimate:
     """Peak memory of one rank of ``sc`` (``training.mode``, ``sc.ranks`` for FSDP's sharding)."""
     t = sc.training
+    dt = t.dtypes
     shape = model_shape(sc.model.preset)
     seq = t.seq_len or shape.block_size
     numels = unit_numels(shape)
     params = float(numels.sum())
-    pb, gb, ob = t.param_bytes_per_param, t.grad_bytes_per_param, t.optimizer_state_bytes_per_param
     act = activation_bytes(
-        shape, seq, t.micro_batch_size, checkpointing=t.activation_checkpointing, fused_attention=t.fused_attention
+        shape, seq, t.micro_batch_size, dt, checkpointing=t.activation_checkpointing, fused_attention=t.fused_attention
     )
-    buckets = unsharded = 0.0
+    logits = logits_bytes(shape, seq, t.micro_batch_size, dt)
+    buckets = unsharded = copies = 0.0
     if t.mode == "fsdp":
         shard = 1.0 / sc.ranks
         block = float(numels[1:].max())
         in_flight = min(1 + t.fsdp_prefetch, shape.n_layer)
-        unsharded = numels[ROOT] * (pb + gb) + in_flight * block * pb + block * gb
+        c, g = dt.compute_bytes, dt.grad_bytes
+        unsharded = float(numels[ROOT] * (c + g) + in_flight * block * c + block * g)
     else:
         shard = 1.0
-        buckets = params * gb  # the buckets (sim/buckets.py) hold every gradient once
-    parts = [
-        params * pb * shard / GIB,
-        params * gb * shard / GIB,
-        params * ob * shard / GIB,
-        act / GIB,
+        buckets = params * dt.grad_bytes  # the buckets (sim/buckets.py) hold every gradient once
+        copies = weight_copy_bytes(shape, dt)
+    weights = params * dt.param_bytes * shard
+    grads = params * dt.grad_bytes * shard
+    optimizer = params * dt.optimizer_state_bytes * shard
+    persistent = weights + optimizer + buckets + unsharded
+    held_grads = grads if t.grad_accum > 1 else 0.0
+    backward_peak = persistent + held_grads + copies + act + logits
+    optimizer_peak = persistent + grads
+    if backward_peak >= optimizer_peak:
+        phase, parts = "backward", (held_grads, copies, act, logits)
+    else:
+        phase, parts = "optimizer", (grads, 0.0, 0.0, 0.0)
+    peak = max(backward_peak, optimizer_peak)
+    return MemoryEstimate(
+        t.mode,
+        sc.ranks,
+        t.precision,
+        phase,
+        weights / GIB,
+        parts[0] / GIB,
+        optimizer / GIB,
+        parts[1] / GIB,
+        parts[2] / GIB,
+        parts[3] / GIB,
         buckets / GIB,
-        float(unsharded) / GIB,
-        cuda_overhead_gib,
-    ]
-    return MemoryEstimate(t.mode, sc.ranks, *parts, sum(parts))
+        unsharded / GIB,
+        peak / GIB,
+        cuda_context_gib,
+        peak / GIB + cuda_context_gib,
+    )
 
 
 def fits(estimate: MemoryEstimate, device_gib: float) -> bool:

@@ -10,6 +10,7 @@ from sim.collectives import Fabric, bus_factor, collective_cost
 from sim.config import Scenario, parse_stragglers
 from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, model_shape, param_tensors
 from sim.noise import speed_factors
+from sim.roofline import micro_step_time, rates
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,15 +51,25 @@ def fabric_for(sc: Scenario, ranks: int | None = None) -> Fabric:
     )
 
 
-def micro_step_compute_s(sc: Scenario) -> float:
-    """Forward + backward of one micro-step on a speed-1 rank: given, or
-    FLOPs/token x tokens / (peak x MFU)."""
-    if sc.compute.step_compute_s is not None:
-        return sc.compute.step_compute_s
+def micro_step_compute_s(sc: Scenario) -> tuple[float, float]:
+    """(forward, backward) seconds of one micro-step on a speed-1 rank: given
+    (compute.step_compute_s), from a fixed MFU (FLOPs / (peak x mfu)), or the roofline of
+    every kernel (sim/roofline.py); compute.backward_fraction, when set, splits the total."""
+    c, t = sc.compute, sc.training
     shape = model_shape(sc.model.preset)
-    seq = sc.training.seq_len or shape.block_size
-    flops = flops_per_token(shape, seq) * sc.training.micro_batch_size * seq
-    return flops / (sc.compute.peak_tflop_s * 1e12 * sc.compute.mfu)
+    seq = t.seq_len or shape.block_size
+    if c.step_compute_s is not None or c.mfu is not None:
+        if c.step_compute_s is not None:
+            total = c.step_compute_s
+        else:
+            flops = flops_per_token(shape, seq) * t.micro_batch_size * seq
+            total = flops / (c.peak_for(t.dtypes) * 1e12 * c.mfu)
+        frac = 2.0 / 3.0 if c.backward_fraction is None else c.backward_fraction
+        return total * (1.0 - frac), total * frac
+    r = micro_step_time(shape, seq, t.micro_batch_size, t.dtypes, rates(c, t.dtypes))
+    if c.backward_fraction is None:
+        return r.forward_s, r.backward_s
+    return r.step_s * (1.0 - c.backward_fraction), r.step_s * c.backward_fraction
 
 
 def measured_ready_order(sc: Scenario) -> list[tuple[str, float]] | None:
@@ -94,7 +105,7 @@ def _wire_bytes(sc: Scenario, b: Bucket) -> float:
     if t.comm_hook in ("fp16", "bf16"):
         return 2.0 * b.numel
     if t.comm_hook == "powersgd":
-        return float(b.powersgd_numel * t.grad_bytes_per_param)
+        return float(b.powersgd_numel * t.dtypes.grad_bytes)
     return float(b.size_bytes)
 
 
@@ -107,7 +118,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
     buckets = build_buckets(
         shape,
         seq,
-        bytes_per_grad=t.grad_bytes_per_param,
+        bytes_per_grad=t.dtypes.grad_bytes,
         bucket_cap_mb=t.bucket_cap_mb,
         first_bucket_mb=t.effective_first_bucket_mb,
         powersgd_rank=t.powersgd_rank,
@@ -116,7 +127,8 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
     # The engine reads a rank's backward end as its last bucket's ready time.
     assert buckets[-1].ready_fraction == 1.0
     factor = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
-    base = micro_step_compute_s(sc)
+    fwd_s, bwd_s = micro_step_compute_s(sc)
+    base = fwd_s + bwd_s
     loader = _dataloader_s(sc)
     if sc.rebalance:
         # Work in proportion to speed: rank r's per-step time t_r (its loader and its K
@@ -126,7 +138,6 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         per_step_s = loader + base * t.grad_accum * factor
         share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
         factor, loader = factor * share, loader * share
-    bwd_frac = sc.compute.backward_fraction
     # Activation checkpointing reruns every block's forward inside backward (torch.utils.checkpoint;
     # Chen et al. 2016): backward grows by the blocks' share of the forward (FSDP does the same per block).
     recompute = shape.n_layer * compute_shares(shape, seq).block if t.activation_checkpointing else 0.0
@@ -142,8 +153,8 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         grad_accum=t.grad_accum,
         tokens_per_step=sc.ranks * t.grad_accum * t.micro_batch_size * seq,
         speed_factor=factor,
-        forward_s=base * (1.0 - bwd_frac) * factor,
-        backward_s=base * (bwd_frac + (1.0 - bwd_frac) * recompute) * factor,
+        forward_s=fwd_s * factor,
+        backward_s=(bwd_s + fwd_s * recompute) * factor,
         dataloader_s=loader,
         optimizer_s=sc.compute.optimizer_s,
         buckets=buckets,

@@ -15,7 +15,12 @@ SIZES = [2**k for k in range(12, 27)]  # 4 KiB .. 64 MiB
 KINDS = ("collective", "link", "rtt", "compute", "optimizer", "grad_ready", "bucket_ready", "overlap")
 
 
-def _meta(verb: str, rank: int, world: int, config: dict) -> dict:
+# One NVIDIA H200 as realrun/device.py describes it.
+H200 = {"kind": "cuda", "name": "NVIDIA H200", "memory_bytes": 150_754_820_096, "multiprocessors": 132}
+H200 |= {"capability": "9.0", "bf16": True}
+
+
+def _meta(verb: str, rank: int, world: int, config: dict, gpu: dict | None = None, precision: str = "fp32") -> dict:
     return {
         "type": "meta",
         "schema": "ddplab.realrun",
@@ -24,8 +29,11 @@ def _meta(verb: str, rank: int, world: int, config: dict) -> dict:
         "config": config,
         "rank": rank,
         "world_size": world,
-        "backend": "gloo",
-        "device": "cpu",
+        "backend": "nccl" if gpu else "gloo",
+        "device": f"cuda:{rank}" if gpu else "cpu",
+        "device_info": gpu,
+        "precision": {"name": precision},
+        "compile": False,
     }
 
 
@@ -62,10 +70,15 @@ def probe_run(
     omit: tuple[str, ...] = (),
     incomplete_rank: int | None = None,
     seed: int = 0,
+    gpu: dict | None = None,
+    precision: str = "fp32",
+    memory: tuple[float, float, float] | None = None,
 ) -> Path:
     """A probe run whose records follow known parameters: collective time = alpha +
     size x bus factor / busbw (lognormal 2 % noise); compute = (intercept + per-token x
-    tokens) x speed[rank] x lognormal(sigma) (mean 1)."""
+    tokens) x speed[rank] x lognormal(sigma) (mean 1). ``gpu``: realrun/device.py's facts of
+    the device (a GPU run); ``memory``: (intercept, per-token, DDP's extra) bytes of the peak
+    allocated memory. One rank measures nothing between ranks, as realrun skips it."""
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     speed = speed or {}
@@ -80,8 +93,10 @@ def probe_run(
                 {"type": "collective", "op": "allreduce", "size_bytes": size, "ranks": world, "iter": i}
                 | {"time_s": float(x), "time_max_s": float(x)}
             )
+    if world == 1:
+        omit = (*omit, "collective", "link", "overlap")
     for rank in range(world):
-        recs = [_meta("probe", rank, world, config)]
+        recs = [_meta("probe", rank, world, config, gpu, precision)]
         if "collective" not in omit:
             recs += coll
         if rank == 0 and "link" not in omit:
@@ -112,6 +127,20 @@ def probe_run(
             recs.append({"type": "bucket_ready", "step": 2, "bucket": 0, "bytes": MIB, "ready_fraction": 1.0})
         if "overlap" not in omit:
             recs.append({"type": "overlap", "micro_batch": 8, "gamma": gamma, "iters_with_comm": 20})
+        if memory:
+            base, per_token, ddp_extra = memory
+            for b in micro_batches:
+                peak = base + per_token * b * seq_len
+                recs.append(
+                    {"type": "compute_memory", "micro_batch": b, "seq_len": seq_len, "tokens": b * seq_len}
+                    | {"peak_allocated_bytes": peak, "peak_reserved_bytes": peak * 1.05}
+                )
+            top = max(micro_batches)
+            peak = base + per_token * top * seq_len + ddp_extra
+            recs.append(
+                {"type": "ddp_memory", "micro_batch": top, "seq_len": seq_len, "tokens": top * seq_len, "buckets": 73}
+                | {"grad_dtype": "float32", "peak_allocated_bytes": peak, "peak_reserved_bytes": peak * 1.05}
+            )
         _write(run_dir / f"probe-rank{rank:04d}.jsonl", recs, complete=rank != incomplete_rank)
     if rate:
         write_lab(run_dir, rate)

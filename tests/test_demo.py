@@ -46,10 +46,13 @@ def test_report_carries_what_the_stages_measured(demo):
     jitter, lemon = by[("h100-1024", "measured jitter")], by[("h100-1024", "+ one lemon GPU x1.4")]
     assert lemon["step_time_s"]["mean"] > jitter["step_time_s"]["mean"]
     assert lemon["straggler_wait_s"] > jitter["straggler_wait_s"]
-    # Which fix pays: work sized to speed removes most of the lemon GPU's cost; the campaign's
-    # wall/work sits on Daly's closed form.
+    # Which fix pays: work sized to speed removes the lemon GPU's cost, so rebalancing is faster;
+    # by how much depends on this CPU's measured jitter (the max of 1024 draws of it can come
+    # near the lemon's 1.4: gains of 1 % and 12 % in two runs on one day), so the margin is
+    # held where the jitter is fixed (tests/test_whatif.py). The campaign's wall/work sits on
+    # Daly's closed form.
     fixes = {r["mitigation"]: r for r in sim["fixes"]}
-    assert fixes["rebalance"]["tokens_per_s"] > 1.15 * fixes["nothing"]["tokens_per_s"]
+    assert fixes["rebalance"]["tokens_per_s"] > fixes["nothing"]["tokens_per_s"]
     assert fixes["exclude-slowest"]["ranks"] == 1016 and fixes["exclude-slowest"]["restart_s"] == 600.0
     g = sim["goodput"]["wall_per_work"]
     assert g["simulated"] == pytest.approx(g["analytic"], rel=0.005)

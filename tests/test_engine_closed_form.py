@@ -150,7 +150,7 @@ def test_overlap_hides_communication():
 
 
 def test_compression_halves_wire_bytes():
-    base = ["training.grad_bytes_per_param=4"]
+    base = ["training.precision=fp32"]
     plain = simulate(load_scenario("homelab-1gbe", base, steps=2)).workload
     fp16 = simulate(load_scenario("homelab-1gbe", [*base, "training.comm_hook=fp16"], steps=2)).workload
     psgd = simulate(load_scenario("homelab-1gbe", [*base, "training.comm_hook=powersgd"], steps=2)).workload

@@ -26,7 +26,7 @@ scenarios = st.fixed_dictionaries(
 )
 
 
-def build(p, *, grad_bytes=2, nic_scale=1.0, hook="none"):
+def build(p, *, precision="bf16", nic_scale=1.0, hook="none"):
     return tiny(
         ranks=p["ranks"],
         steps=6,
@@ -39,7 +39,7 @@ def build(p, *, grad_bytes=2, nic_scale=1.0, hook="none"):
             overlap=p["overlap"],
             bucket_cap_mb=p["cap_mb"],
             first_bucket_mb=0.01,
-            grad_bytes_per_param=grad_bytes,
+            precision=precision,
             comm_hook=hook,
         ),
         compute=ComputeConfig(step_compute_s=0.05, interference_gamma=p["gamma"], optimizer_s=0.002),
@@ -80,8 +80,8 @@ def test_step_covers_each_ranks_work_and_efficiency_at_most_one(p):
 @given(scenarios)
 def test_more_bytes_never_faster(p):
     # Same buckets and draws; only the bytes on the wire (fp16 hook halves them) or the link rate change.
-    full = simulate(build(p, grad_bytes=4)).step_time_s
-    half = simulate(build(p, grad_bytes=4, hook="fp16")).step_time_s
-    slower_link = simulate(build(p, grad_bytes=4, nic_scale=0.5)).step_time_s
+    full = simulate(build(p, precision="fp32")).step_time_s
+    half = simulate(build(p, precision="fp32", hook="fp16")).step_time_s
+    slower_link = simulate(build(p, precision="fp32", nic_scale=0.5)).step_time_s
     assert np.all(half <= full * (1 + 1e-12))
     assert np.all(slower_link >= full * (1 - 1e-12))

@@ -225,6 +225,54 @@ def test_bucket_ready_profile_matches_ddp_buckets(full):
         _check_buckets(r, "gpt2-tiny", SEQ_LEN, last_at_least=0.7)
 
 
+def test_memory_records_and_precision_default_to_fp32_on_cpu(full):
+    stdout, ranks = full
+    grad_bytes = 4 * sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
+    for r in ranks:
+        assert r.meta["precision"]["name"] == "fp32" and r.meta["compile"] is False
+        assert r.meta["optimizer"] == "adamw-for-loop" and r.meta["device_info"]["kind"] == "cpu"
+        mem = by_type(r, "compute_memory")
+        assert [(m["micro_batch"], m["tokens"]) for m in mem] == [(b, b * SEQ_LEN) for b in MICRO_BATCHES]
+        assert all(m["peak_allocated_bytes"] is None and m["peak_reserved_bytes"] is None for m in mem)
+        (ddp,) = by_type(r, "ddp_memory")
+        assert ddp["grad_dtype"] == "float32" and ddp["buckets"] == len(by_type(r, "bucket_ready")) == 1
+        assert ddp["micro_batch"] == max(MICRO_BATCHES) and ddp["tokens"] == max(MICRO_BATCHES) * SEQ_LEN
+        assert [b["bytes"] for b in by_type(r, "bucket_ready")] == [grad_bytes]
+        assert r.records[-1]["skipped"] == {}
+    assert "precision fp32, eager" in stdout and "AdamW (for-loop)" in stdout
+    assert "skipped: world size 1" not in stdout
+
+
+def test_one_rank_skips_what_needs_a_peer(tmp_path):
+    """--nproc 1: compute and the (one-rank) DDP bucket profile run; collectives, link and
+    overlap have nothing to measure and say so once each."""
+    cmd = [sys.executable, "-m", "ddplab", "probe", "--nproc", "1", "--out", str(tmp_path), "--precision", "bf16-amp"]
+    args = ["--iters", "2", "--warmup", "1", "--micro-batches", "1,2", "--seq-len", "16"]
+    p = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for part in ("collectives", "link", "overlap"):
+        lines = [x for x in p.stdout.splitlines() if x.startswith(f"# {part}: skipped: world size 1 (")]
+        assert len(lines) == 1 and lines[0].endswith("; run with --nproc 2 or more)"), p.stdout
+    assert "# compute: gpt2-tiny, seq_len 16, precision bf16-amp, eager," in p.stdout
+    (r,) = read_run(tmp_path, "probe")
+    assert r.complete and r.meta["world_size"] == 1 and r.meta["precision"]["autocast_dtype"] == "bfloat16"
+    assert r.records[-1]["skipped"] == {
+        "collectives": "world size 1",
+        "link": "world size 1",
+        "overlap": "world size 1",
+    }
+    for kind in ("collective", "collective_summary", "link", "rtt", "overlap"):
+        assert not by_type(r, kind), kind
+    mem = by_type(r, "compute_memory")
+    assert [(m["micro_batch"], m["seq_len"], m["tokens"]) for m in mem] == [(1, 16, 16), (2, 16, 32)]
+    assert all(m["peak_allocated_bytes"] is None and m["peak_reserved_bytes"] is None for m in mem)
+    assert len(by_type(r, "compute")) == 2 * 2 and len(by_type(r, "optimizer")) == 2
+    (ddp,) = by_type(r, "ddp_memory")
+    grad_bytes = 4 * sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
+    assert ddp["grad_dtype"] == "float32" and ddp["buckets"] == 1 and ddp["tokens"] == 32
+    assert [b["bytes"] for b in by_type(r, "bucket_ready")] == [grad_bytes]  # AMP: float32 gradients
+
+
 @pytest.mark.slow
 def test_bucket_profile_of_a_multi_bucket_model(tmp_path):
     """gpt2-124m: 13 buckets, so order and ready fractions mean something (~20 s)."""

@@ -3,6 +3,8 @@ the README's bytes. Each run costs ~4 s, mostly starting torch three times; one
 plain run feeds the bucket, loss and baseline checks, the rest run one feature each.
 """
 
+import math
+import os
 import statistics
 import subprocess
 import sys
@@ -148,8 +150,104 @@ def test_straggler_burns_compute_and_the_other_rank_waits(tmp_path, base):
 def test_plain_ddp_baseline_records_step_totals(tmp_path):
     p = train(tmp_path, "--steps", "3", "--no-instrument")
     assert p.returncode == 0, p.stderr[-3000:]
+    keys = {"type", "step", "tokens", "micro_batch", "loss", "total_s", "mem_peak_allocated_bytes"}
     for steps in steps_of(tmp_path):
-        assert [set(s) for s in steps] == [{"type", "step", "tokens", "micro_batch", "loss", "total_s"}] * 3
+        assert [set(s) for s in steps] == [keys | {"mem_peak_reserved_bytes"}] * 3
+        assert all(s["mem_peak_allocated_bytes"] is None and s["mem_peak_reserved_bytes"] is None for s in steps)
+
+
+def test_default_precision_on_cpu_is_fp32(base):
+    for rank in read_run(base[0], "train"):
+        assert rank.meta["config"]["precision"] == "auto" and rank.meta["compile"] is False
+        assert rank.meta["precision"] == {
+            "name": "fp32",
+            "param_dtype": "float32",
+            "autocast_dtype": None,
+            "grad_dtype": "float32",
+            "grad_scaler": False,
+            "tf32": False,
+        }
+        assert rank.meta["optimizer"] == "adamw-for-loop"
+        assert rank.meta["device_info"]["kind"] == "cpu"
+        assert rank.meta["device_info"]["multiprocessors"] == os.cpu_count()
+        for s in rank.of_type("step"):
+            assert s["mem_peak_allocated_bytes"] is None and s["mem_peak_reserved_bytes"] is None
+            assert "grad_scale" not in s
+
+
+def test_bf16_autocast_keeps_float32_gradients(tmp_path):
+    p = train(tmp_path, "--steps", "3", "--precision", "bf16-amp")
+    assert p.returncode == 0, p.stderr[-3000:]
+    for rank in read_run(tmp_path, "train"):
+        assert rank.complete
+        assert rank.meta["precision"]["name"] == "bf16-amp" and rank.meta["precision"]["grad_dtype"] == "float32"
+        assert rank.meta["precision"]["autocast_dtype"] == "bfloat16"
+        info = rank.meta["device_info"]
+        assert info["kind"] == "cpu" and info["multiprocessors"] == os.cpu_count() and info["capability"] is None
+        steps = rank.of_type("step")
+        assert len(steps) == 3
+        for s in steps:
+            # Autocast computes in bf16 but the parameters, hence DDP's buckets, stay float32.
+            assert sum(b["bytes"] for b in s["buckets"]) == GRAD_BYTES
+            assert s["mem_peak_allocated_bytes"] is None and s["mem_peak_reserved_bytes"] is None
+            assert math.isfinite(s["loss"]) and "grad_scale" not in s
+
+
+def test_pure_bf16_halves_ddps_buckets(tmp_path):
+    p = train(tmp_path, "--steps", "3", "--precision", "bf16")
+    assert p.returncode == 0, p.stderr[-3000:]
+    expected = [
+        b.size_bytes
+        for b in build_buckets(
+            model_shape("gpt2-tiny"), SEQ_LEN, bytes_per_grad=2, bucket_cap_mb=CAP_MB, first_bucket_mb=CAP_MB
+        )
+    ]
+    assert sum(expected) == GRAD_BYTES // 2 and len(expected) == 4  # twice the parameters per 50 KiB
+    for rank in read_run(tmp_path, "train"):
+        assert rank.meta["precision"]["grad_dtype"] == "bfloat16"
+        assert rank.meta["precision"]["param_dtype"] == "bfloat16"
+        assert rank.records[-1]["ddp_bucket_bytes"] == expected
+        steps = rank.of_type("step")
+        assert [b["bytes"] for b in steps[0]["buckets"]] == [GRAD_BYTES // 2]
+        for s in steps[1:]:
+            assert [b["bytes"] for b in s["buckets"]] == expected
+        assert all(math.isfinite(s["loss"]) for s in steps)
+
+
+def test_fp16_autocast_records_the_gradient_scale(tmp_path):
+    p = train(tmp_path, "--steps", "3", "--precision", "fp16-amp")
+    assert p.returncode == 0, p.stderr[-3000:]
+    for rank in read_run(tmp_path, "train"):
+        assert rank.meta["precision"]["grad_scaler"] is True
+        steps = rank.of_type("step")
+        assert steps[0]["grad_scale"] == 2.0**16  # torch.amp.GradScaler's init_scale
+        # The scale only halves (after an overflow) or doubles (after 2000 good steps).
+        assert all(s["grad_scale"] > 0 and math.log2(s["grad_scale"]).is_integer() for s in steps)
+        assert all(math.isfinite(s["loss"]) for s in steps)
+        assert all(sum(b["bytes"] for b in s["buckets"]) == GRAD_BYTES for s in steps)
+
+
+@pytest.mark.slow
+def test_compiled_model_trains_with_its_parameter_names(tmp_path):
+    """One rank, 3 steps: inductor compiles C++ for the CPU, ~80 s here with a cold cache
+    (~20 s when an earlier run filled it). A cap of 1 MiB (torch's DDPOptimizer needs
+    >= 1 MiB) gives gpt2-tiny's 471 KiB one bucket."""
+    cmd = [sys.executable, "-m", "ddplab", "train", "--nproc", "1", "--out", str(tmp_path), *BASE]
+    cmd[cmd.index("--bucket-cap-mb") + 1] = "1"
+    p = subprocess.run(
+        [*cmd, "--steps", "3", "--compile", "--save-grads"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    (rank,) = read_run(tmp_path, "train")
+    assert rank.complete and rank.meta["compile"] is True and rank.meta["config"]["compile"] is True
+    assert rank.records[-1]["ddp_bucket_bytes"] == [GRAD_BYTES]
+    steps = rank.of_type("step")
+    assert [[b["bytes"] for b in s["buckets"]] for s in steps] == [[GRAD_BYTES]] * 3
+    assert all(math.isfinite(s["loss"]) for s in steps)
+    # nn.Module.compile() in place: realrun/model.py's names, which calibration matches gradients by.
+    saved = torch.load(tmp_path / "grads-rank0000.pt")
+    names = [t.name for t in param_tensors(model_shape("gpt2-tiny"))]
+    assert list(saved["grads"]) == list(saved["params"]) == names
 
 
 def test_killed_rank_is_named_and_records_stay_intact(tmp_path):
@@ -179,3 +277,32 @@ def test_hung_rank_times_out_with_the_collective_named(tmp_path):
     r0, r1 = read_run(tmp_path, "train")
     assert [s["step"] for s in r0.of_type("step")] == [0, 1, 2] and not r0.complete
     assert r1.of_type("fault")[0]["terminated"] and "terminated by torchrun" in r1.error
+
+
+@pytest.mark.slow
+def test_a_failed_compile_is_one_error_line(tmp_path):
+    """A C++ compiler that answers --version (so the launcher's check passes) but compiles
+    nothing: inductor fails inside the first forward, which must end as one fault record
+    and one error line with the compiler's words, like any other failure (~20 s)."""
+    cxx = tmp_path / "cxx"
+    cxx.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo fake 1.0; exit 0; }\necho "fake: cannot compile" >&2\nexit 1\n'
+    )
+    cxx.chmod(0o755)
+    # A fresh inductor cache, so nothing compiled by an earlier run is reused.
+    env = {**os.environ, "CXX": str(cxx), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "ddplab", "train", "--nproc", "1", "--out", str(out), "--steps", "2", "--compile"]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode != 0
+    (rank,) = read_run(out, "train")
+    assert not rank.complete and rank.records[-2] == {
+        "type": "fault",
+        "step": 0,
+        "phase": "forward",
+        "collective": None,
+        "terminated": False,
+    }
+    assert rank.error.startswith("step 0: forward failed: ") and "(fake: cannot compile)" in rank.error
+    assert "\n" not in rank.error
+    assert f"realrun train: rank 0: {rank.error}\n" in p.stderr

@@ -32,7 +32,7 @@ def _closed_form_no_overlap(calib, cfg_mb=4, seq=64) -> float:
     compute = k["step_s"]["intercept_s"] + k["step_s"]["per_token_s"] * cfg_mb * seq
     ar = calib["networks"]["1gbit"]["collectives"]["allreduce"]
     sc = scenario_from_dict(
-        {"ranks": 2, "model": {"preset": "gpt2-tiny"}, "training": {"seq_len": seq, "grad_bytes_per_param": 4}}
+        {"ranks": 2, "model": {"preset": "gpt2-tiny"}, "training": {"seq_len": seq, "precision": "fp32"}}
     )
     buckets = build_workload(sc, np.random.default_rng(0)).buckets
     comm = sum(ar["alpha_s"] + b.size_bytes / (ar["busbw_gb_s"] * 1e9) for b in buckets)

@@ -1,0 +1,57 @@
+"""What the compute roofline (sim/roofline.py) predicts per micro-step of GPT-2 760M at seq
+2048, on the H100 and MI300X presets and on an H200, against the steps measured on an H200.
+
+    .venv/bin/python bench/roofline_table.py
+
+MFU = (6N + 12 L d T) FLOPs per token x tokens / time / the preset's dense bf16 peak.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sim.config import load_scenario  # noqa: E402
+from sim.gpt2 import flops_per_token, model_shape  # noqa: E402
+from sim.roofline import micro_step_time, rates  # noqa: E402
+
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+SEQ = 2048
+# Measured on one H200 (docs/gpu.md): forward + backward per micro-step at micro-batch 8.
+H200_MEASURED_S = {"bf16-amp": 0.238, "fp32": 1.79, "tf32": 0.62}
+H200_COMPILED_S = 0.167
+
+
+def predict(preset: str, precision: str, micro_batch: int, sets=()):
+    sc = load_scenario(preset, [f"training.precision={precision}", f"training.micro_batch_size={micro_batch}", *sets])
+    shape = model_shape(sc.model.preset)
+    r = micro_step_time(shape, SEQ, micro_batch, sc.training.dtypes, rates(sc.compute, sc.training.dtypes))
+    mfu = flops_per_token(shape, SEQ) * micro_batch * SEQ / r.step_s / (sc.compute.peak_tflop_s * 1e12)
+    return r, mfu
+
+
+def main() -> None:
+    print(f"GPT-2 760M, seq {SEQ}, bf16 autocast, eager kernels: forward + backward per micro-step")
+    print(f"{'preset':<12} {'micro-batch':>11} {'fwd (ms)':>9} {'bwd (ms)':>9} {'total (ms)':>10} {'MFU':>6}"
+          f" {'memory-bound':>12} {'at launch floor':>15}")  # fmt: skip
+    for preset in ("h100-1024", "mi300x-1024"):
+        for mb in MICRO_BATCHES:
+            r, mfu = predict(preset, "bf16-amp", mb)
+            print(
+                f"{preset:<12} {mb:>11} {r.forward_s * 1e3:>9.1f} {r.backward_s * 1e3:>9.1f} {r.step_s * 1e3:>10.1f}"
+                f" {mfu:>6.1%} {r.memory_s / r.step_s:>12.0%} {f'{r.launch_bound} of {r.kernels}':>15}"
+            )
+    print()
+    print("H200 (h100-1024 with compute.hbm_tb_s=4.8), micro-batch 8, against the measured steps")
+    print(f"{'precision':<10} {'roofline (s)':>12} {'measured (s)':>12} {'error':>7}")
+    for precision, measured in H200_MEASURED_S.items():
+        r, _ = predict("h100-1024", precision, 8, ["compute.hbm_tb_s=4.8"])
+        print(f"{precision:<10} {r.step_s:>12.3f} {measured:>12.3f} {r.step_s / measured - 1:>+7.1%}")
+    r, _ = predict("h100-1024", "bf16-amp", 8, ["compute.hbm_tb_s=4.8"])
+    print(f"{'compiled':<10} {r.step_s:>12.3f} {H200_COMPILED_S:>12.3f} {r.step_s / H200_COMPILED_S - 1:>+7.1%}"
+          "  (bf16-amp, torch.compile, no DDP)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Training precision: the dtype each tensor of a PyTorch training step has, in bytes.
+
+The five ways PyTorch users train (the names `ddplab train --precision` takes):
+
+| precision  | weights stored | matmul operands | gradients (DDP buckets) | AdamW m, v | tensor peak |
+|------------|----------------|-----------------|-------------------------|------------|-------------|
+| `fp32`     | 4              | 4               | 4                       | 4 + 4      | fp32        |
+| `tf32`     | 4              | 4 (TF32 math)   | 4                       | 4 + 4      | tf32        |
+| `bf16-amp` | 4              | 2 (autocast)    | 4                       | 4 + 4      | bf16        |
+| `fp16-amp` | 4              | 2 (autocast)    | 4                       | 4 + 4      | bf16 (same) |
+| `bf16`     | 2              | 2               | 2                       | 2 + 2      | bf16        |
+
+Why, from PyTorch itself:
+- Autocast (torch.amp, "Automatic Mixed Precision") leaves parameters in fp32 and casts each
+  matmul's operands to 16 bits for that op, so gradients, and DDP's flat buckets (which take
+  the parameters' dtype, torch/csrc/distributed/c10d/reducer.cpp), are fp32: AMP does not
+  halve DDP's traffic unless a bf16/fp16 comm hook compresses the buckets on the wire.
+- Autocast keeps the 16-bit copy of each weight for the whole forward (its cast cache) and
+  the matmuls save it for backward; layer norms, softmax/log_softmax and the losses run in
+  fp32 (CUDA autocast's fp32 op list), so the residual stream stays fp32.
+- AdamW's exp_avg and exp_avg_sq take the parameter's dtype (torch.optim.AdamW): 8 bytes per
+  fp32 parameter, 4 per bf16 one. Pure bf16 keeps no fp32 master copy.
+- FSDP's mixed precision (torchtitan's default: parameters in bf16, gradients reduced in fp32)
+  allgathers the compute dtype and reduce-scatters the gradient dtype (sim/fsdp.py).
+"""
+
+from typing import NamedTuple
+
+PRECISIONS = ("fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
+
+
+class Precision(NamedTuple):
+    name: str
+    param_bytes: int
+    """Stored weights, what the optimizer updates (and the residual stream's dtype: the embedding
+    output, kept in it by autocast's fp32 layer norms)."""
+    compute_bytes: int
+    """Matmul operands and the activations they save."""
+    grad_bytes: int
+    """Gradients and DDP's buckets: the parameters' dtype."""
+    optimizer_state_bytes: int
+    """AdamW's two moments per parameter, in the parameters' dtype."""
+    autocast: bool
+    """16-bit weight copies for the forward; log_softmax and the loss in fp32."""
+    peak: str
+    """Which tensor peak the matmuls run at: bf16 | tf32 | fp32 (compute.peak_*_tflop_s)."""
+
+    @property
+    def residual_bytes(self) -> int:
+        return self.param_bytes
+
+    @property
+    def loss_bytes(self) -> int:
+        """log_softmax's output and the loss gradients: fp32 under autocast."""
+        return 4 if self.autocast else self.compute_bytes
+
+
+_TABLE = {
+    "fp32": Precision("fp32", 4, 4, 4, 8, False, "fp32"),
+    "tf32": Precision("tf32", 4, 4, 4, 8, False, "tf32"),
+    "bf16-amp": Precision("bf16-amp", 4, 2, 4, 8, True, "bf16"),
+    "fp16-amp": Precision("fp16-amp", 4, 2, 4, 8, True, "bf16"),
+    "bf16": Precision("bf16", 2, 2, 2, 4, False, "bf16"),
+}
+
+
+def precision_dtypes(name: str) -> Precision:
+    if name not in _TABLE:
+        raise ValueError(f"training.precision: must be one of {', '.join(PRECISIONS)}, got {name!r}")
+    return _TABLE[name]

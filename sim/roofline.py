@@ -1,0 +1,227 @@
+"""Compute time of one micro-step from the work of each kernel: a roofline of the GPT-2 step.
+
+One fixed MFU cannot hold at micro-batch 1 and 8: a small batch runs the same number of
+kernels on less data, so memory traffic and launches weigh more. Here every kernel an eager
+PyTorch GPT-2 step launches (realrun/model.py under the chosen precision) gets its FLOPs and
+the bytes it moves, and takes
+
+    t = max(FLOPs / (peak x efficiency), bytes / (HBM x memory efficiency), launch floor)
+
+(Williams, Waterman and Patterson 2009, "Roofline"; the floor is the host's cost of issuing
+one eager op, which bounds a GPU that finishes kernels faster than Python issues them).
+Matmuls run at the precision's tensor peak x ``matmul_efficiency``; fused attention at
+``attention_efficiency`` of it (FlashAttention-2 reaches about 35 % of an H100's peak: Shah et
+al. 2024, "FlashAttention-3", Sec. 1); everything else is memory-bound. The constants are per
+platform, in the preset, with their sources; `ddplab calibrate` on a GPU replaces all of this
+with the measured fit.
+
+The kernels, per block, forward: layer norm, its cast to the compute dtype (autocast), the
+QKV matmul (bias fused in cuBLAS's epilogue), causal attention (half the FLOPs of the full
+QK^T and AV: 2 T s d), the projection, the residual add, the second layer norm and cast, the
+MLP's two matmuls around GELU, the residual add, and autocast's casts of the block's four
+weights and four biases. Backward: each matmul twice (input and weight gradients), the bias
+gradient reductions, GELU's and the layer norms' backward (the norms' weight gradients in a
+second pass), the attention backward (FlashAttention's recomputation: 2.5 x the forward's
+FLOPs, Dao 2023, "FlashAttention-2", Sec. 3.1), the casts back to the residual dtype, the
+residual gradient sums, the weight-gradient casts to fp32, and DDP's copy of every gradient
+into its bucket (one copy per parameter; reducer.cpp ``copy_grad_to_bucket``). Outside the
+blocks: the embedding lookups and their backward, the final norm, the tied output matmul, and
+the loss: autocast's fp32 copy of the logits, log_softmax, and their backward over the whole
+T x vocab matrix, which at GPT-2's vocabulary is the largest memory traffic of the step.
+"""
+
+from typing import NamedTuple
+
+from sim.config import ComputeConfig
+from sim.gpt2 import GPT2Shape
+from sim.precision import Precision
+
+MATMUL, ATTENTION, MEMORY = "matmul", "attention", "memory"
+
+
+class Kernel(NamedTuple):
+    name: str
+    backward: bool
+    kind: str  # matmul | attention | memory
+    flops: float
+    bytes: float
+
+
+class Rates(NamedTuple):
+    """What a platform achieves, from its scenario's [compute] constants (``rates``)."""
+
+    matmul_flop_s: float
+    attention_flop_s: float
+    memory_bytes_s: float
+    launch_s: float
+
+
+def rates(compute: ComputeConfig, p: Precision) -> Rates:
+    """Matmuls at the precision's peak x matmul_efficiency. Fused attention uses tensor cores only
+    for 16-bit inputs (FlashAttention-2 supports fp16/bf16 alone; PyTorch's SDPA falls back to its
+    memory-efficient kernel for fp32), so it runs at the bf16 peak, or the fp32 one."""
+    attention_peak = compute.peak_tflop_s if p.compute_bytes == 2 else compute.peak_fp32_tflop_s
+    return Rates(
+        matmul_flop_s=compute.peak_for(p) * 1e12 * compute.matmul_efficiency,
+        attention_flop_s=attention_peak * 1e12 * compute.attention_efficiency,
+        memory_bytes_s=compute.hbm_tb_s * 1e12 * compute.memory_efficiency,
+        launch_s=compute.kernel_launch_us * 1e-6,
+    )
+
+
+class ComputeTime(NamedTuple):
+    forward_s: float
+    backward_s: float
+    kernels: int
+    matmul_s: float  # time in matmul and attention kernels
+    memory_s: float  # time in memory-bound kernels
+    launch_bound: int  # kernels held at the launch floor
+
+    @property
+    def step_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def _matmul(name: str, backward: bool, m: float, k: float, n: float, c: int) -> Kernel:
+    """(m x k) @ (k x n) in the compute dtype: 2mkn FLOPs, both operands read, the output written."""
+    return Kernel(name, backward, MATMUL, 2.0 * m * k * n, c * (m * k + k * n + m * n))
+
+
+def _mem(name: str, backward: bool, nbytes: float) -> Kernel:
+    return Kernel(name, backward, MEMORY, 0.0, nbytes)
+
+
+def _linear(name: str, t: float, d_in: int, d_out: int, p: Precision) -> tuple[list[Kernel], list[Kernel]]:
+    """A biased nn.Linear on t tokens: (forward kernels, backward kernels)."""
+    c, w = p.compute_bytes, p.param_bytes
+    fwd = [_matmul(name, False, t, d_in, d_out, c)]
+    bwd = [
+        _matmul(name + ".dgrad", True, t, d_out, d_in, c),
+        _matmul(name + ".wgrad", True, d_out, t, d_in, c),
+        _mem(name + ".bias_grad", True, t * d_out * c),
+    ]
+    if p.autocast:  # weight and bias cast to 16 bits for the forward, their gradients back to fp32
+        fwd += [_mem(name + ".weight_cast", False, d_in * d_out * (w + c)), _mem(name + ".bias_cast", False, 0.0)]
+        bwd += [_mem(name + ".wgrad_cast", True, d_in * d_out * (c + w)), _mem(name + ".bgrad_cast", True, 0.0)]
+    # DDP copies each gradient into its flat bucket (gradient_as_bucket_view=False).
+    bwd += [_mem(name + ".bucket_copy", True, 2.0 * d_in * d_out * w), _mem(name + ".bias_bucket_copy", True, 0.0)]
+    return fwd, bwd
+
+
+def _norm(name: str, t: float, d: int, p: Precision) -> tuple[list[Kernel], list[Kernel]]:
+    """LayerNorm in the residual dtype, then (autocast) the cast of its output to the compute dtype."""
+    r, c = p.residual_bytes, p.compute_bytes
+    fwd = [_mem(name, False, 2.0 * t * d * r)]
+    bwd = [_mem(name + ".bwd", True, 3.0 * t * d * r), _mem(name + ".weight_grad", True, 2.0 * t * d * r)]
+    if p.autocast:
+        fwd.append(_mem(name + ".cast", False, t * d * (r + c)))
+        bwd.append(_mem(name + ".cast_bwd", True, t * d * (c + r)))
+    bwd += [_mem(name + ".bucket_copy", True, 4.0 * d * p.param_bytes)]  # weight and bias, one kernel each
+    return fwd, bwd
+
+
+def block_kernels(shape: GPT2Shape, seq_len: int, tokens: float, p: Precision) -> list[Kernel]:
+    """One transformer block's kernels for a micro-step of ``tokens`` (= micro-batch x seq_len)."""
+    d, s, t = shape.n_embd, seq_len, tokens
+    r, c = p.residual_bytes, p.compute_bytes
+    fwd: list[Kernel] = []
+    bwd: list[Kernel] = []
+
+    def add(pair):
+        f, b = pair
+        fwd.extend(f)
+        bwd[:0] = b  # backward runs in reverse order
+
+    add(_norm("ln_1", t, d, p))
+    add(_linear("attn.c_attn", t, d, 3 * d, p))
+    add(
+        (
+            [Kernel("attention", False, ATTENTION, 2.0 * t * s * d, 4.0 * t * d * c)],
+            [
+                _mem("attention.bwd_preprocess", True, 2.0 * t * d * c),
+                Kernel("attention.bwd", True, ATTENTION, 5.0 * t * s * d, 8.0 * t * d * c),
+            ],
+        )
+    )
+    add(_linear("attn.c_proj", t, d, d, p))
+    residual_add = _mem("residual_add", False, t * d * (2 * r + c))
+    # Backward of a residual add: the branch's gradient cast to its dtype, and the sum of the two
+    # gradients that reach the residual stream.
+    residual_bwd = [_mem("residual_grad_sum", True, 3.0 * t * d * r)]
+    if p.autocast:
+        residual_bwd.append(_mem("residual_grad_cast", True, t * d * (r + c)))
+    add(([residual_add], residual_bwd))
+    add(_norm("ln_2", t, d, p))
+    add(_linear("mlp.c_fc", t, d, 4 * d, p))
+    add(([_mem("gelu", False, 8.0 * t * d * c)], [_mem("gelu.bwd", True, 12.0 * t * d * c)]))
+    add(_linear("mlp.c_proj", t, 4 * d, d, p))
+    add(([residual_add], residual_bwd))
+    return fwd + bwd
+
+
+def head_kernels(shape: GPT2Shape, tokens: float, p: Precision) -> list[Kernel]:
+    """The embeddings, the final norm, the tied output layer and the loss."""
+    d, v, t = shape.n_embd, shape.vocab_size, tokens
+    r, c, w, loss = p.residual_bytes, p.compute_bytes, p.param_bytes, p.loss_bytes
+    fwd = [
+        _mem("wte.lookup", False, t * d * (w + r)),
+        _mem("wpe.add", False, t * d * 2 * r),
+    ]
+    ln_f, ln_f_bwd = _norm("ln_f", t, d, p)
+    fwd += ln_f
+    fwd.append(_matmul("lm_head", False, t, d, v, c))
+    if p.autocast:
+        fwd.append(_mem("lm_head.weight_cast", False, v * d * (w + c)))
+        fwd.append(_mem("logits.cast_fp32", False, t * v * (c + loss)))
+    fwd += [_mem("log_softmax", False, 3.0 * t * v * loss), _mem("nll_loss", False, 0.0)]
+    bwd = [
+        _mem("nll_loss.bwd", True, t * v * loss),  # a zero-filled T x vocab gradient
+        _mem("log_softmax.bwd", True, 4.0 * t * v * loss),
+    ]
+    if p.autocast:
+        bwd.append(_mem("logits.cast_bwd", True, t * v * (loss + c)))
+    bwd += [
+        _matmul("lm_head.dgrad", True, t, v, d, c),
+        _matmul("lm_head.wgrad", True, v, t, d, c),
+    ]
+    if p.autocast:
+        bwd.append(_mem("lm_head.wgrad_cast", True, v * d * (c + w)))
+    bwd += ln_f_bwd
+    bwd += [
+        _mem("wte.embedding_bwd", True, v * d * w + 2.0 * t * d * w),  # zero the table, add the rows
+        _mem("wte.tied_grad_sum", True, 3.0 * v * d * w),
+        _mem("wpe.bwd", True, t * d * r),
+        _mem("wte.bucket_copy", True, 2.0 * v * d * w),
+        _mem("wpe.bucket_copy", True, 2.0 * shape.block_size * d * w),
+    ]
+    return fwd + bwd
+
+
+def step_kernels(shape: GPT2Shape, seq_len: int, micro_batch: int, p: Precision) -> list[Kernel]:
+    """Every kernel of one micro-step's forward and backward, in no particular order."""
+    tokens = float(micro_batch * seq_len)
+    return shape.n_layer * block_kernels(shape, seq_len, tokens, p) + head_kernels(shape, tokens, p)
+
+
+def kernel_time_s(k: Kernel, r: Rates) -> float:
+    flop_s = {MATMUL: r.matmul_flop_s, ATTENTION: r.attention_flop_s}.get(k.kind)
+    compute_s = k.flops / flop_s if flop_s else 0.0
+    return max(compute_s, k.bytes / r.memory_bytes_s, r.launch_s)
+
+
+def micro_step_time(shape: GPT2Shape, seq_len: int, micro_batch: int, p: Precision, r: Rates) -> ComputeTime:
+    fwd = bwd = mm = mem = 0.0
+    floor = 0
+    kernels = step_kernels(shape, seq_len, micro_batch, p)
+    for k in kernels:
+        t = kernel_time_s(k, r)
+        if k.backward:
+            bwd += t
+        else:
+            fwd += t
+        if k.kind == MEMORY:
+            mem += t
+        else:
+            mm += t
+        floor += t == r.launch_s
+    return ComputeTime(fwd, bwd, len(kernels), mm, mem, floor)
