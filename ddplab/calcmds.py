@@ -149,6 +149,12 @@ def validate(args):
     from calibrate.plots import predicted_vs_measured
     from calibrate.validate import validate as run
 
+    if args.public:
+        if args.runs or args.calib:
+            raise ValueError("--public: takes no RUN_DIR or --calib (it predicts published measurements)")
+        return _validate_public(args)
+    if not args.runs or args.calib is None:
+        raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
     calib = read_calib(args.calib)
     plot = args.plot or args.calib.with_name("validation.png")
     if not plot.parent.is_dir():
@@ -159,21 +165,59 @@ def validate(args):
     if args.json:
         return out
     print(
-        f"{'run':<28} {'p50 pred':>9} {'p50 meas':>9} {'err':>7} {'p95 pred':>9} {'p95 meas':>9}"
-        f" {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9} {'cmp meas':>9}"
+        f"{'run':<28} {'p50 pred':>9} {'p50 meas':>9} {'err':>7} {'p95 pred':>9} {'p95 meas':>9} {'p95 err':>7}"
+        f" {'KS':>5} {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9} {'cmp meas':>9}"
     )
     for r in out["rows"]:
         print(
             f"{r['name']:<28} {fmt_seconds(r['predicted_p50_s']):>9} {fmt_seconds(r['measured_p50_s']):>9}"
             f" {r['error_p50']:>+7.1%} {fmt_seconds(r['predicted_p95_s']):>9} {fmt_seconds(r['measured_p95_s']):>9}"
+            f" {r['error_p95']:>+7.1%} {r['ks']:>5.2f}"
             f" {fmt_seconds(r['predicted_wait_s']):>9} {fmt_seconds(r['measured_wait_s']):>9}"
             f" {fmt_seconds(r['predicted_compute_s']):>9} {fmt_seconds(r['measured_compute_s']):>9}"
         )
     print(
         f"median step time MAPE {out['mape']:.1%} over {len(out['rows'])} runs (worst {out['worst']});"
-        f" p95 MAPE {out['mape_p95']:.1%}; plot {plot}"
+        f" p95 MAPE {out['mape_p95']:.1%}; KS distance mean {out['ks_mean']:.2f}, max {out['ks_max']:.2f};"
+        f" plot {plot}"
     )
     return out
+
+
+def _validate_public(args):
+    """The public-record table (calibrate/public.py): measured, predicted, error, bound."""
+    from calibrate.public import public_table
+
+    results = public_table()
+    rows = [
+        {
+            "what": r.row.what,
+            "source": r.row.source,
+            "unit": r.row.unit,
+            "measured": [r.row.low, r.row.high],
+            "predicted": r.predicted,
+            "error": r.error,
+            "bound": r.row.bound,
+            "within": r.ok,
+            "command": r.row.command,
+            "note": r.row.note,
+        }
+        for r in results
+    ]
+    if args.json:
+        return rows
+    print(f"{'what':<36} {'measured':>12} {'predicted':>10} {'error':>8}  bound")
+    for r in results:
+        m = f"{r.row.low:g}" if r.row.low == r.row.high else f"{r.row.low:g}-{r.row.high:g}"
+        bound = "inside" if r.row.bound == 0 else f"{r.row.bound:.0%}"
+        flag = "" if r.ok else "  OUTSIDE"
+        print(f"{r.row.what:<36} {m:>7} {r.row.unit:<4} {r.predicted:>10.4g} {r.error:>+8.1%}  {bound}{flag}")
+    worst = max(results, key=lambda r: abs(r.error))
+    print(
+        f"{sum(r.ok for r in results)} of {len(results)} within their bound; worst {worst.row.what}"
+        f" ({worst.error:+.0%}); commands and sources: ddplab validate --public --json"
+    )
+    return rows
 
 
 def demo(args) -> int:

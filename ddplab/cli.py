@@ -133,9 +133,17 @@ def _add_calibration(sub) -> None:
     ca.add_argument("--json", action="store_true")
     ca.set_defaults(func=calcmds.calibrate)
 
-    va = sub.add_parser("validate", help="predict real train runs from a calibration, compare (MAPE)")
-    va.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="train run directories")
-    va.add_argument("--calib", type=Path, required=True, help="calib.json from `ddplab calibrate`")
+    va = sub.add_parser(
+        "validate",
+        help="predict real train runs from a calibration and compare (MAPE, p95, KS); --public: the published record",
+    )
+    va.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="train run directories")
+    va.add_argument("--calib", type=Path, help="calib.json from `ddplab calibrate` (with RUN_DIR)")
+    va.add_argument(
+        "--public",
+        action="store_true",
+        help="instead: the presets against published collectives and step times (docs/validation-public.md)",
+    )
     va.add_argument("--plot", type=Path, help="predicted-vs-measured PNG (default: validation.png beside --calib)")
     va.add_argument("--seed", type=int, default=0, help="simulation seed")
     va.add_argument("--json", action="store_true")

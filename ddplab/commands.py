@@ -171,8 +171,9 @@ def _network_line(sc) -> str:
         return "network off (free communication)"
     if net.backend == "gloo":
         return f"gloo ring over {net.nic_gbit_s:.4g} Gbit/s x {net.nic_efficiency:.0%}"
+    library = "RCCL" if net.tuner.startswith("rccl") else "NCCL"
     return (
-        f"NCCL {net.algorithm}; {net.gpus_per_node}/node on {net.intra_gb_s:g} GB/s {net.intra_link},"
+        f"{library} {net.algorithm}; {net.gpus_per_node}/node on {net.intra_gb_s:g} GB/s {net.intra_link},"
         f" {net.nics_per_node} x {net.nic_gbit_s:g} Gbit/s NICs"
     )
 
@@ -275,44 +276,73 @@ def _print_sweep(sc, summaries: list[dict]) -> None:
 
 
 def collective(args):
+    from sim.collectives import candidates
+
     sizes = parse_sizes(args.sizes)
     sc = load_scenario(args.scenario, args.set, ranks=args.ranks)
     fabric = fabric_for(sc)
+    if fabric.ranks < 2:
+        raise ValueError(f"--ranks: a collective needs 2 or more ranks, got {fabric.ranks}")
     rows = []
     for size in sizes:
         c = collective_cost(args.op, size, fabric)
         algbw, busbw = algbw_busbw_gb_s(args.op, size, c.time_s, fabric.ranks)
-        rows.append(
-            {
-                "op": args.op,
-                "size_bytes": size,
-                "count": size // 4,
-                "type": "float",
-                "ranks": fabric.ranks,
-                "algorithm": c.algorithm,
-                "time_us": c.time_s * 1e6,
-                "algbw_gb_s": algbw,
-                "busbw_gb_s": busbw,
+        row = {
+            "op": args.op,
+            "size_bytes": size,
+            "count": size // 4,
+            "type": "float",
+            "ranks": fabric.ranks,
+            "algorithm": c.algorithm,
+            "time_us": c.time_s * 1e6,
+            "algbw_gb_s": algbw,
+            "busbw_gb_s": busbw,
+        }
+        if c.chosen is not None:  # NCCL/RCCL: what the library estimated, and the runner-up
+            ranked = sorted(candidates(args.op, size, fabric), key=lambda o: o.tuner_us)
+            row["why"] = {
+                "library_estimate_us": c.chosen.tuner_us,
+                "next": [{"algorithm": o.algorithm, "library_estimate_us": o.tuner_us} for o in ranked[1:3]],
+                "latency_us": c.chosen.latency_us,
+                "network_steps": c.chosen.network_steps,
+                "bytes_us": c.chosen.time_us - c.chosen.latency_us,
             }
-        )
+        rows.append(row)
     if args.json:
         return rows
     redop = "sum" if args.op in ("allreduce", "reduce_scatter") else "none"
     print(f"# ddplab collective: predicted {args.op} on {sc.name} ({_network_line(sc)})")
-    print(f"# nranks {fabric.ranks}, nodes {fabric.nodes}, model: alpha-beta with NCCL's tuning constants")
+    how = (
+        f"{sc.network.tuner}'s choice replayed from its own estimate, then timed (sim/nccl.py)"
+        if sc.network.backend == "nccl"
+        else "gloo's ring"
+    )
+    print(f"# nranks {fabric.ranks}, nodes {fabric.nodes}; {how}")
     print("#")
     head = ("size", "count", "type", "redop", "algorithm", "time", "algbw", "busbw")
     units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)")
-    widths = (12, 12, 6, 6, 12, 10, 8, 8)
+    widths = (12, 12, 6, 6, 15, 10, 8, 8)
     print("# " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
     print("# " + " ".join(f"{u:>{w}}" for u, w in zip(units, widths, strict=True)))
     for r in rows:
         print(
-            f"  {r['size_bytes']:>12} {r['count']:>12} {r['type']:>6} {redop:>6} {r['algorithm']:>12}"
+            f"  {r['size_bytes']:>12} {r['count']:>12} {r['type']:>6} {redop:>6} {r['algorithm']:>15}"
             f" {r['time_us']:>10.1f} {r['algbw_gb_s']:>8.2f} {r['busbw_gb_s']:>8.2f}"
         )
     avg = sum(r["busbw_gb_s"] for r in rows) / len(rows)
     print(f"# Avg bus bandwidth    : {avg:.3f}")
+    if rows and "why" in rows[0]:
+        print("#")
+        print(f"# why: {sc.network.tuner}'s estimate (us), its pick first; then our time = latency + bytes")
+        for r in rows:
+            w = r["why"]
+            others = " < ".join(f"{n['algorithm']} {n['library_estimate_us']:.1f}" for n in w["next"])
+            net = f", {w['network_steps']} network steps" if w["network_steps"] else ""
+            print(
+                f"#   {r['size_bytes']:>12}: {r['algorithm']} {w['library_estimate_us']:.1f}"
+                f"{' < ' + others if others else ''}; {r['time_us']:.1f} = {w['latency_us']:.1f} latency{net}"
+                f" + {w['bytes_us']:.1f} bytes"
+            )
     return rows
 
 

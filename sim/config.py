@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.precision import PRECISIONS, Precision, precision_dtypes
+from sim.tuning_tables import TABLES
 
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
@@ -195,11 +196,13 @@ class NetworkConfig:
     backend: str = "nccl"
     """nccl (NCCL/RCCL protocol table) | gloo (ring, TCP)."""
     algorithm: str = "auto"
-    """auto (cheapest, as NCCL) | ring | tree."""
+    """auto (the library's own choice, sim/nccl.py) | ring | tree | nvls | nvlstree."""
+    tuner: str = "nccl-hopper"
+    """Whose choice: nccl-hopper | nccl-ampere | rccl-mi300x (the constants of sim/tuning_tables.py)."""
     gpus_per_node: int = 8
     """Ranks per node, joined by the intra-node link."""
     intra_link: str = "nvlink"
-    """nvlink (NVLink, xGMI) | pci: which NCCL hop latency applies inside a node."""
+    """nvlink | xgmi | pci: which per-hop latencies apply inside a node."""
     intra_gb_s: float = 450.0
     """Intra-node link rate per GPU per direction, GB/s."""
     intra_efficiency: float = 0.82
@@ -212,13 +215,27 @@ class NetworkConfig:
     """Achieved bus bandwidth / NIC line rate."""
     gloo_hop_latency_us: float = 50.0
     """gloo: latency of one ring step (roughly a TCP round trip), microseconds."""
+    channels: int = 16
+    """NCCL ring/tree channels: the per-channel bandwidth ceilings of LL128 and the tree x this."""
+    cpu_vendor: str = "intel"
+    """intel | amd: the host CPU; NCCL's LL ceiling across nodes and its per-step net overhead follow it."""
+    nvls_gb_s: float = 0.0
+    """NVLink SHARP allreduce bus bandwidth inside a node, GB/s; 0 = no NVLS (no NVSwitch)."""
+    net_hop_us: float = 16.0
+    """What each step across nodes adds to the per-hop latencies of tuning.cc (NIC, switches,
+    the proxy thread), microseconds."""
     jitter_sigma: float = 0.0
     """Lognormal sigma of a per-collective time multiplier (mean 1)."""
 
     def __post_init__(self):
         _one_of("network.backend", self.backend, ("nccl", "gloo"))
-        _one_of("network.algorithm", self.algorithm, ("auto", "ring", "tree"))
-        _one_of("network.intra_link", self.intra_link, ("nvlink", "pci"))
+        _one_of("network.algorithm", self.algorithm, ("auto", "ring", "tree", "nvls", "nvlstree"))
+        _one_of("network.tuner", self.tuner, tuple(TABLES))
+        _one_of("network.intra_link", self.intra_link, ("nvlink", "xgmi", "pci"))
+        _one_of("network.cpu_vendor", self.cpu_vendor, ("intel", "amd"))
+        _require(self.channels >= 1, "network.channels", self.channels, "must be >= 1")
+        for key in ("nvls_gb_s", "net_hop_us"):
+            _require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key), "must be >= 0")
         for key in ("gpus_per_node", "nics_per_node"):
             _require(getattr(self, key) >= 1, f"network.{key}", getattr(self, key), "must be >= 1")
         for key in ("intra_gb_s", "nic_gbit_s"):

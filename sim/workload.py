@@ -45,9 +45,15 @@ def fabric_for(sc: Scenario, ranks: int | None = None) -> Fabric:
         backend=net.backend,
         algorithm=net.algorithm,
         intra_busbw_gb_s=net.intra_gb_s * net.intra_efficiency,
-        inter_busbw_gb_s=net.nics_per_node * net.nic_gbit_s / 8.0 * net.nic_efficiency,
+        # One ring channel drives one NIC: fewer channels than NICs leave NICs idle.
+        inter_busbw_gb_s=min(net.nics_per_node, net.channels) * net.nic_gbit_s / 8.0 * net.nic_efficiency,
         intra_link=net.intra_link,
         gloo_hop_latency_us=net.gloo_hop_latency_us,
+        tuner=net.tuner,
+        channels=net.channels,
+        cpu_vendor=net.cpu_vendor,
+        nvls_busbw_gb_s=net.nvls_gb_s,
+        net_hop_us=net.net_hop_us,
     )
 
 

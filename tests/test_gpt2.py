@@ -10,6 +10,8 @@ COUNTS = {
     "gpt2-350m": 354_823_168,
     "gpt2-760m": 760_300_032,
     "gpt2-large": 774_030_080,
+    # Hugging Face's gpt2-xl (tied embeddings); llm.c's "GPT-2 (1.5B)".
+    "gpt2-xl": 1_557_611_200,
 }
 
 

@@ -1,0 +1,188 @@
+"""NCCL's and RCCL's choice of collective algorithm, and what the chosen one costs.
+
+Two models on purpose. The library picks among ring, tree (double binary tree across
+nodes), NVLS (NVLink SHARP inside an NVSwitch node) and NVLS-tree (NVLS inside, a tree
+across), each with the LL, LL128 or Simple protocol, by its own cost model
+(src/graph/tuning.cc; constants in sim/tuning_tables.py): a base and per-hop latency, a
+bus bandwidth with per-protocol caps, correction factors, the cheapest wins
+(src/enqueue.cc). ``options`` replays that estimate and ``choose`` the pick. But some of
+its numbers are weights for a choice, not times: RCCL charges a Simple ring 320 us per
+network step, and neither table has the network's own latency in it. So each pair is
+also timed:
+
+  time = base + hops x per-hop latency + network steps x net_hop_us + bytes / bandwidth
+
+- base and per-hop latency: NVIDIA's measured ones (tuning.cc's base latencies and its
+  NVLink, PCI and NET rows), for every platform, xGMI's hops from RCCL's MI300X row;
+- net_hop_us: what each step across nodes costs beyond tuning.cc's NET row (the NIC and
+  switches, the proxy thread posting and polling on both sides), one number per fabric;
+- bandwidth: the fabric's achieved bus bandwidth (the NVLink/xGMI ring, the node's NICs,
+  the slower across nodes; NVLS at its measured rate) through the library's protocol caps
+  and correction factors, which are measurements of what the protocols reach.
+
+Everything is per platform in the preset, the same constants at every size and rank
+count; docs/validation-public.md holds the result to published measurements.
+"""
+
+import math
+from typing import NamedTuple
+
+from sim.tuning_tables import NCCL_AMD_HOST_LL_MAX, NCCL_BASE_US, NCCL_HOPS, TABLES, TunerTable
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("ring", "tree", "nvls", "nvlstree")
+
+
+class Platform(NamedTuple):
+    """One fabric's constants (sim/workload.py fabric_for builds it from [network])."""
+
+    tuner: str  # a key of sim/tuning_tables.TABLES
+    intra_link: str  # nvlink | xgmi | pci
+    intra_busbw_gb_s: float  # achieved ring bus bandwidth inside a node
+    inter_busbw_gb_s: float  # achieved bus bandwidth of a node's NICs together
+    channels: int  # ring/tree channels (per-channel caps multiply by this)
+    cpu_vendor: str  # intel | amd: NCCL's multi-node LL ceiling and net overhead follow the host
+    nvls_busbw_gb_s: float  # 0 = no NVLink SHARP
+    net_hop_us: float
+
+
+class Shape(NamedTuple):
+    ranks: int
+    nodes: int
+    ppn: int  # ranks per node
+
+
+class Option(NamedTuple):
+    """One (algorithm, protocol) pair: the library's estimate and the prediction, both in us."""
+
+    algorithm: str  # e.g. "tree/LL128"
+    tuner_us: float
+    latency_us: float  # predicted, without the bytes
+    network_steps: int  # steps across nodes on the critical path
+    busbw_gb_s: float  # predicted bus bandwidth the bytes move at
+    time_us: float  # predicted
+
+
+def _node_index(nodes: int) -> int:
+    return 0 if nodes == 1 else (1 if nodes == 2 else 2)
+
+
+def _log2i(x: float) -> int:
+    return int(math.floor(math.log2(x))) if x >= 1 else -1
+
+
+def _busbw(t: TunerTable, p: Platform, s: Shape, algo: str, proto: int) -> float:
+    """Bus bandwidth of a pair as the library models it (GB/s; 0 = not offered)."""
+    ring = min(p.intra_busbw_gb_s, p.inter_busbw_gb_s) if s.nodes > 1 else p.intra_busbw_gb_s
+    i = _node_index(s.nodes)
+    if algo in ("nvls", "nvlstree"):
+        if proto != 2 or p.nvls_busbw_gb_s <= 0:
+            return 0.0
+        if algo == "nvls":  # inside one node; across nodes it needs CollNet (SHARP), off by default
+            return p.nvls_busbw_gb_s if s.nodes == 1 else 0.0
+        return min(p.nvls_busbw_gb_s, p.inter_busbw_gb_s) if s.nodes > 1 else 0.0
+    if proto == 1 and not t.ll128:
+        return 0.0
+    if t.bw_ratio is not None:  # RCCL: measured ratios of the ring bandwidth
+        if algo == "tree" and proto == 2 and s.nodes == 1 and not t.tree_simple_single_node:
+            return 0.0
+        return ring * t.bw_ratio[("2" if s.nodes <= 2 else "more", algo)][proto]
+    ll_max = t.ll_max_gb_s[i]
+    if s.nodes > 1 and p.cpu_vendor == "amd":
+        ll_max = NCCL_AMD_HOST_LL_MAX[i - 1]
+    bw = ring
+    if algo == "ring":
+        if proto == 0:
+            bw = min(ll_max, bw * 0.5)
+        elif proto == 1:
+            bw = min(bw * 0.92, p.channels * t.ring_ll128_per_channel_gb_s[i])
+        return bw
+    bw = min(bw * 0.92, p.channels * t.tree_per_channel_gb_s[i])
+    if proto == 0:
+        bw = min(bw / 3.8, ll_max)
+    elif proto == 1:
+        bw = min(bw * (7.0 / 9.0 if s.nodes == 1 else 120.0 / 128.0), p.channels * t.tree_ll128_per_channel_gb_s[i])
+    return bw
+
+
+def _steps(op: str, s: Shape, rccl: bool) -> tuple[int, int]:
+    """A ring's (steps, network steps); RCCL counts one more network step per node pair."""
+    if op == "allreduce":
+        inter = 0 if s.nodes == 1 else (2 * s.nodes if rccl else 2 * (s.nodes - 1))
+        return 2 * (s.ranks - 1), inter
+    return s.ranks - 1, 0 if s.nodes == 1 else s.nodes - 1
+
+
+def _latency(t: TunerTable, hops, p: Platform, s: Shape, op: str, algo: str, proto: int, net_extra: float, rccl: bool):
+    """Latency of a pair from a hop table: (us, network steps)."""
+    intra = hops.get((p.intra_link, algo), (0.0, 0.0, 0.0))[proto]
+    inter = hops[("net", "tree" if s.ppn == 1 and algo == "ring" else algo)][proto] + net_extra
+    if algo == "ring":
+        steps, net_steps = _steps(op, s, rccl)
+        if s.nodes > 1:  # "inter-node rings still have to launch nsteps x net overhead" (tuning.cc)
+            intra = max(intra, t.net_overhead_us * (3.0 if proto == 2 else 1.0))
+        return (steps - net_steps) * intra + net_steps * inter, net_steps
+    if algo == "tree":
+        net_steps = 2 * _log2i(s.nodes)
+        return 2 * (s.ppn - 1) * intra + net_steps * inter, net_steps
+    if algo == "nvls":
+        return intra, 0
+    net_steps = 2 * _log2i(s.nodes)  # nvlstree
+    return intra + net_steps * inter, net_steps
+
+
+def _offered(op: str, algo: str, s: Shape) -> bool:
+    if op == "allreduce":
+        return algo in ALGORITHMS and not (algo == "tree" and s.ranks < 2)
+    return algo == "ring"  # allgather, reduce_scatter, broadcast: rings here
+
+
+def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float, algorithm: str = "auto"):
+    """Every pair the library offers for this collective, with both estimates."""
+    t = TABLES[p.tuner]
+    rccl = t.bw_ratio is not None
+    log_size = _log2i(size_bytes / 64.0) if size_bytes >= 64 else -1
+    out = []
+    for algo in ALGORITHMS if algorithm == "auto" else (algorithm,):
+        if not _offered(op, algo, s):
+            continue
+        for proto, name in enumerate(PROTOCOLS):
+            bus = _busbw(t, p, s, algo, proto)
+            if bus <= 0:
+                continue
+            # The tuner's time: its base and hops, its bandwidth through its correction factors.
+            hops, _ = _latency(t, t.hop_us, p, s, op, algo, proto, 0.0, rccl)
+            tuner_lat = t.base_us.get(algo, (0.0, 0.0, 0.0))[proto] + hops
+            tuner_bw = bus
+            if algo == "tree" and 0 <= log_size:
+                corr = t.tree_correction[proto]
+                tuner_bw *= corr[min(log_size, len(corr) - 1)] if rccl or log_size < 23 else 1.0
+            if algo == "ring" and rccl and s.nodes > 1 and 0 <= log_size:
+                tuner_bw *= t.ring_correction[proto][min(log_size, 26)]
+            if algo == "ring" and proto == 2 and s.nodes > 1 and op == "allreduce":
+                if size_bytes / (p.channels * s.ranks) >= 64:
+                    tuner_lat *= t.ring_plateau
+            if tuner_bw <= 0:
+                continue
+            transfer_us = bus_factor * size_bytes / (tuner_bw * 1e3)
+            tuner_us = tuner_lat + transfer_us
+            # The prediction: NVIDIA's base and per-hop latencies (xGMI: RCCL's) with each
+            # network step's own cost, at the library's bandwidth and correction factors.
+            hop_lat, net_steps = _latency(t, NCCL_HOPS | _xgmi(t), p, s, op, algo, proto, p.net_hop_us, False)
+            if algo == "ring" and proto == 2 and s.nodes > 1 and op == "allreduce":
+                if size_bytes / (p.channels * s.ranks) >= 64:
+                    hop_lat *= t.ring_plateau
+            latency = NCCL_BASE_US.get(algo, (0.0, 0.0, 0.0))[proto] + hop_lat
+            busbw = tuner_bw if algo in ("ring", "tree") else bus
+            out.append(Option(f"{algo}/{name}", tuner_us, latency, net_steps, busbw, latency + transfer_us))
+    return out
+
+
+def _xgmi(t: TunerTable) -> dict:
+    """The per-hop latencies of xGMI: RCCL's own (NCCL's table has no xGMI row)."""
+    return {k: v for k, v in t.hop_us.items() if k[0] == "xgmi"}
+
+
+def choose(opts: list[Option]) -> Option:
+    """The library's pick: the least time by its own estimate."""
+    return min(opts, key=lambda o: o.tuner_us)
