@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-# The whole loop on this machine (ddplab/demo.py): probe, train, calibrate, validate,
+# The whole loop on this machine (workflow/demo.py): probe, train, calibrate, validate,
 # simulate 2..1024 ranks, report, into runs/demo/ (report.html). A rerun reuses the
 # finished stages; DEMO_ARGS="--fresh" redoes them, "--quick" is the short version.
 DEMO_ARGS ?=

@@ -16,10 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.config import load_scenario  # noqa: E402
 from sim.engine import simulate  # noqa: E402
 from sim.fsdp import simulate_fsdp  # noqa: E402
 from sim.memory import estimate_memory, fits  # noqa: E402
+from sim.scenario_file import load_scenario  # noqa: E402
 
 RANKS = (2, 8, 64, 256, 1024)
 STEPS = 50

@@ -3,10 +3,11 @@
     .venv/bin/python bench/goodput_speed.py [--repeat 3] [--seed 0]
 
 128 nodes x 8 GPUs, 7 days of useful work; fail-stop failures at 6.5 per 1000 node-days (Kokolis et al.
-HPCA'25, RSC-1), restart 10 min, checkpoint 2 min every Daly interval (REFERENCES.md preset "failstop": restart
-5-20 min, checkpoint 0.5-5 min); fail-slow episodes (REFERENCES.md, Alibaba Falcon: 30 s - 10 h, mean ~24 min,
-lognormal clipped) starting every 2 h on average outside episodes (assumed: the sources give no rate), work at
-x0.5-0.8 during each. Best of --repeat wall seconds.
+HPCA'25, RSC-1), restart 10 min, checkpoint 2 min every Daly interval (docs/references.md "Straggler presets
+worth shipping", preset failstop: restart 5-20 min, checkpoint 0.5-5 min); fail-slow episodes
+(docs/references.md "Stragglers and failures", Alibaba Falcon: 30 s - 10 h, mean ~24 min, lognormal clipped)
+starting every 2 h on average outside episodes (assumed: the sources give no rate), work at x0.5-0.8 during each.
+Best of --repeat wall seconds.
 """
 
 import argparse
@@ -17,14 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.goodput import (  # noqa: E402
-    Campaign,
-    daly_interval_min,
-    fail_slow_episodes,
-    job_mtbf_min,
-    simulate_campaign,
-    wall_per_work_analytic,
-)
+from sim.checkpointing import daly_interval_min, job_mtbf_min, wall_per_work_analytic  # noqa: E402
+from sim.goodput import Campaign, fail_slow_episodes, simulate_campaign  # noqa: E402
 
 NODES, GPUS_PER_NODE = 128, 8
 FAILURES_PER_1000_NODE_DAYS = 6.5

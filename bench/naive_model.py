@@ -1,7 +1,7 @@
 """A deliberately naive SimPy model of the DDP step, kept ONLY as the benchmark
 baseline and correctness cross-check for ``sim.engine`` (see bench/sim_speed.py).
 
-It does what DESIGN.md ("Scale") warns against: one SimPy process per rank, and
+It does what docs/design.md ("Scale") warns against: one SimPy process per rank, and
 per step one more per rank per bucket, with one event per rank per bucket. A
 comm-stream process waits for each bucket with ``AllOf`` over all ranks, then
 holds the stream for the collective's duration. Same workload

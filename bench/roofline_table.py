@@ -12,9 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.config import load_scenario  # noqa: E402
-from sim.gpt2 import flops_per_token, model_shape  # noqa: E402
+from sim.gpt2 import flops_per_token  # noqa: E402
 from sim.roofline import micro_step_time, rates  # noqa: E402
+from sim.scenario_file import load_scenario  # noqa: E402
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 SEQ = 2048
@@ -25,7 +25,7 @@ H200_COMPILED_S = 0.167
 
 def predict(preset: str, precision: str, micro_batch: int, sets=()):
     sc = load_scenario(preset, [f"training.precision={precision}", f"training.micro_batch_size={micro_batch}", *sets])
-    shape = model_shape(sc.model.preset)
+    shape = sc.model.shape
     r = micro_step_time(shape, SEQ, micro_batch, sc.training.dtypes, rates(sc.compute, sc.training.dtypes))
     mfu = flops_per_token(shape, SEQ) * micro_batch * SEQ / r.step_s / (sc.compute.peak_tflop_s * 1e12)
     return r, mfu

@@ -24,8 +24,9 @@ import numpy as np  # noqa: E402
 import simpy  # noqa: E402
 
 from bench.naive_model import naive_step_times  # noqa: E402
-from sim.config import Scenario, load_scenario  # noqa: E402
+from sim.config import Scenario  # noqa: E402
 from sim.engine import simulate  # noqa: E402
+from sim.scenario_file import load_scenario  # noqa: E402
 
 PRESET = "h100-1024"
 OVERRIDES = ["noise.distribution=lognormal", "noise.sigma=0.05", "training.bucket_cap_mb=25"]

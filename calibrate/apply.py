@@ -25,10 +25,11 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from calibrate.compute_fit import memory_at
-from sim.config import Scenario, apply_overrides, load_scenario_data, scenario_from_dict
+from calibrate.calibration import Calibration, Network
+from sim.config import Scenario
 from sim.gpt2 import model_shape, param_count
 from sim.memory import GIB
+from sim.scenario_file import apply_overrides, scenario_data, scenario_from_dict
 
 MODES = ("auto", "all", "device", "shape")
 
@@ -61,54 +62,33 @@ class Applied(NamedTuple):
     why: str  # why that mode
 
 
-def pick_network(calib: dict, label: str | None) -> tuple[str, dict]:
-    nets = calib["networks"]
-    if not nets:
-        raise ValueError("--calib-network: the calibration measured no network (a one-rank probe)")
-    if label is None:
-        if len(nets) != 1:
-            raise ValueError(f"--calib-network: the calibration measured {', '.join(sorted(nets))}; name one")
-        label = next(iter(nets))
-    if label not in nets:
-        raise ValueError(f"--calib-network: {label!r} not in the calibration ({', '.join(sorted(nets))})")
-    return label, nets[label]
-
-
-def probed_on(calib: dict) -> str:
-    """Where a calibration was measured, e.g. "NVIDIA H200, 1 GPU" or "cpu, 2 ranks"."""
-    name = (calib.get("device_info") or {}).get("name") or calib.get("device", "?")
-    n = calib["world_size"]
-    unit = "GPU" if calib.get("device", "cpu") != "cpu" else "rank"
-    return f"{name}, {n} {unit}{'s' if n != 1 else ''}"
-
-
-def _device_mismatch(sc: Scenario, calib: dict) -> str | None:
+def _device_mismatch(sc: Scenario, calib: Calibration) -> str | None:
     """Why a one-GPU calibration cannot stand for this scenario's GPUs; None when it can."""
-    measured, wanted = calib.get("device_class"), sc.compute.device_class
+    measured, wanted = calib.device_class, sc.compute.device_class
     if not wanted:
         return f"{sc.name} names no GPU class (compute.device_class)"
     if measured != wanted:
         what = f"class {measured}" if measured else "no preset's class"
-        return f"probed on {probed_on(calib)} ({what}), {sc.name} is a {wanted} cluster"
-    if calib.get("precision", "fp32") != sc.training.precision:
-        return f"probed in {calib.get('precision', 'fp32')}, {sc.name} trains in {sc.training.precision}"
-    if calib["compute"].get("memory") is None:
+        return f"probed on {calib.probed_on} ({what}), {sc.name} is a {wanted} cluster"
+    if calib.precision != sc.training.precision:
+        return f"probed in {calib.precision}, {sc.name} trains in {sc.training.precision}"
+    if calib.compute.memory is None:
         return "the probe recorded no device memory"
     return None
 
 
-def choose_mode(sc: Scenario, calib: dict, mode: str) -> tuple[str, str]:
+def choose_mode(sc: Scenario, calib: Calibration, mode: str) -> tuple[str, str]:
     """(mode, why)."""
     if mode not in MODES:
         raise ValueError(f"--calib-mode: must be one of {', '.join(MODES)}, got {mode!r}")
     same = (
-        bool(calib["networks"])
-        and sc.network.backend == calib["backend"]
+        bool(calib.networks)
+        and sc.network.backend == calib.backend
         and sc.network.gpus_per_node == 1
-        and sc.ranks == calib["world_size"]
+        and sc.ranks == calib.world_size
     )
     mismatch = _device_mismatch(sc, calib)
-    if mode == "all" and not calib["networks"] and sc.ranks > 1:
+    if mode == "all" and not calib.networks and sc.ranks > 1:
         raise ValueError(
             "--calib-mode all: the calibration measured no network (a one-rank probe); use device or shape"
         )
@@ -117,9 +97,9 @@ def choose_mode(sc: Scenario, calib: dict, mode: str) -> tuple[str, str]:
     if mode != "auto":
         return mode, "as asked (--calib-mode)"
     if same:
-        return "all", f"the measured machines: {calib['backend']}, {calib['world_size']} ranks"
+        return "all", f"the measured machines: {calib.backend}, {calib.world_size} ranks"
     if not mismatch:
-        return "device", f"one {sc.compute.device_class}-class GPU measured ({probed_on(calib)})"
+        return "device", f"one {sc.compute.device_class}-class GPU measured ({calib.probed_on})"
     return "shape", f"only dimensionless values transfer: {mismatch}"
 
 
@@ -129,48 +109,48 @@ def _set(data: dict, key: str, value) -> None:
 
 
 def apply_calibration(
-    data: dict, calib: dict, *, calib_path: str, network: str | None = None, mode: str = "auto"
+    data: dict, calib: Calibration, *, calib_path: str, network: str | None = None, mode: str = "auto"
 ) -> Applied:
     """The scenario data with the calibration applied, where each value came from, and the mode."""
-    data = apply_overrides(data, [])  # a copy
+    data = apply_overrides(data)  # a copy
     sc = scenario_from_dict(data)
     mode, why = choose_mode(sc, calib, mode)
-    c, noise = calib["compute"], calib["noise"]
+    c, noise = calib.compute, calib.noise
     measured: dict[str, str] = {}
-    where = f"measured on {probed_on(calib)}: {calib_path}"
+    where = f"measured on {calib.probed_on}: {calib_path}"
 
     def put(key: str, value, origin: str) -> None:
         _set(data, key, value)
         measured[key] = f"{where} ({origin})"
 
-    if noise["distribution"] == "empirical":
-        why_empirical = f"{noise['best_fit']} rejected: KS {noise['ks']:.3f} > {noise['ks_critical_1pct']:.3f}"
-        put("noise.distribution", "empirical", f"{noise['samples']} compute iterations resampled; {why_empirical}")
-        put("noise.samples", list(noise["multipliers"]), "normalised compute iterations")
-        put("noise.sigma", noise["sigma"], "sd of the samples (not used by empirical)")
+    if noise.distribution == "empirical":
+        why_empirical = f"{noise.best_fit} rejected: KS {noise.ks:.3f} > {noise.ks_critical_1pct:.3f}"
+        put("noise.distribution", "empirical", f"{noise.samples} compute iterations resampled; {why_empirical}")
+        put("noise.samples", list(noise.multipliers), "normalised compute iterations")
+        put("noise.sigma", noise.sigma, "sd of the samples (not used by empirical)")
     else:
-        put("noise.distribution", noise["distribution"], f"{noise['samples']} compute iterations, best AIC")
-        put("noise.sigma", noise["sigma"], f"{noise['distribution']} MLE, KS {noise['ks']:.3f}")
-    label, net = pick_network(calib, network) if (mode == "all" and calib["networks"]) or network else (None, None)
-    if net is None and len(calib["networks"]) == 1:
-        label, net = pick_network(calib, None)
+        put("noise.distribution", noise.distribution, f"{noise.samples} compute iterations, best AIC")
+        put("noise.sigma", noise.sigma, f"{noise.distribution} MLE, KS {noise.ks:.3f}")
+    label, net = calib.network(network) if (mode == "all" and calib.networks) or network else (None, None)
+    if net is None and len(calib.networks) == 1:
+        label, net = calib.network(None)
     if net is not None:
-        eff = net["stack_efficiency"]["value"]
+        eff = net.stack_efficiency.value
         put("network.nic_efficiency", min(eff, 1.0), f"{label}: allreduce busbw / raw TCP = {eff:.3f}")
-        gamma = net["interference_gamma"]
-        put("compute.interference_gamma", gamma["value"], f"{label}: overlap probe, {gamma['samples']} iterations")
-    elif calib["networks"]:  # several networks, none named: their mean
-        gammas = [n["interference_gamma"]["value"] for n in calib["networks"].values()]
+        gamma = net.interference_gamma
+        put("compute.interference_gamma", gamma.value, f"{label}: overlap probe, {gamma.samples} iterations")
+    elif calib.networks:  # several networks, none named: their mean
+        gammas = [n.interference_gamma.value for n in calib.networks.values()]
         put("compute.interference_gamma", sum(gammas) / len(gammas), f"overlap probes, mean of {len(gammas)} networks")
-    same_model = c["model"] == sc.model.preset
+    same_model = c.model == sc.model.preset
     if same_model:
-        put("compute.ready_fractions", dict(c["ready_fractions"]["value"]), f"grad_ready of {c['model']}")
+        put("compute.ready_fractions", dict(c.ready_fractions.value), f"grad_ready of {c.model}")
     if mode == "all":
         if net is not None:
             _apply_measured_network(label, net, put)
         _apply_compute(data, sc, calib, put)
         _apply_memory(sc, calib, put)
-        slow = {int(r): v["speed_factor"] for r, v in calib["ranks"].items() if v["speed_factor"] > 1.0}
+        slow = {r: v.speed_factor for r, v in calib.ranks.items() if v.speed_factor > 1.0}
         put("stragglers", ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items())), "per-rank median speed")
         put("noise.speed_spread_sd", 0.0, "the measured ranks' own factors are the stragglers entry")
     elif mode == "device":
@@ -179,69 +159,55 @@ def apply_calibration(
     return Applied(data, measured, mode, why)
 
 
-def _apply_compute(data, sc, calib, put) -> None:
+def _apply_compute(data, sc, calib: Calibration, put) -> None:
     """Compute per micro-step and the optimizer step of one speed-1 rank, as measured: the
     affine fit in tokens for the same model and sequence, else the achieved FLOP/s as an MFU."""
-    c = calib["compute"]
-    seq = sc.training.seq_len or model_shape(sc.model.preset).block_size
-    tokens = sc.training.micro_batch_size * seq
-    step = c["step_s"]["intercept_s"] + c["step_s"]["per_token_s"] * tokens
-    bwd = c["backward_s"]["intercept_s"] + c["backward_s"]["per_token_s"] * tokens
-    if c["model"] == sc.model.preset and c["seq_len"] == seq:
-        put("compute.step_compute_s", step, f"affine fit in tokens at {tokens}, R^2 {c['step_s']['r2']:.4f}")
-        put("compute.backward_fraction", bwd / step, "backward / (forward + backward) fits")
+    c = calib.compute
+    tokens = sc.training.micro_batch_size * sc.seq_len
+    if c.model == sc.model.preset and c.seq_len == sc.seq_len:
+        step = c.step_s.seconds(tokens)
+        put("compute.step_compute_s", step, f"affine fit in tokens at {tokens}, R^2 {c.step_s.r2:.4f}")
+        put("compute.backward_fraction", c.backward_s.seconds(tokens) / step, "backward / (forward + backward) fits")
     else:
         _set(data, "compute.step_compute_s", None)
-        achieved = c["achieved_tflop_s"]["value"]
+        achieved = c.achieved_tflop_s.value
         peak = sc.compute.peak_for(sc.training.dtypes)
         if achieved > peak:
             raise ValueError(
-                f"--calib: {achieved:.4g} TFLOP/s achieved on {c['model']} exceeds {sc.name}'s peak {peak:.4g}"
+                f"--calib: {achieved:.4g} TFLOP/s achieved on {c.model} exceeds {sc.name}'s peak {peak:.4g}"
                 " (compute.peak_tflop_s): a faster device than the scenario's"
             )
-        put("compute.mfu", achieved / peak, f"{achieved:.4g} TFLOP/s achieved on {c['model']}, through FLOP counts")
-        top = c["step_s"]["points"][-1][0]
-        frac = (c["backward_s"]["intercept_s"] + c["backward_s"]["per_token_s"] * top) / (
-            c["step_s"]["intercept_s"] + c["step_s"]["per_token_s"] * top
-        )
-        put("compute.backward_fraction", frac, f"measured on {c['model']}")
-    opt = c["optimizer_s"]
-    params = param_count(model_shape(sc.model.preset))
-    measured_params = param_count(model_shape(c["model"]))
-    put("compute.optimizer_s", opt["value"] * params / measured_params, f"AdamW, {opt['samples']} steps, x params")
+        put("compute.mfu", achieved / peak, f"{achieved:.4g} TFLOP/s achieved on {c.model}, through FLOP counts")
+        top = c.step_s.points[-1][0]
+        put("compute.backward_fraction", c.backward_s.seconds(top) / c.step_s.seconds(top), f"measured on {c.model}")
+    params = param_count(sc.model.shape)
+    measured_params = param_count(model_shape(c.model))
+    opt = c.optimizer_s
+    put("compute.optimizer_s", opt.value * params / measured_params, f"AdamW, {opt.samples} steps, x params")
 
 
-def _apply_memory(sc, calib, put) -> None:
+def _apply_memory(sc, calib: Calibration, put) -> None:
     """The measured peak of a DDP step, at this scenario's tokens (same model and sequence)."""
-    c, memory = calib["compute"], calib["compute"].get("memory")
-    seq = sc.training.seq_len or model_shape(sc.model.preset).block_size
-    if memory is None or c["model"] != sc.model.preset or c["seq_len"] != seq or sc.training.mode != "ddp":
+    c, memory = calib.compute, calib.compute.memory
+    if memory is None or c.model != sc.model.preset or c.seq_len != sc.seq_len or sc.training.mode != "ddp":
         return
-    tokens = sc.training.micro_batch_size * seq
-    ddp = memory["ddp_peak_bytes"]
+    tokens = sc.training.micro_batch_size * sc.seq_len
+    ddp = memory.ddp_peak_bytes
     how = "a DDP step's max_memory_allocated" + (
-        "" if tokens == ddp["tokens"] else f" at {ddp['tokens']} tokens, moved along the per-token slope"
+        "" if tokens == ddp.tokens else f" at {ddp.tokens} tokens, moved along the per-token slope"
     )
-    put("compute.memory_peak_gib", memory_at(memory, tokens) / GIB, how)
+    put("compute.memory_peak_gib", memory.peak_bytes_at(tokens) / GIB, how)
 
 
-def _apply_measured_network(label: str, net: dict, put) -> None:
-    ar = net["collectives"]["allreduce"]
-    put(
-        "network.nic_gbit_s",
-        net["link_gbit_s"]["value"],
-        f"{label}: raw TCP, {net['link_gbit_s']['samples']} transfers",
-    )
-    put(
-        "network.gloo_hop_latency_us",
-        ar["hop_latency_us"],
-        f"{label}: allreduce alpha / 2(n-1), {ar['samples']} iterations",
-    )
+def _apply_measured_network(label: str, net: Network, put) -> None:
+    put("network.nic_gbit_s", net.link_gbit_s.value, f"{label}: raw TCP, {net.link_gbit_s.samples} transfers")
+    ar = net.allreduce
+    put("network.gloo_hop_latency_us", ar.hop_latency_us, f"{label}: allreduce alpha / 2(n-1), {ar.samples} iterations")
 
 
 def _toml_comments(path: Path) -> dict[str, str]:
     """{"section.key": "file (the line's trailing comment)"} of a preset file, its stated
-    sources; keys it takes from its ``base`` preset cite that file (sim/config.py
+    sources; keys it takes from its ``base`` preset cite that file (sim/scenario_file.py
     load_scenario_data merges them the same way)."""
     from scenarios import scenario_path
 
@@ -300,23 +266,37 @@ class Calibrated(NamedTuple):
     path: Path  # the scenario file
 
 
-def load_for_simulation(name_or_path: str, overrides, calib: dict, calib_path: str, network, mode, **top) -> Calibrated:
+def load_for_simulation(
+    name_or_path: str, overrides, calib: Calibration, calib_path: str, network, mode, **top
+) -> Calibrated:
     """Scenario data as `simulate` loads it, with the calibration applied underneath the
     --set overrides (what the user types wins)."""
     from scenarios import scenario_path
 
-    path = scenario_path(name_or_path)
     # Calibrate the scenario as the user set it (model, sequence...), with the mode decided
     # before --ranks/--sweep-ranks (a sweep keeps one mode at every scale); then the user's
     # own keys are applied again, so what they type wins over what was measured.
-    user = apply_overrides(load_scenario_data(path), list(overrides))
+    user = scenario_data(name_or_path, overrides)
     data, measured, used, why = apply_calibration(user, calib, calib_path=calib_path, network=network, mode=mode)
-    data.update({k: v for k, v in top.items() if v is not None})
+    data = apply_overrides(data, **top)
     if "stragglers" in measured:  # the measured slow ranks that exist at this scale
         ranks = data.get("ranks", 1)
         kept = [item for item in data["stragglers"].split(",") if item and int(item.split(":")[0]) < ranks]
         data["stragglers"] = ",".join(kept)
-    data = apply_overrides(data, list(overrides))
+    data = apply_overrides(data, overrides)
     for text in overrides:
         measured.pop(text.partition("=")[0].strip(), None)
-    return Calibrated(data, measured, used, why, path)
+    return Calibrated(data, measured, used, why, scenario_path(name_or_path))
+
+
+def calibrated_scenario(
+    name_or_path: str, overrides, calib: Calibration, calib_path: str, network, mode, **top
+) -> tuple[Scenario, dict]:
+    """The scenario `simulate --calib` runs, and for its summary {calibration: file, mode and
+    why; parameters: every reported parameter as measured (file) or assumed (preset and source)}."""
+    cal = load_for_simulation(name_or_path, overrides, calib, calib_path, network, mode, **top)
+    sc = scenario_from_dict(cal.data)
+    return sc, {
+        "calibration": {"file": calib_path, "mode": cal.mode, "why": cal.why},
+        "parameters": provenance(sc, cal.measured, cal.path),
+    }

@@ -1,4 +1,4 @@
-"""``ddplab calibrate``: probe runs in, one calibration (``ddplab-calib`` v1 JSON) out.
+"""``ddplab calibrate``: probe runs in, one calibration (calibrate/calibration.py) out.
 
 Every fitted value carries where it came from: the run directories, the sample
 count and the fit's quality. Networks are kept apart by label (the emulated lab's
@@ -12,11 +12,22 @@ from pathlib import Path
 import numpy as np
 
 from calibrate import collective_fit, compute_fit, noise_fit
+from calibrate.calibration import (
+    Achieved,
+    Calibration,
+    Collective,
+    Compute,
+    Gamma,
+    Measured,
+    Network,
+    Noise,
+    RankNoise,
+    RankSpeed,
+    ReadyProfile,
+)
 from calibrate.devices import device_class
 from calibrate.records import Run, collective_times, link_gbit_s, read_run
 from sim.gpt2 import flops_per_token, model_shape
-
-SCHEMA, SCHEMA_VERSION = "ddplab-calib", 1
 
 
 def _need(value, run_or_what, kind: str, part: str):
@@ -53,49 +64,49 @@ def _holds_from(errors: dict[int, float], tolerance: float) -> int | None:
     return None
 
 
-def _network(run: Run, rng: np.random.Generator) -> dict:
+def _network(run: Run, rng: np.random.Generator) -> Network:
     times = collective_times(run)
     if not any(op == "allreduce" for op, _ in times):
         raise ValueError(f"{run.path}: no allreduce records (missing probe kind: probe with --parts collectives)")
     link = _need(link_gbit_s(run), run.path, "link", "link")
     rtts = run.of("rtt", 0)
-    out = {"run": str(run.path), "collectives": {}}
-    # Probes before --sched existed ran the sweep under the normal scheduler.
-    out["collectives_sched"] = next((c.get("collective_sched") for c in run.of("complete", 0)), None) or "other"
-    out["link_gbit_s"] = {"value": link[0], "samples": link[1], "source": "raw TCP, slowest direction, median"}
-    if rtts:
-        out["rtt_p50_us"] = {
-            "value": max(r["p50_us"] for r in rtts),
-            "samples": sum(len(r["samples_us"]) for r in rtts),
-        }
+    collectives = {}
     for (op, ranks), by_size in sorted(times.items()):
-        fit = collective_fit.fit_collective(op, ranks, by_size, rng=rng)
+        fit = collective_fit.fit_collective(op, ranks, by_size, rng=rng)  # before the holdout: one rng, in order
         holdout = collective_fit.holdout_errors(op, ranks, by_size, rng=rng) if len(by_size) >= 6 else {}
-        out["collectives"][op] = {
-            **fit._asdict(),
-            "holdout_rel_err": {str(s): e for s, e in holdout.items()},
-            "holdout_within_10pct_from_bytes": _holds_from(holdout, 0.10),
-            "times_s": {str(s): v for s, v in sorted(by_size.items())},
-        }
+        collectives[op] = Collective(
+            fit=fit,
+            holdout_rel_err=holdout,
+            holdout_within_10pct_from_bytes=_holds_from(holdout, 0.10),
+            times_s=dict(sorted(by_size.items())),
+        )
     gamma = _need(compute_fit.interference_gamma([run]), run.path, "overlap", "overlap")
-    # Per network: gloo's TCP work competes with compute for the same cores, more of it
-    # the faster the link moves bytes (measured here: 0.19 at 1 Gbit/s, 0.68 at 10).
-    out["interference_gamma"] = {
-        "value": max(gamma[0], 0.0),
-        "raw": gamma[0],
-        "samples": gamma[1],
-        "source": "overlap probe: compute with 16 MiB allreduces in flight / alone - 1",
-    }
-    ar = out["collectives"]["allreduce"]
-    out["stack_efficiency"] = {
-        "value": ar["busbw_gb_s"] * 8.0 / link[0],
-        "source": "fitted allreduce busbw / raw TCP link rate",
-    }
-    return out
+    allreduce = collectives["allreduce"].fit
+    return Network(
+        run=str(run.path),
+        collectives=collectives,
+        # Probes before --sched existed ran the sweep under the normal scheduler.
+        collectives_sched=next((c.get("collective_sched") for c in run.of("complete", 0)), None) or "other",
+        link_gbit_s=Measured(value=link[0], samples=link[1], source="raw TCP, slowest direction, median"),
+        rtt_p50_us=Measured(value=max(r["p50_us"] for r in rtts), samples=sum(len(r["samples_us"]) for r in rtts))
+        if rtts
+        else None,
+        # Per network: gloo's TCP work competes with compute for the same cores, more of it
+        # the faster the link moves bytes (measured here: 0.19 at 1 Gbit/s, 0.68 at 10).
+        interference_gamma=Gamma(
+            value=max(gamma[0], 0.0),
+            raw=gamma[0],
+            samples=gamma[1],
+            source="overlap probe: compute with 16 MiB allreduces in flight / alone - 1",
+        ),
+        stack_efficiency=Measured(
+            value=allreduce.busbw_gb_s * 8.0 / link[0], source="fitted allreduce busbw / raw TCP link rate"
+        ),
+    )
 
 
-def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
-    """The calibration of these probe runs, as the JSON-ready dict written to calib.json."""
+def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> Calibration:
+    """The calibration of these probe runs."""
     runs = read_probe_runs(paths)
     rng = np.random.default_rng(seed)
     networks = {}
@@ -103,7 +114,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
         if not run.of("collective"):  # one rank (a single GPU): nothing measured between ranks
             continue
         if run.label in networks:
-            raise ValueError(f"{run.path}: network {run.label!r} is also measured by {networks[run.label]['run']}")
+            raise ValueError(f"{run.path}: network {run.label!r} is also measured by {networks[run.label].run}")
         networks[run.label] = _network(run, rng)
 
     where = ", ".join(str(r.path) for r in runs)
@@ -119,78 +130,61 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> dict:
     critical = noise_fit.ks_critical(len(multipliers))
     chosen = best.distribution if best.ks <= critical else "empirical"
 
-    memory = compute_fit.memory_fit(runs)
     shape = model_shape(samples.model)
-    top_tokens = fits["step"].points[-1][0]
-    achieved = flops_per_token(shape, samples.seq_len) * top_tokens / fits["step"].at(top_tokens) / 1e12
-    files = samples.files
-    return {
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
-        "created_unix": time.time(),
-        "command": command,
-        "seed": seed,
-        "runs": [str(r.path) for r in runs],
-        "world_size": runs[0].world_size,
-        "backend": runs[0].backend,
-        "device": runs[0].device,
-        "device_info": runs[0].device_info,
-        "device_class": device_class((runs[0].device_info or {}).get("name")),
-        "precision": runs[0].precision,
-        "compiled": runs[0].compiled,
-        "networks": networks,
-        "compute": {
-            "model": samples.model,
-            "seq_len": samples.seq_len,
-            "runs": files,
-            "samples": fits["samples"],
-            **{f"{k}_s": fits[k]._asdict() for k in ("step", "forward", "backward")},
-            "achieved_tflop_s": {
-                "value": achieved,
-                "at_tokens": top_tokens,
-                "source": "model FLOPs per token (sim/gpt2.py) x tokens / fitted step time, fastest rank",
-            },
-            "optimizer_s": {"value": opt[0], "samples": opt[1], "source": "slowest rank's median AdamW step"},
-            "ready_fractions": {"value": ready[0], "samples": ready[1], "source": "grad_ready, mean over ranks"},
-            "buckets_default_cap": compute_fit.bucket_profile(runs),
-            "memory": memory,
-        },
-        "noise": {
-            "distribution": chosen,
-            "sigma": best.sigma if chosen != "empirical" else float(np.std(multipliers)),
-            "best_fit": best.distribution,
-            "ks": best.ks,
-            "ks_critical_1pct": critical,
-            "samples": fits["samples"],
-            "source": "per-iteration forward+backward / its (rank, micro-batch) mean; MLE, best AIC;"
+    top_tokens = fits.step.points[-1][0]
+    achieved = flops_per_token(shape, samples.seq_len) * top_tokens / fits.step.seconds(top_tokens) / 1e12
+    first = runs[0]
+    return Calibration(
+        created_unix=time.time(),
+        command=command,
+        seed=seed,
+        runs=[str(r.path) for r in runs],
+        world_size=first.world_size,
+        backend=first.backend,
+        device=first.device,
+        device_info=first.device_info,
+        device_class=device_class((first.device_info or {}).get("name")),
+        precision=first.precision,
+        compiled=first.compiled,
+        networks=networks,
+        compute=Compute(
+            model=samples.model,
+            seq_len=samples.seq_len,
+            runs=samples.files,
+            samples=fits.samples,
+            step_s=fits.step,
+            forward_s=fits.forward,
+            backward_s=fits.backward,
+            achieved_tflop_s=Achieved(
+                value=achieved,
+                at_tokens=top_tokens,
+                source="model FLOPs per token (sim/gpt2.py) x tokens / fitted step time, fastest rank",
+            ),
+            optimizer_s=Measured(value=opt[0], samples=opt[1], source="slowest rank's median AdamW step"),
+            ready_fractions=ReadyProfile(value=ready[0], samples=ready[1], source="grad_ready, mean over ranks"),
+            buckets_default_cap=compute_fit.bucket_profile(runs),
+            memory=compute_fit.memory_fit(runs),
+        ),
+        noise=Noise(
+            distribution=chosen,
+            sigma=best.sigma if chosen != "empirical" else float(np.std(multipliers)),
+            best_fit=best.distribution,
+            ks=best.ks,
+            ks_critical_1pct=critical,
+            samples=fits.samples,
+            source="per-iteration forward+backward / its (rank, micro-batch) mean; MLE, best AIC;"
             " empirical when KS rejects the best at 1 %",
-            "candidates": [c._asdict() for c in candidates],
-            "multipliers": [round(float(x), 6) for x in multipliers],
+            candidates=candidates,
+            multipliers=[round(float(x), 6) for x in multipliers],
+        ),
+        ranks={
+            r: RankSpeed(**v, noise=_rank_noise(per_rank[r])) for r, v in noise_fit.straggler_scores(factors).items()
         },
-        "ranks": {
-            str(r): v | {"noise": _rank_noise(per_rank[r])} for r, v in noise_fit.straggler_scores(factors).items()
-        },
-    }
+    )
 
 
-def _rank_noise(x: np.ndarray) -> dict:
+def _rank_noise(x: np.ndarray) -> RankNoise:
     """One rank's own jitter: the best fit by AIC and its KS, so a rank that jitters unlike the
     others shows (the simulator draws every rank from the pooled fit above)."""
     best = noise_fit.fit_noise(x)[0]
-    return {
-        "best_fit": best.distribution,
-        "sigma": best.sigma,
-        "ks": best.ks,
-        "samples": len(x),
-        "sd": float(np.std(x)),
-    }
-
-
-def check_calib(data: dict, path: Path) -> dict:
-    """A calibration read back from JSON, checked for what apply and validate use."""
-    if not isinstance(data, dict) or (data.get("schema"), data.get("schema_version")) != (SCHEMA, SCHEMA_VERSION):
-        raise ValueError(f"{path}: not a {SCHEMA} v{SCHEMA_VERSION} file (made by `ddplab calibrate`)")
-    for key in ("networks", "compute", "noise", "ranks", "world_size", "runs"):
-        if key not in data:
-            raise ValueError(f"{path}: no {key!r} section")
-    return data
+    return RankNoise(best_fit=best.distribution, sigma=best.sigma, ks=best.ks, samples=len(x), sd=float(np.std(x)))

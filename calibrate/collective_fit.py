@@ -10,25 +10,11 @@ into a per-hop latency: 2(n-1) hops for allreduce, n-1 for allgather and
 reduce-scatter (Patarasuk & Yuan 2009; sim/collectives.py uses the same model).
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from scipy.optimize import least_squares
 
+from calibrate.calibration import CollectiveFit
 from sim.collectives import bus_factor
-
-
-class CollectiveFit(NamedTuple):
-    op: str
-    ranks: int
-    sizes: int  # sizes fitted
-    samples: int  # timed iterations behind them
-    alpha_s: float  # latency term
-    alpha_ci_s: tuple[float, float]  # 95 % bootstrap interval
-    busbw_gb_s: float
-    busbw_ci_gb_s: tuple[float, float]
-    hop_latency_us: float  # alpha / ring steps
-    r2_log: float  # R^2 of log time, medians against the fit
 
 
 def ring_steps(op: str, ranks: int) -> int:

@@ -16,17 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from calibrate.calibration import AffineFit, BucketReady, ComputePeak, DdpPeak, Memory
 from calibrate.records import Run
-
-
-class AffineFit(NamedTuple):
-    intercept_s: float
-    per_token_s: float
-    r2: float
-    points: list[tuple[int, float]]  # (tokens, mean seconds) the fit saw
-
-    def at(self, tokens: float) -> float:
-        return self.intercept_s + self.per_token_s * tokens
 
 
 def fit_affine(tokens: list[int], seconds: list[float]) -> AffineFit:
@@ -88,7 +79,14 @@ def speed_factors(samples: ComputeSamples) -> dict[int, float]:
     return {r: f / low for r, f in raw.items()}
 
 
-def fit_compute(samples: ComputeSamples, factors: dict[int, float]) -> dict:
+class ComputeFits(NamedTuple):
+    forward: AffineFit
+    backward: AffineFit
+    step: AffineFit  # forward + backward
+    samples: int  # iterations behind them
+
+
+def fit_compute(samples: ComputeSamples, factors: dict[int, float]) -> ComputeFits:
     """Forward, backward and their sum per micro-step as affine functions of tokens,
     on speed-1-normalised means pooled over ranks."""
     fwd, bwd = defaultdict(list), defaultdict(list)
@@ -100,12 +98,12 @@ def fit_compute(samples: ComputeSamples, factors: dict[int, float]) -> dict:
     tokens = [b * samples.seq_len for b in sizes]
     f_mean = [float(np.mean(fwd[b])) for b in sizes]
     b_mean = [float(np.mean(bwd[b])) for b in sizes]
-    return {
-        "forward": fit_affine(tokens, f_mean),
-        "backward": fit_affine(tokens, b_mean),
-        "step": fit_affine(tokens, [a + b for a, b in zip(f_mean, b_mean, strict=True)]),
-        "samples": int(sum(len(v) for v in fwd.values())),
-    }
+    return ComputeFits(
+        forward=fit_affine(tokens, f_mean),
+        backward=fit_affine(tokens, b_mean),
+        step=fit_affine(tokens, [a + b for a, b in zip(f_mean, b_mean, strict=True)]),
+        samples=int(sum(len(v) for v in fwd.values())),
+    )
 
 
 def normalised_compute(samples: ComputeSamples) -> dict[int, np.ndarray]:
@@ -141,12 +139,12 @@ def ready_profile(runs: list[Run]) -> tuple[dict[str, float], int] | None:
     return {k: float(np.mean(v)) for k, v in fractions.items()}, max(len(v) for v in fractions.values())
 
 
-def bucket_profile(runs: list[Run]) -> list[dict]:
+def bucket_profile(runs: list[Run]) -> list[BucketReady]:
     """Rank 0's measured default-cap buckets of the first run that has them (for the report)."""
     for run in runs:
         recs = run.of("bucket_ready", 0)
         if recs:
-            return [{"bucket": r["bucket"], "bytes": r["bytes"], "ready_fraction": r["ready_fraction"]} for r in recs]
+            return [BucketReady(bucket=r["bucket"], bytes=r["bytes"], ready_fraction=r["ready_fraction"]) for r in recs]
     return []
 
 
@@ -164,7 +162,7 @@ def interference_gamma(runs: list[Run]) -> tuple[float, int] | None:
     return num / den, int(den)
 
 
-def memory_fit(runs: list[Run]) -> dict | None:
+def memory_fit(runs: list[Run]) -> Memory | None:
     """Rank 0's peak allocated device memory: per micro-batch size of the compute probe (a local
     copy with AdamW's state, no DDP), fitted affine in tokens, and one real DDP training step's
     peak (the bucket profile's last step, optimizer included). None without device statistics
@@ -183,24 +181,17 @@ def memory_fit(runs: list[Run]) -> dict | None:
     else:
         slope, intercept = 0.0, float(points[tokens[0]])
     last = ddp[-1]
-    return {
-        "compute_peak_bytes": {
-            "intercept_bytes": float(intercept),
-            "per_token_bytes": float(slope),
-            "points": [[t, points[t]] for t in tokens],
-        },
-        "ddp_peak_bytes": {
-            "value": last["peak_allocated_bytes"],
-            "reserved": last.get("peak_reserved_bytes"),
-            "tokens": last["tokens"],
-            "micro_batch": last["micro_batch"],
-        },
-        "source": "torch.cuda.max_memory_allocated per micro-batch (no DDP) and of a DDP training step",
-    }
-
-
-def memory_at(memory: dict, tokens: float) -> float:
-    """Peak bytes of a DDP training step at ``tokens`` per micro-step: the measured DDP step's
-    peak moved along the measured per-token slope (activations grow linearly in tokens)."""
-    ddp = memory["ddp_peak_bytes"]
-    return ddp["value"] + memory["compute_peak_bytes"]["per_token_bytes"] * (tokens - ddp["tokens"])
+    return Memory(
+        compute_peak_bytes=ComputePeak(
+            intercept_bytes=float(intercept),
+            per_token_bytes=float(slope),
+            points=[(t, float(points[t])) for t in tokens],
+        ),
+        ddp_peak_bytes=DdpPeak(
+            value=last["peak_allocated_bytes"],
+            reserved=last.get("peak_reserved_bytes"),
+            tokens=last["tokens"],
+            micro_batch=last["micro_batch"],
+        ),
+        source="torch.cuda.max_memory_allocated per micro-batch (no DDP) and of a DDP training step",
+    )

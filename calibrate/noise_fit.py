@@ -10,22 +10,14 @@ is a sharp peak with wide tails), calibrate hands the simulator the measured
 multipliers themselves (``empirical``).
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from scipy import stats
 
-STRAGGLER_SCORE_FLAG = 0.75  # DESIGN.md / issue 5: fastest median / this median below 0.75
+from calibrate.calibration import NoiseCandidate
+
+# NVIDIA resiliency-ext's straggler score (docs/references.md "Stragglers and failures"):
+STRAGGLER_SCORE_FLAG = 0.75  # fastest median / this median below 0.75 flags a rank
 KS_ALPHA_1PCT = 1.628  # large-sample KS critical value at 1 %: D > 1.628 / sqrt(n) rejects (Smirnov 1948)
-
-
-class NoiseCandidate(NamedTuple):
-    distribution: str
-    sigma: float  # as sim/noise.py reads it
-    loglik: float
-    aic: float
-    ks: float  # Kolmogorov-Smirnov statistic against the data
-    params: tuple[float, ...]  # scipy's fitted parameters (for the plot)
 
 
 def _candidate(name: str, x: np.ndarray) -> NoiseCandidate:

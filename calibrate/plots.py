@@ -1,5 +1,5 @@
-"""The pictures beside calib.json and the validation table: fits drawn over their
-data, so a bad fit is seen rather than read from an R^2. Figures render with the Agg
+"""The pictures beside calib.json, the validation table and the straggler report: fits
+drawn over their data, so a bad fit is seen rather than read from an R^2. Figures render with the Agg
 canvas and never touch pyplot's global state (as sim/plot.py)."""
 
 import os
@@ -11,7 +11,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
 from calibrate import noise_fit
-from calibrate.collective_fit import CollectiveFit, predict_s
+from calibrate.calibration import Calibration, Memory
+from calibrate.collective_fit import predict_s
+from calibrate.stragglers import Report as StragglerReport
+from calibrate.stragglers import fmt_wait, verdict
 
 
 def _subplots(*args, figsize, **kw):
@@ -30,19 +33,19 @@ def save(fig, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def collectives(calib: dict, path: Path) -> None:
+def collectives(calib: Calibration, path: Path) -> None:
     """Per network: measured times (every iteration, and the per-size median) with the
     fitted alpha-beta line, and the medians' relative residuals underneath."""
-    nets = calib["networks"]
+    nets = calib.networks
     fig, axes = _subplots(2, len(nets), figsize=(5.2 * len(nets), 6.4), squeeze=False, height_ratios=[3, 1.3])
     for col, (label, net) in enumerate(sorted(nets.items())):
         top, bottom = axes[0, col], axes[1, col]
-        for op, c in sorted(net["collectives"].items()):
-            fit = CollectiveFit(**{k: c[k] for k in CollectiveFit._fields})
-            sizes = np.array(sorted(int(s) for s in c["times_s"]))
-            med = np.array([np.median(c["times_s"][str(s)]) for s in sizes])
+        for op, c in sorted(net.collectives.items()):
+            fit = c.fit
+            sizes = np.array(sorted(c.times_s))
+            med = np.array([np.median(c.times_s[s]) for s in sizes])
             for s in sizes:
-                t = c["times_s"][str(s)]
+                t = c.times_s[s]
                 top.scatter(np.full(len(t), s), t, s=4, alpha=0.25, color="0.5")
             line = top.plot(sizes, [predict_s(fit, s) for s in sizes], lw=1.2)[0]
             top.scatter(sizes, med, s=14, color=line.get_color(), label=f"{op}: {fit.busbw_gb_s:.3g} GB/s busbw")
@@ -51,7 +54,7 @@ def collectives(calib: dict, path: Path) -> None:
             xscale="log",
             yscale="log",
             ylabel="time (s)",
-            title=f"{label}: link {net['link_gbit_s']['value']:.3g} Gbit/s",
+            title=f"{label}: link {net.link_gbit_s.value:.3g} Gbit/s",
         )
         top.legend(fontsize=8)
         bottom.axhline(0, color="k", lw=0.6)
@@ -60,29 +63,24 @@ def collectives(calib: dict, path: Path) -> None:
     save(fig, path)
 
 
-def compute(calib: dict, path: Path) -> None:
+def compute(calib: Calibration, path: Path) -> None:
     """Step time per micro-step against tokens with the affine fit; the measured
     bucket-ready profile as gradient bytes ready against backward progress."""
-    c = calib["compute"]
-    memory = c.get("memory")
+    c = calib.compute
+    memory = c.memory
     fig, axes = _subplots(1, 3 if memory else 2, figsize=(15.5 if memory else 10.5, 4))
     left, right = axes[0], axes[1]
-    for key, name in (("step_s", "forward + backward"), ("forward_s", "forward"), ("backward_s", "backward")):
-        fit = c[key]
-        x = np.array([p[0] for p in fit["points"]])
+    for fit, name in ((c.step_s, "forward + backward"), (c.forward_s, "forward"), (c.backward_s, "backward")):
+        x = np.array([p[0] for p in fit.points])
         xs = np.linspace(0, x.max() * 1.05, 50)
-        line = left.plot(xs, fit["intercept_s"] + fit["per_token_s"] * xs, lw=1)[0]
-        left.scatter(
-            x, [p[1] for p in fit["points"]], s=16, color=line.get_color(), label=f"{name} (R² {fit['r2']:.3f})"
-        )
-    left.set(
-        xlabel="tokens per micro-step", ylabel="seconds (speed-1 rank, mean)", title=f"{c['model']}, seq {c['seq_len']}"
-    )
+        line = left.plot(xs, fit.seconds(xs), lw=1)[0]
+        left.scatter(x, [p[1] for p in fit.points], s=16, color=line.get_color(), label=f"{name} (R² {fit.r2:.3f})")
+    left.set(xlabel="tokens per micro-step", ylabel="seconds (speed-1 rank, mean)", title=f"{c.model}, seq {c.seq_len}")
     left.legend(fontsize=8)
-    fractions = np.sort(np.array(list(c["ready_fractions"]["value"].values())))
+    fractions = np.sort(np.array(list(c.ready_fractions.value.values())))
     right.step(fractions / fractions.max(), np.arange(1, len(fractions) + 1) / len(fractions), where="post")
-    for b in c["buckets_default_cap"]:
-        right.axvline(b["ready_fraction"], color="0.7", lw=0.8)
+    for b in c.buckets_default_cap:
+        right.axvline(b.ready_fraction, color="0.7", lw=0.8)
     right.set(
         xlabel="fraction of backward done",
         ylabel="share of parameter tensors ready",
@@ -94,28 +92,28 @@ def compute(calib: dict, path: Path) -> None:
     save(fig, path)
 
 
-def _memory(ax, memory: dict) -> None:
+def _memory(ax, memory: Memory) -> None:
     """Peak allocated device memory against tokens: the compute probe's sizes with their line,
     and the DDP training step (DDP's buckets on top)."""
     gib = float(1 << 30)
-    fit = memory["compute_peak_bytes"]
-    x = np.array([p[0] for p in fit["points"]])
-    ax.scatter(x, [p[1] / gib for p in fit["points"]], s=16, label="no DDP, AdamW state held")
+    fit = memory.compute_peak_bytes
+    x = np.array([p[0] for p in fit.points])
+    ax.scatter(x, [p[1] / gib for p in fit.points], s=16, label="no DDP, AdamW state held")
     xs = np.linspace(0, x.max() * 1.05, 50)
-    ax.plot(xs, (fit["intercept_bytes"] + fit["per_token_bytes"] * xs) / gib, lw=1)
-    ddp = memory["ddp_peak_bytes"]
-    ax.scatter([ddp["tokens"]], [ddp["value"] / gib], marker="^", s=40, color="tab:red", label="DDP training step")
+    ax.plot(xs, (fit.intercept_bytes + fit.per_token_bytes * xs) / gib, lw=1)
+    ddp = memory.ddp_peak_bytes
+    ax.scatter([ddp.tokens], [ddp.value / gib], marker="^", s=40, color="tab:red", label="DDP training step")
     ax.set(xlabel="tokens per micro-step", ylabel="peak allocated (GiB)", title="device memory (max_memory_allocated)")
     ax.legend(fontsize=8)
 
 
-def noise(calib: dict, multipliers: np.ndarray, path: Path) -> None:
+def noise(calib: Calibration, path: Path) -> None:
     """The jitter histogram with every candidate's fitted density."""
+    multipliers = np.array(calib.noise.multipliers)
     fig, ax = _subplots(figsize=(6.5, 4))
     ax.hist(multipliers, bins=min(60, max(10, len(multipliers) // 5)), density=True, color="0.8", label="measured")
     xs = np.linspace(multipliers.min() * 0.98, multipliers.max() * 1.02, 300)
-    for cand in calib["noise"]["candidates"]:
-        c = noise_fit.NoiseCandidate(**{**cand, "params": tuple(cand["params"])})
+    for c in calib.noise.candidates:
         ax.plot(
             xs, noise_fit.pdf(c, xs), lw=1.2, label=f"{c.distribution} σ={c.sigma:.3g} AIC={c.aic:.0f} KS={c.ks:.2f}"
         )
@@ -125,13 +123,13 @@ def noise(calib: dict, multipliers: np.ndarray, path: Path) -> None:
     save(fig, path)
 
 
-def ranks(calib: dict, path: Path) -> None:
+def ranks(calib: Calibration, path: Path) -> None:
     """Per-rank straggler score (fastest median / this median), the 0.75 flag line."""
-    rows = sorted(calib["ranks"].items(), key=lambda kv: int(kv[0]))
+    rows = sorted(calib.ranks.items())
     fig, ax = _subplots(figsize=(max(4, 0.5 * len(rows) + 2), 3.2))
-    scores = [v["score"] for _, v in rows]
-    colors = ["tab:red" if v["flagged"] else "tab:blue" for _, v in rows]
-    ax.bar([int(r) for r, _ in rows], scores, color=colors)
+    scores = [v.score for _, v in rows]
+    colors = ["tab:red" if v.flagged else "tab:blue" for _, v in rows]
+    ax.bar([r for r, _ in rows], scores, color=colors)
     ax.axhline(noise_fit.STRAGGLER_SCORE_FLAG, color="k", ls="--", lw=0.8, label="flag below 0.75")
     ax.set(xlabel="rank", ylabel="speed score", ylim=(0, 1.05), title="per-rank compute speed (1 = fastest)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -140,14 +138,14 @@ def ranks(calib: dict, path: Path) -> None:
     save(fig, path)
 
 
-def write_calibration_plots(calib: dict, stem: Path) -> list[Path]:
+def write_calibration_plots(calib: Calibration, stem: Path) -> list[Path]:
     """Every calibration picture as ``<stem>-<what>.png``; returns the paths."""
-    what = ("collectives", "compute", "noise", "ranks") if calib["networks"] else ("compute", "noise", "ranks")
+    what = ("collectives", "compute", "noise", "ranks") if calib.networks else ("compute", "noise", "ranks")
     out = {w: stem.with_name(f"{stem.name}-{w}.png") for w in what}
     if "collectives" in out:  # a one-rank (one-GPU) probe measured no network
         collectives(calib, out["collectives"])
     compute(calib, out["compute"])
-    noise(calib, np.array(calib["noise"]["multipliers"]), out["noise"])
+    noise(calib, out["noise"])
     ranks(calib, out["ranks"])
     return list(out.values())
 
@@ -177,3 +175,72 @@ def predicted_vs_measured(rows: list[dict], mape: float, path: Path) -> None:
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     save(fig, path)
+
+
+def stragglers(rep: StragglerReport, path: Path, *, annotate: int = 8) -> Path:
+    """Score per rank with the flag line (top) and mean wait per rank (bottom), as a PNG.
+
+    Up to 64 ranks as bars; beyond, as points over the rank index so 1024 ranks stay
+    readable. Flagged ranks are red and the ``annotate`` lowest-scoring of them are
+    labelled; the least-waiting rank is labelled on the wait panel. Written to a
+    temporary name and renamed, so a failure leaves no half-written file.
+    """
+    path = Path(path)
+    n = len(rep.ranks)
+    x = np.arange(n)
+    score = np.array([r.score for r in rep.ranks])
+    wait_s = np.array([r.wait_s_mean for r in rep.ranks])
+    unit, scale = ("s", 1.0) if wait_s.max() >= 10 else ("ms", 1e3)
+    wait = wait_s * scale
+    flagged = np.array([r.flagged for r in rep.ranks])
+    colors = np.where(flagged, "tab:red", "tab:blue")
+    bars = n <= 64
+
+    fig = Figure(figsize=(max(8.0, min(14.0, 4 + 0.2 * n)), 6.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    if bars:
+        top.bar(x, score, color=colors)
+        bottom.bar(x, wait, color=colors)
+    else:
+        top.plot(x, score, color="tab:blue", lw=0.6, alpha=0.6)
+        top.scatter(x[~flagged], score[~flagged], s=6, color="tab:blue", zorder=3)
+        top.scatter(x[flagged], score[flagged], s=30, color="tab:red", zorder=4, label="flagged")
+        bottom.plot(x, wait, color="tab:blue", lw=0.6, alpha=0.6)
+        bottom.scatter(x, wait, s=6, c=list(colors), zorder=3)
+    flag = noise_fit.STRAGGLER_SCORE_FLAG
+    top.axhline(flag, color="k", ls="--", lw=0.8, label=f"flag below {flag}")
+    for r in sorted(rep.flagged, key=lambda k: score[k])[:annotate]:
+        top.annotate(
+            f"rank {r}: {score[r]:.2f}",
+            (r, score[r]),
+            xytext=(0, 4) if bars else (6, -12),  # above its bar; beside a point
+            textcoords="offset points",
+            ha="center" if bars else "left",
+            fontsize=8,
+            color="tab:red",
+            bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1},
+        )
+    top.set(ylabel="score (fastest / this)", ylim=(0, 1.08), title="straggler score: fastest median compute / rank's")
+    top.legend(loc="lower right", fontsize=8)
+    top.grid(alpha=0.3, axis="y")
+
+    least = rep.least_waiting_rank
+    bottom.axhline(rep.wait_s_median * scale, color="k", ls=":", lw=0.8, label="median over ranks")
+    bottom.scatter([least], [wait[least]], s=60, facecolors="none", edgecolors="k", zorder=5)
+    bottom.annotate(
+        f"rank {least} waits least: {fmt_wait(wait_s[least])}",
+        (least, wait[least]),
+        xytext=(6, 8),
+        textcoords="offset points",
+        fontsize=8,
+    )
+    bottom.set(xlabel="rank", ylabel=f"mean wait per step ({unit})", ylim=(0, max(wait.max(), 1e-12) * 1.15))
+    bottom.set_title("collective wait: the straggler waits least")
+    bottom.legend(loc="upper right", fontsize=8)
+    bottom.grid(alpha=0.3, axis="y")
+    bottom.set_xlim(-0.5 if bars else -n * 0.01, n - 0.5 if bars else n * 1.01)
+    fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps\n{verdict(rep)}", fontsize=9)
+
+    save(fig, path)
+    return path

@@ -11,8 +11,8 @@ reason. One constant set per platform, the presets' own; nothing here adjusts a 
 from typing import NamedTuple
 
 from sim.collectives import algbw_busbw_gb_s, collective_cost
-from sim.config import load_scenario
 from sim.gpt2 import model_shape, param_count
+from sim.scenario_file import load_scenario
 from sim.units import fmt_bytes
 from sim.workload import fabric_for
 
@@ -120,7 +120,7 @@ def llmc_sets(preset: str, model: str, micro_batch: int, accum: int) -> list[str
     1024, and its ZeRO-1 optimizer, which updates 1/8 of the parameters on each of 8 GPUs: the
     preset's AdamW time (for 760M) scaled by parameters and shards (AdamW is memory-bound)."""
     sc = load_scenario(preset)
-    opt = sc.compute.optimizer_s * param_count(model_shape(model)) / param_count(model_shape(sc.model.preset)) / 8
+    opt = sc.compute.optimizer_s * param_count(model_shape(model)) / param_count(sc.model.shape) / 8
     return [
         f"model.preset={model}",
         "training.seq_len=1024",

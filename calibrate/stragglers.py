@@ -126,7 +126,7 @@ def analyse(rec: Records) -> Report:
 def verdict(rep: Report) -> str:
     """One line: who is a straggler, and whether the wait says the same."""
     low, least = rep.ranks[rep.lowest_score_rank], rep.ranks[rep.least_waiting_rank]
-    waits = f"({_fmt_s(least.wait_s_mean)} vs {_fmt_s(rep.wait_s_median)} median)"
+    waits = f"({fmt_wait(least.wait_s_mean)} vs {fmt_wait(rep.wait_s_median)} median)"
     if not rep.flagged:
         head = f"no straggler: every score >= {STRAGGLER_SCORE_FLAG} (lowest {low.score:.2f}, rank {low.rank})"
         return f"{head}; rank {least.rank} waits least {waits}"
@@ -140,11 +140,11 @@ def verdict(rep: Report) -> str:
         return f"{head}, it waits least {waits}"
     return (
         f"{head}, but rank {least.rank} waits least {waits}: the wait does not confirm it"
-        f" (rank {low.rank} waits {_fmt_s(low.wait_s_mean)})"
+        f" (rank {low.rank} waits {fmt_wait(low.wait_s_mean)})"
     )
 
 
-def _fmt_s(s: float) -> str:
+def fmt_wait(s: float) -> str:
     """3.1 ms, 40 ms, 1.2 s, 0 s: two or three significant digits."""
     if s == 0:
         return "0 s"
@@ -250,79 +250,3 @@ def read_train(path: Path) -> Records:
     wait = np.array([[x["wait_s"] for x in row] for row in rows], float)
     injected = {int(r): float(f) for r, f in run.config.get("straggler") or []}
     return Records("train", path, compute, wait, len([s for s in steps if s < WARMUP_STEPS]), injected)
-
-
-# The picture.
-
-
-def plot(rep: Report, path: Path, *, annotate: int = 8) -> Path:
-    """Score per rank with the flag line (top) and mean wait per rank (bottom), as a PNG.
-
-    Up to 64 ranks as bars; beyond, as points over the rank index so 1024 ranks stay
-    readable. Flagged ranks are red and the ``annotate`` lowest-scoring of them are
-    labelled; the least-waiting rank is labelled on the wait panel. Written to a
-    temporary name and renamed, so a failure leaves no half-written file.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from calibrate.plots import save
-
-    path = Path(path)
-    n = len(rep.ranks)
-    x = np.arange(n)
-    score = np.array([r.score for r in rep.ranks])
-    wait_s = np.array([r.wait_s_mean for r in rep.ranks])
-    unit, scale = ("s", 1.0) if wait_s.max() >= 10 else ("ms", 1e3)
-    wait = wait_s * scale
-    flagged = np.array([r.flagged for r in rep.ranks])
-    colors = np.where(flagged, "tab:red", "tab:blue")
-    bars = n <= 64
-
-    fig = Figure(figsize=(max(8.0, min(14.0, 4 + 0.2 * n)), 6.4), layout="constrained")
-    FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    if bars:
-        top.bar(x, score, color=colors)
-        bottom.bar(x, wait, color=colors)
-    else:
-        top.plot(x, score, color="tab:blue", lw=0.6, alpha=0.6)
-        top.scatter(x[~flagged], score[~flagged], s=6, color="tab:blue", zorder=3)
-        top.scatter(x[flagged], score[flagged], s=30, color="tab:red", zorder=4, label="flagged")
-        bottom.plot(x, wait, color="tab:blue", lw=0.6, alpha=0.6)
-        bottom.scatter(x, wait, s=6, c=list(colors), zorder=3)
-    top.axhline(STRAGGLER_SCORE_FLAG, color="k", ls="--", lw=0.8, label=f"flag below {STRAGGLER_SCORE_FLAG}")
-    for r in sorted(rep.flagged, key=lambda k: score[k])[:annotate]:
-        top.annotate(
-            f"rank {r}: {score[r]:.2f}",
-            (r, score[r]),
-            xytext=(0, 4) if bars else (6, -12),  # above its bar; beside a point
-            textcoords="offset points",
-            ha="center" if bars else "left",
-            fontsize=8,
-            color="tab:red",
-            bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1},
-        )
-    top.set(ylabel="score (fastest / this)", ylim=(0, 1.08), title="straggler score: fastest median compute / rank's")
-    top.legend(loc="lower right", fontsize=8)
-    top.grid(alpha=0.3, axis="y")
-
-    least = rep.least_waiting_rank
-    bottom.axhline(rep.wait_s_median * scale, color="k", ls=":", lw=0.8, label="median over ranks")
-    bottom.scatter([least], [wait[least]], s=60, facecolors="none", edgecolors="k", zorder=5)
-    bottom.annotate(
-        f"rank {least} waits least: {_fmt_s(wait_s[least])}",
-        (least, wait[least]),
-        xytext=(6, 8),
-        textcoords="offset points",
-        fontsize=8,
-    )
-    bottom.set(xlabel="rank", ylabel=f"mean wait per step ({unit})", ylim=(0, max(wait.max(), 1e-12) * 1.15))
-    bottom.set_title("collective wait: the straggler waits least")
-    bottom.legend(loc="upper right", fontsize=8)
-    bottom.grid(alpha=0.3, axis="y")
-    bottom.set_xlim(-0.5 if bars else -n * 0.01, n - 0.5 if bars else n * 1.01)
-    fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps\n{verdict(rep)}", fontsize=9)
-
-    save(fig, path)
-    return path

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import ks_2samp
 
-from calibrate.apply import apply_calibration, pick_network
+from calibrate.apply import apply_calibration
+from calibrate.calibration import Calibration
 from calibrate.records import Run, read_run
 from scenarios import load_models
 
@@ -59,7 +60,7 @@ def _measured(run: Run) -> dict:
     }
 
 
-def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[dict, str]:
+def scenario_for(run: Run, calib: Calibration, calib_path: str, *, seed: int) -> tuple[dict, str]:
     """The simulator's scenario data for this run on the calibrated machines."""
     cfg = run.config
     model = cfg["model"]
@@ -67,13 +68,13 @@ def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[
     if model not in models:
         raise ValueError(f"{run.path}: model {model!r} is not a preset here")
     seq = cfg.get("seq_len") or models[model]["block_size"]
-    nets = calib["networks"]
+    nets = calib.networks
     label = run.label if run.label in nets else None
     if label is None and len(nets) > 1:
         raise ValueError(
             f"{run.path}: ran on network {run.label!r}; the calibration measured {', '.join(sorted(nets))}"
         )
-    label = pick_network(calib, label)[0] if nets else None  # a one-rank run communicates nothing
+    label = calib.network(label)[0] if nets else None  # a one-rank run communicates nothing
     per_rank = cfg.get("micro_batch_per_rank") or [cfg["micro_batch"]] * run.world_size
     if len(per_rank) != run.world_size:
         raise ValueError(f"{run.path}: --micro-batch-per-rank has {len(per_rank)} entries for {run.world_size} ranks")
@@ -100,15 +101,12 @@ def scenario_for(run: Run, calib: dict, calib_path: str, *, seed: int) -> tuple[
     data = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all").data
     # Per-rank work: the measured speed factor, times the injected straggler's burn, times
     # this rank's share of micro-batch compute (uneven micro-batches, at the affine fit).
-    fit = calib["compute"]["step_s"]
-    factors = {int(r): v["speed_factor"] for r, v in calib["ranks"].items()}
+    fit = calib.compute.step_s
+    factors = {r: v.speed_factor for r, v in calib.ranks.items()}
     for rank, factor in cfg.get("straggler") or []:
         factors[rank] = factors.get(rank, 1.0) * factor
     for rank, mb in enumerate(per_rank):
-        share = (fit["intercept_s"] + fit["per_token_s"] * mb * seq) / (
-            fit["intercept_s"] + fit["per_token_s"] * base_mb * seq
-        )
-        factors[rank] = factors.get(rank, 1.0) * share
+        factors[rank] = factors.get(rank, 1.0) * fit.seconds(mb * seq) / fit.seconds(base_mb * seq)
     data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if r < run.world_size)
     return data, label
 
@@ -118,8 +116,8 @@ def _how(precision: str, compiled: bool) -> str:
 
 
 def _predicted(data: dict) -> dict:
-    from sim.config import scenario_from_dict
     from sim.engine import simulate
+    from sim.scenario_file import scenario_from_dict
 
     res = simulate(scenario_from_dict(data), trace_steps=0)
     s = res.summary()
@@ -135,9 +133,9 @@ def _predicted(data: dict) -> dict:
     }
 
 
-def validate(calib: dict, calib_path: str, paths: list[Path], *, seed: int = 0, progress=None) -> dict:
+def validate(calib: Calibration, calib_path: str, paths: list[Path], *, seed: int = 0, progress=None) -> dict:
     """{"mape": fraction, "mape_p95": fraction, "rows": [...]}; refuses calibration runs."""
-    used = {Path(p).resolve() for p in calib["runs"]}
+    used = {Path(p).resolve() for p in calib.runs}
     runs = []
     for p in paths:
         run = read_run(p)
@@ -145,13 +143,13 @@ def validate(calib: dict, calib_path: str, paths: list[Path], *, seed: int = 0, 
             raise ValueError(f"{p}: used to make the calibration; validate with runs it never saw")
         if run.verb != "train":
             raise ValueError(f"{p}: a {run.verb} run; validate compares against train runs")
-        if run.world_size != calib["world_size"] or run.backend != calib["backend"]:
+        if run.world_size != calib.world_size or run.backend != calib.backend:
             raise ValueError(
-                f"{p}: {run.world_size} ranks on {run.backend}; the calibration is {calib['world_size']}"
-                f" ranks on {calib['backend']}"
+                f"{p}: {run.world_size} ranks on {run.backend}; the calibration is {calib.world_size}"
+                f" ranks on {calib.backend}"
             )
         trained = _how(run.precision, run.compiled)
-        probed = _how(calib.get("precision", "fp32"), calib.get("compiled", False))
+        probed = _how(calib.precision, calib.compiled)
         if trained != probed:  # the compute of one precision says nothing exact of another's
             raise ValueError(f"{p}: trained in {trained}; the calibration probed {probed}")
         runs.append(run)

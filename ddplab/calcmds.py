@@ -1,40 +1,15 @@
-"""`ddplab calibrate`, `ddplab validate`, `ddplab demo` and `ddplab report`. Like commands.py, each returns
-what `--json` prints and otherwise prints for people. Output files are written to a
-temporary name and renamed, so an error leaves nothing half-written."""
+"""`ddplab calibrate`, `ddplab validate`, `ddplab demo` and `ddplab report`. Like commands.py, each
+returns what `--json` prints and otherwise prints for people. Output files are written whole
+(workflow/files.py), so an error leaves nothing half-written."""
 
-import json
-import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from calibrate.calibration import Calibration
+from ddplab.progress import StatusLine, say
 from sim.units import fmt_bytes, fmt_seconds
-
-
-def _progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write next to the target, then rename: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
-
-
-def read_calib(path: Path) -> dict:
-    from calibrate.calib import check_calib
-
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"--calib: {path}: cannot read ({e.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ValueError(f"--calib: {path}: not JSON") from None
-    return check_calib(data, path)
+from workflow.files import write_json_atomic
 
 
 def _check_output(path: Path) -> None:
@@ -50,28 +25,23 @@ def calibrate(args):
 
     _check_output(args.output)
     command = " ".join(["ddplab", *args.argv])
-    _progress(f"calibrate: fitting {len(args.runs)} probe run(s)")
+    say(f"calibrate: fitting {len(args.runs)} probe run(s)")
     calib = fit(args.runs, seed=args.seed, command=command)
     pngs = write_calibration_plots(calib, args.output.with_suffix(""))
-    calib["plots"] = [p.name for p in pngs]
-    write_json_atomic(args.output, calib)
+    calib = replace(calib, plots=[p.name for p in pngs])
+    write_json_atomic(args.output, calib.to_json())
     if args.json:
-        return calib
+        return calib.to_json()
     print_calibration(calib)
     print(f"wrote {args.output} and {', '.join(p.name for p in pngs)}")
-    return calib
+    return calib.to_json()
 
 
-def print_calibration(c: dict) -> None:
-    from calibrate.apply import probed_on
-
-    compiled = ", torch.compile" if c.get("compiled") else ""
-    cls = f"; GPU class {c['device_class']}" if c.get("device_class") else ""
-    print(
-        f"calibration of {len(c['runs'])} probe run(s): {probed_on(c)}, {c['backend']},"
-        f" {c.get('precision', 'fp32')}{compiled}{cls}"
-    )
-    if not c["networks"]:
+def print_calibration(c: Calibration) -> None:
+    compiled = ", torch.compile" if c.compiled else ""
+    cls = f"; GPU class {c.device_class}" if c.device_class else ""
+    print(f"calibration of {len(c.runs)} probe run(s): {c.probed_on}, {c.backend}, {c.precision}{compiled}{cls}")
+    if not c.networks:
         print(
             "networks  none measured (one rank, or a probe without --parts collectives,link,overlap):"
             " this calibration carries compute, memory and jitter (simulate --calib-mode device or shape)"
@@ -81,62 +51,59 @@ def print_calibration(c: dict) -> None:
             f"{'network':<10} {'op':<15} {'alpha':>9} {'busbw GB/s':>18} {'hop us':>8} {'R2(log)':>8}"
             f" {'link Gbit/s':>12} {'stack eff':>9} {'gamma':>6}"
         )
-    for label, n in sorted(c["networks"].items()):
-        for op, f in sorted(n["collectives"].items()):
-            lo, hi = f["busbw_ci_gb_s"]
+    for label, n in sorted(c.networks.items()):
+        for op, coll in sorted(n.collectives.items()):
+            f = coll.fit
+            lo, hi = f.busbw_ci_gb_s
             print(
-                f"{label:<10} {op:<15} {fmt_seconds(f['alpha_s']):>9} {f['busbw_gb_s']:>7.4g} [{lo:.3g}-{hi:.3g}]"
-                f" {f['hop_latency_us']:>8.1f} {f['r2_log']:>8.4f} {n['link_gbit_s']['value']:>12.4g}"
-                f" {n['stack_efficiency']['value']:>9.3f} {n['interference_gamma']['raw']:>6.3f}"
+                f"{label:<10} {op:<15} {fmt_seconds(f.alpha_s):>9} {f.busbw_gb_s:>7.4g} [{lo:.3g}-{hi:.3g}]"
+                f" {f.hop_latency_us:>8.1f} {f.r2_log:>8.4f} {n.link_gbit_s.value:>12.4g}"
+                f" {n.stack_efficiency.value:>9.3f} {n.interference_gamma.raw:>6.3f}"
             )
-    for label, n in sorted(c["networks"].items()):
-        for op, f in sorted(n["collectives"].items()):
-            errs = {int(s): e for s, e in f["holdout_rel_err"].items()}
+    for label, n in sorted(c.networks.items()):
+        for op, coll in sorted(n.collectives.items()):
+            errs = coll.holdout_rel_err
             if errs:
                 worst = max(errs, key=lambda s: abs(errs[s]))
-                start = f["holdout_within_10pct_from_bytes"]
+                start = coll.holdout_within_10pct_from_bytes
                 held = f"within 10 % from {fmt_bytes(start)} up" if start else "no size range within 10 %"
                 print(
                     f"holdout   {label} {op}: fit on half the sizes, the other half {held};"
                     f" worst {errs[worst]:+.0%} at {fmt_bytes(worst)}"
                 )
-        if n["collectives_sched"] != "fifo":
-            print(f"note      {label}: collectives timed under the normal scheduler: {n['collectives_sched']}")
-    k = c["compute"]
-    s = k["step_s"]
+        if n.collectives_sched != "fifo":
+            print(f"note      {label}: collectives timed under the normal scheduler: {n.collectives_sched}")
+    k = c.compute
+    s = k.step_s
     print(
-        f"compute   {k['model']} seq {k['seq_len']}: forward+backward = {fmt_seconds(s['intercept_s'])}"
-        f" + {s['per_token_s'] * 1e6:.3f} us/token (R2 {s['r2']:.4f}, {k['samples']} iterations);"
-        f" {_flop_rate(k['achieved_tflop_s']['value'])} achieved"
+        f"compute   {k.model} seq {k.seq_len}: forward+backward = {fmt_seconds(s.intercept_s)}"
+        f" + {s.per_token_s * 1e6:.3f} us/token (R2 {s.r2:.4f}, {k.samples} iterations);"
+        f" {_flop_rate(k.achieved_tflop_s.value)} achieved"
     )
     print(
-        f"          optimizer {fmt_seconds(k['optimizer_s']['value'])};"
-        f" {len(k['ready_fractions']['value'])} gradients in the ready profile"
+        f"          optimizer {fmt_seconds(k.optimizer_s.value)};"
+        f" {len(k.ready_fractions.value)} gradients in the ready profile"
     )
-    mem = k.get("memory")
-    if mem:
-        ddp, per = mem["ddp_peak_bytes"], mem["compute_peak_bytes"]["per_token_bytes"]
+    if k.memory:
+        ddp, per = k.memory.ddp_peak_bytes, k.memory.compute_peak_bytes.per_token_bytes
         print(
-            f"memory    DDP step peak {fmt_bytes(ddp['value'])} allocated at micro-batch {ddp['micro_batch']}"
-            f" ({ddp['tokens']} tokens); {fmt_bytes(per)} per token (max_memory_allocated)"
+            f"memory    DDP step peak {fmt_bytes(ddp.value)} allocated at micro-batch {ddp.micro_batch}"
+            f" ({ddp.tokens} tokens); {fmt_bytes(per)} per token (max_memory_allocated)"
         )
-    nz = c["noise"]
-    others = ", ".join(f"{x['distribution']} AIC {x['aic']:.0f}" for x in nz["candidates"][1:])
-    best = nz["candidates"][0]
+    nz = c.noise
+    others = ", ".join(f"{x.distribution} AIC {x.aic:.0f}" for x in nz.candidates[1:])
+    best = nz.candidates[0]
     verdict = (
-        f"rejected (KS {best['ks']:.3f} > {nz['ks_critical_1pct']:.3f} at 1 %): the simulator resamples"
-        f" the {nz['samples']} measured multipliers (empirical, sd {nz['sigma']:.4f})"
-        if nz["distribution"] == "empirical"
-        else f"KS {best['ks']:.3f} <= {nz['ks_critical_1pct']:.3f}"
+        f"rejected (KS {best.ks:.3f} > {nz.ks_critical_1pct:.3f} at 1 %): the simulator resamples"
+        f" the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
+        if nz.distribution == "empirical"
+        else f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
     )
-    print(
-        f"jitter    best fit {best['distribution']} sigma {best['sigma']:.4f}"
-        f" (AIC {best['aic']:.0f}; {others}): {verdict}"
-    )
+    print(f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {best.aic:.0f}; {others}): {verdict}")
     ranks = "  ".join(
-        f"rank {r}: x{v['speed_factor']:.3f}{' FLAGGED' if v['flagged'] else ''}"
-        f" (jitter {v['noise']['best_fit']} sd {v['noise']['sd']:.3f})"
-        for r, v in sorted(c["ranks"].items(), key=lambda kv: int(kv[0]))
+        f"rank {r}: x{v.speed_factor:.3f}{' FLAGGED' if v.flagged else ''}"
+        f" (jitter {v.noise.best_fit} sd {v.noise.sd:.3f})"
+        for r, v in sorted(c.ranks.items())
     )
     print(f"ranks     {ranks}  (straggler flag: score = fastest/this < 0.75)")
 
@@ -155,11 +122,11 @@ def validate(args):
         return _validate_public(args)
     if not args.runs or args.calib is None:
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
-    calib = read_calib(args.calib)
+    calib = Calibration.read(args.calib)
     plot = args.plot or args.calib.with_name("validation.png")
     if not plot.parent.is_dir():
         raise ValueError(f"--plot: {plot.parent}: no such directory")
-    out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else _progress)
+    out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else say)
     predicted_vs_measured(out["rows"], out["mape"], plot)
     out["plot"] = str(plot)
     if args.json:
@@ -221,51 +188,23 @@ def _validate_public(args):
 
 
 def demo(args) -> int:
-    from ddplab.demo import Demo
+    from workflow.demo import Demo, headlines
 
-    d = Demo(args.out, quick=args.quick, fresh=args.fresh, lab=not args.no_lab)
+    d = Demo(args.out, quick=args.quick, fresh=args.fresh, lab=not args.no_lab, status=StatusLine, say=say)
     try:
         state = d.run()
     except RuntimeError as e:  # a stage failed: what ran is kept, a rerun resumes there
         print(f"ddplab demo: {e}", file=sys.stderr)
         return 1
     total = sum(s["seconds"] for s in state["stages"].values())
-    _print_headlines(args.out)
+    for line in headlines(args.out):
+        print(line)
     print(f"report: {args.out / 'report.html'} (stages took {total:.0f} s in all)")
     return 0
 
 
-def _print_headlines(out: Path) -> None:
-    """The lesson in five lines, from the files the stages wrote."""
-    from ddplab.demo import MICRO_BATCH
-
-    calib = json.loads((out / "calib.json").read_text())
-    val = json.loads((out / "validation.json").read_text())
-    sim = json.loads((out / "sim" / "summary.json").read_text())
-    (label, net), *_ = calib["networks"].items()
-    ar, k = net["collectives"]["allreduce"], calib["compute"]
-    step = k["step_s"]["intercept_s"] + k["step_s"]["per_token_s"] * MICRO_BATCH * k["seq_len"]
-    print(
-        f"measured:   link {net['link_gbit_s']['value']:.3g} Gbit/s, allreduce busbw {ar['busbw_gb_s']:.3g} GB/s"
-        f" (stack efficiency {net['stack_efficiency']['value']:.2f}), compute {fmt_seconds(step)} per micro-step"
-    )
-    for r in val["rows"]:
-        print(
-            f"validation: predicted {fmt_seconds(r['predicted_p50_s'])}, measured {fmt_seconds(r['measured_p50_s'])}"
-            f" per step ({r['error_p50']:+.1%}) from the probe alone"
-        )
-    by = {(r["platform"], r["variant"]): r for r in sim["stragglers"]}
-    for platform in ("h100-1024", "mi300x-1024"):
-        rows = [r for (p, _), r in by.items() if p == platform]
-        parts = [
-            f"{r['variant']} {fmt_seconds(r['step_time_s']['p50'])} ({r['scaling_efficiency']:.0%} efficient)"
-            for r in rows
-        ]
-        print(f"{platform}: {'; '.join(parts)}")
-
-
 def report(args):
-    from ddplab.report import write_report
+    from workflow.report import write_report
 
     path = write_report(args.run_dir)
     print(f"wrote {path}")

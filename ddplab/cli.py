@@ -9,18 +9,13 @@ import json
 import sys
 from pathlib import Path
 
-from ddplab import commands
-from realrun.cli import probe_parser, train_parser
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse prints the usage too)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+from ddplab import commands, runcmds, simcmds
+from realrun.cli import Parser, probe_parser, train_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ddplab", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = Parser(prog="ddplab", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     c = sub.add_parser("cost", help="ring allreduce cost per step on each link (the seed's comm_cost.py)")
     c.add_argument("--params", type=float, default=760e6, help="parameters (default 760e6)")
@@ -57,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
         " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",
     )
-    s.set_defaults(func=commands.simulate)
+    s.set_defaults(func=simcmds.simulate)
 
     k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")
     k.add_argument("scenario")
@@ -82,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         v = sub.add_parser(verb, parents=[parent(add_help=False)], help=what)
         v.add_argument("--nproc", type=int, default=2, help="processes (ranks) to start on this machine")
-        v.set_defaults(func=getattr(commands, verb), json=False, returns_code=True)
+        v.set_defaults(func=getattr(runcmds, verb), json=False, returns_code=True)
 
     # doctor/launch: the seed's section 2.2 (discovery and NIC choice) on real machines.
     from ddplab import netcmds
@@ -179,7 +174,7 @@ def _add_netlab(sub) -> None:
     from ddplab import labcmds
 
     lab = sub.add_parser("netlab", help="emulated home lab: hosts as network namespaces, tc-shaped links (root)")
-    verbs = lab.add_subparsers(dest="netlab_command", required=True, parser_class=_Parser)
+    verbs = lab.add_subparsers(dest="netlab_command", required=True, parser_class=Parser)
     up = verbs.add_parser("up", help="create the lab and leave it up")
     _lab_options(up)
     up.add_argument("--json", action="store_true")

@@ -7,17 +7,15 @@ Wire it in with ``goodputcmd.add_parser(sub)`` on the subcommands of `ddplab`.
 
 import math
 
-from sim.goodput import (
-    Campaign,
-    Stalls,
+from sim.checkpointing import (
     best_interval_analytic,
-    best_interval_simulated,
     daly_interval_min,
-    estimate,
     job_mtbf_min,
     wall_per_work_analytic,
     young_interval_min,
 )
+from sim.goodput import Campaign, Stalls
+from sim.goodput_estimate import best_interval_simulated, estimate
 
 # Default campaign: 4000 MTBFs of work, so ~4000 failures whatever the MTBF: the simulated wall/work has a
 # standard error ~2e-4 and the simulated best interval lands within ~1 % of the analytic one.

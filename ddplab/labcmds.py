@@ -5,7 +5,7 @@ import shutil
 import signal
 import sys
 
-from ddplab.commands import print_train_summary
+from ddplab.runcmds import print_train_summary
 from realrun import netlab
 from realrun.cli import PARSERS, check_args
 from realrun.netlab_run import Discovery, run

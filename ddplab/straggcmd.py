@@ -29,6 +29,7 @@ def add_parser(sub) -> None:
 
 
 def stragglers(args):
+    from calibrate import plots
     from calibrate import stragglers as st
 
     if args.ranks is not None and args.ranks < 1:
@@ -36,7 +37,7 @@ def stragglers(args):
     if args.plot is not None and not args.plot.parent.is_dir():
         raise ValueError(f"--plot: {args.plot.parent}: no such directory")
     rep = st.analyse(st.load(args.run_dir, args.ranks))
-    plot = st.plot(rep, args.plot or rep.path / "stragglers.png")
+    plot = plots.stragglers(rep, args.plot or rep.path / "stragglers.png")
     out = rep.to_json() | {"plot": str(plot)}
     if args.json:
         return out

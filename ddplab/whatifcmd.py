@@ -28,16 +28,14 @@ def add_parser(sub) -> None:
 
 
 def whatif(args):
-    from scenarios import scenario_path
-    from sim.config import apply_overrides, load_scenario_data
+    from sim.scenario_file import scenario_data
     from sim.whatif import compare
 
     if not args.tries:
         raise ValueError("--try: give at least one mitigation, e.g. --try rebalance --try accum=4")
     if args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {args.usd_per_gpu_hour}")
-    data = apply_overrides(load_scenario_data(scenario_path(args.scenario)), args.set)
-    data.update({k: v for k, v in (("ranks", args.ranks), ("steps", args.steps), ("seed", args.seed)) if v is not None})
+    data = scenario_data(args.scenario, args.set, ranks=args.ranks, steps=args.steps, seed=args.seed)
     rows = compare(data, args.tries, horizon_h=args.horizon_h, restart_min=args.restart_min)
     base = rows[0]
     out = []

@@ -8,13 +8,17 @@ from pathlib import Path
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 PROBE_PARTS = ("collectives", "link", "compute", "overlap")
+# sim/ has twins of OPS and COMM_HOOKS (realrun may not import sim); tests/test_twins.py holds them equal.
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 # realrun/precision.py's names; repeated here so that importing this module stays torch-free.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
+class Parser(argparse.ArgumentParser):
+    """Every ddplab and realrun command line: a usage error is one line and exit 2
+    (argparse would print the whole usage first)."""
+
+    def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -64,13 +68,13 @@ def _nonnegative_int(text: str) -> int:
 
 def parse_sizes(text: str) -> list[int]:
     """``"1K:256M"`` (doubling) or ``"1M,16M"``; binary suffixes as nccl-tests' -b/-e.
-    (sim/units.py reads the same notation; realrun may not import sim.)"""
+    sim/units.py reads the same notation (realrun may not import sim);
+    tests/test_twins.py holds the two readings equal."""
 
     def one(s: str) -> int:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:i?B)?\s*", s, re.IGNORECASE)
-        value = (
-            int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]) if m else 0
-        )
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", s, re.IGNORECASE)
+        suffix = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        value = int(float(m.group(1)) * suffix[m.group(2).upper()]) if m else 0
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text!r}: sizes like 1K, 16M, 1G, all > 0")
         return value
@@ -83,7 +87,7 @@ def parse_sizes(text: str) -> list[int]:
         while out[-1] * 2 <= hi:
             out.append(out[-1] * 2)
         return out
-    return [one(s) for s in text.split(",")]
+    return [one(s) for s in text.split(",") if s.strip()] or [one(text)]
 
 
 def _straggler(text: str) -> tuple[int, float]:
@@ -110,7 +114,7 @@ def _add_numerics(p: argparse.ArgumentParser) -> None:
 
 
 def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="collective, link, compute and overlap probes", add_help=add_help)
+    p = Parser(prog=prog, description="collective, link, compute and overlap probes", add_help=add_help)
     p.add_argument("--out", type=Path, required=True, help="run directory for the records")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
     p.add_argument("--parts", type=_csv(PROBE_PARTS), default=list(PROBE_PARTS), help="which probes to run")
@@ -139,7 +143,7 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
 
 
 def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="real DDP training with per-rank per-step records", add_help=add_help)
+    p = Parser(prog=prog, description="real DDP training with per-rank per-step records", add_help=add_help)
     p.add_argument("--out", type=Path, required=True, help="run directory for the records")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
     p.add_argument("--model", default="gpt2-tiny", help="model preset (scenarios/models.toml)")

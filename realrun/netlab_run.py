@@ -4,9 +4,10 @@ Each host's torchrun joins a c10d rendezvous at host 0's eth0 address. Host 0 is
 told it is the rendezvous host (``--rdzv-conf is_host=1``) and every host passes
 ``--local-addr`` with its own address, and gloo is pinned to eth0
 (``GLOO_SOCKET_IFNAME``): without these, inside namespaces the hostname resolves
-to an address outside the host and discovery hangs with no error (REFERENCES.md,
-the seed's section 2.2). The switches that drop each fix exist to reproduce those
-hangs; the launcher's deadline then turns a hang into a diagnosis.
+to an address outside the host and discovery hangs with no error (docs/references.md
+"Rendezvous inside network namespaces"; section 2.2 of the original article). The
+switches that drop each fix exist to reproduce those hangs; the launcher's deadline
+then turns a hang into a diagnosis.
 
 Every host writes into the same run directory (namespaces share the filesystem),
 so the records are gathered as they are written; host logs go to ``netlab/``.

@@ -1,5 +1,5 @@
 """Compute probes: forward/backward and optimizer time, the bucket-ready profile of a
-real DDP backward, and the overlap interference factor gamma (DESIGN.md, the model).
+real DDP backward, and the overlap interference factor gamma (docs/design.md "Overlap interference").
 
 Each rank times its own local copy (no DDP) for the compute times, so they hold no
 communication; the bucket profile wraps a copy in DDP and records, from hooks,

@@ -43,7 +43,8 @@ def _ipv4_of(ifname: str) -> str:
 def interface_address(backend: str) -> str | None:
     """The IPv4 address of the interface the process group was told to use, or None if
     it was not told. gloo takes a comma-separated list of exact names (the first is
-    used here); NCCL a prefix, `=` for an exact name and `^` to exclude (REFERENCES.md)."""
+    used here); NCCL a prefix, `=` for an exact name and `^` to exclude
+    (docs/references.md "Interfaces, rendezvous and timeouts")."""
     var = "GLOO_SOCKET_IFNAME" if backend == "gloo" else "NCCL_SOCKET_IFNAME"
     spec = os.environ.get(var, "").split(",")[0].strip()
     if not spec or spec.startswith("^") or not sys.platform.startswith("linux"):

@@ -7,8 +7,9 @@ Block (and the head) time it and then burn (FACTOR - 1) x that time in real matm
 
 Why not ``time.sleep``: a sleeping rank frees its CPU cores (or its GPU), so the
 collectives that overlap backward would run on idle hardware and the
-compute/communication interference the simulator models (DESIGN.md, gamma) would
-vanish; and a fixed sleep does not scale with the work of the step.
+compute/communication interference the simulator models (docs/design.md "Overlap
+interference", gamma) would vanish; and a fixed sleep does not scale with the work
+of the step.
 """
 
 import time

@@ -1,6 +1,6 @@
 """A collective stream's busy intervals as a piecewise-linear cumulative busy time, and
-compute that slows while they run (the interference model, DESIGN.md). Shared by the DDP
-engine (sim/engine.py) and the FSDP model (sim/fsdp.py).
+compute that slows while they run (the interference model, docs/design.md "Overlap interference").
+Shared by the DDP engine (sim/engine.py) and the FSDP model (sim/fsdp.py).
 """
 
 import numpy as np

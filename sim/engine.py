@@ -1,4 +1,4 @@
-"""The discrete-event model of DDP steps (DESIGN.md "The simulation model").
+"""The discrete-event model of DDP steps (docs/design.md "The simulation model").
 
 SimPy orders what happens in time: steps and collectives. Per-rank state lives in
 numpy arrays, one SimPy process per *group* of ranks (a node, say), so 1024 ranks

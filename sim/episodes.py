@@ -1,6 +1,6 @@
 """What changes from step to step beyond per-micro-step jitter: fail-slow episodes,
 the diurnal swing and stop-the-world pauses (sim/config.py EpisodesConfig,
-PausesConfig; the numbers in REFERENCES.md "Stragglers and failures").
+PausesConfig; the numbers in docs/references.md "Stragglers and failures").
 
 Episodes are drawn lazily as simulated time passes (Poisson starts, so the draw
 depends only on time, not on steps) from their own generators, seeded from the

@@ -54,7 +54,7 @@ from sim.busy import Busy
 from sim.collectives import bus_factor, collective_cost
 from sim.config import Scenario
 from sim.episodes import Effects
-from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, model_shape, param_tensors
+from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, param_tensors
 from sim.noise import multipliers
 from sim.results import SimResult, pick_trace_ranks
 from sim.workload import build_workload, fabric_for
@@ -156,8 +156,7 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     # The DDP workload without recompute: the program below reruns each block's forward itself.
     t = sc.training
     base = build_workload(replace(sc, training=replace(t, activation_checkpointing=False)), rng)
-    shape = model_shape(sc.model.preset)
-    seq = t.seq_len or shape.block_size
+    shape, seq = sc.model.shape, sc.seq_len
     numels = unit_numels(shape)
     sh = compute_shares(shape, seq)
     prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing)

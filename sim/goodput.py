@@ -16,11 +16,11 @@ The SimPy model has events only for failures, restarts and episode boundaries, n
 checkpoints: between two events the rate is constant, so where the segments and checkpoints fall is arithmetic
 (`_Progress.advance`). A campaign of ~1000 failures simulates in tens of milliseconds.
 
-Minutes throughout. numpy and simpy only (scipy, lazily, to minimise the analytic curve).
+Minutes throughout; numpy and simpy only. The closed forms are sim/checkpointing.py's; estimates over
+replicated campaigns and the simulated best interval, sim/goodput_estimate.py's.
 """
 
 import math
-import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -28,7 +28,8 @@ from typing import NamedTuple
 import numpy as np
 import simpy
 
-MIN_PER_DAY = 1440.0
+from sim.checkpointing import check_minutes
+
 STALL_SIGMA = 1.2  # log-sd of stall durations, as sim/episodes.py's fail-slows
 
 
@@ -47,18 +48,19 @@ class Campaign:
     interval_min: float
 
     def __post_init__(self):
-        _check("work_min", self.work_min, positive=True)
-        _check("mtbf_min", self.mtbf_min, positive=True, allow_inf=True)
-        _check("restart_min", self.restart_min)
-        _check("checkpoint_min", self.checkpoint_min)
-        _check("interval_min", self.interval_min, positive=True)
+        check_minutes("work_min", self.work_min, positive=True)
+        check_minutes("mtbf_min", self.mtbf_min, positive=True, allow_inf=True)
+        check_minutes("restart_min", self.restart_min)
+        check_minutes("checkpoint_min", self.checkpoint_min)
+        check_minutes("interval_min", self.interval_min, positive=True)
 
 
 class Stalls(NamedTuple):
     """Hangs: a rank stops answering in a collective (a dead NIC, a wedged kernel). The whole job waits in
     that collective; one that outlasts the collective timeout becomes a failure (torch's process-group
-    timeout: 10 min for NCCL by default, REFERENCES.md), paid as the timeout plus a restart. Starts are
-    Poisson over training time; durations lognormal (log-sd 1.2) around ``mean_min``, as fail-slows."""
+    timeout: 10 min for NCCL by default, docs/references.md "Interfaces, rendezvous and timeouts"), paid as
+    the timeout plus a restart. Starts are Poisson over training time; durations lognormal (log-sd 1.2)
+    around ``mean_min``, as fail-slows."""
 
     per_h: float  # stalls starting per hour of wall time (whole job)
     mean_min: float  # their mean duration
@@ -82,14 +84,6 @@ class SlowEpisode(NamedTuple):
 SlowEpisodes = Sequence[SlowEpisode] | Callable[[np.random.Generator], Iterable[SlowEpisode]]
 
 
-def _check(name: str, value, *, positive: bool = False, allow_inf: bool = False) -> None:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (value > 0 if positive else value >= 0)
-    if not ok or (math.isinf(value) and not allow_inf):
-        raise ValueError(
-            f"{name}: must be {'> 0' if positive else '>= 0'}{'' if allow_inf else ' and finite'}, got {value!r}"
-        )
-
-
 def check_episodes(episodes: Sequence[SlowEpisode]) -> list[SlowEpisode]:
     """Sorted, non-overlapping episodes with 0 <= start < end and rate > 0, else ValueError naming the first bad one."""
     out, prev_end = [], 0.0
@@ -102,69 +96,6 @@ def check_episodes(episodes: Sequence[SlowEpisode]) -> list[SlowEpisode]:
         out.append(SlowEpisode(start, end, rate))
         prev_end = end
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Failure rates and the analytic model
-
-
-def job_mtbf_min(*, failures_per_1000_node_days: float, nodes: int) -> float:
-    """The whole job's MTBF: independent nodes' Poisson failures superpose, so the job fails at nodes x the
-    per-node rate. Kokolis et al. (HPCA'25) report 6.5 (RSC-1) and 2.34 (RSC-2) failures per 1000 node-days:
-    128 nodes at 6.5 gives 1731 min (28.8 h). Per GPU works the same: failures per 1000 GPU-days and GPUs."""
-    _check("failures_per_1000_node_days", failures_per_1000_node_days, positive=True)
-    if not isinstance(nodes, numbers.Integral) or isinstance(nodes, bool) or nodes < 1:
-        raise ValueError(f"nodes: must be an integer >= 1, got {nodes!r}")
-    return 1000.0 * MIN_PER_DAY / (failures_per_1000_node_days * nodes)
-
-
-def wall_per_work_analytic(*, mtbf_min: float, restart_min: float, checkpoint_min: float, interval_min: float) -> float:
-    """Expected wall / useful work in Daly's model (Daly, FGCS 2006; DESIGN.md "Failures"):
-    M e^(R/M) (e^((tau+delta)/M) - 1) / tau. M = 49.5 h, R = 10, delta = 1, tau = 60 min: 1.0306.
-    Without failures (M = inf) it is (tau + delta) / tau."""
-    m, r, d, t = mtbf_min, restart_min, checkpoint_min, interval_min
-    if math.isinf(m):
-        return (t + d) / t
-    return m * math.exp(r / m) * math.expm1((t + d) / m) / t  # expm1: exact for small (tau+delta)/M
-
-
-def young_interval_min(*, checkpoint_min: float, mtbf_min: float) -> float:
-    """Young's first-order optimum, sqrt(2 delta M) (J. W. Young, CACM 17(9), 1974)."""
-    return math.sqrt(2.0 * checkpoint_min * mtbf_min)
-
-
-def daly_interval_min(*, checkpoint_min: float, mtbf_min: float) -> float:
-    """Daly's higher-order optimum (FGCS 2006): sqrt(2 delta M) [1 + (1/3) sqrt(delta/2M) + (1/9)(delta/2M)] - delta
-    for delta < 2M, else M. M = 49.5 h, delta = 1 min: 76.4 min."""
-    d, m = checkpoint_min, mtbf_min
-    if d >= 2.0 * m:
-        return m
-    x = d / (2.0 * m)
-    return math.sqrt(2.0 * d * m) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - d
-
-
-def best_interval_analytic(*, mtbf_min: float, restart_min: float, checkpoint_min: float) -> float:
-    """The tau minimising `wall_per_work_analytic` (bounded Brent in log tau, three decades around Daly's)."""
-    from scipy.optimize import minimize_scalar  # lazily: scipy.optimize costs ~0.3 s to import
-
-    _need_finite_optimum(mtbf_min, checkpoint_min)
-    centre = math.log(daly_interval_min(checkpoint_min=checkpoint_min, mtbf_min=mtbf_min))
-
-    def f(log_tau: float) -> float:
-        return wall_per_work_analytic(
-            mtbf_min=mtbf_min, restart_min=restart_min, checkpoint_min=checkpoint_min, interval_min=math.exp(log_tau)
-        )
-
-    res = minimize_scalar(f, bounds=(centre - 7.0, centre + 7.0), method="bounded", options={"xatol": 1e-10})
-    return math.exp(res.x)
-
-
-def _need_finite_optimum(mtbf_min: float, checkpoint_min: float) -> None:
-    # Free checkpoints want tau -> 0, no failures want tau -> inf: neither has an interval to report.
-    if not checkpoint_min > 0:
-        raise ValueError(f"checkpoint_min: must be > 0 for a best interval, got {checkpoint_min!r}")
-    if not (mtbf_min > 0 and math.isfinite(mtbf_min)):
-        raise ValueError(f"mtbf_min: must be > 0 and finite for a best interval, got {mtbf_min!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -427,12 +358,12 @@ def fail_slow_episodes(
     sigma: float = 1.5,
     rate_range: tuple[float, float] = (0.5, 0.8),
 ) -> Callable[[np.random.Generator], Iterator[SlowEpisode]]:
-    """Fail-slow episodes as REFERENCES.md describes them (Alibaba Falcon): durations from 30 s to ~10 h, mean
-    ~24 min, long-tailed: lognormal(sigma) with that mean, clipped to the range (clipping moves the mean a
-    little). Gaps between one episode's end and the next start are exponential (Poisson starts outside
-    episodes). Work runs at a uniform rate in ``rate_range`` during each."""
-    _check("mean_gap_min", mean_gap_min, positive=True)
-    _check("mean_duration_min", mean_duration_min, positive=True)
+    """Fail-slow episodes as docs/references.md "Stragglers and failures" describes them (Alibaba Falcon):
+    durations from 30 s to ~10 h, mean ~24 min, long-tailed: lognormal(sigma) with that mean, clipped to the
+    range (clipping moves the mean a little). Gaps between one episode's end and the next start are
+    exponential (Poisson starts outside episodes). Work runs at a uniform rate in ``rate_range`` during each."""
+    check_minutes("mean_gap_min", mean_gap_min, positive=True)
+    check_minutes("mean_duration_min", mean_duration_min, positive=True)
     if not 0 < min_duration_min <= max_duration_min:
         raise ValueError(f"min/max_duration_min: need 0 < min <= max, got {min_duration_min}, {max_duration_min}")
     lo, hi = rate_range
@@ -452,120 +383,3 @@ def fail_slow_episodes(
                 yield SlowEpisode(start, t, float(rate))
 
     return episodes
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Estimates built on the simulation
-
-
-class Estimate(NamedTuple):
-    """Wall/work from independent replications (each work_min / replications long) with its standard error."""
-
-    wall_per_work: float
-    wall_per_work_stderr: float
-    goodput: float
-    failures: int
-    lost_work_min: float
-    restart_min: float
-    checkpoint_min: float
-    replications: int
-    timeouts: int = 0  # stalls that outlasted the collective timeout (in failures too)
-    stalled_min: float = 0.0
-
-
-def estimate(
-    campaign: Campaign,
-    *,
-    seed: int,
-    replications: int = 10,
-    slow: SlowEpisodes | None = None,
-    stalls: Stalls | None = None,
-) -> Estimate:
-    """Split the campaign's work into independent replications: their spread gives a standard error."""
-    if not isinstance(replications, int) or replications < 2:
-        raise ValueError(f"replications: must be an integer >= 2, got {replications!r}")
-    part = Campaign(
-        work_min=campaign.work_min / replications,
-        mtbf_min=campaign.mtbf_min,
-        restart_min=campaign.restart_min,
-        checkpoint_min=campaign.checkpoint_min,
-        interval_min=campaign.interval_min,
-    )
-    seeds = np.random.SeedSequence(seed).generate_state(replications)
-    runs = [simulate_campaign(part, seed=int(s), slow=slow, stalls=stalls) for s in seeds]
-    ratios = np.array([r.wall_per_work for r in runs])
-    mean = float(ratios.mean())  # equal work each, so this is total wall / total work
-    return Estimate(
-        wall_per_work=mean,
-        wall_per_work_stderr=float(ratios.std(ddof=1) / math.sqrt(replications)),
-        goodput=1.0 / mean,
-        failures=sum(r.failures for r in runs),
-        lost_work_min=sum(r.lost_work_min for r in runs),
-        restart_min=sum(r.restart_min for r in runs),
-        checkpoint_min=sum(r.checkpoint_min for r in runs),
-        replications=replications,
-        timeouts=sum(r.timeouts for r in runs),
-        stalled_min=sum(r.stalled_min for r in runs),
-    )
-
-
-class BestInterval(NamedTuple):
-    interval_min: float
-    wall_per_work: float  # of the fitted curve at interval_min
-    grid_interval_min: tuple[float, ...]
-    grid_wall_per_work: tuple[float, ...]  # simulated, one campaign each, common random numbers
-
-
-def best_interval_simulated(
-    *,
-    work_min: float,
-    mtbf_min: float,
-    restart_min: float,
-    checkpoint_min: float,
-    seed: int,
-    grid_interval_min: Sequence[float] | None = None,
-) -> BestInterval:
-    """Simulate one campaign per interval of a grid (default: 13 geometric points from 0.4x to 2.5x Daly's),
-    every one with the same failure times (common random numbers, so the differences between intervals are
-    not swamped by different failure counts), fit a + b/tau + c tau + d tau^2 by least squares and return its
-    minimum on the grid's range. The form is the expansion of Daly's wall/work to second order in tau/M
-    (b ~ delta, c ~ 1/2M, d ~ 1/6M^2); the curve is flat near its minimum, so a fit over a wide grid locates it
-    far better than the grid's smallest point does."""
-    from scipy.optimize import minimize_scalar
-
-    _need_finite_optimum(mtbf_min, checkpoint_min)
-    if grid_interval_min is None:
-        daly = daly_interval_min(checkpoint_min=checkpoint_min, mtbf_min=mtbf_min)
-        grid_interval_min = daly * np.geomspace(0.4, 2.5, 13)
-    taus = np.asarray(grid_interval_min, dtype=float)
-    if taus.ndim != 1 or len(taus) < 4 or not np.all(taus > 0):
-        raise ValueError(f"grid_interval_min: need >= 4 intervals > 0, got {grid_interval_min!r}")
-    ys = np.array(
-        [
-            simulate_campaign(
-                Campaign(
-                    work_min=work_min,
-                    mtbf_min=mtbf_min,
-                    restart_min=restart_min,
-                    checkpoint_min=checkpoint_min,
-                    interval_min=float(t),
-                ),
-                seed=seed,
-            ).wall_per_work
-            for t in taus
-        ]
-    )
-    scale = float(np.median(taus))  # fit in tau / scale: a well-conditioned design matrix
-    x = taus / scale
-    coef, *_ = np.linalg.lstsq(np.column_stack([np.ones_like(x), 1.0 / x, x, x * x]), ys, rcond=None)
-
-    def fitted(u: float) -> float:
-        return float(coef[0] + coef[1] / u + coef[2] * u + coef[3] * u * u)
-
-    res = minimize_scalar(fitted, bounds=(x.min(), x.max()), method="bounded", options={"xatol": 1e-10})
-    return BestInterval(
-        interval_min=float(res.x) * scale,
-        wall_per_work=fitted(float(res.x)),
-        grid_interval_min=tuple(float(t) for t in taus),
-        grid_wall_per_work=tuple(float(y) for y in ys),
-    )

@@ -6,6 +6,7 @@ the buckets DDP builds there.
 """
 
 from dataclasses import dataclass
+from functools import cache
 from typing import NamedTuple
 
 from scenarios import load_models
@@ -40,6 +41,7 @@ class ParamTensor(NamedTuple):
         return n
 
 
+@cache  # one read of models.toml per preset and process; GPT2Shape is frozen
 def model_shape(preset: str) -> GPT2Shape:
     models = load_models()
     if preset not in models:
@@ -90,7 +92,7 @@ def flops_per_token(shape: GPT2Shape, seq_len: int) -> float:
     """Training FLOPs per token, forward + backward: 6N + 12 L H Q T.
 
     nanoGPT ``estimate_mfu`` after PaLM (Chowdhery et al. 2022) appendix B; N counts
-    every parameter here (760M at T=2048: 5.47 GFLOP/token, REFERENCES.md).
+    every parameter here (760M at T=2048: 5.47 GFLOP/token, docs/references.md "Models").
     """
     n = param_count(shape)
     return 6.0 * n + 12.0 * shape.n_layer * shape.n_embd * seq_len

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 from sim.config import Scenario
 from sim.fsdp import ROOT, unit_numels
-from sim.gpt2 import GPT2Shape, model_shape
+from sim.gpt2 import GPT2Shape
 from sim.precision import Precision
 
 GIB = float(1 << 30)
@@ -128,8 +128,7 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
     """Peak memory of one rank of ``sc`` (``training.mode``, ``sc.ranks`` for FSDP's sharding)."""
     t = sc.training
     dt = t.dtypes
-    shape = model_shape(sc.model.preset)
-    seq = t.seq_len or shape.block_size
+    shape, seq = sc.model.shape, sc.seq_len
     numels = unit_numels(shape)
     params = float(numels.sum())
     act = activation_bytes(

@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.config import Scenario, apply_overrides, parse_stragglers, scenario_from_dict
+from sim.config import Scenario, parse_stragglers
 from sim.engine import simulate
+from sim.scenario_file import apply_overrides, scenario_from_dict
 from sim.workload import build_workload
 
 SECTION_OF = {"bucket_cap_mb": "training", "comm_hook": "training", "grad_accum": "training", "overlap": "training"}

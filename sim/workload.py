@@ -8,7 +8,7 @@ import numpy as np
 from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
 from sim.config import Scenario, parse_stragglers
-from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, model_shape, param_tensors
+from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, param_tensors
 from sim.noise import speed_factors
 from sim.roofline import micro_step_time, rates
 
@@ -62,8 +62,7 @@ def micro_step_compute_s(sc: Scenario) -> tuple[float, float]:
     (compute.step_compute_s), from a fixed MFU (FLOPs / (peak x mfu)), or the roofline of
     every kernel (sim/roofline.py); compute.backward_fraction, when set, splits the total."""
     c, t = sc.compute, sc.training
-    shape = model_shape(sc.model.preset)
-    seq = t.seq_len or shape.block_size
+    shape, seq = sc.model.shape, sc.seq_len
     if c.step_compute_s is not None or c.mfu is not None:
         if c.step_compute_s is not None:
             total = c.step_compute_s
@@ -84,7 +83,7 @@ def measured_ready_order(sc: Scenario) -> list[tuple[str, float]] | None:
     measured = sc.compute.ready_fractions
     if measured is None:
         return None
-    shape = model_shape(sc.model.preset)
+    shape = sc.model.shape
     names = [p.name for p in param_tensors(shape)]
     missing, unknown = sorted(set(names) - set(measured)), sorted(set(measured) - set(names))
     if missing or unknown:
@@ -95,7 +94,7 @@ def measured_ready_order(sc: Scenario) -> list[tuple[str, float]] | None:
         raise ValueError("compute.ready_fractions: every fraction is 0")
     # Ties (a weight and its bias finish in one autograd node) keep the FLOP profile's
     # order, which matches DDP's rebuilt buckets (tests/test_shared_shapes.py).
-    flop_order = [n for n, _ in gradient_ready_order(shape, sc.training.seq_len or shape.block_size)]
+    flop_order = [n for n, _ in gradient_ready_order(shape, sc.seq_len)]
     return sorted(((n, measured[n] / last) for n in flop_order), key=lambda item: item[1])
 
 
@@ -116,11 +115,8 @@ def _wire_bytes(sc: Scenario, b: Bucket) -> float:
 
 
 def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
-    shape = model_shape(sc.model.preset)
+    shape, seq = sc.model.shape, sc.seq_len
     t = sc.training
-    seq = t.seq_len or shape.block_size
-    if seq > shape.block_size:
-        raise ValueError(f"training.seq_len: {seq} exceeds the model's context {shape.block_size}")
     buckets = build_buckets(
         shape,
         seq,
@@ -140,7 +136,8 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         # Work in proportion to speed: rank r's per-step time t_r (its loader and its K
         # micro-steps, both proportional to its samples) gets a batch share (1/t_r)/mean(1/t),
         # so every rank takes N / sum(1/t); with loaders idle that is base x N / sum(1/s)
-        # (DESIGN.md). Micro-batches are taken as continuous: real ones round to samples.
+        # (docs/design.md "Persistent straggler"). Micro-batches are taken as continuous: real ones
+        # round to samples.
         per_step_s = loader + base * t.grad_accum * factor
         share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
         factor, loader = factor * share, loader * share

@@ -3,6 +3,7 @@ the noise model chosen by AIC, provenance, and every bad input named in one line
 with nothing written."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,35 +21,34 @@ def probe(tmp_path):
 
 def test_recovers_compute_network_and_ranks(probe):
     c = calibrate([probe], seed=0)
-    k = c["compute"]
+    k = c.compute
     # Per micro-step time = 10 ms + 100 us/token, every rank normalised to speed 1.
-    assert k["step_s"]["per_token_s"] == pytest.approx(1e-4, rel=0.02)
-    assert k["step_s"]["intercept_s"] == pytest.approx(0.01, abs=0.003)
-    assert k["step_s"]["r2"] > 0.99
-    step, bwd = k["step_s"], k["backward_s"]
-    assert bwd["per_token_s"] / step["per_token_s"] == pytest.approx(0.65, rel=1e-6)
+    assert k.step_s.per_token_s == pytest.approx(1e-4, rel=0.02)
+    assert k.step_s.intercept_s == pytest.approx(0.01, abs=0.003)
+    assert k.step_s.r2 > 0.99
+    assert k.backward_s.per_token_s / k.step_s.per_token_s == pytest.approx(0.65, rel=1e-6)
     top = 8 * 64
     flops = flops_per_token(model_shape("gpt2-tiny"), 64) * top
-    assert k["achieved_tflop_s"]["value"] == pytest.approx(flops / (0.01 + 1e-4 * top) / 1e12, rel=0.02)
-    assert k["optimizer_s"]["value"] == pytest.approx(0.003)  # the slowest rank's: 2 ms x 1.5
-    assert c["networks"]["1gbit"]["interference_gamma"]["value"] == pytest.approx(0.12)
+    assert k.achieved_tflop_s.value == pytest.approx(flops / (0.01 + 1e-4 * top) / 1e12, rel=0.02)
+    assert k.optimizer_s.value == pytest.approx(0.003)  # the slowest rank's: 2 ms x 1.5
+    net = c.networks["1gbit"]
+    assert net.interference_gamma.value == pytest.approx(0.12)
     # Rank 1 runs 1.5 x slower: factor 1.5, score 1/1.5 = 0.667 < 0.75, flagged.
-    r = c["ranks"]
-    assert r["0"]["speed_factor"] == 1.0 and not r["0"]["flagged"]
-    assert r["1"]["speed_factor"] == pytest.approx(1.5, rel=0.02)
-    assert r["1"]["score"] == pytest.approx(1 / 1.5, rel=0.02) and r["1"]["flagged"]
-    net = c["networks"]["1gbit"]
-    assert net["collectives_sched"] == "other"  # these fake probes record no --sched
-    ar = net["collectives"]["allreduce"]
-    assert ar["busbw_gb_s"] == pytest.approx(0.118, rel=0.02)
-    assert ar["alpha_s"] == pytest.approx(200e-6, rel=0.1)
-    assert ar["hop_latency_us"] == pytest.approx(ar["alpha_s"] / 2 * 1e6)
-    assert net["stack_efficiency"]["value"] == pytest.approx(ar["busbw_gb_s"] * 8 / 0.96)
+    r = c.ranks
+    assert r[0].speed_factor == 1.0 and not r[0].flagged
+    assert r[1].speed_factor == pytest.approx(1.5, rel=0.02)
+    assert r[1].score == pytest.approx(1 / 1.5, rel=0.02) and r[1].flagged
+    assert net.collectives_sched == "other"  # these fake probes record no --sched
+    ar = net.allreduce
+    assert ar.busbw_gb_s == pytest.approx(0.118, rel=0.02)
+    assert ar.alpha_s == pytest.approx(200e-6, rel=0.1)
+    assert ar.hop_latency_us == pytest.approx(ar.alpha_s / 2 * 1e6)
+    assert net.stack_efficiency.value == pytest.approx(ar.busbw_gb_s * 8 / 0.96)
     # Half the sizes predict the other half within 10 % (issue 5, item 4).
-    assert max(abs(e) for e in ar["holdout_rel_err"].values()) < 0.10
+    assert max(abs(e) for e in net.collectives["allreduce"].holdout_rel_err.values()) < 0.10
     # Jitter: lognormal sigma 0.03 around each (rank, size) mean.
-    assert c["noise"]["sigma"] == pytest.approx(0.03, rel=0.15)
-    assert len(c["noise"]["multipliers"]) == 2 * 4 * 30
+    assert c.noise.sigma == pytest.approx(0.03, rel=0.15)
+    assert len(c.noise.multipliers) == 2 * 4 * 30
 
 
 @pytest.mark.parametrize(
@@ -117,9 +117,10 @@ def test_rejected_fits_hand_the_simulator_the_samples(tmp_path, ddplab):
     best = fit_noise(x)[0]
     assert best.ks > 1.628 / np.sqrt(len(x))
     c = calibrate([probe_run(tmp_path / "p", sigma=0.0001)], seed=0)
-    c["noise"].update(distribution="empirical", multipliers=list(x / x.mean()), sigma=float(np.std(x / x.mean())))
+    x = x / x.mean()
+    noise = replace(c.noise, distribution="empirical", multipliers=list(x), sigma=float(np.std(x)))
     path = tmp_path / "calib.json"
-    path.write_text(json.dumps(c))
+    path.write_text(json.dumps(replace(c, noise=noise).to_json()))
     code, out, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path), "--json", "--steps", "400")
     assert code == 0, err
     s = json.loads(out)

@@ -40,7 +40,7 @@ def h200(tmp_path_factory):
     d = tmp_path_factory.mktemp("gpu")
     calib = calibrate([gpu_probe(d / "h200")], seed=0)
     path = d / "calib.json"
-    path.write_text(json.dumps(calib))
+    path.write_text(json.dumps(calib.to_json()))
     return path, calib
 
 
@@ -67,17 +67,18 @@ def test_device_classes(name, cls):
 
 def test_a_one_gpu_probe_calibrates_compute_memory_and_jitter(h200):
     _, c = h200
-    assert c["networks"] == {} and c["world_size"] == 1
-    assert (c["device_class"], c["precision"], c["device_info"]["name"]) == ("h100", "bf16-amp", "NVIDIA H200")
-    k = c["compute"]
-    assert k["step_s"]["per_token_s"] == pytest.approx(PER_TOKEN_S, rel=0.01)
-    assert k["step_s"]["intercept_s"] == pytest.approx(INTERCEPT_S, abs=0.002)
-    assert k["optimizer_s"]["value"] == pytest.approx(OPTIMIZER_S)
-    mem = k["memory"]
-    assert mem["compute_peak_bytes"]["per_token_bytes"] == pytest.approx(MEMORY[1], rel=1e-9)
-    assert mem["compute_peak_bytes"]["intercept_bytes"] == pytest.approx(MEMORY[0], rel=1e-9)
-    assert mem["ddp_peak_bytes"]["value"] == pytest.approx(MEMORY[0] + MEMORY[1] * 8 * SEQ + MEMORY[2])
-    assert c["noise"]["sigma"] == pytest.approx(SIGMA, rel=0.25)
+    assert c.networks == {} and c.world_size == 1
+    assert (c.device_class, c.precision, c.device_info["name"]) == ("h100", "bf16-amp", "NVIDIA H200")
+    k = c.compute
+    assert k.step_s.per_token_s == pytest.approx(PER_TOKEN_S, rel=0.01)
+    assert k.step_s.intercept_s == pytest.approx(INTERCEPT_S, abs=0.002)
+    assert k.optimizer_s.value == pytest.approx(OPTIMIZER_S)
+    mem = k.memory
+    assert mem.compute_peak_bytes.per_token_bytes == pytest.approx(MEMORY[1], rel=1e-9)
+    assert mem.compute_peak_bytes.intercept_bytes == pytest.approx(MEMORY[0], rel=1e-9)
+    assert mem.ddp_peak_bytes.value == pytest.approx(MEMORY[0] + MEMORY[1] * 8 * SEQ + MEMORY[2])
+    assert mem.peak_bytes_at(2 * SEQ) == pytest.approx(MEMORY[0] + MEMORY[1] * 2 * SEQ + MEMORY[2])
+    assert c.noise.sigma == pytest.approx(SIGMA, rel=0.25)
 
 
 def test_h100_cluster_takes_the_h200s_compute_memory_and_jitter(h200, ddplab):
@@ -88,8 +89,8 @@ def test_h100_cluster_takes_the_h200s_compute_memory_and_jitter(h200, ddplab):
     assert s["calibration"]["mode"] == "device" and "NVIDIA H200, 1 GPU" in s["calibration"]["why"]
     p = _params(s)
     tokens = 8 * SEQ
-    fit = c["compute"]["step_s"]
-    assert p["compute.step_compute_s"]["value"] == pytest.approx(fit["intercept_s"] + fit["per_token_s"] * tokens)
+    fit = c.compute.step_s
+    assert p["compute.step_compute_s"]["value"] == pytest.approx(fit.intercept_s + fit.per_token_s * tokens)
     assert p["compute.optimizer_s"]["value"] == pytest.approx(OPTIMIZER_S)  # same model: as measured
     peak = (MEMORY[0] + MEMORY[1] * tokens + MEMORY[2]) / GIB
     assert p["compute.memory_peak_gib"]["value"] == pytest.approx(peak)
@@ -111,8 +112,8 @@ def test_a_smaller_micro_batch_moves_along_the_measured_slopes(h200, ddplab):
     assert code == 0, err
     p = _params(json.loads(out))
     assert p["compute.memory_peak_gib"]["value"] * GIB == pytest.approx(MEMORY[0] + MEMORY[1] * 2 * SEQ + MEMORY[2])
-    fit = c["compute"]["step_s"]
-    assert p["compute.step_compute_s"]["value"] == pytest.approx(fit["intercept_s"] + fit["per_token_s"] * 2 * SEQ)
+    fit = c.compute.step_s
+    assert p["compute.step_compute_s"]["value"] == pytest.approx(fit.intercept_s + fit.per_token_s * 2 * SEQ)
 
 
 @pytest.mark.parametrize(
@@ -136,7 +137,7 @@ def test_no_device_mode_falls_back_to_shape_and_says_why(h200, ddplab, args, rea
 
 def test_another_gpu_is_refused_in_device_mode_and_a_gpu_probe_in_all_mode(tmp_path, ddplab):
     path = tmp_path / "calib.json"
-    path.write_text(json.dumps(calibrate([gpu_probe(tmp_path / "4090", name="NVIDIA GeForce RTX 4090")])))
+    path.write_text(json.dumps(calibrate([gpu_probe(tmp_path / "4090", name="NVIDIA GeForce RTX 4090")]).to_json()))
     code, out, err = ddplab("simulate", "h100-1024", "--calib", str(path), "--calib-mode", "device", "--steps", "2")
     assert code == 2 and out == ""
     assert err.strip().count("\n") == 0

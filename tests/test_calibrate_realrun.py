@@ -11,6 +11,8 @@ import sys
 import pytest
 from conftest import ROOT
 
+from calibrate.calibration import Calibration
+
 MODEL = ("--model", "gpt2-tiny", "--seq-len", "64")
 
 
@@ -36,24 +38,24 @@ def loop(tmp_path_factory):
 
 def test_calibration_of_a_real_probe(loop):
     d, _ = loop
-    c = json.loads((d / "calib.json").read_text())
-    assert c["world_size"] == 2 and c["backend"] == "gloo"
-    ((label, net),) = c["networks"].items()
+    c = Calibration.read(d / "calib.json")
+    assert c.world_size == 2 and c.backend == "gloo"
+    ((label, net),) = c.networks.items()
     assert label == "probe"  # no lab: the run directory names the network
-    sched = net["collectives_sched"]  # root: the sweep ran real-time (realrun/sched.py)
+    sched = net.collectives_sched  # root: the sweep ran real-time (realrun/sched.py)
     assert sched == "fifo" if os.geteuid() == 0 else sched.startswith("other (")
-    assert net["collectives"]["allreduce"]["sizes"] == 11
-    assert net["link_gbit_s"]["value"] > 0 and net["collectives"]["allreduce"]["busbw_gb_s"] > 0
-    k = c["compute"]
-    assert k["model"] == "gpt2-tiny" and k["seq_len"] == 64
+    assert net.allreduce.sizes == 11
+    assert net.link_gbit_s.value > 0 and net.allreduce.busbw_gb_s > 0
+    k = c.compute
+    assert k.model == "gpt2-tiny" and k.seq_len == 64
     # Three micro-batch sizes, 8 iterations each, both ranks.
-    assert k["samples"] == 2 * 3 * 8
-    assert k["step_s"]["per_token_s"] > 0
+    assert k.samples == 2 * 3 * 8
+    assert k.step_s.per_token_s > 0
     # The measured profile covers every parameter tensor DDP reduces.
     from sim.gpt2 import model_shape, param_tensors
 
-    assert set(k["ready_fractions"]["value"]) == {t.name for t in param_tensors(model_shape("gpt2-tiny"))}
-    assert set(c["ranks"]) == {"0", "1"} and min(v["speed_factor"] for v in c["ranks"].values()) == 1.0
+    assert set(k.ready_fractions.value) == {t.name for t in param_tensors(model_shape("gpt2-tiny"))}
+    assert set(c.ranks) == {0, 1} and min(v.speed_factor for v in c.ranks.values()) == 1.0
 
 
 def test_validation_of_a_real_train_run(loop):

@@ -9,8 +9,9 @@ import pytest
 from fake_runs import probe_run
 
 from calibrate.calib import calibrate
-from sim.config import ComputeConfig, scenario_from_dict
+from sim.config import ComputeConfig
 from sim.gpt2 import gradient_ready_order, model_shape
+from sim.scenario_file import scenario_from_dict
 from sim.workload import build_workload
 
 
@@ -19,7 +20,7 @@ def calib_file(tmp_path_factory):
     d = tmp_path_factory.mktemp("cal")
     calib = calibrate([probe_run(d / "1gbit" / "probe", speed={1: 1.5})], seed=0)
     path = d / "calib.json"
-    path.write_text(json.dumps(calib))
+    path.write_text(json.dumps(calib.to_json()))
     return path, calib
 
 
@@ -34,22 +35,22 @@ def test_home_lab_takes_every_measured_value(calib_file, ddplab):
     s = json.loads(out)
     assert s["calibration"]["mode"] == "all"
     p = _params(s)
-    net = calib["networks"]["1gbit"]
+    net = calib.networks["1gbit"]
     assert p["network.nic_gbit_s"]["value"] == 0.96
-    assert p["network.nic_efficiency"]["value"] == pytest.approx(min(net["stack_efficiency"]["value"], 1.0))
-    assert p["network.gloo_hop_latency_us"]["value"] == pytest.approx(net["collectives"]["allreduce"]["hop_latency_us"])
+    assert p["network.nic_efficiency"]["value"] == pytest.approx(min(net.stack_efficiency.value, 1.0))
+    assert p["network.gloo_hop_latency_us"]["value"] == pytest.approx(net.allreduce.hop_latency_us)
     # gpt2-760m was not measured: compute transfers through FLOP counts at the achieved rate,
     # a fixed MFU of the preset's peak (homelab-1gbe trains in bf16: its bf16 peak).
-    achieved = calib["compute"]["achieved_tflop_s"]["value"]
+    achieved = calib.compute.achieved_tflop_s.value
     assert p["compute.peak_tflop_s"]["value"] == 58.0
     assert p["compute.mfu"]["value"] * 58.0 == pytest.approx(achieved, rel=1e-12)
-    assert p["stragglers"]["value"] == f"1:{calib['ranks']['1']['speed_factor']:.4g}"
+    assert p["stragglers"]["value"] == f"1:{calib.ranks[1].speed_factor:.4g}"
     assert p["compute.ready_fractions"]["source"].startswith("assumed: homelab-1gbe.toml")
     for key in ("network.nic_gbit_s", "noise.sigma", "compute.interference_gamma", "compute.optimizer_s"):
         assert p[key]["source"].startswith(f"measured on cpu, 2 ranks: {path}"), key
     # The optimizer scales with parameters (AdamW is memory-bound): 760M / 0.12M.
     params = {"gpt2-760m": 760_300_032, "gpt2-tiny": 120_576}
-    expect = calib["compute"]["optimizer_s"]["value"] * params["gpt2-760m"] / params["gpt2-tiny"]
+    expect = calib.compute.optimizer_s.value * params["gpt2-760m"] / params["gpt2-tiny"]
     assert p["compute.optimizer_s"]["value"] == pytest.approx(expect)
 
 
@@ -76,7 +77,7 @@ def test_cluster_takes_only_shape_parameters(calib_file, ddplab):
 def test_two_networks_need_a_name(tmp_path, ddplab):
     calib = calibrate([probe_run(tmp_path / "a", rate="1gbit"), probe_run(tmp_path / "b", rate="10gbit")])
     path = tmp_path / "calib.json"
-    path.write_text(json.dumps(calib))
+    path.write_text(json.dumps(calib.to_json()))
     code, _, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path))
     assert code == 2 and "--calib-network: the calibration measured 10gbit, 1gbit; name one" in err
     code, out, err = ddplab(
@@ -136,8 +137,8 @@ def test_calibration_follows_the_users_model(calib_file, ddplab):
     )  # fmt: skip
     assert code == 0, err
     p = _params(json.loads(out))
-    fit = calib["compute"]["step_s"]
-    assert p["compute.step_compute_s"]["value"] == pytest.approx(fit["intercept_s"] + fit["per_token_s"] * 8 * 64)
+    fit = calib.compute.step_s
+    assert p["compute.step_compute_s"]["value"] == pytest.approx(fit.intercept_s + fit.per_token_s * 8 * 64)
     assert p["compute.ready_fractions"]["value"] == "measured"
     assert "compute.peak_tflop_s" not in p
-    assert p["compute.optimizer_s"]["value"] == pytest.approx(calib["compute"]["optimizer_s"]["value"])
+    assert p["compute.optimizer_s"]["value"] == pytest.approx(calib.compute.optimizer_s.value)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.collectives import Fabric, algbw_busbw_gb_s, bus_factor, candidates, collective_cost
-from sim.config import load_scenario
+from sim.scenario_file import load_scenario
 from sim.workload import fabric_for
 
 

@@ -1,10 +1,13 @@
 """`ddplab doctor`: real interfaces, real sockets, real network namespaces; no mocks.
 
-The namespace tests build the seed's failure in miniature: a node whose VPN (tun0)
-comes before its wired link, with a docker0 bridge and a hostname mapped to
-127.0.1.1, and check that the doctor names each wrong pick and the fix.
+The rules (realrun.netrules, realrun.findings) are pure, and tests/test_netrules.py
+holds them to hand-made facts; here they run on this machine's. The namespace tests
+build the seed's failure in miniature: a node whose VPN (tun0) comes before its wired
+link, with a docker0 bridge and a hostname mapped to 127.0.1.1, and check that the
+doctor names each wrong pick and the fix.
 """
 
+import errno
 import json
 import os
 import re
@@ -18,7 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, free_port
 
-from realrun import doctor
+from realrun import doctor, hostfacts
+from realrun.hostfacts import PortProbe
 
 HAVE_IP = shutil.which("ip") is not None
 ROOTED = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -84,27 +88,14 @@ def test_report_names_each_part():
     assert "--nnodes=3 --nproc-per-node=2" in text
 
 
-@pytest.mark.parametrize(
-    "prefixes,want",
-    [
-        ("eth", ["eth0", "eth1"]),
-        ("^docker,lo", ["tun0", "eth0", "eth1"]),
-        ("=eth", []),
-        ("=eth1", ["eth1"]),
-        ("^=eth0,lo", ["tun0", "docker0", "eth1"]),
-        ("eth1:1234", ["eth1"]),
-    ],
-)
-def test_nccl_prefix_rules(prefixes, want):
-    # getifaddrs order: every IPv4 address by interface index, then IPv6.
-    entries = [
-        ("lo", "127.0.0.1"),
-        ("tun0", "10.8.0.2"),
-        ("docker0", "172.17.0.1"),
-        ("eth0", "192.168.1.5"),
-        ("eth1", "10.0.0.5"),
-    ]
-    assert [n for n, _ in doctor._nccl_find(prefixes, entries)] == want
+def test_gather_reads_this_machine():
+    port = free_port()
+    f = hostfacts.gather("127.0.0.1", port, 1.0, env={"NCCL_SOCKET_IFNAME": "lo"})
+    assert f.master_addresses == ["127.0.0.1"] and f.master_port == port
+    assert f.env == {"NCCL_SOCKET_IFNAME": "lo"}
+    assert f.port == PortProbe("refused", errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
+    assert set(f.hostname_bindable) <= set(f.hostname_addresses)
+    assert hostfacts.connect(None, port, 1.0) == PortProbe("unresolved", None, None)
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,12 @@
-"""The engine against closed forms (DESIGN.md "Truth tests"): exact where one exists."""
+"""The engine against closed forms (docs/design.md "Truth tests"): exact where one exists."""
 
 import numpy as np
 import pytest
 from conftest import tiny
 
-from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig, load_scenario
+from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
 from sim.engine import simulate
+from sim.scenario_file import load_scenario
 
 REL = 1e-9
 

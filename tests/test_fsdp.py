@@ -8,10 +8,11 @@ import pytest
 from conftest import tiny
 
 from sim.collectives import bus_factor
-from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig, load_scenario
+from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
 from sim.engine import simulate
 from sim.fsdp import build_fsdp_workload, simulate_fsdp, unit_numels
 from sim.gpt2 import backward_ops, compute_shares, model_shape, param_count
+from sim.scenario_file import load_scenario
 from sim.workload import build_workload
 
 REL = 1e-9

@@ -1,5 +1,6 @@
-"""sim.goodput against Daly's closed form (DESIGN.md "Failures"), Young's and Daly's intervals, Poisson failure
-counts, exact no-failure and slow-episode cases; and the `ddplab goodput` command function."""
+"""sim.goodput against Daly's closed form (docs/design.md "Failures and checkpoints"), Young's and Daly's
+intervals, Poisson failure counts, exact no-failure and slow-episode cases; and the `ddplab goodput` command
+function."""
 
 import argparse
 import itertools
@@ -9,22 +10,18 @@ import numpy as np
 import pytest
 
 from ddplab.goodputcmd import add_parser
-from sim.goodput import (
-    Campaign,
-    SlowEpisode,
+from sim.checkpointing import (
     best_interval_analytic,
-    best_interval_simulated,
-    check_episodes,
     daly_interval_min,
-    estimate,
-    fail_slow_episodes,
     job_mtbf_min,
-    simulate_campaign,
     wall_per_work_analytic,
     young_interval_min,
 )
+from sim.goodput import Campaign, SlowEpisode, check_episodes, fail_slow_episodes, simulate_campaign
+from sim.goodput_estimate import best_interval_simulated, estimate
 
-M_MIN = 49.5 * 60  # DESIGN.md's case: M = 49.5 h, R = 10 min, delta = 1 min, tau = 60 min -> 1.0306
+# docs/design.md "Failures and checkpoints": M = 49.5 h, R = 10 min, delta = 1 min, tau = 60 min -> 1.0306
+M_MIN = 49.5 * 60
 COSTS = {"mtbf_min": M_MIN, "restart_min": 10.0, "checkpoint_min": 1.0}
 LONG_WORK_MIN = 200_000 * 60.0  # ~4000 failures: wall/work standard error ~3e-4
 

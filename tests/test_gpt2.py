@@ -21,7 +21,7 @@ def test_param_counts(preset):
 
 
 def test_flops_per_token_760m():
-    # 6N + 12 L H Q T at T = 2048: ~5.47 GFLOP/token (REFERENCES.md).
+    # 6N + 12 L H Q T at T = 2048: ~5.47 GFLOP/token (docs/references.md "Models").
     s = model_shape("gpt2-760m")
     assert flops_per_token(s, 2048) == 6 * 760_300_032 + 12 * 24 * 1536 * 2048
     assert flops_per_token(s, 2048) == pytest.approx(5.47e9, rel=1e-3)

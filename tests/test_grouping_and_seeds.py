@@ -1,12 +1,13 @@
 """Results do not depend on how ranks are grouped into SimPy processes, and a seed
-fixes the output (DESIGN.md "Scale"; Ciw's explicit RNGs)."""
+fixes the output (docs/design.md "Scale"; Ciw's explicit RNGs)."""
 
 import numpy as np
 import pytest
 from conftest import tiny
 
-from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig, load_scenario
+from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
 from sim.engine import simulate
+from sim.scenario_file import load_scenario
 
 FIELDS = ("step_time_s", "compute_s", "exposed_comm_s", "straggler_wait_s", "collective_wait_s")
 

@@ -1,12 +1,136 @@
-"""One-way dependencies (DESIGN.md "The house"): sim/ and calibrate/ never need torch,
-never import the packages above them, and calibrate reads realrun's files, not its code."""
+"""The house's one-way arrows (docs/architecture.md): which package may import which, no
+import circle between any two modules (function-local imports count too), the simulator's
+model modules do no I/O, and sim/ and calibrate/ never need torch."""
 
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
+
+PACKAGES = ("ddplab", "workflow", "calibrate", "sim", "realrun", "scenarios")
+# What each package must never import (of the project's packages, and torch).
+FORBIDDEN = {
+    "ddplab": set(),
+    "workflow": {"ddplab"},
+    "calibrate": {"torch", "ddplab", "workflow", "realrun"},
+    "sim": {"torch", "ddplab", "workflow", "calibrate", "realrun"},
+    "realrun": {"ddplab", "workflow", "calibrate", "sim"},
+    "scenarios": {"torch", "ddplab", "workflow", "calibrate", "sim", "realrun"},
+}
+# sim/ modules that read or write files; every other one is model only (SimPy's core does no I/O).
+SIM_IO = {"scenario_file", "export", "trace", "plot"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).glob("*.py")):
+            out[pkg if path.stem == "__init__" else f"{pkg}.{path.stem}"] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module name imported anywhere in the file (function bodies included)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from pkg import mod` imports the module pkg.mod when there is one.
+            names += [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names
+            ]
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_each_package_imports_only_downward(name):
+    pkg = name.split(".")[0]
+    for imported in _imports(MODULES[name]):
+        assert imported.split(".")[0] not in FORBIDDEN[pkg], f"{name} imports {imported}"
+
+
+def test_the_layer_rules_can_fail():
+    # The rule above reads real import statements: a forbidden arrow is one it finds.
+    assert "sim.config" in _imports(MODULES["calibrate.apply"])
+    assert "sim" in FORBIDDEN["realrun"] and "calibrate" in FORBIDDEN["realrun"]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    component.append(m)
+                    if m == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_no_import_circle():
+    graph = {name: {m for m in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+    assert _cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _io_calls(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in ("open", "print", "read_text", "write_text", "read_bytes", "write_bytes", "savefig"):
+                found.append(f"{name}() at line {node.lineno}")
+    found += [f"import {m}" for m in _imports(path) if m.split(".")[0] in ("matplotlib", "csv", "json")]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("sim.") and n[4:] not in SIM_IO))
+def test_sim_model_modules_do_no_io(name):
+    assert _io_calls(MODULES[name]) == []
+
+
+def test_the_io_check_sees_io():
+    assert _io_calls(MODULES["sim.export"])
 
 
 def test_sim_and_cli_import_without_torch():
@@ -17,31 +141,11 @@ def test_sim_and_cli_import_without_torch():
         "        if name == 'torch' or name.startswith('torch.'):\n"
         "            raise ImportError('torch is blocked in this test')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import sim.engine, sim.export, sim.trace, sim.plot, ddplab.cli\n"
-        "from sim.config import load_scenario\n"
+        "import sim.engine, sim.export, sim.trace, sim.plot, ddplab.cli, calibrate.calib, calibrate.apply\n"
+        "import workflow.report, workflow.simstudy\n"
+        "from sim.scenario_file import load_scenario\n"
         "from sim.engine import simulate\n"
         "simulate(load_scenario('h100-1024', ranks=16, steps=2))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-
-
-FORBIDDEN = {"sim": {"torch", "ddplab", "calibrate", "realrun"}, "calibrate": {"torch", "ddplab", "realrun"}}
-
-
-@pytest.mark.parametrize(
-    "path",
-    sorted((ROOT / "sim").glob("*.py")) + sorted((ROOT / "calibrate").glob("*.py")),
-    ids=lambda p: f"{p.parent.name}/{p.name}",
-)
-def test_core_imports_only_downward(path):
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module]
-        for name in names:
-            top = name.split(".")[0]
-            assert top not in FORBIDDEN[path.parent.name], f"{path.parent.name}/{path.name} imports {name}"

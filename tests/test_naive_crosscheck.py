@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from sim.config import load_scenario
 from sim.engine import simulate
+from sim.scenario_file import load_scenario
 
 _spec = importlib.util.spec_from_file_location("naive_model", ROOT / "bench" / "naive_model.py")
 naive = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""Bulk-synchronous steps take the max over ranks (DESIGN.md "Order statistics").
+"""Bulk-synchronous steps take the max over ranks (docs/design.md "Order statistics").
 
 With free communication and i.i.d. compute noise X, mean step / mean compute must
 equal E[max of N X] / E[X], computed here by numerical integration, within three
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from sim.config import load_scenario
 from sim.engine import simulate
+from sim.scenario_file import load_scenario
 
 N = 1024
 STEPS = 400
@@ -44,7 +44,7 @@ def test_lognormal_sigma_005_at_1024():
     sigma = 0.05
     dist = stats.lognorm(s=sigma, scale=np.exp(-(sigma**2) / 2))  # mean 1, as the engine draws
     ratio = expected_max(dist) / dist.mean()
-    assert ratio == pytest.approx(1.1751, abs=1e-4)  # REFERENCES.md
+    assert ratio == pytest.approx(1.1751, abs=1e-4)  # docs/references.md "Stragglers and failures"
     assert_ratio(run("lognormal", sigma), ratio)
 
 

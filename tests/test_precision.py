@@ -219,7 +219,7 @@ def test_compile_error_keeps_the_compilers_words_on_one_line():
 
 def test_nccl_nproc_above_the_gpu_count_fails_before_the_run_directory(monkeypatch, tmp_path):
     from ddplab.cli import build_parser
-    from ddplab.commands import _launch
+    from ddplab.runcmds import _launch
 
     fake_gpu(monkeypatch, name="NVIDIA H200", cc=(9, 0))
     out = tmp_path / "run"

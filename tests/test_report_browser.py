@@ -7,6 +7,7 @@ simulations at two rank counts."""
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 from fake_runs import probe_run, train_run
@@ -14,8 +15,8 @@ from fake_runs import probe_run, train_run
 from calibrate.calib import calibrate
 from calibrate.plots import predicted_vs_measured, write_calibration_plots
 from calibrate.validate import validate
-from ddplab.report import write_report
-from ddplab.simstudy import run_study
+from workflow.report import write_report
+from workflow.simstudy import run_study
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -33,8 +34,8 @@ def report(tmp_path_factory):
     d = tmp_path_factory.mktemp("report")
     probe = probe_run(d / "probe", model="gpt2-mini", seq_len=128, speed={1: 1.3})
     calib = calibrate([probe], command="ddplab calibrate probe -o calib.json")
-    calib["plots"] = [p.name for p in write_calibration_plots(calib, d / "calib")]
-    (d / "calib.json").write_text(json.dumps(calib))
+    calib = replace(calib, plots=[p.name for p in write_calibration_plots(calib, d / "calib")])
+    (d / "calib.json").write_text(json.dumps(calib.to_json()))
     train = train_run(d / "train", config={"model": "gpt2-mini", "seq_len": 128}, step_s=2.0, wait_s=0.5)
     v = validate(calib, str(d / "calib.json"), [train])
     predicted_vs_measured(v["rows"], v["mape"], d / "validation.png")

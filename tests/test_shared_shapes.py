@@ -97,8 +97,8 @@ def test_760m_buckets_equal_torchs_own_assignment(precision, count):
     import torch.distributed as dist
 
     from realrun.model import build
-    from sim.config import load_scenario
     from sim.gpt2 import gradient_ready_order
+    from sim.scenario_file import load_scenario
     from sim.workload import build_workload
 
     sc = load_scenario("h100-1024", [f"training.precision={precision}"], ranks=8)

@@ -11,7 +11,7 @@ from fake_runs import probe_run, train_run
 from calibrate.calib import calibrate
 from calibrate.records import read_run
 from calibrate.validate import scenario_for
-from sim.config import scenario_from_dict
+from sim.scenario_file import scenario_from_dict
 from sim.workload import build_workload
 
 
@@ -21,22 +21,22 @@ def calib_file(tmp_path_factory):
     probe = probe_run(d / "1gbit" / "probe", sigma=0.01, gamma=0.0)
     calib = calibrate([probe], seed=0)
     path = d / "calib.json"
-    path.write_text(json.dumps(calib))
+    path.write_text(json.dumps(calib.to_json()))
     return path, calib, probe
 
 
 def _closed_form_no_overlap(calib, cfg_mb=4, seq=64) -> float:
     """Step = forward + backward + every bucket's allreduce after backward (no overlap)
     + the optimizer: alpha + bytes / busbw per bucket (2 ranks: bus factor 1)."""
-    k = calib["compute"]
-    compute = k["step_s"]["intercept_s"] + k["step_s"]["per_token_s"] * cfg_mb * seq
-    ar = calib["networks"]["1gbit"]["collectives"]["allreduce"]
+    k = calib.compute
+    compute = k.step_s.intercept_s + k.step_s.per_token_s * cfg_mb * seq
+    ar = calib.networks["1gbit"].allreduce
     sc = scenario_from_dict(
         {"ranks": 2, "model": {"preset": "gpt2-tiny"}, "training": {"seq_len": seq, "precision": "fp32"}}
     )
     buckets = build_workload(sc, np.random.default_rng(0)).buckets
-    comm = sum(ar["alpha_s"] + b.size_bytes / (ar["busbw_gb_s"] * 1e9) for b in buckets)
-    return compute + comm + k["optimizer_s"]["value"]
+    comm = sum(ar.alpha_s + b.size_bytes / (ar.busbw_gb_s * 1e9) for b in buckets)
+    return compute + comm + k.optimizer_s.value
 
 
 def test_prediction_is_the_closed_form_and_error_is_measured(calib_file, tmp_path, ddplab):
@@ -65,17 +65,15 @@ def test_run_configuration_reaches_the_simulator(calib_file, tmp_path):
     assert label == "1gbit"
     t = sc.training
     assert (t.bucket_cap_mb, t.grad_accum, t.comm_hook, t.micro_batch_size, t.overlap) == (0.1, 3, "fp16", 2, True)
-    fit = calib["compute"]["step_s"]
-    assert sc.compute.step_compute_s == pytest.approx(fit["intercept_s"] + fit["per_token_s"] * 2 * 64)
-    assert sc.straggler_map[1] == pytest.approx(2.0 * calib["ranks"]["1"]["speed_factor"], rel=1e-5)
+    fit = calib.compute.step_s
+    assert sc.compute.step_compute_s == pytest.approx(fit.intercept_s + fit.per_token_s * 2 * 64)
+    assert sc.straggler_map[1] == pytest.approx(2.0 * calib.ranks[1].speed_factor, rel=1e-5)
     # Uneven micro-batches: the smaller rank's work is its share of the affine fit.
     data, _ = scenario_for(
         read_run(train_run(tmp_path / "u", config={"micro_batch_per_rank": [4, 1]}, step_s=1.0)), calib, "c", seed=0
     )
-    share = (fit["intercept_s"] + fit["per_token_s"] * 64) / (fit["intercept_s"] + fit["per_token_s"] * 256)
-    assert scenario_from_dict(data).straggler_map[1] == pytest.approx(
-        share * calib["ranks"]["1"]["speed_factor"], rel=1e-5
-    )
+    share = (fit.intercept_s + fit.per_token_s * 64) / (fit.intercept_s + fit.per_token_s * 256)
+    assert scenario_from_dict(data).straggler_map[1] == pytest.approx(share * calib.ranks[1].speed_factor, rel=1e-5)
 
 
 def _refused(ddplab, *args) -> str:
@@ -97,7 +95,8 @@ def test_refusals(calib_file, tmp_path, ddplab):
     assert "2 complete steps after 2 warm-up steps" in _refused(ddplab, "--calib", path, short)
     assert "not JSON" in _refused(ddplab, "--calib", probe / "probe-rank0000.jsonl", short)
     two = tmp_path / "two.json"
-    two.write_text(json.dumps(calibrate([probe_run(tmp_path / "a"), probe_run(tmp_path / "b", rate="10gbit")])))
+    both = calibrate([probe_run(tmp_path / "a"), probe_run(tmp_path / "b", rate="10gbit")])
+    two.write_text(json.dumps(both.to_json()))
     elsewhere = train_run(tmp_path / "e", config={}, step_s=1.0, rate="200mbit")
     assert "ran on network '200mbit'; the calibration measured 10gbit, 1gbit" in _refused(
         ddplab, "--calib", two, elsewhere

@@ -8,7 +8,7 @@ import pytest
 
 from calibrate.public import _rows, evaluate, public_table
 from sim.collectives import algbw_busbw_gb_s, collective_cost
-from sim.config import load_scenario
+from sim.scenario_file import load_scenario
 from sim.workload import fabric_for
 
 ROWS = _rows()

@@ -1,5 +1,5 @@
 """Straggler presets, episodes, pauses and mitigations (issue 7): the truths of
-DESIGN.md that they touch, held to closed forms and order statistics."""
+docs/design.md ("Truth tests") that they touch, held to closed forms and order statistics."""
 
 import json
 from math import comb
@@ -7,8 +7,8 @@ from math import comb
 import numpy as np
 import pytest
 
-from sim.config import load_scenario, scenario_from_dict
 from sim.engine import simulate
+from sim.scenario_file import load_scenario, scenario_from_dict
 from sim.whatif import apply_mitigation, compare
 
 QUIET = ["noise.distribution=none", "noise.speed_spread_sd=0.0", "network.enabled=false", "compute.optimizer_s=0.0"]
@@ -38,7 +38,8 @@ def test_accumulation_shrinks_jitter_inflation_by_about_one_over_root_k():
         return s["step_time_s"]["mean"] / (k * _mean_step("h100-1024", QUIET, steps=2)["compute_s"] / 1) - 1
 
     one, four = inflation(1), inflation(4)
-    assert one == pytest.approx(0.1751, rel=0.05)  # E[max of 1024] / E[X] - 1 (REFERENCES.md)
+    # E[max of 1024] / E[X] - 1 (docs/references.md "Stragglers and failures")
+    assert one == pytest.approx(0.1751, rel=0.05)
     assert four / one == pytest.approx(0.5, rel=0.1)
 
 

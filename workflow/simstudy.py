@@ -11,40 +11,37 @@ Writes under ``RUN_DIR/sim/``: ``<platform>/`` (sim/export.py's records, traces 
 from pathlib import Path
 
 from calibrate.apply import load_for_simulation
-from ddplab.demo import LEMON, MICRO_BATCH, MODEL, SEQ_LEN
-from sim.config import scenario_from_dict
+from calibrate.calibration import Calibration
 from sim.engine import simulate
 from sim.export import write_result, write_summaries
 from sim.plot import plot_timeline
+from sim.scenario_file import scenario_from_dict
+from workflow.files import write_json_atomic
+from workflow.plan import (
+    CHECKPOINT_MIN,
+    FAILURES_PER_1000_NODE_DAYS,
+    HOMELAB_SET,
+    LEMON,
+    LEMON_RANK,
+    PLATFORMS,
+    RESTART_MIN,
+)
 
-# The home lab as measured: the demo's own model and batch on the calibrated machines.
-HOMELAB_SET = [
-    f"model.preset={MODEL}",
-    f"training.seq_len={SEQ_LEN}",
-    f"training.micro_batch_size={MICRO_BATCH}",
-    "training.precision=fp32",  # as realrun trains on CPU: fp32 gradients
-]
-LEMON_RANK = 17
 
-
-def _scenario(name: str, calib: dict, calib_path: str, ranks: int, steps: int, extra=()):
+def _scenario(name: str, calib: Calibration, calib_path: str, ranks: int, steps: int, extra=()):
     preset = "homelab-1gbe" if name == "homelab" else name
     overrides = (HOMELAB_SET if name == "homelab" else []) + list(extra)
-    cal = load_for_simulation(preset, overrides, calib, calib_path, None, "auto", ranks=ranks)
-    data, mode = cal.data, cal.mode
-    data["steps"] = steps
-    return scenario_from_dict(data), mode
+    cal = load_for_simulation(preset, overrides, calib, calib_path, None, "auto", ranks=ranks, steps=steps)
+    return scenario_from_dict(cal.data), cal.mode
 
 
 def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
-    from ddplab.calcmds import read_calib, write_json_atomic
-
     calib_path = run_dir / "calib.json"
-    calib = read_calib(calib_path)
+    calib = Calibration.read(calib_path, "demo")
     out = run_dir / "sim"
     out.mkdir(parents=True, exist_ok=True)
     platforms = {}
-    for name in ("homelab", "h100-1024", "mi300x-1024"):
+    for name in PLATFORMS:
         summaries = []
         for n in sweep:
             sc, mode = _scenario(name, calib, str(calib_path), n, steps)
@@ -57,7 +54,7 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
         write_summaries(summaries, out / name, sweep=True)
         platforms[name] = summaries
     stragglers = []
-    for name in ("h100-1024", "mi300x-1024"):
+    for name in PLATFORMS[1:]:
         variants = (
             ("no jitter", ["noise.distribution=none", "noise.speed_spread_sd=0.0"]),
             ("measured jitter", []),
@@ -81,26 +78,26 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
     return summary
 
 
-def _fixes(calib: dict, calib_path: str, steps: int) -> list[dict]:
+def _fixes(calib: Calibration, calib_path: str, steps: int) -> list[dict]:
     """Which fix pays for the lemon GPU on 1024 H100s (sim/whatif.py), with the measured jitter."""
     from sim.whatif import compare
 
-    data = load_for_simulation(
-        "h100-1024", [f"stragglers={LEMON_RANK}:{LEMON}"], calib, calib_path, None, "auto", ranks=1024
-    ).data
-    data["steps"] = steps
+    lemon = [f"stragglers={LEMON_RANK}:{LEMON}"]
+    data = load_for_simulation("h100-1024", lemon, calib, calib_path, None, "auto", ranks=1024, steps=steps).data
     rows = compare(data, ["rebalance", "exclude-slowest", "accum=4"], horizon_h=24.0, restart_min=10.0)
     return [r._asdict() for r in rows]
 
 
 def _goodput() -> dict:
-    """Failures on the same 1024 GPUs (128 nodes) at REFERENCES.md's 6.5 failures per 1000
-    node-days, 10 min restarts, 2 min checkpoints at Daly's interval (sim/goodput.py)."""
-    from sim.goodput import Campaign, daly_interval_min, estimate, job_mtbf_min, wall_per_work_analytic
+    """Failures on the same 1024 GPUs (128 nodes), restarts and checkpoints at Daly's interval
+    (sim/goodput.py), at the rates of workflow/plan.py."""
+    from sim.checkpointing import daly_interval_min, job_mtbf_min, wall_per_work_analytic
+    from sim.goodput import Campaign
+    from sim.goodput_estimate import estimate
 
-    mtbf = job_mtbf_min(failures_per_1000_node_days=6.5, nodes=128)
-    costs = {"mtbf_min": mtbf, "restart_min": 10.0, "checkpoint_min": 2.0}
-    tau = daly_interval_min(checkpoint_min=2.0, mtbf_min=mtbf)
+    mtbf = job_mtbf_min(failures_per_1000_node_days=FAILURES_PER_1000_NODE_DAYS, nodes=128)
+    costs = {"mtbf_min": mtbf, "restart_min": RESTART_MIN, "checkpoint_min": CHECKPOINT_MIN}
+    tau = daly_interval_min(checkpoint_min=CHECKPOINT_MIN, mtbf_min=mtbf)
     sim = estimate(Campaign(work_min=1000 * mtbf, interval_min=tau, **costs), seed=0)
     return {
         "mtbf_h": mtbf / 60.0,

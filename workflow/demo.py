@@ -1,12 +1,12 @@
-"""`ddplab demo`: the whole loop on this machine, stage by stage, into one directory.
+"""The demo: the whole loop on this machine, stage by stage, into one directory.
 
 probe -> train -> calibrate -> validate -> simulate -> report. With root and
 iproute2 the two ranks are two emulated hosts on a 1 Gbit/s link (`ddplab netlab`);
 otherwise two processes on loopback, and the report says so. Each stage leaves a
 stamp in ``demo.json`` when it finishes; a rerun skips stamped stages whose outputs
-are still there (``--fresh`` redoes everything). Long stages run as subprocesses with
-their output in ``logs/``, and a status line shows the stage, its elapsed time and
-the last thing the stage printed.
+are still there (``fresh`` redoes everything). Long stages run as `ddplab`
+subprocesses with their output in ``logs/<stage>.log``; the caller's ``status``
+shows progress (ddplab/progress.py draws a status line from that log).
 """
 
 import json
@@ -14,24 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-MODEL = "gpt2-mini"
-SEQ_LEN = 128
-MICRO_BATCH = 4
-SWEEP = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-QUICK_SWEEP = (2, 8, 64, 256, 1024)
-PLATFORMS = ("homelab", "h100-1024", "mi300x-1024")
-LEMON = 1.40  # REFERENCES.md lemon GPU: one GPU persistently 1.40x slower (the middle case)
-
-# What each stage runs. Full: ~4 min here; quick: ~1.5 min (demo.json holds the times).
-PROBE = {
-    False: ["--sizes", "16K:64M", "--iters", "10", "--warmup", "2", "--micro-batches", "1,2,4,8"],
-    True: ["--sizes", "256K:16M", "--iters", "5", "--warmup", "1", "--micro-batches", "2,4"],
-}
-TRAIN_STEPS = {False: 12, True: 8}
+from calibrate.calibration import Calibration
+from sim.units import fmt_seconds
+from workflow.files import write_json_atomic
+from workflow.plan import MICRO_BATCH, MODEL, PROBE, QUICK_SWEEP, SEQ_LEN, SIM_STEPS, SWEEP, TRAIN_STEPS
 
 
 def lab_available() -> tuple[bool, str]:
@@ -44,47 +33,16 @@ def lab_available() -> tuple[bool, str]:
     return True, ""
 
 
-class _Status:
-    """One status line per stage: on a terminal rewritten in place every second, else a
-    line every 20 s, each with the elapsed time and the stage's latest output line."""
+class _Timer:
+    """The default status: no drawing, only the elapsed time the stamp records."""
 
-    def __init__(self, label: str, log: Path | None):
-        self.label, self.log, self.t0 = label, log, time.perf_counter()
-        self.tty = sys.stderr.isatty()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._tick, daemon=True)
+    def __init__(self, label: str, log: Path):
+        self.t0 = time.perf_counter()
 
     def __enter__(self):
-        self._print(final=False)
-        self.thread.start()
         return self
 
-    def _last_line(self) -> str:
-        if not self.log or not self.log.exists():
-            return ""
-        with open(self.log, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 2048))
-            lines = [x for x in f.read().decode(errors="replace").splitlines() if x.strip("# \t")]
-        return lines[-1].strip()[:70] if lines else ""
-
-    def _print(self, final: bool, note: str = "") -> None:
-        elapsed = time.perf_counter() - self.t0
-        text = f"{self.label}  {elapsed:6.1f} s  {note or self._last_line()}"
-        if self.tty:
-            sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-    def _tick(self) -> None:
-        period = 1.0 if self.tty else 20.0
-        while not self.done.wait(period):
-            self._print(final=False)
-
-    def __exit__(self, exc_type, exc, tb):
-        self.done.set()
-        self.thread.join()
-        self._print(final=True, note="done" if exc_type is None else "FAILED")
+    def __exit__(self, *exc):
         return False
 
     @property
@@ -93,8 +51,12 @@ class _Status:
 
 
 class Demo:
-    def __init__(self, out: Path, *, quick: bool, fresh: bool, lab: bool = True):
+    """``status(label, log)`` is a context manager with ``elapsed_s`` around each stage;
+    ``say(line)`` gets the few lines worth telling (where it runs, what it reuses)."""
+
+    def __init__(self, out: Path, *, quick: bool, fresh: bool, lab: bool = True, status=_Timer, say=None):
         self.out, self.quick, self.fresh = out, quick, fresh
+        self.status, self.say = status, say or (lambda line: None)
         self.state_path = out / "demo.json"
         self.state = {} if fresh or not self.state_path.exists() else json.loads(self.state_path.read_text())
         if self.state.get("quick", quick) != quick:  # a quick run's outputs do not serve a full one
@@ -106,8 +68,6 @@ class Demo:
 
     # --- bookkeeping
     def _save(self) -> None:
-        from ddplab.calcmds import write_json_atomic
-
         write_json_atomic(self.state_path, self.state)
 
     def _done(self, stage: str, outputs: list[Path]) -> bool:
@@ -183,20 +143,19 @@ class Demo:
     def _validate(self) -> None:
         from calibrate.plots import predicted_vs_measured
         from calibrate.validate import validate
-        from ddplab.calcmds import read_calib, write_json_atomic
 
         calib_path = self.out / "calib.json"
-        v = validate(read_calib(calib_path), str(calib_path), [self.out / "train"])
+        v = validate(Calibration.read(calib_path), str(calib_path), [self.out / "train"])
         predicted_vs_measured(v["rows"], v["mape"], self.out / "validation.png")
         write_json_atomic(self.out / "validation.json", v)
 
     def _simulate(self) -> None:
-        from ddplab.simstudy import run_study
+        from workflow.simstudy import run_study
 
-        run_study(self.out, sweep=QUICK_SWEEP if self.quick else SWEEP, steps=60 if self.quick else 100)
+        run_study(self.out, sweep=QUICK_SWEEP if self.quick else SWEEP, steps=SIM_STEPS[self.quick])
 
     def _report(self) -> None:
-        from ddplab.report import write_report
+        from workflow.report import write_report
 
         write_report(self.out)
 
@@ -210,19 +169,16 @@ class Demo:
         self.state["where"] = where
         self.state["lab"] = self.lab
         self._save()
-        print(f"demo: {where}; output in {self.out}/", file=sys.stderr)
+        self.say(f"demo: {where}; output in {self.out}/")
         stages = list(self.stages())
         for i, (name, label, outputs, action) in enumerate(stages, 1):
             tag = f"[{i}/{len(stages)}] {label}"
             if not self.fresh and self._done(name, outputs):
-                print(
-                    f"{tag}  reused ({self.state['stages'][name]['seconds']} s before; --fresh redoes it)",
-                    file=sys.stderr,
-                )
+                self.say(f"{tag}  reused ({self.state['stages'][name]['seconds']} s before; --fresh redoes it)")
                 continue
             log = self.out / "logs" / f"{name}.log"
             log.unlink(missing_ok=True)  # the status line must not show a previous run's last line
-            with _Status(tag, log) as status:
+            with self.status(tag, log) as status:
                 action()
             self._stamp(name, status.elapsed_s)
             # A stage redone invalidates what was built on it.
@@ -230,3 +186,30 @@ class Demo:
                 self.state.get("stages", {}).pop(later, None)
             self._save()
         return self.state
+
+
+def headlines(out: Path) -> list[str]:
+    """The lesson in a few lines, from the files the stages wrote."""
+    calib = Calibration.read(out / "calib.json", "demo")
+    val = json.loads((out / "validation.json").read_text())
+    sim = json.loads((out / "sim" / "summary.json").read_text())
+    (label, net), *_ = calib.networks.items()
+    k = calib.compute
+    step = k.step_s.seconds(MICRO_BATCH * k.seq_len)
+    lines = [
+        f"measured:   link {net.link_gbit_s.value:.3g} Gbit/s, allreduce busbw {net.allreduce.busbw_gb_s:.3g} GB/s"
+        f" (stack efficiency {net.stack_efficiency.value:.2f}), compute {fmt_seconds(step)} per micro-step"
+    ]
+    for r in val["rows"]:
+        lines.append(
+            f"validation: predicted {fmt_seconds(r['predicted_p50_s'])}, measured {fmt_seconds(r['measured_p50_s'])}"
+            f" per step ({r['error_p50']:+.1%}) from the probe alone"
+        )
+    for platform in ("h100-1024", "mi300x-1024"):
+        parts = [
+            f"{r['variant']} {fmt_seconds(r['step_time_s']['p50'])} ({r['scaling_efficiency']:.0%} efficient)"
+            for r in sim["stragglers"]
+            if r["platform"] == platform
+        ]
+        lines.append(f"{platform}: {'; '.join(parts)}")
+    return lines

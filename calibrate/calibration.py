@@ -1,0 +1,250 @@
+"""A calibration (``calib.json``, schema ``ddplab-calib`` v1) as typed records.
+
+``calibrate/calib.py`` fits one from probe runs; ``Calibration.read`` checks a file once,
+on load (every key, every type, named on failure), and every consumer reads attributes
+from then on: ``calib.compute.step_s.seconds(tokens)``, never ``calib["compute"]...``.
+``to_json`` gives the file's content back (calibrate/typed_json.py does the mapping).
+Every measured value keeps where it came from: its samples and a ``source`` line.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from calibrate import typed_json
+
+SCHEMA, SCHEMA_VERSION = "ddplab-calib", 1
+
+
+class AffineFit(NamedTuple):
+    """Seconds per micro-step, affine in tokens (calibrate/compute_fit.py fits it)."""
+
+    intercept_s: float
+    per_token_s: float
+    r2: float
+    points: list[tuple[int, float]]  # (tokens, mean seconds) the fit saw
+
+    def seconds(self, tokens: float) -> float:
+        return self.intercept_s + self.per_token_s * tokens
+
+
+class CollectiveFit(NamedTuple):
+    """An alpha-beta fit of one collective at one world size (calibrate/collective_fit.py)."""
+
+    op: str
+    ranks: int
+    sizes: int  # sizes fitted
+    samples: int  # timed iterations behind them
+    alpha_s: float  # latency term
+    alpha_ci_s: tuple[float, float]  # 95 % bootstrap interval
+    busbw_gb_s: float
+    busbw_ci_gb_s: tuple[float, float]
+    hop_latency_us: float  # alpha / ring steps
+    r2_log: float  # R^2 of log time, medians against the fit
+
+
+class NoiseCandidate(NamedTuple):
+    """One jitter distribution fitted to the compute multipliers (calibrate/noise_fit.py)."""
+
+    distribution: str
+    sigma: float  # as sim/noise.py reads it
+    loglik: float
+    aic: float
+    ks: float  # Kolmogorov-Smirnov statistic against the data
+    params: tuple[float, ...]  # scipy's fitted parameters (for the plot)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    value: float
+    samples: int | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gamma(Measured):
+    raw: float  # as fitted; ``value`` is it floored at 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Achieved(Measured):
+    at_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadyProfile:
+    value: dict[str, float]  # parameter -> fraction of backward done when its gradient was ready
+    samples: int
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collective:
+    fit: CollectiveFit = field(metadata=typed_json.FLAT)  # its fields sit in this table on disk
+    holdout_rel_err: dict[int, float]  # held-out size -> relative error of the median
+    holdout_within_10pct_from_bytes: int | None = None  # the smallest size from which all are within 10 %
+    times_s: dict[int, list[float]]  # size -> per-iteration times
+
+
+@dataclass(frozen=True, kw_only=True)
+class Network:
+    """One measured network (a lab link rate, or a run directory's name on real machines)."""
+
+    run: str
+    collectives: dict[str, Collective]
+    collectives_sched: str = "other"  # fifo | other (...): the scheduler the sweep ran under
+    link_gbit_s: Measured  # raw TCP, slowest direction
+    rtt_p50_us: Measured | None = None
+    interference_gamma: Gamma
+    stack_efficiency: Measured  # fitted allreduce busbw / raw link rate
+
+    @property
+    def allreduce(self) -> CollectiveFit:
+        return self.collectives["allreduce"].fit
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputePeak:
+    intercept_bytes: float
+    per_token_bytes: float
+    points: list[tuple[int, float]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DdpPeak:
+    value: float  # peak allocated bytes of one DDP training step
+    reserved: float | None = None
+    tokens: int
+    micro_batch: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    compute_peak_bytes: ComputePeak
+    ddp_peak_bytes: DdpPeak
+    source: str
+
+    def peak_bytes_at(self, tokens: float) -> float:
+        """A DDP training step's peak at ``tokens`` per micro-step: the measured step's peak
+        moved along the measured per-token slope (activations grow linearly in tokens)."""
+        ddp = self.ddp_peak_bytes
+        return ddp.value + self.compute_peak_bytes.per_token_bytes * (tokens - ddp.tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BucketReady:
+    bucket: int
+    bytes: int
+    ready_fraction: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compute:
+    model: str
+    seq_len: int
+    runs: list[str]
+    samples: int
+    step_s: AffineFit  # forward + backward of a speed-1 rank
+    forward_s: AffineFit
+    backward_s: AffineFit
+    achieved_tflop_s: Achieved
+    optimizer_s: Measured
+    ready_fractions: ReadyProfile
+    buckets_default_cap: list[BucketReady] = field(default_factory=list)
+    memory: Memory | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Noise:
+    distribution: str  # lognormal | gamma | normal | empirical (the best fit was rejected)
+    sigma: float
+    best_fit: str
+    ks: float
+    ks_critical_1pct: float
+    samples: int
+    source: str
+    candidates: list[NoiseCandidate]  # best AIC first
+    multipliers: list[float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankNoise:
+    best_fit: str
+    sigma: float
+    ks: float
+    samples: int
+    sd: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankSpeed:
+    speed_factor: float  # compute time / the fastest rank's
+    score: float  # 1 / speed_factor
+    flagged: bool
+    noise: RankNoise
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    schema: str = SCHEMA
+    schema_version: int = SCHEMA_VERSION
+    created_unix: float
+    command: str
+    seed: int
+    runs: list[str]
+    world_size: int
+    backend: str
+    device: str
+    device_info: dict | None = None  # the device's name, memory and SM/CU count
+    device_class: str | None = None  # calibrate/devices.py
+    precision: str = "fp32"  # files from before --precision were fp32
+    compiled: bool = False
+    networks: dict[str, Network]
+    compute: Compute
+    noise: Noise
+    ranks: dict[int, RankSpeed]
+    plots: list[str] = field(default_factory=list)
+
+    @property
+    def probed_on(self) -> str:
+        """Where it was measured, e.g. "NVIDIA H200, 1 GPU" or "cpu, 2 ranks"."""
+        name = (self.device_info or {}).get("name") or self.device
+        unit = "GPU" if self.device != "cpu" else "rank"
+        return f"{name}, {self.world_size} {unit}{'s' if self.world_size != 1 else ''}"
+
+    def network(self, label: str | None) -> tuple[str, Network]:
+        """The named network, or the only one; ``--calib-network`` errors otherwise."""
+        nets = self.networks
+        if not nets:
+            raise ValueError("--calib-network: the calibration measured no network (a one-rank probe)")
+        if label is None:
+            if len(nets) != 1:
+                raise ValueError(f"--calib-network: the calibration measured {', '.join(sorted(nets))}; name one")
+            label = next(iter(nets))
+        if label not in nets:
+            raise ValueError(f"--calib-network: {label!r} not in the calibration ({', '.join(sorted(nets))})")
+        return label, nets[label]
+
+    def to_json(self) -> dict:
+        return typed_json.dump(self)
+
+    @classmethod
+    def from_json(cls, data, where: str) -> "Calibration":
+        if not isinstance(data, dict) or (data.get("schema"), data.get("schema_version")) != (SCHEMA, SCHEMA_VERSION):
+            raise ValueError(f"{where}: not a {SCHEMA} v{SCHEMA_VERSION} file (made by `ddplab calibrate`)")
+        calib = typed_json.load(cls, data, f"{where}:")
+        for label, net in calib.networks.items():
+            if "allreduce" not in net.collectives:
+                raise ValueError(f"{where}: networks.{label}.collectives.allreduce: missing")
+        return calib
+
+    @classmethod
+    def read(cls, path: Path, what: str = "--calib") -> "Calibration":
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise ValueError(f"{what}: {path}: cannot read ({e.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"{what}: {path}: not JSON") from None
+        return cls.from_json(data, f"{what}: {path}")

@@ -1,0 +1,58 @@
+"""Progress on stderr for long commands: one status line per stage of `ddplab demo`."""
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class StatusLine:
+    """One status line per stage: on a terminal rewritten in place every second, else a
+    line every 20 s, each with the elapsed time and the stage's latest output line."""
+
+    def __init__(self, label: str, log: Path | None):
+        self.label, self.log, self.t0 = label, log, time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._tick, daemon=True)
+
+    def __enter__(self):
+        self._print(final=False)
+        self.thread.start()
+        return self
+
+    def _last_line(self) -> str:
+        if not self.log or not self.log.exists():
+            return ""
+        with open(self.log, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 2048))
+            lines = [x for x in f.read().decode(errors="replace").splitlines() if x.strip("# \t")]
+        return lines[-1].strip()[:70] if lines else ""
+
+    def _print(self, final: bool, note: str = "") -> None:
+        elapsed = time.perf_counter() - self.t0
+        text = f"{self.label}  {elapsed:6.1f} s  {note or self._last_line()}"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    def _tick(self) -> None:
+        period = 1.0 if self.tty else 20.0
+        while not self.done.wait(period):
+            self._print(final=False)
+
+    def __exit__(self, exc_type, exc, tb):
+        self.done.set()
+        self.thread.join()
+        self._print(final=True, note="done" if exc_type is None else "FAILED")
+        return False
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.t0

@@ -1,0 +1,33 @@
+"""Facts realrun and sim must agree on but cannot share code for (realrun never imports
+sim, docs/architecture.md): each reading is held equal to the other here."""
+
+import argparse
+
+import pytest
+
+from realrun import cli as realrun_cli
+from realrun import precision as realrun_precision
+from sim import collectives, config, precision, units
+
+
+def test_vocabularies_match():
+    assert realrun_cli.OPS == collectives.OPS
+    assert realrun_cli.COMM_HOOKS == config.COMM_HOOKS
+    assert realrun_precision.PRECISIONS == precision.PRECISIONS
+    assert realrun_cli.PRECISIONS == ("auto", *precision.PRECISIONS)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1M", "16M,1G", "1K:256M", "8:1G", "1.5K", "64KiB", "2GB", "1T", "1M,,16M", " 4M ", "4m"]
+    + ["", "0", "-1M", "1X", "16M:1M", "M", "1M,abc", ":", "1M:"],
+)
+def test_parse_sizes_reads_alike(text):
+    """The same list from both, or an error from both."""
+    try:
+        expected = units.parse_sizes(text)
+    except ValueError:
+        with pytest.raises(argparse.ArgumentTypeError):
+            realrun_cli.parse_sizes(text)
+        return
+    assert realrun_cli.parse_sizes(text) == expected
