@@ -118,13 +118,13 @@ def main() -> int:
         probe, train = d / "probe", d / "train"
         run(
             ["probe", *s.common(), *flags, "--micro-batches", sizes, "--warmup", str(warmup), "--iters", str(iters)]
-            + ["--parts", "compute", "--out", str(probe)],
+            + ["--parts", "compute", "--out", str(probe), "--force"],  # a rerun moves the last one aside
             log,
             args.timeout_s,
         )
         run(
             ["train", *s.common(), *flags, "--micro-batch", str(s.micro_batch), "--steps", str(train_steps)]
-            + ["--out", str(train)],
+            + ["--out", str(train), "--force"],
             log,
             args.timeout_s,
         )
@@ -135,7 +135,7 @@ def main() -> int:
     # Instrumentation overhead: bf16-amp again without the timing hooks.
     plain = args.out / "bf16-amp-plain"
     bf16_flags = ["--precision", "bf16-amp", "--micro-batch", str(s.micro_batch), "--steps", "20"]
-    run(["train", *s.common(), *bf16_flags, "--no-instrument", "--out", str(plain)], log, args.timeout_s)
+    run(["train", *s.common(), *bf16_flags, "--no-instrument", "--out", str(plain), "--force"], log, args.timeout_s)
     report = write_report(s, rows, plain, log, time.perf_counter() - started, args.report)
     print(report.read_text())
     return 0

@@ -247,4 +247,6 @@ class Calibration:
             raise ValueError(f"{what}: {path}: cannot read ({e.strerror})") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ValueError(f"{what}: {path}: not JSON") from None
+        except RecursionError:  # json recurses once per level: [[[[...]]]] thousands deep
+            raise ValueError(f"{what}: {path}: nested too deeply to be a calibration") from None
         return cls.from_json(data, f"{what}: {path}")

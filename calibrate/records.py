@@ -92,8 +92,12 @@ def read_run(path: Path, verb: str | None = None) -> Run:
         records[meta["rank"]] = dict(by_type)
         metas[meta["rank"]] = meta
     sizes = {m["world_size"] for m in metas.values()}
-    if len(sizes) > 1:
-        raise ValueError(f"{path}: rank files disagree on the world size ({sorted(sizes)})")
+    runs = {m.get("run_id") for m in metas.values()} - {None}
+    if len(sizes) > 1 or len(runs) > 1 or len(files) > max(sizes):
+        raise ValueError(
+            f"{path}: files of more than one run are mixed here (run ids {sorted(runs)}, world sizes"
+            f" {sorted(sizes)}, {len(files)} files); keep one run per folder"
+        )
     world = sizes.pop()
     missing = sorted(set(range(world)) - set(records))
     if missing:

@@ -5,12 +5,13 @@ the value, exit code 2, no traceback.
 """
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 
 from ddplab import commands, runcmds, simcmds
 from realrun.cli import Parser, probe_parser, train_parser
+from workflow import files
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, help="write records, Chrome trace and plots here")
     s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
     s.add_argument("--device-gib", type=float, help="say whether the per-GPU memory estimate fits this many GiB")
+    s.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     s.add_argument("--calib", type=Path, help="calib.json: measured values replace the preset's (see --calib-mode)")
     s.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")
     s.add_argument(
@@ -199,22 +201,36 @@ def _add_netlab(sub) -> None:
     run.set_defaults(func=labcmds.run_cmd, json=False, returns_code=True)
 
 
+def json_text(out) -> str:
+    """Standard JSON; a NaN or infinity (the inputs are checked, so one here is a bug) is one
+    line naming it rather than output no strict parser reads."""
+    try:
+        return files.json_text(out, indent=2)
+    except ValueError as e:
+        raise ValueError(f"--json: {e}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:
         out = args.func(args)
+        if getattr(args, "returns_code", False):  # probe/train: the ranks' exit status
+            return out
+        if args.json:
+            print(json_text(out))
+        return 0
+    except BrokenPipeError:  # `ddplab ... | head` (an OSError, so first)
+        # Python would fail again flushing stdout at exit; send what is left nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except ValueError as e:
         print(f"ddplab {args.command}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. --out names a file, or a folder we may not write
         print(f"ddplab {args.command}: error: {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `ddplab ... | head`
-        return 0
-    if getattr(args, "returns_code", False):  # probe/train: the ranks' exit status
-        return out
-    if args.json:
-        print(json.dumps(out, indent=2))
-    return 0
+    except KeyboardInterrupt:  # probe/train handle their own; this is every other command's
+        print(f"ddplab {args.command}: interrupted", file=sys.stderr)
+        return 130

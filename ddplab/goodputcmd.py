@@ -15,7 +15,7 @@ from sim.checkpointing import (
     young_interval_min,
 )
 from sim.goodput import Campaign, Stalls
-from sim.goodput_estimate import best_interval_simulated, estimate
+from sim.goodput_estimate import best_interval_simulated, default_grid, estimate
 
 # Default campaign: 4000 MTBFs of work, so ~4000 failures whatever the MTBF: the simulated wall/work has a
 # standard error ~2e-4 and the simulated best interval lands within ~1 % of the analytic one.
@@ -53,6 +53,7 @@ def add_parser(sub) -> None:
         help="collective timeout: a longer stall becomes a failure (default 10, NCCL's)",
     )
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     g.add_argument("--json", action="store_true", help="print JSON")
     g.set_defaults(func=goodput)
 
@@ -106,14 +107,15 @@ def goodput(args):
     interval_min, rule = _interval_min(args.interval_min, daly)
     work_h = AUTO_WORK_MTBFS * mtbf_h if args.work_h is None else _positive("--work-h", args.work_h)
 
-    if args.stalls_per_day < 0:
-        raise ValueError(f"--stalls-per-day: must be >= 0, got {args.stalls_per_day}")
+    if not (args.stalls_per_day >= 0 and math.isfinite(args.stalls_per_day)):
+        raise ValueError(f"--stalls-per-day: must be >= 0 and finite, got {args.stalls_per_day}")
     stall_mean, timeout = (
         _positive("--stall-mean-min", args.stall_mean_min),
         _positive("--timeout-min", args.timeout_min),
     )
     stalls = Stalls(per_h=args.stalls_per_day / 24.0, mean_min=stall_mean, timeout_min=timeout)
     costs = {"mtbf_min": mtbf_min, "restart_min": restart_min, "checkpoint_min": checkpoint_min}
+    _check_size(args, mtbf_from, work_h * 60.0, [interval_min, *default_grid(daly)], stalls, costs)
     sim = estimate(
         Campaign(work_min=work_h * 60.0, interval_min=interval_min, **costs),
         seed=args.seed,
@@ -151,6 +153,34 @@ def goodput(args):
     if not args.json:
         _print(out)
     return out
+
+
+def _check_size(args, mtbf_from: str, work_min: float, intervals: list[float], stalls: Stalls, costs: dict) -> None:
+    """Refuse, before any campaign runs, one this machine cannot finish (sim/limits.py estimates
+    its failures and stalls from the closed forms; ddplab/limits.py holds the thresholds)."""
+    from ddplab import limits
+    from sim.limits import campaign_cost
+
+    est = campaign_cost(
+        work_min=work_min,
+        intervals_min=[float(t) for t in intervals],
+        stalls_per_min=stalls.per_h / 60.0,
+        stall_mean_min=stalls.mean_min,
+        timeout_min=stalls.timeout_min,
+        **costs,
+    )
+    refusal = limits.time_refusal(est.seconds, yes=args.yes)
+    if refusal is None:
+        return
+    mtbf = f"the MTBF of {costs['mtbf_min']:.3g} min ({mtbf_from})"
+    field = {
+        "restart": f"--restart-min {costs['restart_min']:g} with {mtbf}",
+        "segment": f"--interval-min {intervals[0]:.4g} + --checkpoint-min {costs['checkpoint_min']:g} with {mtbf}",
+        "stalls": f"--stalls-per-day {args.stalls_per_day:g}",
+        "work": f"--work-h {work_min / 60.0:g}",
+    }[est.kind]
+    events = f"~{est.events:.3g}" if math.isfinite(est.events) else "over 1e300"
+    raise ValueError(f"{field}: {est.why}; simulating its {events} failures and stalls {refusal}")
 
 
 def _print(o: dict) -> None:

@@ -9,6 +9,7 @@ from ddplab.runcmds import print_train_summary
 from realrun import netlab
 from realrun.cli import PARSERS, check_args
 from realrun.netlab_run import Discovery, run
+from realrun.runfolder import claim
 
 
 def _require_root() -> None:
@@ -112,9 +113,26 @@ def run_cmd(args):
     verb, verb_args = args.verb[0], args.verb[1:]
     parsed = PARSERS[verb](f"ddplab netlab run -- {verb}").parse_args(verb_args)
     check_args(verb, parsed)
+    folder = claim(parsed.out, force=parsed.force)
+    try:
+        code, diagnosis, hosts = _run_in_lab(args, verb, verb_args, folder)
+    finally:
+        folder.release()
+    for line in diagnosis:
+        print(f"ddplab netlab run: {line}", file=sys.stderr)
+    if verb == "train" and list(parsed.out.glob("train-rank*.jsonl")):
+        print_train_summary(parsed.out, code)
+    if code == 0:
+        print(f"records of all {hosts} hosts in {parsed.out}/ (host logs in {parsed.out}/netlab/)")
+    return code
+
+
+def _run_in_lab(args, verb: str, verb_args: list[str], folder) -> tuple[int, list[str], int]:
     existing = args.name in {lab["name"] for lab in netlab.status()}
     lab = netlab.load(args.name) if existing else netlab.up(spec_from_args(args))
     print("\n".join(_describe(lab)), flush=True)
+    if folder.moved_to:
+        print(f"netlab run: moved the earlier run in {folder.path}/ to {folder.moved_to}/", flush=True)
     # SIGTERM (a CI timeout, `kill`) must clean up like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -123,7 +141,7 @@ def run_cmd(args):
             lab,
             verb,
             verb_args,
-            parsed.out,
+            folder,
             discovery=d,
             start_timeout_s=args.start_timeout_s,
             timeout_s=args.timeout_s,
@@ -132,10 +150,4 @@ def run_cmd(args):
         signal.signal(signal.SIGTERM, previous)
         if not existing and not args.keep:
             netlab.down(lab.spec.name)
-    for line in diagnosis:
-        print(f"ddplab netlab run: {line}", file=sys.stderr)
-    if verb == "train" and list(parsed.out.glob("train-rank*.jsonl")):
-        print_train_summary(parsed.out, code)
-    if code == 0:
-        print(f"records of all {lab.spec.hosts} hosts in {parsed.out}/ (host logs in {parsed.out}/netlab/)")
-    return code
+    return code, diagnosis, lab.spec.hosts

@@ -6,10 +6,13 @@ Like commands.py, each returns what `--json` prints and otherwise prints for peo
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from realrun import doctor as doc
 from realrun import nodes
+from realrun.launch import die_with_parent
+from realrun.runfolder import LIFELINE, Lifeline
 
 
 def doctor(args):
@@ -35,6 +38,8 @@ def launch(args):
     host, port = nodes.parse_endpoint(args.master)
     nodes.check_counts(args.nodes, args.nproc_per_node)
     verb_args = nodes.check_verb_args(args.verb_args)
+    if args.slurm and not args.slurm.parent.is_dir():  # a typo'd path must not become new folders
+        raise ValueError(f"--slurm: {args.slurm.parent}: no such directory")
     if args.exec:
         return _exec(args, host, port, verb_args)
     # When this machine is the master, the doctor fills node 0's interface for real.
@@ -48,7 +53,6 @@ def launch(args):
         script = nodes.slurm_script(
             args.nodes, args.nproc_per_node, port, args.iface, verb_args, args.job_name, args.time
         )
-        args.slurm.parent.mkdir(parents=True, exist_ok=True)
         args.slurm.write_text(script)
         args.slurm.chmod(0o755)
         out["slurm"] = str(args.slurm)
@@ -89,7 +93,11 @@ def _exec(args, host: str, port: int, verb_args: list[str]) -> int:
         else:
             print(f"ddplab launch: warning: {p}", file=sys.stderr)
     print(nodes.shell_line(env_vars, argv), file=sys.stderr, flush=True)
-    env = {**os.environ, **env_vars, "PYTHONUNBUFFERED": "1"}
-    # `torchrun` is `python -m torch.distributed.run`; this interpreter has our torch.
-    cmd = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
-    return subprocess.run(cmd, env=env, cwd=Path.cwd()).returncode
+    # This node's ranks die with this process, as `ddplab train`'s do (realrun/launch.py). The
+    # lifeline lives in a private folder: the run folder may be shared by every node.
+    with tempfile.TemporaryDirectory(prefix="ddplab-launch-") as private:
+        lifeline = Lifeline(Path(private) / LIFELINE)
+        env = {**os.environ, **env_vars, **lifeline.env(), "PYTHONUNBUFFERED": "1"}
+        # `torchrun` is `python -m torch.distributed.run`; this interpreter has our torch.
+        cmd = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+        return subprocess.run(cmd, env=env, cwd=Path.cwd(), preexec_fn=die_with_parent).returncode

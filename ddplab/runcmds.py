@@ -20,6 +20,8 @@ def _worker_argv(argv: list[str]) -> list[str]:
 def _launch(verb: str, args):
     from realrun.cli import check_args
     from realrun.launch import run_local
+    from realrun.report import failure_line
+    from realrun.runfolder import claim
 
     check_args(verb, args)
 
@@ -40,13 +42,15 @@ def _launch(verb: str, args):
                 f"--nproc {args.nproc}: this machine has {gpus} GPU(s); NCCL runs one rank per GPU"
                 f" (use --nproc {max(gpus, 1)})"
             )
-    args.out.mkdir(parents=True, exist_ok=True)
-    code = run_local(verb, _worker_argv(args.argv), args.nproc)
+    folder = claim(args.out, force=args.force)
+    try:
+        if folder.moved_to:
+            print(f"ddplab {verb}: moved the earlier run in {args.out}/ to {folder.moved_to}/", file=sys.stderr)
+        code = run_local(verb, _worker_argv(args.argv), args.nproc, folder)
+    finally:
+        folder.release()
     if code != 0:
-        print(
-            f"ddplab {verb}: ranks exited with code {code}; records so far are in {args.out}/",
-            file=sys.stderr,
-        )
+        print(f"ddplab {verb}: {failure_line(args.out, verb, code)}", file=sys.stderr)
     return code
 
 
@@ -56,7 +60,8 @@ def probe(args):
 
 def train(args):
     code = _launch("train", args)
-    print_train_summary(args.out, code)
+    if code != 130:  # Ctrl-C: the one line _launch printed is the whole answer
+        print_train_summary(args.out, code)
     return code
 
 

@@ -4,6 +4,7 @@ the memory estimate and the sweep table as people read them, or JSON."""
 import time
 
 from calibrate.calibration import Calibration
+from ddplab import limits
 from ddplab.progress import say
 from sim.scenario_file import load_scenario
 from sim.units import fmt_bytes, fmt_seconds, parse_int_list
@@ -22,6 +23,7 @@ def simulate(args):
         scenarios = [load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
         provenance = None
     sweep = args.sweep_ranks is not None
+    _check_size(args, scenarios)
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
     summaries = []
@@ -54,6 +56,15 @@ def simulate(args):
     if args.out:
         print(f"records, Chrome trace{' and scaling.png' if sweep else ''} in {args.out}/")
     return summaries
+
+
+def _check_size(args, scenarios) -> None:
+    """Refuse, before any array exists, what this machine cannot hold or finish (ddplab/limits.py)."""
+    from sim.limits import simulation_cost, sweep_cost
+
+    cost = sweep_cost([simulation_cost(sc, export=args.out is not None) for sc in scenarios])
+    ranks = f"--sweep-ranks {args.sweep_ranks}" if args.sweep_ranks else f"ranks {scenarios[0].ranks}"
+    limits.check_simulation(cost, f"{ranks} x steps {scenarios[0].steps}", yes=getattr(args, "yes", False))
 
 
 def _memory(sc, device_gib: float | None) -> dict:

@@ -23,19 +23,21 @@ def add_parser(sub) -> None:
     w.add_argument("--horizon-h", type=float, default=24.0, help="hours over which a restart is paid (default 24)")
     w.add_argument("--restart-min", type=float, default=10.0, help="restart cost of exclude-slowest (default 10)")
     w.add_argument("--usd-per-gpu-hour", type=float, help="also print cost in dollars per billion tokens")
+    w.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     w.add_argument("--json", action="store_true")
     w.set_defaults(func=whatif)
 
 
 def whatif(args):
     from sim.scenario_file import scenario_data
-    from sim.whatif import compare
+    from sim.whatif import compare, row_scenarios
 
     if not args.tries:
         raise ValueError("--try: give at least one mitigation, e.g. --try rebalance --try accum=4")
     if args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {args.usd_per_gpu_hour}")
     data = scenario_data(args.scenario, args.set, ranks=args.ranks, steps=args.steps, seed=args.seed)
+    _check_size(row_scenarios(data, args.tries), yes=args.yes)
     rows = compare(data, args.tries, horizon_h=args.horizon_h, restart_min=args.restart_min)
     base = rows[0]
     out = []
@@ -63,3 +65,16 @@ def whatif(args):
             + (f" (restart {r['restart_s'] / 60:g} min over {args.horizon_h:g} h)" if r["restart_s"] else "")
         )
     return out
+
+
+def _check_size(scenarios, *, yes: bool) -> None:
+    """The rows run one after another, each result dropped before the next: the largest row's
+    memory, every row's time (ddplab/limits.py)."""
+    from ddplab import limits
+    from sim.limits import SimCost, simulation_cost
+
+    costs = [simulation_cost(sc) for sc in scenarios]
+    total = SimCost(max(c.peak_bytes for c in costs), 0.0, sum(c.seconds for c in costs))
+    big = max(scenarios, key=lambda sc: sc.ranks * sc.steps)
+    what = f"{len(scenarios)} rows (the largest: ranks {big.ranks} x steps {big.steps})"
+    limits.check_simulation(total, what, yes=yes)

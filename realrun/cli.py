@@ -2,6 +2,8 @@
 before starting any process) and the workers torchrun starts. torch-free."""
 
 import argparse
+import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ PROBE_PARTS = ("collectives", "link", "compute", "overlap")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 # realrun/precision.py's names; repeated here so that importing this module stays torch-free.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
+MAX_SIZE_BYTES = 1 << 50  # sim/units.py's bound, held equal by tests/test_twins.py
 
 
 class Parser(argparse.ArgumentParser):
@@ -20,6 +23,25 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """Python's float() reads "nan" and "inf"; no option of ours means either, and a NaN
+        compares False with every bound, so it would slip past each range check."""
+        ns, rest = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            if any(not math.isfinite(v) for v in _floats(getattr(ns, action.dest, None))):
+                name = "/".join(action.option_strings) or action.dest
+                self.error(f"argument {name}: {getattr(ns, action.dest)!r} holds a NaN or an infinity")
+        return ns, rest
+
+
+def _floats(value) -> list[float]:
+    """The floats in an option's value: a float, or one inside a list or tuple (one level down)."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for item in items:
+        out += [v for v in (item if isinstance(item, (list, tuple)) else [item]) if isinstance(v, float)]
+    return out
 
 
 def _csv(choices):
@@ -74,10 +96,10 @@ def parse_sizes(text: str) -> list[int]:
     def one(s: str) -> int:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", s, re.IGNORECASE)
         suffix = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-        value = int(float(m.group(1)) * suffix[m.group(2).upper()]) if m else 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: sizes like 1K, 16M, 1G, all > 0")
-        return value
+        value = float(m.group(1)) * suffix[m.group(2).upper()] if m else 0.0
+        if not 1 <= value <= MAX_SIZE_BYTES:
+            raise argparse.ArgumentTypeError(f"{text!r}: sizes like 1K, 16M, 1G, from 1 B to 1 PiB")
+        return int(value)
 
     if ":" in text:
         lo, hi = (one(s) for s in text.split(":", 1))
@@ -115,7 +137,8 @@ def _add_numerics(p: argparse.ArgumentParser) -> None:
 
 def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.ArgumentParser:
     p = Parser(prog=prog, description="collective, link, compute and overlap probes", add_help=add_help)
-    p.add_argument("--out", type=Path, required=True, help="run directory for the records")
+    p.add_argument("--out", type=Path, required=True, help="run directory for the records (a new or empty one)")
+    p.add_argument("--force", action="store_true", help="--out holds an earlier run: move it aside (never deleted)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
     p.add_argument("--parts", type=_csv(PROBE_PARTS), default=list(PROBE_PARTS), help="which probes to run")
     p.add_argument(
@@ -144,7 +167,8 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
 
 def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.ArgumentParser:
     p = Parser(prog=prog, description="real DDP training with per-rank per-step records", add_help=add_help)
-    p.add_argument("--out", type=Path, required=True, help="run directory for the records")
+    p.add_argument("--out", type=Path, required=True, help="run directory for the records (a new or empty one)")
+    p.add_argument("--force", action="store_true", help="--out holds an earlier run: move it aside (never deleted)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
     p.add_argument("--model", default="gpt2-tiny", help="model preset (scenarios/models.toml)")
     p.add_argument("--steps", type=_positive(int), default=20, help="optimizer steps")
@@ -208,12 +232,36 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
         raise ValueError(
             f"--bucket-cap-mb {args.bucket_cap_mb:g}: with --compile it must be >= 1 (torch's 1 MiB first bucket)"
         )
+    seq_len = args.seq_len or context
+    if verb == "train" and args.data is not None and this_machine:  # elsewhere: the path is the node's
+        from realrun.footprint import check_data_file
+
+        check_data_file(args.data, models[args.model]["vocab_size"], seq_len)
     # The hardware checks import torch (~2 s), so only here, never at import: ddplab imports
     # this module at startup.
     from realrun.precision import preflight
 
     straggler = getattr(args, "straggler", ())
-    preflight(args.backend, args.precision, args.compile, straggler, this_machine=this_machine)
+    precision = preflight(args.backend, args.precision, args.compile, straggler, this_machine=this_machine)
+    if this_machine:
+        _check_memory(verb, args, models[args.model], seq_len, precision)
+
+
+def _check_memory(verb: str, args: argparse.Namespace, shape: dict, seq_len: int, precision: str) -> None:
+    """Refuse before launch what cannot fit: ``--nproc`` ranks in host memory, one micro-batch
+    in a GPU's (realrun/footprint.py: floors, never a run that would fit)."""
+    from realrun import footprint
+
+    micro = max(args.micro_batches) if verb == "probe" else max(args.micro_batch_per_rank or [args.micro_batch])
+    need = footprint.rank_bytes_at_least(shape, micro, seq_len, precision)
+    on_gpu = args.backend == "nccl"
+    nproc = getattr(args, "nproc", 1)
+    footprint.check_host(nproc, 0 if on_gpu else need, footprint.available_bytes(), micro)
+    if on_gpu:
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        footprint.check_device(need, props.total_memory, props.name, micro)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: torchrun ... -m realrun {{{','.join(PARSERS)}}} [options]", file=sys.stderr)
         return 2
     verb, rest = argv[0], argv[1:]
+    from realrun.lifeline import watch
+
+    watch(_end_this_rank)  # a no-op unless ddplab launched this rank
     args = PARSERS[verb](f"realrun {verb}").parse_args(rest)
     try:
         check_args(verb, args)
@@ -233,3 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from realrun.train import run
     return run(args)
+
+
+def _end_this_rank(reason: str) -> None:
+    """The launcher is gone or let go: mark the records and leave at once, without tearing
+    down a process group whose peers are leaving too (that can block)."""
+    from realrun.records import abandon_open
+
+    abandon_open(reason)
+    os._exit(1)

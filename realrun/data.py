@@ -5,6 +5,8 @@ from pathlib import Path
 
 import torch
 
+from realrun.footprint import check_data_file
+
 
 class Batches:
     def __init__(self, *, vocab_size: int, seq_len: int, seed: int, rank: int, data_file: Path | None = None):
@@ -13,11 +15,8 @@ class Batches:
         self.gen = torch.Generator().manual_seed(seed * 100_003 + rank)
         self.text = None
         if data_file is not None:
+            check_data_file(data_file, vocab_size, seq_len)
             raw = Path(data_file).read_bytes()
-            if vocab_size < 256:
-                raise ValueError(f"--data: byte tokens need a vocabulary >= 256, the model has {vocab_size}")
-            if len(raw) < seq_len + 2:
-                raise ValueError(f"--data: {data_file} has {len(raw)} bytes, fewer than seq_len + 2")
             self.text = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
 
     def next(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ realrun/findings.py; this module runs both and prints the result.
 JSON (``diagnose``'s dict; ``schema`` is bumped on any incompatible change):
 
     schema          "ddplab-doctor/1"
-    master          {host, port, address (IPv4 or null), local (bool: an address of
+    master          {host, port, address (IPv4, else IPv6, or null), local (bool: an address of
                      this machine), loopback (bool), interface (owner when local), error}
     interfaces      [{name, index, kind, info_kind, state, mtu, speed_mbit_s (null when
                      /sys cannot say), addresses [{address, prefixlen, family}]}]
@@ -32,7 +32,8 @@ JSON (``diagnose``'s dict; ``schema`` is bumped on any incompatible change):
     port            {status: open | refused | timeout | unreachable | unresolved | error,
                      detail (words), errno}
     rendezvous      {is_host (bool: master is local), torchrun_detects_host (bool),
-                     problem (words or null)}
+                     problem (words or null), warning (words or null: the store, which has
+                     no authentication, would answer on a public address)}
     settings        {env {NAME: value}, env_line, torchrun (shell line), torchrun_argv,
                      nnodes, nproc_per_node, verb_args}
     problems        [words]: every problem above, in order
@@ -46,6 +47,9 @@ from realrun import findings, hostfacts, nodes
 from realrun.cli import Parser
 
 SCHEMA = "ddplab-doctor/1"
+# Linux gives up a TCP connect after ~127 s of SYN retries (net.ipv4.tcp_syn_retries = 6): a
+# longer timeout only makes a typo wait.
+MAX_TIMEOUT_S = 300.0
 
 
 def diagnose(
@@ -111,6 +115,8 @@ def format_report(d: dict) -> list[str]:
     )
     if rz["problem"]:
         out.append(f"  {rz['problem']}")
+    if rz["warning"]:
+        out.append(f"  warning: {rz['warning']}")
     out.append(f"port {m['port']}: {d['port']['detail']}")
     s = d["settings"]
     out += ["", f"This node ({s['nnodes']} nodes x {s['nproc_per_node']} processes):"]
@@ -133,8 +139,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> dict:
     host, port = nodes.parse_endpoint(args.master)
-    if not args.timeout_s > 0:
-        raise ValueError(f"--timeout-s: must be > 0, got {args.timeout_s}")
+    if not 0 < args.timeout_s <= MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout-s: must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {args.timeout_s}")
     return diagnose(
         host, port, connect_timeout_s=args.timeout_s, nnodes=args.nnodes, nproc_per_node=args.nproc_per_node
     )
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(d, indent=2) if args.json else "\n".join(format_report(d)))
+    print(json.dumps(d, indent=2, allow_nan=False) if args.json else "\n".join(format_report(d)))
     return 0
 
 

@@ -55,6 +55,18 @@ def _subnet(address: str | None, ifaces: list[dict]) -> str:
     return "<this node's subnet>"
 
 
+def store_warning(public: list[str], port: int, is_host: bool) -> str | None:
+    """Words for netrules.store_exposure's addresses; None when there are none."""
+    if not public:
+        return None
+    where = "this node listens on every address, public ones included" if is_host else "the master is public"
+    return (
+        f"the rendezvous store has no authentication and {where} ({', '.join(public)}): anyone who "
+        f"reaches port {port} can join or stop the job; use a private network, or let only the job's "
+        "nodes through a firewall"
+    )
+
+
 def port_check(probe: PortProbe, subnet: str, is_host: bool) -> dict:
     """The port's JSON entry: ``probe``'s status in words for this node's role."""
     if probe.status == "unresolved":
@@ -104,7 +116,7 @@ def from_facts(facts: Facts, *, nnodes: int, nproc_per_node: int, verb_args: lis
         "local": local,
         "loopback": loopback,
         "interface": owner,
-        "error": None if address else f"{master_host!r} does not resolve to an IPv4 address",
+        "error": None if address else f"{master_host!r} does not resolve to an address",
     }
     if master["error"]:
         problems.append(f"master: {master['error']}")
@@ -133,7 +145,7 @@ def from_facts(facts: Facts, *, nnodes: int, nproc_per_node: int, verb_args: lis
     detects = netrules.torchrun_detects_host(
         master_host, facts.hostname, facts.master_tcp_addresses, facts.hostname_tcp
     )
-    rdzv = {"is_host": local, "torchrun_detects_host": detects, "problem": None}
+    rdzv = {"is_host": local, "torchrun_detects_host": detects, "problem": None, "warning": None}
     if local and not detects:
         rdzv["problem"] = (
             f"torchrun would not recognise this node as the rendezvous host ({master_host} is not what "
@@ -144,6 +156,9 @@ def from_facts(facts: Facts, *, nnodes: int, nproc_per_node: int, verb_args: lis
         rdzv["problem"] = f"torchrun would host the store here, but {master_host} is not on this machine"
     if rdzv["problem"]:
         problems.append(f"rendezvous: {rdzv['problem']}")
+    rdzv["warning"] = store_warning(netrules.store_exposure(address, local, ifaces), port, local)
+    if rdzv["warning"]:
+        problems.append(f"store: {rdzv['warning']}")
 
     pc = port_check(facts.port, _subnet(node["address"], ifaces), local)
     if pc["status"] not in ("open", "refused") or (local and pc["status"] == "open"):

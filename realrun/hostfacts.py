@@ -54,7 +54,7 @@ class Facts(NamedTuple):
     interfaces_error: str | None
     master_host: str
     master_port: int
-    master_addresses: list[str]  # IPv4, in resolver order
+    master_addresses: list[str]  # IPv4 then IPv6, each in resolver order
     route: dict  # route_to(the first master address); every field None when it does not resolve
     hostname: str
     hostname_addresses: list[str]  # IPv4, in resolver order
@@ -170,6 +170,16 @@ def resolve_ipv4(host: str) -> list[str]:
     return list(dict.fromkeys(i[4][0] for i in infos))
 
 
+def resolve(host: str) -> list[str]:
+    """IPv4 addresses first (what gloo and NCCL bind by default), then IPv6: an IPv6 endpoint
+    such as ``[::1]:29500`` or a name with only AAAA records resolves too."""
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET6, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        infos = []
+    return resolve_ipv4(host) + list(dict.fromkeys(i[4][0] for i in infos))
+
+
 def route_to(address: str) -> dict:
     rows, err = _ip_json("route", "get", address)
     if rows:
@@ -182,8 +192,9 @@ def route_to(address: str) -> dict:
             "error": None,
         }
     # No iproute2 answer: the kernel's source choice for a UDP "connect" sends nothing.
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect((address, 9))
             src = s.getsockname()[0]
     except OSError as e:
@@ -235,7 +246,7 @@ def connect(address: str | None, port: int, timeout_s: float) -> PortProbe:
 def gather(master_host: str, port: int, connect_timeout_s: float, env=None) -> Facts:
     """Everything the rules read, for this machine (or network namespace)."""
     ifaces, if_err = interfaces()
-    addrs = resolve_ipv4(master_host)
+    addrs = resolve(master_host)
     address = addrs[0] if addrs else None
     route = route_to(address) if address else {"dev": None, "src": None, "gateway": None, "type": None}
     route.setdefault("error", None)

@@ -1,13 +1,39 @@
-"""Start ``torchrun -m realrun <verb>`` on this machine (``ddplab probe/train --nproc N``).
+"""Start ``torchrun -m realrun <verb>`` on this machine (``ddplab probe/train --nproc N``)
+and own it until it ends: whatever ends the launcher ends the run.
 
 torch-free: the CLI imports it without paying for torch. One machine, so the
 rendezvous is torchrun's --standalone (c10d on localhost, a free port); gloo is
 pinned to loopback unless the user chose an interface.
+
+How the run dies with its owner (docs/reliability.md):
+- torchrun gets a parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``) and a
+  session of its own, so a terminal's Ctrl-C reaches the launcher alone, which
+  then stops the run in order instead of three tracebacks;
+- torchrun starts each rank in a new session, out of reach of both, so the ranks
+  watch the folder's lifeline (realrun/runfolder.py, realrun/lifeline.py);
+- after torchrun ends, any rank file without an end record gets one saying why.
+torchrun's whole output goes to ``<out>/<verb>.log``; the console gets the ranks'
+lines (stdout to stdout, stderr to stderr) less torchrun's logging and its ~45-line
+ChildFailedError traceback, then ddplab's diagnosis.
 """
 
+import ctypes
+import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+import uuid
+
+from realrun.records import end_unfinished
+from realrun.runfolder import RUN_ID_ENV, RunFolder
+
+STOP_GRACE_S = 3.0  # ranks poll the lifeline every 0.2 s; they are gone well within this
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def torchrun_command(verb: str, worker_args: list[str], nproc: int) -> list[str]:
@@ -24,15 +50,180 @@ def torchrun_command(verb: str, worker_args: list[str], nproc: int) -> list[str]
     ]
 
 
-def run_local(verb: str, worker_args: list[str], nproc: int, timeout_s: float | None = None) -> int:
-    env = dict(os.environ)
+def die_with_parent() -> None:
+    """``preexec_fn``: SIGKILL this child when the process that started it dies (Linux; elsewhere
+    the ranks' lifeline alone ends the run, and torchrun follows its ranks)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took hold
+        os._exit(1)
+
+
+def run_env(folder: RunFolder, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The ranks' environment: the lifeline and one run id for every rank's records."""
+    env = dict(os.environ if base is None else base)
+    env.update(folder.lifeline.env())
+    env[RUN_ID_ENV] = uuid.uuid4().hex[:12]
+    return env
+
+
+def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, timeout_s: float | None = None) -> int:
+    """Run torchrun with ``nproc`` ranks writing into ``folder``; returns its exit code, 130
+    after Ctrl-C (or SIGTERM), 124 past ``timeout_s``."""
+    env = run_env(folder)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     # Share the cores instead of every rank spawning one thread per core.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = torchrun_command(verb, worker_args, nproc)
+    log_path = folder.path / f"{verb}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            torchrun_command(verb, worker_args, nproc),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        lock = threading.Lock()
+        echoes = [
+            threading.Thread(target=_echo, args=(stream, sink, log, lock), daemon=True)
+            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+        ]
+        for echo in echoes:
+            echo.start()
+        code, why = _wait(proc, timeout_s)
+        if why:
+            _stop(proc, folder, why)
+        for echo in echoes:
+            echo.join(timeout=5)
+    code = proc.returncode if code is None else code
+    end_unfinished(folder.path, verb, why or f"the rank ended without an end record (torchrun exit code {code})")
+    return code
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None) -> tuple[int | None, str | None]:
+    """Wait for torchrun. (None, None) when it ended by itself, else the launcher's exit code
+    and why it stopped the run."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return subprocess.run(cmd, env=env, timeout=timeout_s).returncode
+        proc.wait(timeout=timeout_s)
+        return None, None
     except subprocess.TimeoutExpired:
-        print(f"ddplab {verb}: torchrun did not finish within {timeout_s:.0f} s; stopped it", file=sys.stderr)
-        return 124
+        return 124, f"interrupted: the run exceeded its {timeout_s:.0f} s limit"
+    except KeyboardInterrupt:
+        return 130, "interrupted: Ctrl-C (or SIGTERM) to the launcher"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop(proc: subprocess.Popen, folder: RunFolder, why: str) -> None:
+    """Let the ranks go (they mark their records and exit), then end torchrun's session."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    try:
+        folder.lifeline.let_go(why)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        _kill_ranks_left(folder)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _kill_ranks_left(folder: RunFolder) -> None:
+    """Ranks live in sessions of their own; one that did not answer the lifeline in time (stuck
+    in a call that holds the GIL) is killed by the pid its meta record gives."""
+    killed = []
+    for path in folder.path.glob("*-rank*.jsonl"):
+        with open(path) as f:
+            first = f.readline()
+        try:
+            meta = json.loads(first)
+        except json.JSONDecodeError:
+            continue
+        pid = meta.get("pid")
+        if meta.get("host") != socket.gethostname() or not isinstance(pid, int) or not _is_rank(pid):
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 1.0  # gone before end_unfinished appends to their files
+    while killed and time.monotonic() < deadline and any(_is_rank(p) for p in killed):
+        time.sleep(0.05)
+
+
+def _is_rank(pid: int) -> bool:
+    """Alive and, where /proc tells, a realrun process (not a new one that got the pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"realrun" in f.read()
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False
+    except OSError:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+# torchrun's own noise: glog-style log lines of torch.distributed ("W1130 20:30:00.123 4242
+# torch/distributed/..."), c10d's C++ warnings ("[W1130 ...]"), and the traceback plus
+# failure table it prints when a rank fails. All of it stays in the log.
+_TORCH_LOG = re.compile(r"^\[?[WIEF]\d{4} \d\d:\d\d:\d\d")
+
+
+class TorchrunFilter:
+    """Which lines of torchrun's merged output the console sees."""
+
+    def __init__(self):
+        self.in_traceback = False
+        self.rest_is_torchrun = False  # after ChildFailedError: its failure table to the end
+
+    def show(self, line: str) -> bool:
+        if self.rest_is_torchrun:
+            return False
+        if line.startswith("Traceback (most recent call last):"):
+            self.in_traceback = True
+            return False
+        if self.in_traceback:
+            if line[:1].isspace() or not line.strip():
+                return False
+            self.in_traceback = False  # the exception's own line
+            if "ChildFailedError" in line or "SignalException" in line:
+                self.rest_is_torchrun = True
+                return False
+            return True
+        return not _TORCH_LOG.match(line)
+
+
+def _echo(stream, sink, log, lock: threading.Lock) -> None:
+    """Copy one of torchrun's streams into the log, whole, and onto ``sink``, filtered."""
+    keep = TorchrunFilter()
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        with lock:
+            log.write(line)
+            log.flush()
+        if keep.show(line):
+            try:
+                sink.write(line)
+                sink.flush()
+            except (BrokenPipeError, ValueError):  # `ddplab train | head`: keep logging
+                pass

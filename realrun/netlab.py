@@ -21,8 +21,11 @@ interfaces and namespaces we did not create are never touched.
 """
 
 import json
+import os
 import re
+import signal
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -250,7 +253,9 @@ def down(name: str | None = None) -> list[str]:
     """Remove the lab's namespaces (their interfaces go with them) and its files.
     ``name=None``: every ddplab lab, e.g. leftovers of a killed run."""
     removed = []
-    for ns in our_namespaces(name):
+    namespaces = our_namespaces(name)
+    _end_processes(namespaces)
+    for ns in namespaces:
         if _run("ip", "netns", "del", ns, check=False).returncode == 0:
             removed.append(ns)
     for d in NETNS_ETC.glob(f"{PREFIX}{name + '-' if name else ''}*"):
@@ -260,6 +265,34 @@ def down(name: str | None = None) -> list[str]:
     for f in STATE_DIR.glob(f"{name or '*'}.json"):
         f.unlink()
     return removed
+
+
+def _end_processes(namespaces: list[str], grace_s: float = 2.0) -> None:
+    """Processes still running inside the labs being removed (a killed `netlab run` leaves its
+    torchruns behind on kernels without a parent-death signal, or ranks writing into the run
+    folder): SIGTERM, then SIGKILL after ``grace_s``. Deleting a namespace alone does not
+    end them; they would run on, unreachable, still writing their records."""
+    pids = {int(p) for ns in namespaces for p in _run("ip", "netns", "pids", ns, check=False).stdout.split()}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while pids and time.monotonic() < deadline:
+            pids = {p for p in pids if _alive(p)}
+            time.sleep(0.05)
+        if not pids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone, only unreaped
+    except (OSError, IndexError):
+        return False
 
 
 def status() -> list[dict]:

@@ -22,7 +22,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from realrun.launch import die_with_parent, run_env
 from realrun.netlab import Lab
+from realrun.records import end_unfinished
+from realrun.runfolder import LIFELINE_ENV, RUN_ID_ENV, RunFolder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,9 +38,13 @@ class Discovery:
     port: int = 29500
 
 
-def host_argv(lab: Lab, host: int, verb: str, verb_args: list[str], d: Discovery, nproc: int = 1) -> list[str]:
+def host_argv(
+    lab: Lab, host: int, verb: str, verb_args: list[str], d: Discovery, nproc: int = 1, run_env: dict | None = None
+) -> list[str]:
+    """``run_env``: the lifeline and run id every rank gets (realrun/launch.py run_env)."""
     spec = lab.spec
     env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.update({k: v for k, v in (run_env or {}).items() if k in (LIFELINE_ENV, RUN_ID_ENV)})
     if d.gloo_ifname:
         env["GLOO_SOCKET_IFNAME"] = "eth0"
     torchrun = [
@@ -69,7 +76,7 @@ def run(
     lab: Lab,
     verb: str,
     verb_args: list[str],
-    out_dir: Path,
+    folder: RunFolder,
     *,
     discovery: Discovery = Discovery(),
     start_timeout_s: float = 60.0,
@@ -81,16 +88,24 @@ def run(
     ``start_timeout_s``: how long discovery may take before no rank has started
     (written its meta record) counts as a hang. ``timeout_s``: the whole run.
     """
-    out_dir = Path(out_dir)
+    out_dir = folder.path
     log_dir = out_dir / "netlab"
     log_dir.mkdir(parents=True, exist_ok=True)
-    argvs = [host_argv(lab, i, verb, verb_args, discovery) for i in range(lab.spec.hosts)]
+    env = run_env(folder, base={})
+    argvs = [host_argv(lab, i, verb, verb_args, discovery, run_env=env) for i in range(lab.spec.hosts)]
     (log_dir / "commands.json").write_text(json.dumps({"lab": lab.state(), "argv": argvs}, indent=2))
     procs = []
+    ended = "interrupted: netlab run stopped (Ctrl-C, SIGTERM or an error of its own)"
     try:
         for i, argv in enumerate(argvs):
             log = open(log_dir / f"host{i}.log", "w")
-            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            # Dies with this process (Linux's parent-death signal survives `ip netns exec`'s
+            # exec); the ranks torchrun starts follow the run folder's lifeline.
+            procs.append(
+                subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
+                )
+            )
         t0 = time.monotonic()
         echo = _Tail(log_dir / "host0.log", progress)
         while True:
@@ -105,18 +120,22 @@ def run(
                 break
             if _started_ranks(out_dir, verb) == 0 and elapsed > start_timeout_s:
                 progress(f"netlab: no rank started within {start_timeout_s:.0f} s: discovery hangs; diagnosing")
-                _kill_all(procs)
+                ended = f"interrupted: no rank started within {start_timeout_s:.0f} s"
+                _kill_all(procs, folder, ended)
                 return 124, diagnose(lab, discovery, log_dir)
             if elapsed > timeout_s:
                 progress(f"netlab: the run exceeded {timeout_s:.0f} s; stopping it")
-                _kill_all(procs)
+                ended = f"interrupted: the run exceeded its {timeout_s:.0f} s limit"
+                _kill_all(procs, folder, ended)
                 return 124, diagnose(lab, discovery, log_dir)
             time.sleep(0.2)
         echo.poll()
         code = next((c for c in codes if c), 0) if all(c is not None for c in codes) else 1
+        ended = f"the rank ended without an end record (torchrun exit code {code})"
         return code, ([] if code == 0 else diagnose(lab, discovery, log_dir))
     finally:
-        _kill_all(procs)
+        _kill_all(procs, folder, ended)
+        end_unfinished(out_dir, verb, ended)
 
 
 class _Tail:
@@ -145,7 +164,10 @@ def _wait_all(procs, grace_s: float) -> None:
         time.sleep(0.2)
 
 
-def _kill_all(procs) -> None:
+def _kill_all(procs, folder: RunFolder, why: str) -> None:
+    """Let the ranks go (they mark their records), then end every host's torchrun."""
+    if any(p.poll() is None for p in procs):
+        folder.lifeline.let_go(why)
     for p in procs:
         if p.poll() is None:
             try:

@@ -19,6 +19,9 @@ The rules, from the sources (torch 2.13, NCCL src/misc/socket.cc):
 - torchrun's c10d rendezvous hosts the TCP store on the node that is told
   ``is_host=1``, or else on the node whose hostname or its addresses equal the
   endpoint (torch.distributed.elastic.rendezvous.utils._matches_machine_hostname).
+  The store listens on every address of that node (c10d SocketListenOp: getaddrinfo
+  with no host and AI_PASSIVE, the wildcard) and has no authentication: whoever
+  reaches the port can read and write the job's keys, join it or stop it.
 """
 
 import ipaddress
@@ -178,3 +181,20 @@ def torchrun_detects_host(host: str, this_host: str, host_ips: list[str], mine: 
     if mine is None:
         return False
     return any((canon and canon == host) or (addr and a == str(addr)) or a in host_ips for canon, a in mine)
+
+
+def is_public(address: str) -> bool:
+    """Reachable from outside a private network: not private (RFC 1918, ULA), loopback or
+    link-local. Shared space such as 100.64/10 (CGNAT, Tailscale) counts as public: other
+    subscribers of the carrier share it."""
+    a = ipaddress.ip_address(address)
+    return not (a.is_private or a.is_loopback or a.is_link_local)
+
+
+def store_exposure(master_address: str | None, is_host: bool, ifaces: list[dict]) -> list[str]:
+    """The public addresses torchrun's TCP store would answer on: every public address of this
+    node when it hosts the store (it listens on all of them), else the master's if public."""
+    if is_host:
+        mine = [a["address"] for i in ifaces for a in i["addresses"]]
+        return [a for a in dict.fromkeys([*mine, master_address]) if a and is_public(a)]
+    return [master_address] if master_address and is_public(master_address) else []

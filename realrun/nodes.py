@@ -23,6 +23,13 @@ DEFAULT_PORT = 29500
 """torchrun's default rendezvous port (the seed's 29500)."""
 DEFAULT_VERB_ARGS = ("train", "--out", "runs/multinode")
 _SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+# One printed torchrun line per node: 4x the largest cluster built so far (xAI Colossus, ~200k
+# GPUs: 25k nodes of 8) and ~5 s of printing here; a count past it is a typo, and 10^8 nodes
+# took minutes and gigabytes to print.
+MAX_NODES = 100_000
+# Processes on one machine, each a rank with its own device or cores: machines have 8-16 GPUs
+# and at most a few hundred hardware threads.
+MAX_NPROC_PER_NODE = 1024
 
 
 def parse_endpoint(text: str, flag: str = "--master") -> tuple[str, int]:
@@ -47,10 +54,10 @@ def endpoint(host: str, port: int) -> str:
 
 
 def check_counts(nodes: int, nproc_per_node: int, flag_nodes: str = "--nodes") -> None:
-    if nodes < 1:
-        raise ValueError(f"{flag_nodes}: at least 1 node, got {nodes}")
-    if nproc_per_node < 1:
-        raise ValueError(f"--nproc-per-node: at least 1 process per node, got {nproc_per_node}")
+    if not 1 <= nodes <= MAX_NODES:
+        raise ValueError(f"{flag_nodes}: 1 to {MAX_NODES:,} nodes (4x the largest cluster built), got {nodes}")
+    if not 1 <= nproc_per_node <= MAX_NPROC_PER_NODE:
+        raise ValueError(f"--nproc-per-node: 1 to {MAX_NPROC_PER_NODE} processes per node, got {nproc_per_node}")
 
 
 def check_verb_args(verb_args: list[str] | tuple[str, ...]) -> list[str]:

@@ -9,12 +9,17 @@ import platform
 import re
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
 
+from realrun.runfolder import RUN_ID_ENV
+
 SCHEMA = "ddplab.realrun"
 SCHEMA_VERSION = 1
+END_TYPES = ("complete", "error")  # a rank file ending in neither is incomplete and unexplained
+_open_writers: set["RecordWriter"] = set()  # for abandon_open: the lifeline ends a rank from a thread
 
 
 class RecordWriter:
@@ -25,6 +30,8 @@ class RecordWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "w")
         self._t0 = time.time()
+        self._lock = threading.Lock()  # the lifeline thread may write the last record
+        _open_writers.add(self)
         self.write(
             {
                 "type": "meta",
@@ -39,6 +46,9 @@ class RecordWriter:
                 "interface": {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")},
                 "master": f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}",
                 "time_unix": self._t0,
+                # One id per launch in every rank's file, so that files of two runs are never read
+                # as one: the launcher's, else torchrun's (its --rdzv-id, or a fresh one standalone).
+                "run_id": os.environ.get(RUN_ID_ENV) or os.environ.get("TORCHELASTIC_RUN_ID"),
                 **dist_info,
                 **(run_info or {}),
             }
@@ -46,17 +56,71 @@ class RecordWriter:
 
     def write(self, record: dict) -> None:
         # One line per record, flushed: a rank killed mid-run loses nothing it wrote.
-        self._f.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._f.flush()
+        line = _dumps(record) + "\n"
+        with self._lock:
+            if not self._f.closed:
+                self._f.write(line)
+                self._f.flush()
 
     def close(self, **summary) -> None:
-        self.write({"type": "complete", "wall_s": time.time() - self._t0, **summary})
-        self._f.close()
+        self._end({"type": "complete", "wall_s": time.time() - self._t0, **summary})
 
     def abandon(self, reason: str) -> None:
         """Record why the run ends early, without marking it complete."""
-        self.write({"type": "error", "reason": reason, "wall_s": time.time() - self._t0})
-        self._f.close()
+        self._end({"type": "error", "reason": reason, "wall_s": time.time() - self._t0})
+
+    def _end(self, record: dict) -> None:
+        self.write(record)
+        with self._lock:
+            self._f.close()
+        _open_writers.discard(self)
+
+
+def _dumps(record: dict) -> str:
+    """Standard JSON: a value that is not finite (a diverged loss) is written as null."""
+    try:
+        return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(record), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def abandon_open(reason: str) -> None:
+    """End every record file this process still writes with ``reason`` (realrun/lifeline.py)."""
+    for writer in list(_open_writers):
+        writer.abandon(reason)
+
+
+def end_unfinished(out_dir: Path, verb: str, reason: str) -> list[Path]:
+    """After the ranks are gone: give every rank file without an end record one saying
+    ``reason``, first dropping a torn last line (a rank killed mid-write). The files that
+    needed it."""
+    ended = []
+    for path in sorted(Path(out_dir).glob(f"{verb}-rank*.jsonl")):
+        raw = path.read_bytes()
+        whole = raw[: raw.rfind(b"\n") + 1]
+        try:
+            last = json.loads(whole.splitlines()[-1]) if whole.strip() else {}
+        except json.JSONDecodeError:
+            continue  # not ours to mend: read_records names it
+        if last.get("type") in END_TYPES:
+            continue
+        record = {"type": "error", "reason": reason, "by": "launcher"}
+        with open(path, "r+b") as f:
+            f.truncate(len(whole))
+            f.seek(len(whole))
+            f.write((_dumps(record) + "\n").encode())
+        ended.append(path)
+    return ended
 
 
 def one_line(err: BaseException) -> str:
@@ -89,7 +153,8 @@ class RankRecords(NamedTuple):
     meta: dict
     records: list[dict]
     complete: bool
-    error: str | None
+    error: str | None  # the rank's own last error reason
+    ended_by_launcher: str | None = None  # the launcher's reason, for a rank that could not write one
 
     def of_type(self, kind: str) -> list[dict]:
         return [r for r in self.records if r.get("type") == kind]
@@ -115,8 +180,9 @@ def read_records(path: Path) -> RankRecords:
         )
     body = parsed[1:]
     complete = bool(body) and body[-1].get("type") == "complete"
-    errors = [r["reason"] for r in body if r.get("type") == "error"]
-    return RankRecords(Path(path), meta, body, complete, errors[-1] if errors else None)
+    own = [r["reason"] for r in body if r.get("type") == "error" and r.get("by") != "launcher"]
+    launcher = [r["reason"] for r in body if r.get("type") == "error" and r.get("by") == "launcher"]
+    return RankRecords(Path(path), meta, body, complete, own[-1] if own else None, launcher[-1] if launcher else None)
 
 
 def rank_file(out_dir: Path, verb: str, rank: int) -> Path:
@@ -124,8 +190,17 @@ def rank_file(out_dir: Path, verb: str, rank: int) -> Path:
 
 
 def read_run(out_dir: Path, verb: str) -> list[RankRecords]:
-    """Every rank's records of one verb in a run directory, by rank."""
+    """Every rank's records of one verb in a run directory, by rank; files of two runs
+    mixed in one folder are named as such (calibrate/records.py checks the same)."""
     files = sorted(Path(out_dir).glob(f"{verb}-rank*.jsonl"))
     if not files:
         raise ValueError(f"{out_dir}: no {verb} records (expected {verb}-rankNNNN.jsonl)")
-    return [read_records(f) for f in files]
+    ranks = [read_records(f) for f in files]
+    runs = {r.meta.get("run_id") for r in ranks} - {None}
+    worlds = {r.meta.get("world_size") for r in ranks}
+    if len(runs) > 1 or len(worlds) > 1 or len(ranks) > max(w or 0 for w in worlds):
+        raise ValueError(
+            f"{out_dir}: {verb} files of more than one run are mixed here (run ids {sorted(runs)},"
+            f" world sizes {sorted(w or 0 for w in worlds)}, {len(ranks)} files); keep one run per folder"
+        )
+    return ranks

@@ -13,8 +13,6 @@ COLUMNS = ("total_s", "data_s", "forward_s", "backward_s", "wait_s", "optimizer_
 def summarize_train(out_dir: Path) -> list[str]:
     ranks = read_run(out_dir, "train")
     meta = ranks[0].meta
-    # Files of ranks beyond this run's world are left from an earlier, larger run in the same folder.
-    ranks = [r for r in ranks if r.meta.get("rank", 0) < meta.get("world_size", len(ranks))]
     cfg = meta.get("config", {})
     done = all(r.complete for r in ranks)
     lines = [
@@ -28,7 +26,8 @@ def summarize_train(out_dir: Path) -> list[str]:
         for c in COLUMNS:
             values = [s[c] for s in steps if c in s]
             cells.append(f"{median(values):>11.4f}" if values else f"{'-':>11}")
-        loss = f"{steps[-1]['loss']:>9.4f}" if steps else f"{'-':>9}"
+        last = steps[-1].get("loss", float("nan")) if steps else None
+        loss = f"{'-':>9}" if not steps else f"{float('nan') if last is None else last:>9.4f}"  # null: diverged
         status = "complete" if r.complete else ("error" if r.error else "no end record")
         lines.append(f"{r.meta.get('rank'):>4} {len(steps):>5} " + " ".join(cells) + f" {loss}  {status}")
     if not done:
@@ -53,7 +52,9 @@ def _diagnose(ranks: list[RankRecords]) -> list[str]:
         faults = r.of_type("fault")
         fault = faults[-1] if faults else {}
         if r.error is None:
-            culprits.append(f"rank {rank} stopped {_last_step(r)} without an error record (killed or hung)")
+            interrupted = (r.ended_by_launcher or "").startswith("interrupted")
+            note = f"; the launcher: {r.ended_by_launcher}" if interrupted else ""
+            culprits.append(f"rank {rank} stopped {_last_step(r)} without an error record (killed or hung{note})")
         elif not silent and fault.get("terminated") and not fault.get("collective"):
             culprits.append(
                 f"rank {rank} stopped {_last_step(r)} during {fault.get('phase')}, outside any collective"
@@ -62,3 +63,13 @@ def _diagnose(ranks: list[RankRecords]) -> list[str]:
         else:
             others.append(f"rank {rank}: {r.error}")
     return culprits + others
+
+
+def failure_line(out_dir: Path, verb: str, code: int) -> str:
+    """The launcher's last word on a run that did not finish: how it ended and where to look."""
+    where = f"records so far in {out_dir}/ (each rank's file ends with why); torchrun's output: {out_dir}/{verb}.log"
+    if code == 130:
+        return f"interrupted; {where}"
+    if code == 124:
+        return f"stopped at its time limit; {where}"
+    return f"ranks exited with code {code}; {where}"

@@ -26,6 +26,8 @@ def scenario_path(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.exists():
         return p
+    if p.suffix == ".toml" or len(p.parts) > 1:  # a path, not a preset name: say what is missing
+        raise ValueError(f"scenario {name_or_path!r}: no such file: {name_or_path}")
     candidate = SCENARIO_DIR / f"{name_or_path}.toml"
     if candidate.exists() and candidate != MODELS_FILE:
         return candidate

@@ -9,6 +9,7 @@ Over 400 lines on purpose: this is the whole schema, and a reader looking up one
 should find every other beside it; it holds no logic beyond each field's check.
 """
 
+import math
 from dataclasses import dataclass, field
 
 from sim.gpt2 import GPT2Shape, model_shape
@@ -362,7 +363,7 @@ def parse_stragglers(text: str, key: str = "stragglers") -> dict[int, float]:
         except ValueError:
             rank, factor = -1, 0.0
         _require(
-            sep == ":" and rank >= 0 and factor > 0,
+            sep == ":" and rank >= 0 and 0 < factor < math.inf,  # nan fails both; inf makes every step inf
             key,
             item,
             "expected RANK:SLOWDOWN like 17:1.4",

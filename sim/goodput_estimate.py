@@ -65,6 +65,11 @@ def estimate(
     )
 
 
+def default_grid(daly_min: float) -> np.ndarray:
+    """best_interval_simulated's intervals: 13 geometric points from 0.4x to 2.5x Daly's."""
+    return daly_min * np.geomspace(0.4, 2.5, 13)
+
+
 class BestInterval(NamedTuple):
     interval_min: float
     wall_per_work: float  # of the fitted curve at interval_min
@@ -91,8 +96,7 @@ def best_interval_simulated(
 
     need_finite_optimum(mtbf_min, checkpoint_min)
     if grid_interval_min is None:
-        daly = daly_interval_min(checkpoint_min=checkpoint_min, mtbf_min=mtbf_min)
-        grid_interval_min = daly * np.geomspace(0.4, 2.5, 13)
+        grid_interval_min = default_grid(daly_interval_min(checkpoint_min=checkpoint_min, mtbf_min=mtbf_min))
     taus = np.asarray(grid_interval_min, dtype=float)
     if taus.ndim != 1 or len(taus) < 4 or not np.all(taus > 0):
         raise ValueError(f"grid_interval_min: need >= 4 intervals > 0, got {grid_interval_min!r}")

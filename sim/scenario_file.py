@@ -5,6 +5,7 @@ for a scenario; sim/config.py is the schema it fills.
 """
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -14,6 +15,19 @@ from sim.config import Scenario
 from sim.precision import PRECISIONS
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Scenario) if dataclasses.is_dataclass(f.type)}
+# TOML's integers are 64-bit signed (toml.io, "Integer"); tomllib and --set's parse do not
+# enforce it, and numpy fails past it without naming the key.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
+def _number(key: str, value, t):
+    """An int in TOML's range, or a finite float: NaN and inf pass every `> 0` check and
+    then turn every result into NaN, so no key takes them (`nan`, `inf` are TOML floats)."""
+    if t is int and not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"{key}: must fit in a 64-bit integer (TOML's range), got {value!r}")
+    if t is float and not math.isfinite(value):
+        raise ValueError(f"{key}: must be a finite number, got {value!r}")
+    return t(value)
 
 
 def _check_type(key: str, value, hint):
@@ -33,9 +47,9 @@ def _check_type(key: str, value, hint):
         if t is bool and isinstance(value, bool):
             return value
         if t is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return _number(key, value, int)
         if t is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            return _number(key, value, float)
         if t is str and isinstance(value, str):
             return value
     names = " or ".join(getattr(t, "__name__", "table") for t in allowed if t is not type(None))
@@ -79,6 +93,8 @@ def load_toml(path: Path) -> dict:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: malformed TOML ({e})") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays or inline tables
+        raise ValueError(f"{path}: nested too deeply to read (arrays or tables inside each other)") from None
     except OSError as e:
         raise ValueError(f"{path}: cannot read ({e.strerror})") from None
 
@@ -114,6 +130,8 @@ def parse_override(text: str) -> tuple[list[str], object]:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw.strip()
+    except RecursionError:
+        raise ValueError(f"--set {key}: value nested too deeply to read") from None
     return key.split("."), value
 
 

@@ -143,6 +143,7 @@ def _from_spans(result: SimResult) -> dict:
 def write_chrome_trace(result: SimResult, path) -> Path:
     """Write ``chrome_trace(result)`` as JSON to ``path``; returns the path."""
     path = Path(path)
+    text = json.dumps(chrome_trace(result), allow_nan=False)  # before opening: no half-written file
     with open(path, "w") as f:
-        json.dump(chrome_trace(result), f)
+        f.write(text)
     return path

@@ -3,6 +3,9 @@
 import re
 
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+# 1 PiB: thousands of times any accelerator's memory, so no collective moves more; past it a
+# size is a typo, and past ~1e308 its digits overflow a float (a traceback before this bound).
+MAX_SIZE_BYTES = 1 << 50
 
 
 def parse_size(text: str, key: str = "--sizes") -> int:
@@ -10,10 +13,10 @@ def parse_size(text: str, key: str = "--sizes") -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not m:
         raise ValueError(f"{key}: expected a size like 1K, 16M or 1G, got {text!r}")
-    value = int(float(m.group(1)) * _SUFFIX[m.group(2).upper()])
-    if value <= 0:
-        raise ValueError(f"{key}: sizes must be > 0, got {text!r}")
-    return value
+    value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if not 1 <= value <= MAX_SIZE_BYTES:
+        raise ValueError(f"{key}: sizes must be 1 B to 1 PiB, got {text!r}")
+    return int(value)
 
 
 def parse_sizes(text: str, key: str = "--sizes") -> list[int]:

@@ -12,6 +12,7 @@ A mitigation is a named change to the scenario's data:
 Throughput is tokens per second of wall time; cost is GPU-hours per billion tokens.
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -88,12 +89,24 @@ def apply_mitigation(data: dict, text: str) -> tuple[dict, float, str]:
     return apply_overrides(data, [f"{full}={value}"]), 0.0, note
 
 
+def row_scenarios(data: dict, tries: list[str]) -> list[Scenario]:
+    """What each row will simulate, to size the comparison before it runs: nothing is drawn or
+    allocated per rank. exclude-slowest's row is the base (it has fewer ranks, so costs less):
+    finding its slowest rank draws every rank's speed."""
+    base = scenario_from_dict(data)
+    rows = [base]
+    for text in tries:
+        rows.append(base if text.startswith("exclude-slowest") else scenario_from_dict(apply_mitigation(data, text)[0]))
+    return rows
+
+
 def compare(data: dict, tries: list[str], *, horizon_h: float, restart_min: float) -> list[WhatIf]:
     """Doing nothing, then each mitigation, on the same seed."""
-    if horizon_h <= 0:
-        raise ValueError(f"--horizon-h: must be > 0, got {horizon_h}")
-    if restart_min < 0:
-        raise ValueError(f"--restart-min: must be >= 0, got {restart_min}")
+    # `not >`: NaN fails every comparison, so it is refused here rather than printed as a result.
+    if not (horizon_h > 0 and math.isfinite(horizon_h)):
+        raise ValueError(f"--horizon-h: must be > 0 and finite, got {horizon_h}")
+    if not (restart_min >= 0 and math.isfinite(restart_min)):
+        raise ValueError(f"--restart-min: must be >= 0 and finite, got {restart_min}")
     rows = [_run("nothing", data, 0.0, "", horizon_h)]
     for text in tries:
         changed, restart_s, note = apply_mitigation(data, text)

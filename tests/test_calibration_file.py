@@ -100,3 +100,11 @@ def test_the_cli_says_it_in_one_line(calib, tmp_path, ddplab):
     assert err.strip() == (
         f"ddplab simulate: error: --calib: {path}: compute.optimizer_s.value: expected float, got 'fast'"
     )
+
+
+def test_a_file_nested_past_the_parser_is_one_line(tmp_path, ddplab):
+    path = tmp_path / "calib.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path), "--steps", "2")
+    assert code == 2 and out == ""
+    assert err == f"ddplab simulate: error: --calib: {path}: nested too deeply to be a calibration\n"

@@ -109,6 +109,7 @@ def test_bad_input_is_one_line_exit_2(ddplab, argv, needle):
 
 def test_cli_prints_lines_and_writes_the_slurm_script(ddplab, tmp_path):
     job = tmp_path / "sub" / "job.sbatch"
+    job.parent.mkdir()  # --slurm writes into an existing folder (a missing one is refused)
     code, out, err = ddplab(
         "launch", "--nodes", "2", "--master", "10.0.0.1:29500", "--iface", "eth0", "--slurm", str(job),
         "--", "train", "--out", "runs/two",

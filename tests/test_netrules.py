@@ -278,7 +278,7 @@ def test_from_facts_seed_failure():
     assert d["node"] == {"interface": "veth0", "address": NODE} and not d["master"]["local"]
     assert (d["gloo"]["interface"], d["nccl"]["interface"]) == ("lo", "tun0")
     assert [p.split(":")[0] for p in d["problems"]] == ["gloo", "nccl", "hostname"]
-    assert d["rendezvous"] == {"is_host": False, "torchrun_detects_host": False, "problem": None}
+    assert d["rendezvous"] == {"is_host": False, "torchrun_detects_host": False, "problem": None, "warning": None}
     assert d["settings"]["torchrun"] == (
         "GLOO_SOCKET_IFNAME=veth0 NCCL_SOCKET_IFNAME=veth0 torchrun --nnodes=2 --nproc-per-node=1 "
         f"--rdzv-backend=c10d --rdzv-endpoint={PEER}:29500 --local-addr={NODE} -m realrun train --out runs/multinode"
@@ -304,7 +304,7 @@ def test_from_facts_rendezvous_and_port():
     assert d["rendezvous"]["problem"] == "torchrun would host the store here, but node is not on this machine"
     # Unresolved: no route, no port check, no interface to pin or address to publish.
     d = _verdict(_facts("nosuch.invalid", None, None, port=PortProbe("unresolved", None, None)))
-    assert d["master"]["error"] == "'nosuch.invalid' does not resolve to an IPv4 address"
+    assert d["master"]["error"] == "'nosuch.invalid' does not resolve to an address"
     assert d["problems"][0] == f"master: {d['master']['error']}"
     assert d["problems"][-1] == "port 29500: unresolved (the master name does not resolve)"
     assert d["settings"]["env"] == {} and "--local-addr" not in d["settings"]["torchrun"]

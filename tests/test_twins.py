@@ -20,7 +20,7 @@ def test_vocabularies_match():
 @pytest.mark.parametrize(
     "text",
     ["1M", "16M,1G", "1K:256M", "8:1G", "1.5K", "64KiB", "2GB", "1T", "1M,,16M", " 4M ", "4m"]
-    + ["", "0", "-1M", "1X", "16M:1M", "M", "1M,abc", ":", "1M:"],
+    + ["", "0", "-1M", "1X", "16M:1M", "M", "1M,abc", ":", "1M:", "1024T", "1025T", "0.5", "9" * 400],
 )
 def test_parse_sizes_reads_alike(text):
     """The same list from both, or an error from both."""

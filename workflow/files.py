@@ -2,15 +2,42 @@
 reader (or a rerun after Ctrl-C) never finds half a file."""
 
 import json
+import math
 import os
 from pathlib import Path
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
+def nonfinite(value, where: str = "") -> str | None:
+    """Where in ``value`` a NaN or infinity sits (``[0].seconds_per_step is nan``), or None:
+    standard JSON (RFC 8259) has neither, and strict readers refuse Python's ``NaN``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'the value'} is {value}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        found = nonfinite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        if found:
+            return found
+    return None
+
+
+def json_text(data, indent: int) -> str:
+    """Standard JSON, or a ValueError naming the NaN or infinity that would break it."""
+    found = nonfinite(data)
+    if found:
+        raise ValueError(f"{found}, which standard JSON cannot hold")
+    return json.dumps(data, indent=indent, allow_nan=False)
+
+
 def write_json_atomic(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    """Standard JSON only: a NaN or infinity raises ValueError (naming it) before anything is written."""
+    try:
+        text = json_text(data, indent=1)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    write_text_atomic(path, text + "\n")

@@ -113,11 +113,11 @@ def _goodput() -> dict:
 def _plot_stragglers(rows: list[dict], path: Path) -> None:
     """Mean step time at 1024 ranks per platform and variant, split into own work,
     exposed communication and straggler wait (they add up, sim/results.py)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from calibrate.plots import save
+
     fig = Figure(figsize=(9, 4), layout="constrained")
-    FigureCanvasAgg(fig)
     ax = fig.subplots()
     labels = [f"{r['platform']}\n{r['variant']}" for r in rows]
     x = range(len(rows))
@@ -133,4 +133,4 @@ def _plot_stragglers(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("mean step time (ms)")
     ax.set_title("1024 ranks: what jitter and one slow GPU cost (labels: scaling efficiency)")
     ax.legend(fontsize="small", loc="lower right")
-    fig.savefig(path, dpi=110)
+    save(fig, path)  # whole or not at all, like every other picture of the demo

@@ -1,0 +1,65 @@
+"""Sizes this machine cannot hold or finish, refused before anything starts.
+
+The estimates are sim/limits.py's (arithmetic on the sizes); what the machine has is read
+by realrun/footprint.py, which checks real runs the same way. A run past the memory is
+refused; a long one needs ``--yes``; one past a day is refused even then. Each refusal is
+one ValueError line with the estimate and the reason, which ddplab/cli.py prints with exit
+code 2.
+"""
+
+import math
+
+from realrun.footprint import available_bytes
+from sim.limits import SimCost
+from sim.units import fmt_bytes
+
+# Refuse past this share of the memory available: the rest is the interpreter, the temporaries
+# the estimate leaves out and whatever else runs. Linux overcommits, so numpy would not refuse
+# such a run: the OOM killer would end it half-way, with nothing written.
+MEMORY_SHARE = 0.8
+# Past this a run needs --yes: the longest documented run takes ~15 s here (README "Speed",
+# straggler-failslow --steps 20000); 5 minutes is 20x that, where an extra zero is likelier
+# than intent.
+LONG_RUN_S = 300.0
+# Past this even --yes is refused: nothing is written before the end, so a run of more than a
+# day stakes all of it on no reboot, logout or closed laptop; the estimate is the answer.
+MAX_RUN_S = 86400.0
+
+
+def fmt_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "forever"
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.2g} s"
+
+
+def check_memory(need_bytes: float, what: str, hint: str) -> None:
+    """Refuse ``what`` when it needs more than MEMORY_SHARE of the memory available."""
+    available = available_bytes()
+    if available is None or need_bytes <= MEMORY_SHARE * available:
+        return
+    raise ValueError(
+        f"{what}: needs ~{fmt_bytes(need_bytes)} of memory, more than {MEMORY_SHARE:.0%} of the"
+        f" {fmt_bytes(available)} this machine has available; {hint}"
+    )
+
+
+def time_refusal(seconds: float, *, yes: bool) -> str | None:
+    """Why a run of ``seconds`` (estimated) may not start, in words; None when it may."""
+    took = f"would take {'' if math.isinf(seconds) else '~'}{fmt_duration(seconds)} on this machine (estimated)"
+    if seconds > MAX_RUN_S:
+        return f"{took}, over the {MAX_RUN_S / 3600:g} h limit (nothing is written before the end)"
+    if seconds > LONG_RUN_S and not yes:
+        return f"{took}: pass --yes to run it anyway"
+    return None
+
+
+def check_simulation(cost: SimCost, what: str, *, yes: bool) -> None:
+    """A simulation (or several in a row): memory first, then time."""
+    hint = "simulate fewer ranks or steps"
+    check_memory(cost.peak_bytes, what, hint)
+    refusal = time_refusal(cost.seconds, yes=yes)
+    if refusal:
+        raise ValueError(f"{what}: {refusal}; or {hint}")

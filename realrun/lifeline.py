@@ -1,0 +1,49 @@
+"""A rank's end of the launcher's lifeline (realrun/runfolder.py): end this rank, with
+its records marked interrupted, within a poll interval of its launcher going away.
+
+Started by realrun/cli.py in every rank whose launcher set ``DDPLAB_LIFELINE``; a
+rank started by hand under torchrun has no lifeline and runs as before.
+torch-free.
+"""
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from realrun.runfolder import LIFELINE_ENV
+
+POLL_S = 0.2  # the acceptance bound is "no process of the run alive 2 s after the kill"
+
+
+def watch(on_gone: Callable[[str], None], environ=os.environ) -> threading.Thread | None:
+    """Poll the lifeline in a daemon thread; call ``on_gone(reason)`` once the launcher has let
+    go or died. A thread, not a signal handler: the main thread may sit for minutes inside
+    a C++ collective, where Python runs no handler, but such calls release the GIL."""
+    path = environ.get(LIFELINE_ENV)
+    if not path:
+        return None
+    t = threading.Thread(target=_poll, args=(Path(path), on_gone), name="ddplab-lifeline", daemon=True)
+    t.start()
+    return t
+
+
+def _poll(path: Path, on_gone: Callable[[str], None]) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # the folder went away: so did the launcher's hold on it
+        on_gone(f"interrupted: the lifeline {path} is gone")
+        return
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            time.sleep(POLL_S)
+            continue
+        # The launcher wrote why before letting go (realrun/runfolder.py); after a kill -9
+        # the file still says what claim() wrote: that the launcher is gone.
+        reason = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        on_gone(reason or "interrupted: the launcher is gone")
+        return

@@ -1,0 +1,228 @@
+"""What a run will cost before it runs: the peak memory and the CPU time of a simulation
+(sim/engine.py, sim/fsdp.py) and of a goodput campaign (sim/goodput.py), from the sizes
+alone. Arithmetic only: nothing here allocates per rank or per step, and nothing reads the
+machine; ddplab/limits.py compares the estimates with what this machine has.
+
+The constants are upper envelopes of what tracemalloc and the wall clock measured on the
+2-core development machine: the engine on h100-1024 at 8-16384 ranks and 10-1600 steps, with
+and without interference, accumulation and FSDP (tests/test_reliability_inputs.py holds each
+estimate above a measured run). A faster machine finishes sooner than ``seconds`` says;
+memory does not depend on speed.
+"""
+
+import math
+from typing import NamedTuple
+
+from sim.buckets import build_buckets
+from sim.config import Scenario
+from sim.episodes import Effects
+from sim.workload import measured_ready_order
+
+# --- The engines' memory. Recorder (sim/results.py) and sim/fsdp.py keep four float64
+# (steps, ranks) arrays: compute, exposed comm, straggler wait, collective wait.
+RECORD_BYTES_PER_RANK_STEP = 4 * 8
+# `--out` adds one more (steps, ranks) copy: np.median of compute per rank (sim/export.py).
+EXPORT_BYTES_PER_RANK_STEP = 8
+# DDP keeps every step's _Step (its per-bucket SimPy events and arrays) through the events that
+# opened it: measured 730-783 B per bucket per step (73 and 25 buckets), and with it the step's
+# noise, 8 B per rank and micro-step, and pauses, 8 B per rank (sim/engine.py _Step).
+DDP_BYTES_PER_BUCKET_STEP = 800
+DDP_KEPT_BYTES_PER_RANK_MICRO_STEP = 8
+DDP_KEPT_PAUSE_BYTES_PER_RANK_STEP = 8
+# Per step whatever the buckets: the step's own events and its slots in the (steps,) arrays.
+BYTES_PER_STEP = 300
+# One step's working arrays per rank: DDP's ready times and their temporaries (ranks x buckets,
+# measured 26-30 B per bucket), its noise for K micro-steps (measured ~96 B per micro-step), and
+# FSDP's stacked idle gaps (2 per unit per micro-step, measured 96-99 B per unit per micro-step).
+DDP_WORK_BYTES_PER_RANK_BUCKET = 32
+WORK_BYTES_PER_RANK_MICRO = 100
+FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO = 100
+# The (ranks,) arrays every run holds: speed factors, forward/backward/loader times, summaries.
+BYTES_PER_RANK = 400
+# Whatever the size: the workload, its buckets and collectives, the Chrome trace window
+# (measured 0.6-2.4 MB at 2-512 ranks and 10-20 steps).
+FIXED_BYTES = 8e6
+
+# --- The engines' time on the development machine (measured best-to-worst over repeats; the
+# larger is kept). DDP per step: one SimPy event pair per bucket (~15 us), ~100 us more with
+# interference (each bucket waits for the previous collective). Per rank and step: element-wise
+# work per bucket (~12 ns; ~70 ns more with interference) and per micro-step (~50 ns).
+DDP_SECONDS_PER_BUCKET_STEP = 20e-6
+DDP_GAMMA_SECONDS_PER_BUCKET_STEP = 100e-6
+DDP_SECONDS_PER_RANK_BUCKET_STEP = 15e-9
+DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP = 75e-9
+SECONDS_PER_RANK_MICRO_STEP = 60e-9
+# FSDP per unit and micro-step: ~65 us of program per step, ~0.12 us per rank (x 3 with
+# interference: each segment is slowed by the collectives issued before it).
+FSDP_SECONDS_PER_UNIT_MICRO = 70e-6
+FSDP_SECONDS_PER_RANK_UNIT_MICRO = 0.12e-6
+FSDP_GAMMA_FACTOR = 3.0
+
+# --- Goodput campaigns (sim/goodput.py): the events are failures and stalls, ~25-45 us each
+# (measured: `ddplab goodput --mtbf-h 49.5` and x10 its work: 56k and 560k failures).
+SECONDS_PER_CAMPAIGN_EVENT = 45e-6
+SECONDS_PER_CAMPAIGN = 1e-3  # a campaign's setup (generators, SimPy environment)
+STALL_SIGMA = 1.2  # sim/goodput.py's log-sd of stall durations (sim.goodput imports simpy: not here)
+
+
+class SimCost(NamedTuple):
+    """One simulation: its peak memory, what it keeps afterwards, and its CPU time here."""
+
+    peak_bytes: float
+    kept_bytes: float  # the result, held while the next scale of a sweep runs
+    seconds: float
+
+
+def _buckets(sc: Scenario) -> int:
+    t = sc.training
+    return len(
+        build_buckets(
+            sc.model.shape,
+            sc.seq_len,
+            bytes_per_grad=t.dtypes.grad_bytes,
+            bucket_cap_mb=t.bucket_cap_mb,
+            first_bucket_mb=t.effective_first_bucket_mb,
+            ready_order=measured_ready_order(sc),
+        )
+    )
+
+
+def simulation_cost(sc: Scenario, *, export: bool = False) -> SimCost:
+    """What `simulate(sc)` (and, with ``export``, sim/export.py's write_result) will need."""
+    n, steps, k = sc.ranks, sc.steps, sc.training.grad_accum
+    gamma = sc.compute.interference_gamma > 0
+    kept_per_rank_step = RECORD_BYTES_PER_RANK_STEP
+    if sc.training.mode == "fsdp":
+        units = sc.model.shape.n_layer + 1
+        per_step_bytes = BYTES_PER_STEP
+        work_bytes = FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO * units * k
+        seconds = FSDP_SECONDS_PER_UNIT_MICRO * units * k
+        seconds += n * FSDP_SECONDS_PER_RANK_UNIT_MICRO * units * k * (FSDP_GAMMA_FACTOR if gamma else 1.0)
+    else:
+        nb = _buckets(sc)
+        per_step_bytes = BYTES_PER_STEP + DDP_BYTES_PER_BUCKET_STEP * nb
+        kept_per_rank_step += DDP_KEPT_BYTES_PER_RANK_MICRO_STEP * k
+        if Effects.needed(sc.episodes, sc.pauses):
+            kept_per_rank_step += DDP_KEPT_PAUSE_BYTES_PER_RANK_STEP
+        work_bytes = DDP_WORK_BYTES_PER_RANK_BUCKET * nb + WORK_BYTES_PER_RANK_MICRO * k
+        seconds = nb * (DDP_SECONDS_PER_BUCKET_STEP + (DDP_GAMMA_SECONDS_PER_BUCKET_STEP if gamma else 0.0))
+        rank_bucket = DDP_SECONDS_PER_RANK_BUCKET_STEP + (DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP if gamma else 0.0)
+        seconds += n * (nb * rank_bucket + k * SECONDS_PER_RANK_MICRO_STEP)
+    kept = FIXED_BYTES + float(steps) * (n * kept_per_rank_step + per_step_bytes) + n * BYTES_PER_RANK
+    peak = kept + n * work_bytes + (float(steps) * n * EXPORT_BYTES_PER_RANK_STEP if export else 0.0)
+    return SimCost(peak_bytes=peak, kept_bytes=kept, seconds=float(steps) * seconds)
+
+
+def sweep_cost(costs: list[SimCost]) -> SimCost:
+    """Scales run one after another; each result is still held while the next one runs."""
+    held = [0.0] + [c.kept_bytes for c in costs[:-1]]
+    peak = max(c.peak_bytes + h for c, h in zip(costs, held, strict=True))
+    return SimCost(peak_bytes=peak, kept_bytes=costs[-1].kept_bytes, seconds=sum(c.seconds for c in costs))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Goodput campaigns
+
+
+class CampaignCost(NamedTuple):
+    """Every simulated campaign of `ddplab goodput` together: the failures and stalls expected
+    (their SimPy events are the work), the CPU time here, and what makes the number large."""
+
+    events: float  # math.inf when it overflows a float
+    seconds: float
+    kind: str  # what makes it large: restart | segment | stalls | work
+    why: str  # the same in words
+
+
+def _log_expm1(x: float) -> float:
+    """log(e^x - 1) without overflow."""
+    return x + math.log1p(-math.exp(-x)) if x > 30.0 else math.log(math.expm1(x))
+
+
+def stall_terms(per_min: float, mean_min: float, timeout_min: float) -> tuple[float, float]:
+    """(failures per minute that stalls add by outlasting the timeout, minutes stalled per minute
+    trained) for lognormal stalls of log-sd STALL_SIGMA with this mean (sim/goodput.py Stalls)."""
+    if per_min <= 0:
+        return 0.0, 0.0
+    mu = math.log(mean_min) - STALL_SIGMA**2 / 2
+    z = (math.log(timeout_min) - mu) / STALL_SIGMA
+    p_timeout = 0.5 * math.erfc(z / math.sqrt(2))
+    # E[min(D, T)] = E[D; D < T] + T P(D >= T); E[D; D < T] = mean x Phi(z - sigma).
+    below = mean_min * 0.5 * math.erfc(-(z - STALL_SIGMA) / math.sqrt(2))
+    return per_min * p_timeout, per_min * (below + timeout_min * p_timeout)
+
+
+def _log_wall_per_work(mtbf_min: float, restart_min: float, checkpoint_min: float, interval_min: float) -> float:
+    """log of sim/checkpointing.py's wall_per_work_analytic, finite where e^(R/M) is not."""
+    m = mtbf_min
+    return math.log(m) + restart_min / m + _log_expm1((interval_min + checkpoint_min) / m) - math.log(interval_min)
+
+
+def campaign_cost(
+    *,
+    work_min: float,
+    mtbf_min: float,
+    restart_min: float,
+    checkpoint_min: float,
+    intervals_min: list[float],
+    stalls_per_min: float = 0.0,
+    stall_mean_min: float = 5.0,
+    timeout_min: float = 10.0,
+) -> CampaignCost:
+    """One campaign of ``work_min`` per interval in ``intervals_min`` (the first with stalls:
+    sim/goodput_estimate.py's estimate; the rest without: its best-interval grid). Failures are a
+    Poisson process in wall time, so a campaign sees wall / M of them, wall from Daly's closed
+    form; stalls that time out add to the failure rate, and stalled minutes to the wall."""
+    fail_add, stalled = stall_terms(stalls_per_min, stall_mean_min, timeout_min)
+    m_first = 1.0 / (1.0 / mtbf_min + fail_add)
+    first = (m_first, intervals_min[0], stalls_per_min, stalled)
+    log_events = [
+        _log_events(work_min, m, restart_min, checkpoint_min, tau, per_min, share)
+        for m, tau, per_min, share in [first] + [(mtbf_min, tau, 0.0, 0.0) for tau in intervals_min[1:]]
+    ]
+    top = max(log_events)
+    log_total = top + math.log(sum(math.exp(x - top) for x in log_events))
+    events = math.exp(log_total) if log_total < 700 else math.inf
+    seconds = events * SECONDS_PER_CAMPAIGN_EVENT + len(intervals_min) * SECONDS_PER_CAMPAIGN
+    kind, why = _why(work_min, m_first, restart_min, checkpoint_min, intervals_min[0], stalls_per_min, stalled)
+    if kind in ("restart", "segment") and fail_add > 1.0 / mtbf_min:
+        kind, why = "stalls", f"{why} (most failures are stalls that outlast the timeout)"
+    return CampaignCost(events=events, seconds=seconds, kind=kind, why=why)
+
+
+def _log_events(work_min, m, restart_min, checkpoint_min, interval_min, stalls_per_min, stalled) -> float:
+    """log of one campaign's failures and stall arrivals: its wall x their rate."""
+    log_wall = math.log(work_min) + _log_wall_per_work(m, restart_min, checkpoint_min, interval_min)
+    return log_wall + math.log1p(stalled) + math.log(1.0 / m + stalls_per_min)
+
+
+def _why(work_min, m, restart_min, checkpoint_min, interval_min, stalls_per_min, stalled) -> tuple[str, str]:
+    """The factor that makes the campaign long, and it in words: the largest of the logarithms
+    that add up to the events' (e^(R/M), e^((tau+delta)/M), stalls: the wall they add and their
+    arrivals per failure, W/M)."""
+    segment = interval_min + checkpoint_min
+    factors = {
+        "restart": restart_min / m,
+        "segment": segment / m,
+        "stalls": math.log1p(stalled) + math.log1p(stalls_per_min * m),
+        "work": math.log(max(work_min / m, 1.0)),
+    }
+    kind = max(factors, key=factors.get)
+    if kind == "restart":
+        words = (
+            f"a {restart_min:g} min restart completes only once in e^(R/M) = e^{restart_min / m:.4g} tries"
+            f" when failures come every {m:.3g} min: the job cannot progress"
+        )
+    elif kind == "segment":
+        words = (
+            f"a {segment:.4g} min segment (interval + checkpoint) survives only once in e^((tau+delta)/M)"
+            f" = e^{segment / m:.4g} tries when failures come every {m:.3g} min: the job cannot progress"
+        )
+    elif kind == "stalls":
+        words = (
+            f"stalls arrive {stalls_per_min:.3g} times a minute and keep the job waiting {stalled:.3g} x as long"
+            " as it trains"
+        )
+    else:
+        words = f"{work_min / m:.3g} MTBFs of work per campaign"
+    return kind, words
