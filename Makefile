@@ -33,6 +33,7 @@ $(STAMP): pyproject.toml
 DEMO_ARGS ?=
 demo: $(STAMP)
 	$(VENV)/bin/ddplab demo --out runs/demo $(DEMO_ARGS)
+	@echo "ddplab is in $(VENV)/bin: 'source $(VENV)/bin/activate' puts it on the PATH (or type $(VENV)/bin/ddplab)"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

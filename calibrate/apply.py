@@ -13,7 +13,11 @@ Three modes (issues 5 and 12):
 - ``shape``: a cluster the probe never touched. Only dimensionless shape parameters
   transfer: the jitter distribution and sigma, interference gamma, stack
   efficiency and (same model only) the bucket-ready profile. Bandwidths and FLOP/s
-  stay the preset's.
+  stay the preset's. Jitter measured on a CPU does not transfer to a GPU cluster:
+  a CPU's step-to-step spread is the OS scheduler's (sd ~4 % on the 2-core CI box),
+  a GPU's is its kernels' (sd 0.35 % per step on an H200 at micro-batch 8,
+  docs/references.md "Measured on one NVIDIA H200"); at 1024 ranks the step waits
+  for the slowest draw, so the CPU's tail would be presented as an H100's.
 
 ``auto`` picks ``all`` when the scenario matches the measured set-up, ``device`` when it
 is a cluster of the probed GPU's class, else ``shape``, and says why. Compute transfers
@@ -123,7 +127,9 @@ def apply_calibration(
         _set(data, key, value)
         measured[key] = f"{where} ({origin})"
 
-    if noise.distribution == "empirical":
+    if mode == "shape" and calib.device == "cpu" and sc.compute.device_class:
+        why += f"; the jitter stays {sc.name}'s: a CPU's scheduler jitter is not a {sc.compute.device_class}'s"
+    elif noise.distribution == "empirical":
         why_empirical = f"{noise.best_fit} rejected: KS {noise.ks:.3f} > {noise.ks_critical_1pct:.3f}"
         put("noise.distribution", "empirical", f"{noise.samples} compute iterations resampled; {why_empirical}")
         put("noise.samples", list(noise.multipliers), "normalised compute iterations")
@@ -208,12 +214,12 @@ def _apply_measured_network(label: str, net: Network, put) -> None:
 def _toml_comments(path: Path) -> dict[str, str]:
     """{"section.key": "file (the line's trailing comment)"} of a preset file, its stated
     sources; keys it takes from its ``base`` preset cite that file (sim/scenario_file.py
-    load_scenario_data merges them the same way)."""
-    from scenarios import scenario_path
+    load_scenario_data merges them the same way, a path relative to the file naming it)."""
+    from scenarios import base_path
 
     text = path.read_text()
     base = re.search(r'^base\s*=\s*"([^"]+)"', text, re.MULTILINE)
-    out = _toml_comments(scenario_path(base.group(1))) if base else {}
+    out = _toml_comments(base_path(base.group(1), path)) if base else {}
     section = ""
     for line in text.splitlines():
         head = re.match(r"\s*\[([\w.-]+)\]", line)
@@ -287,6 +293,27 @@ def load_for_simulation(
     for text in overrides:
         measured.pop(text.partition("=")[0].strip(), None)
     return Calibrated(data, measured, used, why, scenario_path(name_or_path))
+
+
+def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -> str | None:
+    """One line when the measured compute reached another model or sequence length through FLOP
+    counts (a fixed MFU): then a 2-rank CPU probe of gpt2-tiny becomes minutes per 760M step,
+    which is what was asked but easy to miss in the parameter table. None when it did not."""
+    mfu = next((p for p in parameters if p["key"] == "compute.mfu"), None)
+    if mfu is None or not mfu["source"].startswith("measured"):
+        return None  # the measured fit itself, the preset's compute, or the user's --set
+    from sim.units import fmt_seconds
+    from sim.workload import micro_step_compute_s
+
+    c = calib.compute
+    step_s = sum(micro_step_compute_s(sc)) * sc.training.grad_accum
+    tflop_s = c.achieved_tflop_s.value
+    rate = f"{tflop_s:.4g} TFLOP/s" if tflop_s >= 1 else f"{tflop_s * 1e3:.3g} GFLOP/s"
+    return (
+        f"--calib: {rate} achieved on {c.model} (seq {c.seq_len}; measured on {calib.probed_on}) applied to"
+        f" {sc.model.preset} (seq {sc.seq_len}), a model other than the one measured, through FLOP counts:"
+        f" {fmt_seconds(step_s)} of compute per step"
+    )
 
 
 def calibrated_scenario(

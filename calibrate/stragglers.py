@@ -21,8 +21,12 @@ Sources and definitions, per rank, over the kept steps:
   as in validate.py (step 0 runs DDP's single bootstrap bucket; step 1 is the
   first with rebuilt buckets);
 - sim (sim/export.py ``ranks-NNNN/records.npz``): compute = ``compute_s``, wait
-  = ``collective_wait_s`` (what a profiler shows, sim/results.py). The simulator
-  has no warm-up, so every step is kept.
+  = ``collective_wait_s`` (what a profiler shows, sim/results.py) capped at the
+  rank's idle time in the step, ``exposed_comm_s + straggler_wait_s``. The cap
+  matters: a bucket's wait for the slowest rank's launch starts when *this* rank
+  made it ready, while it still computes the later buckets, so the per-bucket sum
+  counts time the rank spent computing and can exceed the step's idle time (h100-1024:
+  83 ms summed against 11 ms idle). The simulator has no warm-up, so every step is kept.
 
 Bad input is a ``ValueError`` whose message is one line naming the path.
 """
@@ -215,21 +219,32 @@ def read_sim(d: Path) -> Records:
         raise ValueError(f"{d}: no records.npz (written by `ddplab simulate SCENARIO --out DIR`)")
     try:
         with np.load(f, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in ("schema", "compute_s", "collective_wait_s") if k in z.files}
+            arrays = {k: z[k] for k in ("schema", *_SIM_ARRAYS) if k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError):  # not a zip, or pickled objects
         raise ValueError(f"{f}: not a readable .npz file") from None
     schema = str(arrays["schema"]) if "schema" in arrays else None
     if schema != SIM_SCHEMA:
         raise ValueError(f"{f}: not a {SIM_SCHEMA} records file (schema {schema})")
-    missing = [k for k in ("compute_s", "collective_wait_s") if k not in arrays]
+    missing = [k for k in _SIM_ARRAYS if k not in arrays]
     if missing:
         raise ValueError(f"{f}: no {missing[0]} array")
-    compute, wait = arrays["compute_s"].astype(float), arrays["collective_wait_s"].astype(float)
-    if compute.ndim != 2 or compute.shape != wait.shape or compute.size == 0:
-        raise ValueError(
-            f"{f}: compute_s {compute.shape} and collective_wait_s {wait.shape} must be the same (steps, ranks)"
-        )
-    return Records("sim", d, compute, wait, 0, {})
+    a = {k: arrays[k].astype(float) for k in _SIM_ARRAYS}
+    compute = a["compute_s"]
+    odd = [k for k in _SIM_ARRAYS if a[k].shape != compute.shape]
+    if compute.ndim != 2 or odd or compute.size == 0:
+        k = odd[0] if odd else "collective_wait_s"
+        raise ValueError(f"{f}: compute_s {compute.shape} and {k} {a[k].shape} must be the same (steps, ranks)")
+    return Records("sim", d, compute, idle_capped_wait(a), 0, {})
+
+
+# The sim records stragglers reads: compute, the per-bucket wait, and the two parts of the idle time.
+_SIM_ARRAYS = ("compute_s", "collective_wait_s", "exposed_comm_s", "straggler_wait_s")
+
+
+def idle_capped_wait(a: dict[str, np.ndarray]) -> np.ndarray:
+    """The collective wait, never more than the idle time it explains (see the module's docstring)."""
+    idle = a["exposed_comm_s"] + a["straggler_wait_s"]
+    return np.minimum(a["collective_wait_s"], idle)
 
 
 def read_train(path: Path) -> Records:

@@ -15,8 +15,7 @@ from workflow.files import write_json_atomic
 def _check_output(path: Path) -> None:
     if path.suffix != ".json":
         raise ValueError(f"-o: {path}: expected a .json file name")
-    if not path.parent.is_dir():
-        raise ValueError(f"-o: {path.parent}: no such directory")
+    path.parent.mkdir(parents=True, exist_ok=True)  # `-o results/calib.json` on a fresh checkout
 
 
 def calibrate(args):
@@ -124,8 +123,7 @@ def validate(args):
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
     calib = Calibration.read(args.calib)
     plot = args.plot or args.calib.with_name("validation.png")
-    if not plot.parent.is_dir():
-        raise ValueError(f"--plot: {plot.parent}: no such directory")
+    plot.parent.mkdir(parents=True, exist_ok=True)  # as calibrate's -o and simulate's --out
     out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else say)
     predicted_vs_measured(out["rows"], out["mape"], plot)
     out["plot"] = str(plot)

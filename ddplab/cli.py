@@ -14,12 +14,26 @@ from realrun.cli import Parser, probe_parser, train_parser
 from workflow import files
 
 
+def version() -> str:
+    """The installed package's version; from a checkout that was never installed, pyproject's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("ddplab")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+            return tomllib.load(f)["project"]["version"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="ddplab", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"ddplab {version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     c = sub.add_parser("cost", help="ring allreduce cost per step on each link (the seed's comm_cost.py)")
-    c.add_argument("--params", type=float, default=760e6, help="parameters (default 760e6)")
+    c.add_argument("--params", default="760M", help="parameters: 124M, 1.3B, 760e6 (K, M, B or G, T: 1e3 to 1e12)")
     c.add_argument("--bytes-per-param", type=float, default=2, help="gradient bytes per parameter (bf16: 2)")
     c.add_argument("--ranks", type=int, default=2, help="data-parallel ranks N")
     c.add_argument("--efficiency", type=float, default=0.85, help="effective fraction of line rate")
@@ -41,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sweep-ranks", metavar="N,N,...", help="simulate each rank count, e.g. 2,8,64,1024")
     s.add_argument("--steps", type=int, help="optimizer steps")
     s.add_argument("--seed", type=int, help="random seed")
-    s.add_argument("--out", type=Path, help="write records, Chrome trace and plots here")
+    s.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write records, Chrome trace and breakdown.png here (a sweep: scaling.png and scaling.csv)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
     s.add_argument("--device-gib", type=float, help="say whether the per-GPU memory estimate fits this many GiB")
     s.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
@@ -57,20 +76,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=simcmds.simulate)
 
     k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")
-    k.add_argument("scenario")
-    k.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    k.add_argument("scenario", help="preset name (see `ddplab scenarios`) or a .toml file")
+    k.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
     k.add_argument(
         "--op",
         default="allreduce",
         choices=["allreduce", "allgather", "reduce_scatter", "broadcast"],
+        help="the collective",
     )
     k.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
     k.add_argument("--sizes", default="1M,16M,256M,1G", help="sizes: 1M,16M,1G or a range 8:1G (x2 steps)")
-    k.add_argument("--json", action="store_true")
+    k.add_argument("--json", action="store_true", help="print JSON")
     k.set_defaults(func=commands.collective)
 
-    m = sub.add_parser("models", help="GPT-2 presets with parameter counts from the built module")
-    m.add_argument("--json", action="store_true")
+    m = sub.add_parser("models", help="model presets (GPT-2, Llama) with parameter counts from the built module")
+    m.add_argument("--json", action="store_true", help="print JSON")
     m.set_defaults(func=commands.models)
 
     for verb, parent, what in (
@@ -85,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     from ddplab import netcmds
     from realrun.doctor import add_arguments as doctor_arguments
 
-    dr = sub.add_parser("doctor", help="interfaces, route, gloo/NCCL picks, port: this node's torchrun line")
+    dr = sub.add_parser(
+        "doctor",
+        help="interfaces, route, gloo/NCCL picks, port: this node's torchrun line",
+        epilog="exit status: 0 no problems found, 1 the report lists problems, 2 bad input",
+    )
     doctor_arguments(dr)
     dr.set_defaults(func=netcmds.doctor)
 
@@ -108,14 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_netlab(sub)
     _add_calibration(sub)
-    from ddplab import goodputcmd, straggcmd, whatifcmd
+    from ddplab import comparecmd, goodputcmd, straggcmd, whatifcmd
 
+    comparecmd.add_parser(sub)
     whatifcmd.add_parser(sub)
     goodputcmd.add_parser(sub)
     straggcmd.add_parser(sub)
 
-    sc = sub.add_parser("scenarios", help="list the scenario presets")
-    sc.add_argument("--json", action="store_true")
+    sc = sub.add_parser("scenarios", help="list the scenario presets (--keys: every key a scenario file may set)")
+    sc.add_argument("--keys", action="store_true", help="every scenario key with its unit, default and meaning")
+    sc.add_argument("--json", action="store_true", help="print JSON")
     sc.set_defaults(func=commands.scenarios)
     return p
 
@@ -127,7 +153,7 @@ def _add_calibration(sub) -> None:
     ca.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="probe run directories")
     ca.add_argument("-o", "--output", type=Path, default=Path("calib.json"), help="calib.json path (plots beside)")
     ca.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    ca.add_argument("--json", action="store_true")
+    ca.add_argument("--json", action="store_true", help="print calib.json's content")
     ca.set_defaults(func=calcmds.calibrate)
 
     va = sub.add_parser(
@@ -143,7 +169,7 @@ def _add_calibration(sub) -> None:
     )
     va.add_argument("--plot", type=Path, help="predicted-vs-measured PNG (default: validation.png beside --calib)")
     va.add_argument("--seed", type=int, default=0, help="simulation seed")
-    va.add_argument("--json", action="store_true")
+    va.add_argument("--json", action="store_true", help="print JSON")
     va.set_defaults(func=calcmds.validate)
 
     de = sub.add_parser("demo", help="the whole loop here: probe, train, calibrate, validate, simulate, report")
@@ -154,16 +180,16 @@ def _add_calibration(sub) -> None:
     de.set_defaults(func=calcmds.demo, json=False, returns_code=True)
 
     re_ = sub.add_parser("report", help="the HTML report of a demo directory (report.html beside its PNGs)")
-    re_.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    re_.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a `ddplab demo --out` directory")
     re_.set_defaults(func=calcmds.report, json=False)
 
 
 def _lab_options(p) -> None:
     p.add_argument("--name", default="lab", help="lab id (namespaces ddplab-NAME-h0...)")
-    p.add_argument("--hosts", type=int, default=2)
+    p.add_argument("--hosts", type=int, default=2, help="hosts (namespaces) in the lab")
     p.add_argument("--rate", default="1gbit", help="link rate, tc syntax: 200mbit, 1gbit, 10gbit")
     p.add_argument("--delay", default="0ms", help="one-way delay per end (netem)")
-    p.add_argument("--jitter", default="0ms")
+    p.add_argument("--jitter", default="0ms", help="delay jitter per end (netem)")
     p.add_argument("--loss", type=float, default=0.0, help="loss, percent")
     p.add_argument("--host-rate", action="append", metavar="HOST=RATE", help="e.g. 1=300mbit (the Mac on Wi-Fi)")
     p.add_argument("--decoy", action="append", choices=["docker0", "tun0"], help="decoy interface in every host")
@@ -179,14 +205,14 @@ def _add_netlab(sub) -> None:
     verbs = lab.add_subparsers(dest="netlab_command", required=True, parser_class=Parser)
     up = verbs.add_parser("up", help="create the lab and leave it up")
     _lab_options(up)
-    up.add_argument("--json", action="store_true")
+    up.add_argument("--json", action="store_true", help="print JSON")
     up.set_defaults(func=labcmds.up)
     st = verbs.add_parser("status", help="labs that are up, with their qdiscs")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=labcmds.status)
     dn = verbs.add_parser("down", help="remove a lab (default: every ddplab lab, leftovers included)")
     dn.add_argument("--name", help="only this lab")
-    dn.add_argument("--json", action="store_true")
+    dn.add_argument("--json", action="store_true", help="print JSON")
     dn.set_defaults(func=labcmds.down)
     run = verbs.add_parser("run", help="torchrun on every host with c10d rendezvous: run -- train|probe ...")
     _lab_options(run)
@@ -220,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             return out
         if args.json:
             print(json_text(out))
-        return 0
+        return getattr(args, "exit_code", 0)  # doctor: 1 when its report lists problems
     except BrokenPipeError:  # `ddplab ... | head` (an OSError, so first)
         # Python would fail again flushing stdout at exit; send what is left nowhere.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

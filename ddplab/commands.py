@@ -5,11 +5,12 @@ from ddplab.simcmds import network_line
 from sim.collectives import algbw_busbw_gb_s, collective_cost
 from sim.cost import SEED_LINKS, link_costs, parse_link
 from sim.scenario_file import load_scenario
-from sim.units import fmt_bytes, fmt_seconds, parse_sizes
+from sim.units import fmt_bytes, fmt_seconds, parse_count, parse_sizes
 from sim.workload import fabric_for
 
 
 def cost(args):
+    args.params = parse_count(str(args.params), "--params")
     links = [parse_link(x) for x in args.link] if args.link else SEED_LINKS
     rows = link_costs(
         params=args.params,
@@ -130,6 +131,8 @@ def scenarios(args):
     from scenarios import scenario_names
     from sim.scenario_file import scenario_data
 
+    if args.keys:
+        return scenario_keys(args)
     out = []
     for name in scenario_names():
         data = scenario_data(name)
@@ -137,6 +140,31 @@ def scenarios(args):
     if not args.json:
         for row in out:
             print(f"{row['name']:<16} {row['ranks']:>5} ranks  {row['description']}")
+    return out
+
+
+def _toml_value(value) -> str:
+    """A default as a TOML file would spell it; None (no TOML value) as "unset"."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def scenario_keys(args):
+    """`ddplab scenarios --keys`: every key a scenario file may set, from sim/config.py."""
+    from sim.scenario_file import BASE_HINT
+    from sim.scenario_keys import scenario_keys as rows
+
+    out = rows()
+    if not args.json:
+        width = max(len(r["key"]) for r in out) + 2
+        print(f"# every scenario key (sim/config.py); * = a file without base must set it, or use {BASE_HINT}")
+        print(f"{'key':<{width}} {'unit':<8} {'default':<12} meaning")
+        for r in out:
+            key = r["key"] + (" *" if r["must_set_without_base"] else "")
+            print(f"{key:<{width}} {r['unit'] or '-':<8} {_toml_value(r['default']):<12} {r['meaning']}")
     return out
 
 

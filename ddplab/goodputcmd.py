@@ -6,6 +6,7 @@ Wire it in with ``goodputcmd.add_parser(sub)`` on the subcommands of `ddplab`.
 """
 
 import math
+from pathlib import Path
 
 from sim.checkpointing import (
     best_interval_analytic,
@@ -54,6 +55,7 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
+    g.add_argument("--out", type=Path, metavar="DIR", help="write goodput.csv, goodput.json and goodput.png here")
     g.add_argument("--json", action="store_true", help="print JSON")
     g.set_defaults(func=goodput)
 
@@ -116,6 +118,8 @@ def goodput(args):
     stalls = Stalls(per_h=args.stalls_per_day / 24.0, mean_min=stall_mean, timeout_min=timeout)
     costs = {"mtbf_min": mtbf_min, "restart_min": restart_min, "checkpoint_min": checkpoint_min}
     _check_size(args, mtbf_from, work_h * 60.0, [interval_min, *default_grid(daly)], stalls, costs)
+    if args.out:  # fail before simulating, not after
+        args.out.mkdir(parents=True, exist_ok=True)
     sim = estimate(
         Campaign(work_min=work_h * 60.0, interval_min=interval_min, **costs),
         seed=args.seed,
@@ -150,9 +154,49 @@ def goodput(args):
         "timeouts": sim.timeouts,
         "stalled_h": sim.stalled_min / 60.0,
     }
+    if args.out:
+        _write(out, args.out)
     if not args.json:
         _print(out)
+        if args.out:
+            print(f"goodput.csv, goodput.json and goodput.png in {args.out}/")
     return out
+
+
+def _csv_rows(o: dict) -> list[list]:
+    """The printed table as rows of quantity, unit, simulated, analytic: the inputs (the same for
+    both columns), then the results; empty where a column has no such number."""
+    both = lambda key, unit: [key, unit, o[key], o[key]]  # noqa: E731
+    return [
+        both("mtbf_h", "h"),
+        both("restart_min", "min"),
+        both("checkpoint_min", "min"),
+        both("interval_min", "min"),
+        both("work_h", "h"),
+        ["wall_per_work", "ratio", o["wall_per_work"]["simulated"], o["wall_per_work"]["analytic"]],
+        ["wall_per_work_stderr", "ratio", o["wall_per_work_stderr"], ""],
+        ["goodput", "fraction", o["goodput"]["simulated"], o["goodput"]["analytic"]],
+        ["best_interval", "min", o["best_interval_min"]["simulated"], o["best_interval_min"]["analytic"]],
+        ["failures", "count", o["failures"]["simulated"], o["failures"]["expected"]],
+        ["young_interval", "min", "", o["young_interval_min"]],
+        ["daly_interval", "min", "", o["daly_interval_min"]],
+        ["lost_work", "h", o["lost_work_h"], ""],
+        ["restarts", "h", o["restart_h"], ""],
+        ["checkpoints", "h", o["checkpoint_h"], ""],
+        ["stalled", "h", o["stalled_h"], ""],
+        ["timeouts", "count", o["timeouts"], ""],
+    ]
+
+
+def _write(o: dict, out: Path) -> None:
+    """goodput.json (what --json prints), goodput.csv (the table) and goodput.png (sim/plot.py)."""
+    from sim.export import write_csv_atomic
+    from sim.plot import plot_goodput
+    from workflow.files import write_json_atomic
+
+    write_json_atomic(out / "goodput.json", o)
+    write_csv_atomic(out / "goodput.csv", ["quantity", "unit", "simulated", "analytic"], _csv_rows(o))
+    plot_goodput(o, out / "goodput.png")
 
 
 def _check_size(args, mtbf_from: str, work_min: float, intervals: list[float], stalls: Stalls, costs: dict) -> None:

@@ -63,3 +63,14 @@ def check_simulation(cost: SimCost, what: str, *, yes: bool) -> None:
     refusal = time_refusal(cost.seconds, yes=yes)
     if refusal:
         raise ValueError(f"{what}: {refusal}; or {hint}")
+
+
+def check_in_turn(scenarios, noun: str, *, yes: bool) -> None:
+    """Simulations run one after another, each result dropped before the next (whatif's rows,
+    compare's set-ups): the largest one's memory, every one's time."""
+    from sim.limits import simulation_cost
+
+    costs = [simulation_cost(sc) for sc in scenarios]
+    total = SimCost(max(c.peak_bytes for c in costs), 0.0, sum(c.seconds for c in costs))
+    big = max(scenarios, key=lambda sc: sc.ranks * sc.steps)
+    check_simulation(total, f"{len(scenarios)} {noun} (the largest: ranks {big.ranks} x steps {big.steps})", yes=yes)

@@ -19,6 +19,8 @@ def doctor(args):
     d = doc.run(args)
     if not args.json:
         print("\n".join(doc.format_report(d)))
+    # A script (or a launch wrapper) can then stop before a job that would hang at init.
+    args.exit_code = 1 if d["problems"] else 0
     return d
 
 

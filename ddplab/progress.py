@@ -56,3 +56,43 @@ class StatusLine:
     @property
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
+
+
+class StepProgress:
+    """The progress callback of sim's simulate(): silent for the first ``after_s`` seconds (most
+    simulations end sooner); then on a terminal one line rewritten in place, else a line at
+    each quarter done, so a log gets at most a few lines."""
+
+    def __init__(self, label: str, after_s: float = 2.0, stream=None):
+        self.label, self.after_s = label, after_s
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self.next_s = after_s  # elapsed time of the next terminal redraw
+        self.quarter = 0  # quarters already reported (not on a terminal)
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.t0
+        if elapsed < self.after_s:
+            return
+        if self.tty:
+            if elapsed >= self.next_s or done == total:
+                self.next_s = elapsed + 0.5  # redraw twice a second, not once per step
+                self._write("\r\033[K" + self._text(done, total, elapsed))
+        elif 4 * done // total > self.quarter:
+            self.quarter = 4 * done // total
+            self._write(self._text(done, total, elapsed) + "\n")
+
+    def _text(self, done: int, total: int, elapsed: float) -> str:
+        return f"{self.label}: step {done:,}/{total:,} ({done / total:.0%}), {elapsed:.0f} s"
+
+    def _write(self, text: str) -> None:
+        self.shown = True
+        self.stream.write(text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Clear the rewritten line so what prints next starts on a clean one."""
+        if self.tty and self.shown:
+            self._write("\r\033[K")

@@ -5,14 +5,12 @@ import time
 
 from calibrate.calibration import Calibration
 from ddplab import limits
-from ddplab.progress import say
+from ddplab.progress import StepProgress, say
 from sim.scenario_file import load_scenario
 from sim.units import fmt_bytes, fmt_seconds, parse_int_list
 
 
 def simulate(args):
-    from sim.engine import simulate as run
-
     if args.sweep_ranks and args.ranks:
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
@@ -29,9 +27,7 @@ def simulate(args):
     summaries = []
     for i, sc in enumerate(scenarios, 1):
         t = time.perf_counter()
-        result = run(sc)
-        summary = result.summary()
-        summary["memory_gib"] = _memory(sc, getattr(args, "device_gib", None))
+        result, summary = run_scale(sc, getattr(args, "device_gib", None))
         if provenance:
             summary.update(provenance[i - 1])
         summaries.append(summary)
@@ -54,8 +50,24 @@ def simulate(args):
     if provenance:
         _print_parameters(summaries[0])
     if args.out:
-        print(f"records, Chrome trace{' and scaling.png' if sweep else ''} in {args.out}/")
+        plots = ", scaling.png and scaling.csv" if sweep else " and breakdown.png"
+        print(f"records, Chrome trace{plots} in {args.out}/")
     return summaries
+
+
+def run_scale(sc, device_gib: float | None = None):
+    """(result, summary) of one scale as `simulate` prints it: the engine's summary with the
+    memory estimate. `ddplab compare` runs each set-up through here, so its rows are these."""
+    from sim.engine import simulate as run
+
+    progress = StepProgress(f"simulating {sc.ranks} ranks")
+    try:
+        result = run(sc, progress=progress)
+    finally:
+        progress.close()
+    summary = result.summary()
+    summary["memory_gib"] = _memory(sc, device_gib)
+    return result, summary
 
 
 def _check_size(args, scenarios) -> None:
@@ -86,7 +98,7 @@ def _memory(sc, device_gib: float | None) -> dict:
 def _calibrated_scenarios(args, counts):
     """Each scale's scenario with the calibration applied, and {calibration, parameters}
     for its summary (calibrate/apply.py)."""
-    from calibrate.apply import calibrated_scenario
+    from calibrate.apply import calibrated_scenario, transfer_warning
 
     calib = Calibration.read(args.calib)
     pairs = [
@@ -96,6 +108,10 @@ def _calibrated_scenarios(args, counts):
         )
         for n in counts
     ]  # fmt: skip
+    first, extra = pairs[0]
+    warning = transfer_warning(first, calib, extra["parameters"])  # the same at every scale of a sweep
+    if warning:
+        say(f"ddplab simulate: warning: {warning}")
     return [sc for sc, _ in pairs], [extra for _, extra in pairs]
 
 

@@ -34,8 +34,8 @@ def stragglers(args):
 
     if args.ranks is not None and args.ranks < 1:
         raise ValueError(f"--ranks: {args.ranks}: must be >= 1")
-    if args.plot is not None and not args.plot.parent.is_dir():
-        raise ValueError(f"--plot: {args.plot.parent}: no such directory")
+    if args.plot is not None:  # as calibrate's -o and simulate's --out
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
     rep = st.analyse(st.load(args.run_dir, args.ranks))
     plot = plots.stragglers(rep, args.plot or rep.path / "stragglers.png")
     out = rep.to_json() | {"plot": str(plot)}

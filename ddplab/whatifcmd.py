@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from ddplab import limits
 from sim.units import fmt_seconds
 
 
@@ -14,17 +15,19 @@ def add_parser(sub) -> None:
         action="append",
         default=[],
         metavar="FIX",
-        help="rebalance | exclude-slowest | sync-gc | accum=K | KEY=VALUE (repeatable)",
+        help="rebalance | exclude-slowest | sync-gc | accum=K | KEY=VALUE, or several in one row separated by"
+        " commas (network.nics_per_node=4,network.nic_gbit_s=200); repeatable, a row each",
     )
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key first")
-    w.add_argument("--ranks", type=int)
+    w.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
     w.add_argument("--steps", type=int, default=300, help="steps per simulation (default 300)")
-    w.add_argument("--seed", type=int)
+    w.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
     w.add_argument("--horizon-h", type=float, default=24.0, help="hours over which a restart is paid (default 24)")
     w.add_argument("--restart-min", type=float, default=10.0, help="restart cost of exclude-slowest (default 10)")
     w.add_argument("--usd-per-gpu-hour", type=float, help="also print cost in dollars per billion tokens")
     w.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
-    w.add_argument("--json", action="store_true")
+    w.add_argument("--out", type=Path, metavar="DIR", help="write whatif.csv, whatif.json and whatif.png here")
+    w.add_argument("--json", action="store_true", help="print JSON")
     w.set_defaults(func=whatif)
 
 
@@ -37,7 +40,10 @@ def whatif(args):
     if args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {args.usd_per_gpu_hour}")
     data = scenario_data(args.scenario, args.set, ranks=args.ranks, steps=args.steps, seed=args.seed)
-    _check_size(row_scenarios(data, args.tries), yes=args.yes)
+    # The rows run one after another, each result dropped before the next (ddplab/limits.py).
+    limits.check_in_turn(row_scenarios(data, args.tries), "rows", yes=args.yes)
+    if args.out:  # fail before simulating, not after
+        args.out.mkdir(parents=True, exist_ok=True)
     rows = compare(data, args.tries, horizon_h=args.horizon_h, restart_min=args.restart_min)
     base = rows[0]
     out = []
@@ -46,35 +52,41 @@ def whatif(args):
         if args.usd_per_gpu_hour is not None:
             row["usd_per_btok"] = r.gpu_h_per_btok * args.usd_per_gpu_hour
         out.append(row)
+    if args.out:
+        _write(out, args.out)
     if args.json:
         return out
     name = Path(args.scenario).stem
     print(f"{name}: {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
     usd = args.usd_per_gpu_hour is not None
+    width = max(22, *(len(r["mitigation"]) for r in out))  # a row of several keys is a long name
     print(
-        f"{'mitigation':<22} {'ranks':>5} {'step':>9} {'p95':>9} {'tokens/s':>11} {'vs nothing':>10}"
+        f"{'mitigation':<{width}} {'ranks':>5} {'step':>9} {'p95':>9} {'tokens/s':>11} {'vs nothing':>10}"
         f" {'efficiency':>10} {'GPU-h/Btok':>10}" + (f" {'$/Btok':>9}" if usd else "") + "  note"
     )
     for r in out:
         print(
-            f"{r['mitigation']:<22} {r['ranks']:>5} {fmt_seconds(r['step_time_s']):>9}"
+            f"{r['mitigation']:<{width}} {r['ranks']:>5} {fmt_seconds(r['step_time_s']):>9}"
             f" {fmt_seconds(r['step_time_p95_s']):>9} {r['tokens_per_s']:>11,.0f} {r['speedup']:>9.3f}x"
             f" {r['scaling_efficiency']:>10.1%} {r['gpu_h_per_btok']:>10.1f}"
             + (f" {r['usd_per_btok']:>9,.2f}" if usd else "")
             + f"  {r['note']}"
             + (f" (restart {r['restart_s'] / 60:g} min over {args.horizon_h:g} h)" if r["restart_s"] else "")
         )
+    if args.out:
+        print(f"whatif.csv, whatif.json and whatif.png in {args.out}/")
     return out
 
 
-def _check_size(scenarios, *, yes: bool) -> None:
-    """The rows run one after another, each result dropped before the next: the largest row's
-    memory, every row's time (ddplab/limits.py)."""
-    from ddplab import limits
-    from sim.limits import SimCost, simulation_cost
+def _write(rows: list[dict], out: Path) -> None:
+    """What --json prints, as whatif.json and (a column per key) whatif.csv; whatif.png: each
+    row's mean step split into its parts, with its throughput against doing nothing."""
+    from sim.export import write_csv_atomic
+    from sim.plot import plot_breakdown
+    from workflow.files import write_json_atomic
 
-    costs = [simulation_cost(sc) for sc in scenarios]
-    total = SimCost(max(c.peak_bytes for c in costs), 0.0, sum(c.seconds for c in costs))
-    big = max(scenarios, key=lambda sc: sc.ranks * sc.steps)
-    what = f"{len(scenarios)} rows (the largest: ranks {big.ranks} x steps {big.steps})"
-    limits.check_simulation(total, what, yes=yes)
+    write_json_atomic(out / "whatif.json", rows)
+    header = list(rows[0])
+    write_csv_atomic(out / "whatif.csv", header, [[r[k] for k in header] for r in rows])
+    notes = [f"{r['speedup']:.3f}x tokens/s" for r in rows]
+    plot_breakdown(rows, [r["mitigation"] for r in rows], out / "whatif.png", title="ddplab whatif", notes=notes)

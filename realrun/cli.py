@@ -17,9 +17,26 @@ PRECISIONS = ("auto", "fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
 MAX_SIZE_BYTES = 1 << 50  # sim/units.py's bound, held equal by tests/test_twins.py
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """--help shows each option's default, unless it has none (None, False, empty) or the help
+    already says it; argparse's ArgumentDefaultsHelpFormatter would also print "(default: None)"."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, argparse.SUPPRESS) or default == [] or "default" in text.lower():
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"  # as the option is written, not a repr
+
+
 class Parser(argparse.ArgumentParser):
     """Every ddplab and realrun command line: a usage error is one line and exit 2
-    (argparse would print the whole usage first)."""
+    (argparse would print the whole usage first). Help shows defaults (DefaultsFormatter)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")

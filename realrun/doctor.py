@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(d, indent=2, allow_nan=False) if args.json else "\n".join(format_report(d)))
-    return 0
+    return 1 if d["problems"] else 0  # as `ddplab doctor`
 
 
 if __name__ == "__main__":

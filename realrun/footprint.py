@@ -21,9 +21,16 @@ ADAM_STATES = 2  # AdamW's two moments, in the parameters' dtype
 
 
 def params_at_least(shape: dict) -> int:
-    """A GPT-2 shape's weight matrices and embeddings (biases and norms left out)."""
-    d, layers = shape["n_embd"], shape["n_layer"]
-    return 12 * layers * d * d + shape["vocab_size"] * d + shape["block_size"] * d
+    """A shape's weight matrices and embeddings (biases and norms left out): GPT-2's, or
+    Llama's (layout = "llama": Q and O d x d, K and V d x kv, SwiGLU's three d x ffn_hidden,
+    no position table, an output layer of its own unless tied). sim/transformer.py counts
+    every tensor; tests/test_llama.py holds this below it."""
+    d, layers, v = shape["n_embd"], shape["n_layer"], shape["vocab_size"]
+    if shape.get("layout", "gpt2") == "gpt2":
+        return 12 * layers * d * d + v * d + shape["block_size"] * d
+    kv = d // shape["n_head"] * shape["n_kv_head"]
+    block = 2 * d * d + 2 * d * kv + 3 * d * shape["ffn_hidden"]
+    return layers * block + v * d * (1 if shape.get("tied_embeddings", False) else 2)
 
 
 def rank_bytes_at_least(shape: dict, micro_batch: int, seq_len: int, precision: str) -> int:

@@ -89,14 +89,18 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
             preexec_fn=die_with_parent,
         )
         lock = threading.Lock()
+        # Once the launcher stops the run, the ranks' last words (a peer gone, mid-collective)
+        # are its echo: the log keeps them, the console gets the launcher's one line.
+        stopping = threading.Event()
         echoes = [
-            threading.Thread(target=_echo, args=(stream, sink, log, lock), daemon=True)
+            threading.Thread(target=_echo, args=(stream, sink, log, lock, stopping), daemon=True)
             for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
         ]
         for echo in echoes:
             echo.start()
         code, why = _wait(proc, timeout_s)
         if why:
+            stopping.set()
             _stop(proc, folder, why)
         for echo in echoes:
             echo.join(timeout=5)
@@ -213,15 +217,16 @@ class TorchrunFilter:
         return not _TORCH_LOG.match(line)
 
 
-def _echo(stream, sink, log, lock: threading.Lock) -> None:
-    """Copy one of torchrun's streams into the log, whole, and onto ``sink``, filtered."""
+def _echo(stream, sink, log, lock: threading.Lock, stopping: threading.Event) -> None:
+    """Copy one of torchrun's streams into the log, whole, and onto ``sink``, filtered (and
+    not at all once ``stopping`` is set)."""
     keep = TorchrunFilter()
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace")
         with lock:
             log.write(line)
             log.flush()
-        if keep.show(line):
+        if keep.show(line) and not stopping.is_set():
             try:
                 sink.write(line)
                 sink.flush()

@@ -47,3 +47,24 @@ def _poll(path: Path, on_gone: Callable[[str], None]) -> None:
         reason = os.pread(fd, 4096, 0).decode(errors="replace").strip()
         on_gone(reason or "interrupted: the launcher is gone")
         return
+
+
+def let_go_reason(environ=os.environ) -> str | None:
+    """The launcher's reason when it has let go of (or lost) this rank's lifeline, else None.
+    A rank whose collective fails because a peer has just answered the lifeline reports the
+    launcher's reason first: the peer's exit is the effect, not the cause."""
+    path = environ.get(LIFELINE_ENV)
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return "interrupted: the launcher's lifeline is gone"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        reason = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+    except BlockingIOError:
+        return None  # the launcher still holds it: the failure is the rank's own
+    finally:
+        os.close(fd)
+    return reason or "interrupted: the launcher is gone"

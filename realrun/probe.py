@@ -14,6 +14,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from realrun.dist import DistEnv, init
+from realrun.lifeline import let_go_reason
 from realrun.model import preset_config
 from realrun.probe_collectives import quick, sweep
 from realrun.probe_compute import bucket_profile, compute, overlap
@@ -61,6 +62,8 @@ def run(args) -> int:
         summary = _quick(env, writer, stage) if args.quick else _full(env, args, writer, stage, recipe)
     except (RuntimeError, OSError, ValueError) as e:  # torch's DistBackendError is a RuntimeError
         reason = f"{stage[0]}: {one_line(e)}"
+        stopped = let_go_reason()  # a peer that answered the launcher's stop is the effect, not the cause
+        reason = f"{stopped} (then {reason})" if stopped else reason
         writer.abandon(reason)
         _say(f"realrun probe: rank {env.rank}: {reason}", sys.stderr)
         return 2 if isinstance(e, ValueError) else 1

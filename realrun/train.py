@@ -25,6 +25,7 @@ from realrun import dist as rdist
 from realrun.data import Batches
 from realrun.device import peak_memory, reset_peak
 from realrun.hooks import BucketHook, Clock, inner_hook
+from realrun.lifeline import let_go_reason
 from realrun.model import build
 from realrun.recipe import Recipe, backward, optimizer_step
 from realrun.records import RecordWriter, one_line, rank_file
@@ -241,6 +242,8 @@ def run(args) -> int:
             reason, fault = f"setup failed: {type(err).__name__}: {err}", {"type": "fault", "step": -1}
         else:
             reason, fault = trainer.describe(err)
+        stopped = let_go_reason()
+        reason = f"{stopped} (then {reason})" if stopped else reason
         writer.write(fault)
         writer.abandon(reason)
         print(f"realrun train: rank {env.rank}: {reason}", file=sys.stderr, flush=True)

@@ -10,8 +10,8 @@ SCENARIO_DIR = Path(__file__).resolve().parent
 MODELS_FILE = SCENARIO_DIR / "models.toml"
 
 
-def load_models() -> dict[str, dict[str, int]]:
-    """The GPT-2 preset shapes, keyed by preset name."""
+def load_models() -> dict[str, dict]:
+    """The model preset shapes (GPT-2 and Llama layouts), keyed by preset name."""
     with MODELS_FILE.open("rb") as f:
         return tomllib.load(f)
 
@@ -32,3 +32,19 @@ def scenario_path(name_or_path: str) -> Path:
     if candidate.exists() and candidate != MODELS_FILE:
         return candidate
     raise ValueError(f"scenario {name_or_path!r}: not a preset ({', '.join(scenario_names())}) nor a .toml file")
+
+
+def base_path(base: str, naming_file: Path) -> Path:
+    """The file a scenario's ``base`` names: a preset name (``h100-1024``), or a path
+    (``../h100-1024.toml``, ``x.toml``) relative to the folder of the file that names it,
+    as an #include is, so a file loads the same from any working directory."""
+    p = Path(base)
+    if p.suffix == ".toml" or len(p.parts) > 1:
+        p = naming_file.parent / p
+        if not p.is_file():
+            raise ValueError(f"{naming_file}: base {base!r}: no such file: {p}")
+        return p
+    candidate = SCENARIO_DIR / f"{base}.toml"
+    if candidate.exists() and candidate != MODELS_FILE:
+        return candidate
+    raise ValueError(f"{naming_file}: base {base!r}: not a preset ({', '.join(scenario_names())}) nor a .toml path")

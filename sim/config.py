@@ -33,7 +33,7 @@ def _one_of(key: str, value, allowed) -> None:
 @dataclass(kw_only=True)
 class ModelConfig:
     preset: str = "gpt2-760m"
-    """GPT-2 preset name from scenarios/models.toml."""
+    """Model preset name from scenarios/models.toml (GPT-2 or Llama layout)."""
     shape: GPT2Shape = field(init=False, repr=False, compare=False)
     """The preset's layer shapes, resolved once here (not a TOML key)."""
 
@@ -377,6 +377,7 @@ class Scenario:
     name: str = "custom"
     """Preset name."""
     description: str = ""
+    """One line for `ddplab scenarios` and the summary's first line."""
     ranks: int = 8
     """Data-parallel ranks (GPUs)."""
     steps: int = 100

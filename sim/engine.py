@@ -20,6 +20,7 @@ Protocol, per step:
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 import simpy
@@ -63,8 +64,9 @@ class _CommStream:
     """The one FIFO collective stream all ranks share (every collective starts on
     all ranks together, so the per-rank streams move in lockstep)."""
 
-    def __init__(self, env, wl: Workload, n_groups: int, rng: np.random.Generator, sc: Scenario):
+    def __init__(self, env, wl: Workload, n_groups: int, rng: np.random.Generator, sc: Scenario, progress=None):
         self.env, self.wl, self.n_groups, self.rng, self.sc = env, wl, n_groups, rng, sc
+        self.progress = progress  # called (steps done, steps) after each step; it only observes
         self.opened = [env.event() for _ in range(sc.steps)]
         self.done = [env.event() for _ in range(sc.steps)]
         needed = Effects.needed(sc.episodes, sc.pauses)
@@ -99,6 +101,8 @@ class _CommStream:
             t0 = end + wl.optimizer_s
             rec.step(step, t0=st.t0, end_s=t0, starts=st.starts, ends=st.ends)
             self.done[step].succeed()
+            if self.progress:
+                self.progress(step + 1, self.sc.steps)
 
 
 def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, steps: int):
@@ -143,16 +147,25 @@ def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, st
         )
 
 
-def simulate(sc: Scenario, *, group_size: int | None = None, trace_steps: int = 3, trace_ranks=None) -> SimResult:
+def simulate(
+    sc: Scenario,
+    *,
+    group_size: int | None = None,
+    trace_steps: int = 3,
+    trace_ranks=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
     """Simulate ``sc.steps`` optimizer steps of ``sc.ranks`` ranks.
 
     ``group_size``: ranks per SimPy process (default: all in one, the fastest);
     results do not depend on it. ``trace_steps``/``trace_ranks``: the window kept
     for the Chrome trace (default: the first 3 steps, up to 8 ranks incl. stragglers).
-    ``training.mode = "fsdp"`` runs sim/fsdp.py's per-unit model instead.
+    ``training.mode = "fsdp"`` runs sim/fsdp.py's per-unit model instead. ``progress``:
+    called with (steps done, steps) after each step, for the caller's progress line (sim does
+    no I/O); it draws nothing, so results are identical with and without it.
     """
     if sc.training.mode == "fsdp":
-        return simulate_fsdp(sc, trace_steps=trace_steps, trace_ranks=trace_ranks)
+        return simulate_fsdp(sc, trace_steps=trace_steps, trace_ranks=trace_ranks, progress=progress)
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_workload(sc, rng)
@@ -162,7 +175,7 @@ def simulate(sc: Scenario, *, group_size: int | None = None, trace_steps: int = 
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     groups = [slice(a, min(a + group_size, n)) for a in range(0, n, group_size)]
     env = simpy.Environment()
-    comm = _CommStream(env, wl, len(groups), rng, sc)
+    comm = _CommStream(env, wl, len(groups), rng, sc, progress)
     rec = Recorder(sc, wl, trace_steps=trace_steps, trace_ranks=trace_ranks)
     env.process(comm.run(rec))
     for g in groups:

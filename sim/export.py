@@ -11,10 +11,14 @@ Layout of ``--out DIR`` (schema ``ddplab.sim/1``):
     ranks.csv        rank, speed_factor, median compute_s, mean collective_wait_s
     trace.json       Chrome Trace Event JSON of the first steps (open in ui.perfetto.dev)
   scaling.png        step time and breakdown vs ranks, for a sweep
+  scaling.csv        the sweep's table, a row per rank count (SUMMARY_COLUMNS)
+  breakdown.png      the mean step split into its parts, for a single scale
 """
 
 import csv
+import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +69,56 @@ def write_summaries(summaries: list[dict], run_dir: Path, *, sweep: bool) -> Non
     body = summaries if sweep else summaries[0]
     # Standard JSON: a NaN (a bug: inputs are checked finite) raises here, not in a reader.
     (run_dir / "summary.json").write_text(json.dumps(body, indent=2, allow_nan=False) + "\n")
-    if sweep:
-        from sim.plot import plot_scaling
+    from sim.plot import plot_breakdown, plot_scaling
 
+    if sweep:
+        header = [h for h, _ in SUMMARY_COLUMNS]
+        write_csv_atomic(run_dir / "scaling.csv", header, [[f(s) for _, f in SUMMARY_COLUMNS] for s in summaries])
         plot_scaling(summaries, run_dir / "scaling.png", title=summaries[0]["scenario"])
+    else:
+        s = summaries[0]
+        label = f"{s['ranks']} ranks, {s['steps']} steps, seed {s['seed']}"
+        plot_breakdown([s], [label], run_dir / "breakdown.png", title=f"{s['scenario']}: where a step goes")
+
+
+# A summary as one CSV row (scaling.csv; compare.csv around it): every number the table prints,
+# at full precision (a float's str round-trips), units in the names.
+SUMMARY_COLUMNS = (
+    ("scenario", lambda s: s["scenario"]),
+    ("model", lambda s: s["model"]),
+    ("mode", lambda s: s["mode"]),
+    ("ranks", lambda s: s["ranks"]),
+    ("nodes", lambda s: s["nodes"]),
+    ("steps", lambda s: s["steps"]),
+    ("seed", lambda s: s["seed"]),
+    ("step_time_mean_s", lambda s: s["step_time_s"]["mean"]),
+    ("step_time_p5_s", lambda s: s["step_time_s"]["p5"]),
+    ("step_time_p50_s", lambda s: s["step_time_s"]["p50"]),
+    ("step_time_p95_s", lambda s: s["step_time_s"]["p95"]),
+    ("step_time_p99_s", lambda s: s["step_time_s"]["p99"]),
+    ("compute_s", lambda s: s["compute_s"]),
+    ("optimizer_s", lambda s: s["optimizer_s"]),
+    ("dataloader_s", lambda s: s["dataloader_s"]),
+    ("exposed_comm_s", lambda s: s["exposed_comm_s"]),
+    ("straggler_wait_s", lambda s: s["straggler_wait_s"]),
+    ("comm_s", lambda s: s["comm_s"]),
+    ("comm_compute_ratio", lambda s: s["comm_compute_ratio"]),
+    ("scaling_efficiency", lambda s: s["scaling_efficiency"]),
+    ("tokens_per_s", lambda s: s["tokens_per_s"]),
+    # `ddplab simulate` adds the memory estimate; a summary straight from the engine has none.
+    ("memory_total_gib", lambda s: s.get("memory_gib", {}).get("total_gib", "")),
+    ("algorithms", lambda s: "+".join(s["algorithms"])),
+)
+
+
+def write_csv_atomic(path: Path, header: list[str], rows: list[list]) -> Path:
+    """A CSV table written whole: to a temporary name beside it, then a rename."""
+    path = Path(path)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(buf.getvalue())
+    os.replace(tmp, path)
+    return path

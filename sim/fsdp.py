@@ -200,10 +200,11 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     )
 
 
-def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None) -> SimResult:
+def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progress=None) -> SimResult:
     """Simulate ``sc.steps`` FSDP optimizer steps of ``sc.ranks`` ranks (``training.mode`` is
     not read: the caller chose FSDP). The first ``trace_steps`` steps of ``trace_ranks``
-    (default: as sim/results.py picks them) are kept as Chrome trace spans."""
+    (default: as sim/results.py picks them) are kept as Chrome trace spans. ``progress``:
+    as sim/engine.py's simulate(), called (steps done, steps) after each step."""
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_fsdp_workload(sc, rng)
@@ -277,6 +278,8 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None) -> Si
         compute[step], exposed[step] = work, exp
         wait[step] = np.maximum((hi - lo).sum(axis=0) - exp, 0.0)
         t0 = end
+        if progress:
+            progress(step + 1, steps)
     return SimResult(
         scenario=sc,
         workload=wl,

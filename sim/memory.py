@@ -31,9 +31,23 @@ Activations saved for backward, per block, in bytes per token per model dimensio
   This is Korthikanti et al. 2022 ("Reducing Activation Recomputation", Sec. 4.1) for a
   model without dropout and with fused attention, which stores no s x s scores; without it
   (``fused_attention = false``) the softmax probabilities a s^2 b and the scaled queries add.
+  A Llama block (sim/gpt2.py's llama layout) adapts the same count: the two RMSNorm inputs (r
+  each) and outputs (c each), Q (c) and the narrower K and V (kv_dim / d each, grouped-query
+  attention: SDPA's enable_gqa keeps them unrepeated, as torch 2.13 does on CPU; a kernel that
+  repeated them would save n_head / n_kv_head times more), Q and K rotated (RoPE's backward
+  needs only its cos and sin) and V copied out of c_attn's output, which is then freed
+  (realrun/model.py), the attention output (c), and SwiGLU's gate, silu(gate),
+  up and their product, the down projection's input (4 ffn_hidden / d, where GELU's input and
+  output are 2 x 4), with one fp32 statistic per norm (the inverse root mean square), the
+  log-sum-exp per head, and, under autocast, RoPE's cos and sin cast to the compute dtype once
+  per block (s x head_dim each). torch 2.13 runs RMSNorm on CUDA as one fused kernel
+  (``_fused_rms_norm_cuda``), which saves its input and statistic only; on CPU the composite
+  also saves the normalised fp32 input, which tests/test_memory.py adds when it holds the
+  estimate to MemTracker.
   Full activation checkpointing keeps each block's input and one block's activations while it
   is recomputed.
-Outside the blocks: ln_f's input and the output layer's input, and the loss. At the start of
+Outside the blocks: ln_f's input and the output layer's input (and ln_f's statistics), the
+token ids, and the loss. At the start of
 backward the caller still holds the logits (T x vocab, compute dtype), log_softmax's output
 is saved and the loss's backward makes two more T x vocab gradients (fp32 under autocast,
 which runs log_softmax and the losses in fp32): at GPT-2's vocabulary and seq 2048 that is a
@@ -48,7 +62,7 @@ from typing import NamedTuple
 
 from sim.config import Scenario
 from sim.fsdp import ROOT, unit_numels
-from sim.gpt2 import GPT2Shape
+from sim.gpt2 import TransformerShape
 from sim.precision import Precision
 
 GIB = float(1 << 30)
@@ -85,43 +99,53 @@ class MemoryEstimate(NamedTuple):
 
 
 def block_activation_bytes(
-    shape: GPT2Shape, seq_len: int, micro_batch: int, dtypes: Precision, *, fused_attention: bool
+    shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision, *, fused_attention: bool
 ) -> float:
     """One transformer block's tensors saved for backward, bytes (see the module docstring)."""
     s, b, h, a = seq_len, micro_batch, shape.n_embd, shape.n_head
     r, c = dtypes.residual_bytes, dtypes.compute_bytes
-    stats = 2 * 2 * FP32  # two layer norms' mean and inverse deviation per token
+    stats = 2 * shape.norm_stats * FP32  # two norms' statistics per token
+    # Per token, compute-dtype elements: the norms' outputs, Q K V, the attention output, and the
+    # MLP's: GELU's input and output (2 ffn), or SwiGLU's gate, silu(gate), up, product (4 ffn).
+    mlp = (4 if shape.swiglu else 2) * shape.ffn_hidden
+    saved = 2 * h + shape.qkv_dim + h + mlp  # 14 h for GPT-2
     if fused_attention:
         attention = a * FP32  # log-sum-exp per head and token
     else:
         attention = a * s * c + h * c  # softmax probabilities per head and key, and the scaled queries
-    return s * b * (h * (2 * r + 14 * c) + stats + attention)
+    rope = 2 * s * shape.head_dim * c if not shape.learned_positions and dtypes.autocast else 0
+    return s * b * (h * 2 * r + saved * c + stats + attention) + rope
 
 
 def activation_bytes(
-    shape: GPT2Shape, seq_len: int, micro_batch: int, dtypes: Precision, *, checkpointing: bool, fused_attention: bool
+    shape: TransformerShape,
+    seq_len: int,
+    micro_batch: int,
+    dtypes: Precision,
+    *,
+    checkpointing: bool,
+    fused_attention: bool,
 ) -> float:
     """One micro-batch's activations saved for backward outside the loss, bytes."""
     s, b, h = seq_len, micro_batch, shape.n_embd
     block = block_activation_bytes(shape, s, b, dtypes, fused_attention=fused_attention)
     blocks = shape.n_layer * (s * b * h * dtypes.residual_bytes) + block if checkpointing else shape.n_layer * block
-    head = s * b * (h * (dtypes.residual_bytes + dtypes.compute_bytes) + 2 * FP32 + 2 * INDEX_BYTES)
+    head = s * b * (h * (dtypes.residual_bytes + dtypes.compute_bytes) + shape.norm_stats * FP32 + 2 * INDEX_BYTES)
     return blocks + head
 
 
-def logits_bytes(shape: GPT2Shape, seq_len: int, micro_batch: int, dtypes: Precision) -> float:
+def logits_bytes(shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision) -> float:
     """The T x vocab tensors alive at the start of backward: the logits the caller holds, the
     saved log_softmax output and the two gradients of the loss's backward."""
     tv = seq_len * micro_batch * shape.vocab_size
     return tv * (dtypes.compute_bytes + 3 * dtypes.loss_bytes)
 
 
-def weight_copy_bytes(shape: GPT2Shape, dtypes: Precision) -> float:
+def weight_copy_bytes(shape: TransformerShape, dtypes: Precision) -> float:
     """Autocast's 16-bit copies of the matmul weights (four per block, and the output layer)."""
     if not dtypes.autocast:
         return 0.0
-    d = shape.n_embd
-    return (shape.n_layer * 12 * d * d + shape.vocab_size * d) * dtypes.compute_bytes
+    return (shape.n_layer * shape.block_matmul_numel + shape.embedding_numel) * dtypes.compute_bytes
 
 
 def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB) -> MemoryEstimate:

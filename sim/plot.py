@@ -1,7 +1,9 @@
-"""Scaling plots from ``SimResult.summary()`` dicts. matplotlib is imported inside the
+"""Plots of results: scaling and step-time breakdowns from ``SimResult.summary()`` dicts (and
+whatif's rows), goodput campaigns, the traced timeline. matplotlib is imported inside the
 functions, so ``import sim`` stays light; figures render with the Agg backend and never
 touch pyplot's global state."""
 
+import os
 from pathlib import Path
 
 
@@ -73,9 +75,135 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
     )
 
     fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    """Write beside the target, then rename (as calibrate/plots.py's save): a reader, or a rerun
+    after Ctrl-C, never finds half a PNG."""
     path = Path(path)
-    fig.savefig(path, dpi=120)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
+
+
+# What a mean step splits into (sim/results.py: they add up to it), bottom to top as drawn.
+_PARTS = (
+    ("compute (fwd+bwd)", "compute_s", "C2"),
+    ("optimizer", "optimizer_s", "C0"),
+    ("dataloader", "dataloader_s", "0.6"),
+    ("exposed comm", "exposed_comm_s", "C3"),
+    ("straggler wait", "straggler_wait_s", "C7"),
+)
+
+
+def plot_breakdown(rows: list[dict], labels: list[str], path, title: str, notes: list[str] | None = None) -> Path:
+    """One bar per row (a summary or a whatif row: the keys of _PARTS): its mean step stacked as
+    compute / optimizer / dataloader / exposed comm / straggler wait, the total on top, and a
+    row's note (throughput against the first, say) under the total."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not rows:
+        raise ValueError("plot_breakdown: no rows to plot")
+    totals = [sum(r[key] for _, key, _ in _PARTS) for r in rows]
+    unit, scale = ("s", 1.0) if max(totals) >= 10 else ("ms", 1e3)
+    one = len(rows) == 1
+    fig = Figure(figsize=(7.5, 4.8) if one else (max(5.0, 1.4 * len(rows) + 2.5), 5.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    x = list(range(len(rows)))
+    bottom = [0.0] * len(rows)
+    for name, key, color in _PARTS:
+        values = [r[key] * scale for r in rows]
+        if any(v > 0 for v in values) or key in ("compute_s", "exposed_comm_s", "straggler_wait_s"):
+            if one:  # a single bar: the legend carries each part's value
+                name = f"{name}  {values[0]:.4g} {unit} ({values[0] / (totals[0] * scale):.1%})"
+            ax.bar(x, values, bottom=bottom, color=color, label=name, width=0.6)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    for i, total in enumerate(totals):
+        text = f"{total * scale:.4g} {unit}" + (f"\n{notes[i]}" if notes else "")
+        ax.annotate(text, (i, total * scale), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
+                    fontsize="small")  # fmt: skip
+    long = max(len(s) for s in labels) > 14
+    ax.set_xticks(x, labels, rotation=20 if long else 0, ha="right" if long else "center", fontsize="small")
+    ax.set_ylim(0, max(totals) * scale * 1.25)
+    ax.set_ylabel(f"mean step time ({unit})")
+    handles, names = ax.get_legend_handles_labels()
+    if one:
+        fig.legend(handles[::-1], names[::-1], loc="outside right upper", fontsize="small")  # top part first
+    else:
+        fig.legend(handles, names, loc="outside lower center", ncols=len(names), fontsize="small")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def plot_goodput(o: dict, path) -> Path:
+    """`ddplab goodput`'s result (its --json): left, the simulated wall beyond the useful work
+    (lost to failures, restarts, checkpoints, stalls) in hours and as shares of the wall;
+    right, the closed form's wall/work against the checkpoint interval, with the interval
+    simulated (its standard error as the bar), Daly's and the best simulated."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    from sim.checkpointing import wall_per_work_analytic
+
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, width_ratios=[1, 1.4])
+
+    wall_h = o["wall_per_work"]["simulated"] * o["work_h"]
+    named = {"restarts": o["restart_h"], "checkpoints": o["checkpoint_h"], "stalled": o["stalled_h"]}
+    # What the wall holds beyond the kept work and the named parts: work lost to failures and
+    # the checkpoints they cut short (sim/goodput.py's lost_wall).
+    overhead = {"lost to failures": max(0.0, wall_h - o["work_h"] - sum(named.values())), **named}
+    if not o["stalls"]["per_day"]:
+        del overhead["stalled"]
+    x = list(range(len(overhead)))
+    left.bar(x, list(overhead.values()), color=["C3", "C1", "C0", "C7"][: len(overhead)], width=0.6)
+    for i, hours in enumerate(overhead.values()):
+        left.annotate(f"{hours:,.4g} h\n{hours / wall_h:.2%} of wall", (i, hours), xytext=(0, 3),
+                      textcoords="offset points", ha="center", va="bottom", fontsize="small")  # fmt: skip
+    left.set_xticks(x, list(overhead))
+    left.set_ylim(0, max(overhead.values()) * 1.3 or 1.0)
+    left.set_ylabel("hours (simulated, all replications)")
+    left.set_title(f"wall beyond {o['work_h']:,.4g} h of work: goodput {o['goodput']['simulated']:.2%}")
+
+    costs = {"mtbf_min": o["mtbf_h"] * 60.0, "restart_min": o["restart_min"], "checkpoint_min": o["checkpoint_min"]}
+    best = o["best_interval_min"]["analytic"]
+    lo, hi = min(best, o["interval_min"]) / 4, max(best, o["interval_min"]) * 4
+    taus = np.geomspace(lo, hi, 200)
+    curve = []
+    for tau in taus:
+        try:
+            curve.append(wall_per_work_analytic(interval_min=float(tau), **costs))
+        except OverflowError:  # e^((tau+delta)/M) past a float: off the chart anyway
+            curve.append(np.nan)
+    analytic = "analytic wall / work" + (" (failures only)" if o["stalls"]["per_day"] else "")
+    right.plot(taus, curve, color="C0", label=analytic)
+    right.errorbar([o["interval_min"]], [o["wall_per_work"]["simulated"]], yerr=[o["wall_per_work_stderr"]], fmt="o",
+                   color="C3", label=f"simulated at {o['interval_min']:.4g} min")  # fmt: skip
+    right.axvline(o["daly_interval_min"], color="0.4", ls="--", label=f"Daly {o['daly_interval_min']:.1f} min")
+    sim_best = o["best_interval_min"]["simulated"]
+    right.axvline(sim_best, color="C2", ls=":", label=f"best simulated {sim_best:.1f} min")
+    right.set_xscale("log")
+    right.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    right.xaxis.set_major_formatter(ScalarFormatter())
+    right.xaxis.set_minor_formatter(NullFormatter())
+    right.set_xlabel("checkpoint interval (min of work)")
+    right.set_ylabel("wall / work")
+    right.grid(alpha=0.3)
+    right.legend(fontsize="small")
+    right.set_title(
+        f"MTBF {o['mtbf_h']:.4g} h, restart {o['restart_min']:g} min, checkpoint {o['checkpoint_min']:g} min"
+    )
+    return _save(fig, path)
 
 
 _TIMELINE_COLORS = {

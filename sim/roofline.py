@@ -28,12 +28,23 @@ into its bucket (one copy per parameter; reducer.cpp ``copy_grad_to_bucket``). O
 blocks: the embedding lookups and their backward, the final norm, the tied output matmul, and
 the loss: autocast's fp32 copy of the logits, log_softmax, and their backward over the whole
 T x vocab matrix, which at GPT-2's vocabulary is the largest memory traffic of the step.
+
+A Llama block (sim/gpt2.py's llama layout) runs the same kernels, adapted: RMSNorm in place of
+LayerNorm (taken as one fused kernel moving the same bytes: torch 2.13's ``_fused_rms_norm_cuda``;
+a weight, no bias), no biases (no bias kernels), Q, K and V of d + 2 kv_dim outputs, RoPE on Q
+and K (one read and one write of each, forward and backward; eager PyTorch launches several
+elementwise kernels for it, which the launch floor undercounts) and a copy of V (so c_attn's
+output is freed, realrun/model.py), attention reading the narrower K
+and V (grouped-query attention), and SwiGLU: silu(gate) and its product with up (read gate, write
+silu; read both, write the product: 5 ffn_hidden elements per token) where GPT-2 has GELU;
+backward 8 ffn_hidden. Outside the blocks: no position table, and an untied output layer has
+its own gradient and bucket copy where a tied one adds its gradient into wte's.
 """
 
 from typing import NamedTuple
 
 from sim.config import ComputeConfig
-from sim.gpt2 import GPT2Shape
+from sim.gpt2 import TransformerShape
 from sim.precision import Precision
 
 MATMUL, ATTENTION, MEMORY = "matmul", "attention", "memory"
@@ -91,38 +102,50 @@ def _mem(name: str, backward: bool, nbytes: float) -> Kernel:
     return Kernel(name, backward, MEMORY, 0.0, nbytes)
 
 
-def _linear(name: str, t: float, d_in: int, d_out: int, p: Precision) -> tuple[list[Kernel], list[Kernel]]:
-    """A biased nn.Linear on t tokens: (forward kernels, backward kernels)."""
+def _linear(
+    name: str, t: float, d_in: int, d_out: int, p: Precision, bias: bool = True
+) -> tuple[list[Kernel], list[Kernel]]:
+    """An nn.Linear on t tokens, biased or not: (forward kernels, backward kernels)."""
     c, w = p.compute_bytes, p.param_bytes
     fwd = [_matmul(name, False, t, d_in, d_out, c)]
     bwd = [
         _matmul(name + ".dgrad", True, t, d_out, d_in, c),
         _matmul(name + ".wgrad", True, d_out, t, d_in, c),
-        _mem(name + ".bias_grad", True, t * d_out * c),
     ]
-    if p.autocast:  # weight and bias cast to 16 bits for the forward, their gradients back to fp32
-        fwd += [_mem(name + ".weight_cast", False, d_in * d_out * (w + c)), _mem(name + ".bias_cast", False, 0.0)]
-        bwd += [_mem(name + ".wgrad_cast", True, d_in * d_out * (c + w)), _mem(name + ".bgrad_cast", True, 0.0)]
+    if bias:
+        bwd.append(_mem(name + ".bias_grad", True, t * d_out * c))
+    if p.autocast:  # weight (and bias) cast to 16 bits for the forward, their gradients back to fp32
+        fwd.append(_mem(name + ".weight_cast", False, d_in * d_out * (w + c)))
+        if bias:
+            fwd.append(_mem(name + ".bias_cast", False, 0.0))
+        bwd.append(_mem(name + ".wgrad_cast", True, d_in * d_out * (c + w)))
+        if bias:
+            bwd.append(_mem(name + ".bgrad_cast", True, 0.0))
     # DDP copies each gradient into its flat bucket (gradient_as_bucket_view=False).
-    bwd += [_mem(name + ".bucket_copy", True, 2.0 * d_in * d_out * w), _mem(name + ".bias_bucket_copy", True, 0.0)]
+    bwd.append(_mem(name + ".bucket_copy", True, 2.0 * d_in * d_out * w))
+    if bias:
+        bwd.append(_mem(name + ".bias_bucket_copy", True, 0.0))
     return fwd, bwd
 
 
-def _norm(name: str, t: float, d: int, p: Precision) -> tuple[list[Kernel], list[Kernel]]:
-    """LayerNorm in the residual dtype, then (autocast) the cast of its output to the compute dtype."""
+def _norm(name: str, t: float, d: int, p: Precision, bias: bool = True) -> tuple[list[Kernel], list[Kernel]]:
+    """LayerNorm (or RMSNorm: no bias) in the residual dtype, then (autocast) the cast of its
+    output to the compute dtype."""
     r, c = p.residual_bytes, p.compute_bytes
     fwd = [_mem(name, False, 2.0 * t * d * r)]
     bwd = [_mem(name + ".bwd", True, 3.0 * t * d * r), _mem(name + ".weight_grad", True, 2.0 * t * d * r)]
     if p.autocast:
         fwd.append(_mem(name + ".cast", False, t * d * (r + c)))
         bwd.append(_mem(name + ".cast_bwd", True, t * d * (c + r)))
-    bwd += [_mem(name + ".bucket_copy", True, 4.0 * d * p.param_bytes)]  # weight and bias, one kernel each
+    # Weight and bias, one kernel each.
+    bwd += [_mem(name + ".bucket_copy", True, (4.0 if bias else 2.0) * d * p.param_bytes)]
     return fwd, bwd
 
 
-def block_kernels(shape: GPT2Shape, seq_len: int, tokens: float, p: Precision) -> list[Kernel]:
+def block_kernels(shape: TransformerShape, seq_len: int, tokens: float, p: Precision) -> list[Kernel]:
     """One transformer block's kernels for a micro-step of ``tokens`` (= micro-batch x seq_len)."""
     d, s, t = shape.n_embd, seq_len, tokens
+    kv, f, bias = shape.kv_dim, shape.ffn_hidden, shape.biases
     r, c = p.residual_bytes, p.compute_bytes
     fwd: list[Kernel] = []
     bwd: list[Kernel] = []
@@ -132,18 +155,23 @@ def block_kernels(shape: GPT2Shape, seq_len: int, tokens: float, p: Precision) -
         fwd.extend(f)
         bwd[:0] = b  # backward runs in reverse order
 
-    add(_norm("ln_1", t, d, p))
-    add(_linear("attn.c_attn", t, d, 3 * d, p))
+    add(_norm("ln_1", t, d, p, bias))
+    add(_linear("attn.c_attn", t, d, shape.qkv_dim, p, bias))
+    if not shape.learned_positions:  # RoPE rotates Q and K: read and write each; V's copy
+        rope = 2.0 * t * (d + kv) * c
+        add(([_mem("rope", False, rope), _mem("v_copy", False, 2.0 * t * kv * c)], [_mem("rope.bwd", True, rope)]))
+    # Reads Q, K, V, writes the output; backward reads Q, K, V, the output and its gradient,
+    # writes dQ, dK, dV. K and V are kv_dim wide (= d without grouped-query attention).
     add(
         (
-            [Kernel("attention", False, ATTENTION, 2.0 * t * s * d, 4.0 * t * d * c)],
+            [Kernel("attention", False, ATTENTION, 2.0 * t * s * d, t * (2 * d + 2 * kv) * c)],
             [
                 _mem("attention.bwd_preprocess", True, 2.0 * t * d * c),
-                Kernel("attention.bwd", True, ATTENTION, 5.0 * t * s * d, 8.0 * t * d * c),
+                Kernel("attention.bwd", True, ATTENTION, 5.0 * t * s * d, t * (4 * d + 4 * kv) * c),
             ],
         )
     )
-    add(_linear("attn.c_proj", t, d, d, p))
+    add(_linear("attn.c_proj", t, d, d, p, bias))
     residual_add = _mem("residual_add", False, t * d * (2 * r + c))
     # Backward of a residual add: the branch's gradient cast to its dtype, and the sum of the two
     # gradients that reach the residual stream.
@@ -151,23 +179,32 @@ def block_kernels(shape: GPT2Shape, seq_len: int, tokens: float, p: Precision) -
     if p.autocast:
         residual_bwd.append(_mem("residual_grad_cast", True, t * d * (r + c)))
     add(([residual_add], residual_bwd))
-    add(_norm("ln_2", t, d, p))
-    add(_linear("mlp.c_fc", t, d, 4 * d, p))
-    add(([_mem("gelu", False, 8.0 * t * d * c)], [_mem("gelu.bwd", True, 12.0 * t * d * c)]))
-    add(_linear("mlp.c_proj", t, 4 * d, d, p))
+    add(_norm("ln_2", t, d, p, bias))
+    add(_linear("mlp.c_fc", t, d, shape.fc_dim, p, bias))
+    if shape.swiglu:
+        # silu(gate): read, write; x up: read both, write. Backward: the product's (read its
+        # gradient, silu and up, write two) and silu's (read the gradient and gate, write).
+        add(
+            (
+                [_mem("silu", False, 2.0 * t * f * c), _mem("swiglu_mul", False, 3.0 * t * f * c)],
+                [_mem("swiglu_mul.bwd", True, 5.0 * t * f * c), _mem("silu.bwd", True, 3.0 * t * f * c)],
+            )
+        )
+    else:
+        add(([_mem("gelu", False, 2.0 * t * f * c)], [_mem("gelu.bwd", True, 3.0 * t * f * c)]))
+    add(_linear("mlp.c_proj", t, f, d, p, bias))
     add(([residual_add], residual_bwd))
     return fwd + bwd
 
 
-def head_kernels(shape: GPT2Shape, tokens: float, p: Precision) -> list[Kernel]:
-    """The embeddings, the final norm, the tied output layer and the loss."""
+def head_kernels(shape: TransformerShape, tokens: float, p: Precision) -> list[Kernel]:
+    """The embeddings, the final norm, the output layer (tied or not) and the loss."""
     d, v, t = shape.n_embd, shape.vocab_size, tokens
     r, c, w, loss = p.residual_bytes, p.compute_bytes, p.param_bytes, p.loss_bytes
-    fwd = [
-        _mem("wte.lookup", False, t * d * (w + r)),
-        _mem("wpe.add", False, t * d * 2 * r),
-    ]
-    ln_f, ln_f_bwd = _norm("ln_f", t, d, p)
+    fwd = [_mem("wte.lookup", False, t * d * (w + r))]
+    if shape.learned_positions:
+        fwd.append(_mem("wpe.add", False, t * d * 2 * r))
+    ln_f, ln_f_bwd = _norm("ln_f", t, d, p, shape.biases)
     fwd += ln_f
     fwd.append(_matmul("lm_head", False, t, d, v, c))
     if p.autocast:
@@ -187,17 +224,20 @@ def head_kernels(shape: GPT2Shape, tokens: float, p: Precision) -> list[Kernel]:
     if p.autocast:
         bwd.append(_mem("lm_head.wgrad_cast", True, v * d * (c + w)))
     bwd += ln_f_bwd
-    bwd += [
-        _mem("wte.embedding_bwd", True, v * d * w + 2.0 * t * d * w),  # zero the table, add the rows
-        _mem("wte.tied_grad_sum", True, 3.0 * v * d * w),
-        _mem("wpe.bwd", True, t * d * r),
-        _mem("wte.bucket_copy", True, 2.0 * v * d * w),
-        _mem("wpe.bucket_copy", True, 2.0 * shape.block_size * d * w),
-    ]
+    bwd.append(_mem("wte.embedding_bwd", True, v * d * w + 2.0 * t * d * w))  # zero the table, add the rows
+    if shape.tied_embeddings:
+        bwd.append(_mem("wte.tied_grad_sum", True, 3.0 * v * d * w))
+    if shape.learned_positions:
+        bwd.append(_mem("wpe.bwd", True, t * d * r))
+    bwd.append(_mem("wte.bucket_copy", True, 2.0 * v * d * w))
+    if shape.learned_positions:
+        bwd.append(_mem("wpe.bucket_copy", True, 2.0 * shape.block_size * d * w))
+    if not shape.tied_embeddings:
+        bwd.append(_mem("lm_head.bucket_copy", True, 2.0 * v * d * w))
     return fwd + bwd
 
 
-def step_kernels(shape: GPT2Shape, seq_len: int, micro_batch: int, p: Precision) -> list[Kernel]:
+def step_kernels(shape: TransformerShape, seq_len: int, micro_batch: int, p: Precision) -> list[Kernel]:
     """Every kernel of one micro-step's forward and backward, in no particular order."""
     tokens = float(micro_batch * seq_len)
     return shape.n_layer * block_kernels(shape, seq_len, tokens, p) + head_kernels(shape, tokens, p)
@@ -209,7 +249,7 @@ def kernel_time_s(k: Kernel, r: Rates) -> float:
     return max(compute_s, k.bytes / r.memory_bytes_s, r.launch_s)
 
 
-def micro_step_time(shape: GPT2Shape, seq_len: int, micro_batch: int, p: Precision, r: Rates) -> ComputeTime:
+def micro_step_time(shape: TransformerShape, seq_len: int, micro_batch: int, p: Precision, r: Rates) -> ComputeTime:
     fwd = bwd = mm = mem = 0.0
     floor = 0
     kernels = step_kernels(shape, seq_len, micro_batch, p)

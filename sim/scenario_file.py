@@ -63,7 +63,9 @@ _REPLACED = {
 }
 
 
-def _build(cls, data: dict, prefix: str):
+def _coerce(cls, data: dict, prefix: str) -> dict:
+    """``data``'s keys checked against ``cls``'s fields and each value coerced to its type,
+    a section's table in turn (still a dict): every key and type error before any value's."""
     settable = {f.name for f in dataclasses.fields(cls) if f.init}
     hints = {k: v for k, v in typing.get_type_hints(cls).items() if k in settable}
     kwargs = {}
@@ -77,14 +79,58 @@ def _build(cls, data: dict, prefix: str):
         if key in _SECTIONS and not prefix:
             if not isinstance(value, dict):
                 raise ValueError(f"{full}: expected a [{key}] table, got {value!r}")
-            kwargs[key] = _build(_SECTIONS[key], value, f"{key}.")
+            kwargs[key] = _coerce(_SECTIONS[key], value, f"{key}.")
         else:
             kwargs[key] = _check_type(full, value, hints[key])
-    return cls(**kwargs)
+    return kwargs
 
 
 def scenario_from_dict(data: dict) -> Scenario:
-    return _build(Scenario, data, "")
+    kwargs = _coerce(Scenario, data, "")
+    sections = {key: _SECTIONS[key](**value) for key, value in kwargs.items() if key in _SECTIONS}
+    return Scenario(**{**kwargs, **sections})
+
+
+# What a scenario without ``base`` must set itself, each with the keys that may stand in for
+# it: the defaults in sim/config.py are one H100 with no noise and a free optimizer, so a
+# file that leaves these out would be predicted as that, silently (issue 16).
+MUST_SET = {
+    "ranks": (),
+    "model.preset": (),
+    "compute.peak_tflop_s": ("compute.step_compute_s",),  # the compute speed, or the time itself
+    "compute.optimizer_s": (),
+    "network.gpus_per_node": (),
+    "network.nics_per_node": (),
+    "network.nic_gbit_s": (),
+    "noise.distribution": (),
+}
+BASE_HINT = 'base = "h100-1024"'
+
+
+def _has(data: dict, key: str) -> bool:
+    section, _, name = key.rpartition(".")
+    table = data.get(section, {}) if section else data
+    return isinstance(table, dict) and name in table
+
+
+def missing_keys(data: dict) -> list[str]:
+    """The MUST_SET keys a scenario without ``base`` leaves to the defaults, each named
+    with what may stand in for it."""
+    return [
+        " or ".join((key, *alternatives))
+        for key, alternatives in MUST_SET.items()
+        if not any(_has(data, k) for k in (key, *alternatives))
+    ]
+
+
+def _check_complete(path: Path, data: dict) -> None:
+    """A from-scratch file (no ``base``) names every key a prediction rests on, or is refused."""
+    _coerce(Scenario, data, "")  # a wrong key or type is the first thing to say
+    missing = missing_keys(data)
+    if missing:
+        raise ValueError(
+            f"{path}: no base, and not set: {', '.join(missing)} (set them, or start from a preset: {BASE_HINT})"
+        )
 
 
 def load_toml(path: Path) -> dict:
@@ -100,17 +146,22 @@ def load_toml(path: Path) -> dict:
 
 
 def load_scenario_data(path: Path, _seen: tuple = ()) -> dict:
-    """A scenario file's data with its ``base`` (another preset or file) filled in
-    underneath: a straggler preset is the cluster preset plus what it changes."""
-    from scenarios import scenario_path
+    """A scenario file's data with its ``base`` (a preset, or a file relative to this one)
+    filled in underneath: a straggler preset is the cluster preset plus what it changes.
+    A file without ``base`` must set the MUST_SET keys itself."""
+    from scenarios import base_path
 
     data = load_toml(path)
     base = data.pop("base", None)
     if base is None:
+        _check_complete(path, data)
         return data
-    if not isinstance(base, str) or base in _seen:
-        raise ValueError(f"{path}: base: expected another preset's name, not {base!r} (or a cycle)")
-    merged = load_scenario_data(scenario_path(base), (*_seen, base))
+    if not isinstance(base, str):
+        raise ValueError(f"{path}: base: expected a preset's name or a .toml path, not {base!r}")
+    under, chain = base_path(base, path), (*_seen, path.resolve())
+    if under.resolve() in chain:
+        raise ValueError(f"{path}: base {base!r}: a cycle ({under} is already in this file's chain of bases)")
+    merged = load_scenario_data(under, chain)
     for key, value in data.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
@@ -133,6 +184,19 @@ def parse_override(text: str) -> tuple[list[str], object]:
     except RecursionError:
         raise ValueError(f"--set {key}: value nested too deeply to read") from None
     return key.split("."), value
+
+
+def split_assignments(text: str, words=()) -> list[str]:
+    """Several KEY=VALUE in one argument: ``a.b=1,c=2`` -> ["a.b=1", "c=2"]. A piece with no
+    ``=`` (and not one of ``words``, whatif's named fixes) continues the value before it, so
+    ``stragglers=17:1.4,100:2.0`` stays one assignment."""
+    out: list[str] = []
+    for piece in text.split(","):
+        if out and "=" not in piece and piece.strip() not in words:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
 
 
 def apply_overrides(data: dict, overrides=(), **top_level) -> dict:

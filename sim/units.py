@@ -33,6 +33,22 @@ def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
     return [parse_size(s, key) for s in text.split(",") if s.strip()] or [parse_size(text, key)]
 
 
+# Parameter counts are decimal, as model names say them (gpt2 124M, 1.3B); B and G are both 1e9.
+_COUNT_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+MAX_COUNT = 1e15  # a thousand times the largest published model: past it, a typo
+
+
+def parse_count(text: str, key: str) -> float:
+    """``"124M"`` -> 124e6, ``"1.3B"`` -> 1.3e9, ``"760e6"`` -> 760e6: a count such as a parameter count."""
+    m = re.fullmatch(r"\s*((?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*([KMBGT]?)\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{key}: expected a count like 124M, 1.3B or 760e6, got {text!r}")
+    value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
+    if not 1 <= value <= MAX_COUNT:  # also catches 1e999, which float() reads as infinity
+        raise ValueError(f"{key}: must be 1 to {MAX_COUNT:.0e}, got {text!r}")
+    return value
+
+
 def parse_int_list(text: str, key: str) -> list[int]:
     try:
         values = [int(s) for s in text.split(",") if s.strip()]

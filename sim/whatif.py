@@ -9,6 +9,9 @@ A mitigation is a named change to the scenario's data:
   accum=K            gradient accumulation K (note: K x the tokens per step)
   KEY=VALUE          any scenario key, as --set (bucket_cap_mb=100, comm_hook=bf16:
                      bare training keys are found in their section)
+Several in one row, comma-separated, apply in order (network.nics_per_node=4,network.nic_gbit_s=200;
+rebalance,accum=4); a piece without ``=`` that names no fix continues the value before it
+(stragglers=17:1.4,100:2.0 is one change).
 Throughput is tokens per second of wall time; cost is GPU-hours per billion tokens.
 """
 
@@ -19,9 +22,10 @@ import numpy as np
 
 from sim.config import Scenario, parse_stragglers
 from sim.engine import simulate
-from sim.scenario_file import apply_overrides, scenario_from_dict
+from sim.scenario_file import apply_overrides, scenario_from_dict, split_assignments
 from sim.workload import build_workload
 
+NAMED = ("rebalance", "exclude-slowest", "sync-gc")
 SECTION_OF = {"bucket_cap_mb": "training", "comm_hook": "training", "grad_accum": "training", "overlap": "training"}
 
 
@@ -35,6 +39,12 @@ class WhatIf(NamedTuple):
     gpu_h_per_btok: float  # GPU-hours per 1e9 tokens
     restart_s: float  # paid once over the horizon
     note: str
+    # The mean step split as sim/results.py splits it (per rank, they add up to step_time_s).
+    compute_s: float
+    optimizer_s: float
+    dataloader_s: float
+    exposed_comm_s: float
+    straggler_wait_s: float
 
 
 def _slowest_group(sc: Scenario) -> tuple[list[int], str]:
@@ -67,8 +77,18 @@ def _exclude(data: dict, sc: Scenario, removed: list[int]) -> dict:
     return out
 
 
-def apply_mitigation(data: dict, text: str) -> tuple[dict, float, str]:
-    """(scenario data with the mitigation, restart seconds paid once, note)."""
+def apply_mitigation(data: dict, text: str) -> tuple[dict, float | None, str]:
+    """(scenario data with the mitigation, restart seconds paid once (None: exclude-slowest's,
+    the caller's --restart-min), note). Several comma-separated apply in order."""
+    restart_s, notes = 0.0, []
+    for part in split_assignments(text, NAMED):
+        data, restart, note = _apply_one(data, part.strip())
+        restart_s = None if restart is None or restart_s is None else restart_s + restart
+        notes += [note] if note else []
+    return data, restart_s, "; ".join(notes)
+
+
+def _apply_one(data: dict, text: str) -> tuple[dict, float | None, str]:
     sc = scenario_from_dict(data)
     if text == "rebalance":
         return apply_overrides(data, ["rebalance=true"]), 0.0, "work sized to speed (continuous micro-batches)"
@@ -96,7 +116,8 @@ def row_scenarios(data: dict, tries: list[str]) -> list[Scenario]:
     base = scenario_from_dict(data)
     rows = [base]
     for text in tries:
-        rows.append(base if text.startswith("exclude-slowest") else scenario_from_dict(apply_mitigation(data, text)[0]))
+        kept = [p for p in split_assignments(text, NAMED) if not p.strip().startswith("exclude-slowest")]
+        rows.append(scenario_from_dict(apply_mitigation(data, ",".join(kept))[0]) if kept else base)
     return rows
 
 
@@ -131,4 +152,9 @@ def _run(name: str, data: dict, restart_s: float, note: str, horizon_h: float) -
         gpu_h_per_btok=sc.ranks * 1e9 / tokens_per_s / 3600.0 if tokens_per_s > 0 else float("inf"),
         restart_s=restart_s,
         note=note,
+        compute_s=s["compute_s"],
+        optimizer_s=s["optimizer_s"],
+        dataloader_s=s["dataloader_s"],
+        exposed_comm_s=s["exposed_comm_s"],
+        straggler_wait_s=s["straggler_wait_s"],
     )

@@ -33,6 +33,18 @@ def tiny(**kw) -> Scenario:
     return Scenario(**sections, **top)
 
 
+def in_process(capsys, *argv: str) -> tuple[int, str, str]:
+    """`ddplab ARGV` in this process, faster than a subprocess: (exit code, stdout, stderr)."""
+    from ddplab import cli
+
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:  # argparse's usage errors exit through the Parser
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.fixture
 def ddplab():
     """Run the real console entry point in a subprocess: (returncode, stdout, stderr)."""

@@ -156,3 +156,16 @@ def test_calibrate_prints_the_device_and_writes_no_collective_plot(tmp_path, ddp
     assert "networks  none measured" in out
     assert "memory    DDP step peak" in out
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["calib-compute.png", "calib-noise.png", "calib-ranks.png"]
+
+
+def test_a_gpus_jitter_carries_to_another_gpu_cluster(h200, ddplab):
+    """Shape mode (an H200 probe, an MI300X cluster): bandwidths and FLOP/s stay the preset's,
+    the measured GPU's jitter transfers; a CPU's would not (tests/test_calibration_apply.py)."""
+    path, _ = h200
+    code, out, err = ddplab("simulate", "mi300x-1024", "--calib", str(path), "--json", "--steps", "3", "--ranks", "8")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["calibration"]["mode"] == "shape" and "jitter stays" not in s["calibration"]["why"]
+    p = {q["key"]: q for q in s["parameters"]}
+    assert p["noise.sigma"]["source"].startswith("measured on NVIDIA H200")
+    assert p["compute.peak_tflop_s"]["source"].startswith("assumed")

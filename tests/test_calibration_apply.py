@@ -68,7 +68,9 @@ def test_cluster_takes_only_shape_parameters(calib_file, ddplab):
     assert p["network.nic_gbit_s"]["source"].startswith("assumed: h100-1024.toml (")
     assert p["compute.peak_tflop_s"]["source"].startswith("assumed")
     assert p["compute.interference_gamma"]["value"] == pytest.approx(0.12)
-    assert p["noise.distribution"]["source"].startswith("measured")
+    # A CPU's scheduler jitter is not an H100's: the preset's stays, and the summary says why.
+    assert p["noise.distribution"]["value"] == "lognormal" and p["noise.distribution"]["source"].startswith("assumed")
+    assert s["calibration"]["why"].endswith("the jitter stays h100-1024's: a CPU's scheduler jitter is not a h100's")
     # What the user types wins over the calibration, and is then not called measured.
     assert p["noise.sigma"]["value"] == 0.02 and p["noise.sigma"]["source"].startswith("assumed")
     assert p["stragglers"]["value"] == "" and p["stragglers"]["source"].startswith("assumed")

@@ -41,9 +41,14 @@ def test_report_carries_what_the_stages_measured(demo):
     assert f"{v['mape']:.1%}" in page
     assert [s["ranks"] for s in sim["platforms"]["h100-1024"]] == [2, 8, 64, 256, 1024]
     # The lemon GPU at 1024 ranks costs what sim says a persistent straggler costs: the
-    # step waits for it, so the variant with it is slower than measured jitter alone.
+    # step waits for it, so the variant with it is slower than jitter alone.
     by = {(r["platform"], r["variant"]): r for r in sim["stragglers"]}
-    jitter, lemon = by[("h100-1024", "measured jitter")], by[("h100-1024", "+ one lemon GPU x1.4")]
+    jitter, lemon = by[("h100-1024", "with jitter")], by[("h100-1024", "+ one lemon GPU x1.4")]
+    # Measured on this CPU, so the H100s carry their preset's jitter, and every row says whose.
+    assert jitter["jitter"].startswith("h100-1024.toml's: lognormal sigma 0.02")
+    assert sim["platforms"]["homelab"][0]["jitter"].startswith("measured on ")  # the CPU model's name
+    assert sim["platforms"]["homelab"][0]["jitter"].endswith(", 2 ranks")
+    assert "whose jitter" in page and "h100-1024.toml&#x27;s" in page
     assert lemon["step_time_s"]["mean"] > jitter["step_time_s"]["mean"]
     assert lemon["straggler_wait_s"] > jitter["straggler_wait_s"]
     # Which fix pays: work sized to speed removes the lemon GPU's cost, so rebalancing is faster;

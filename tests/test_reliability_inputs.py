@@ -17,8 +17,9 @@ import tracemalloc
 
 import pytest
 from conftest import free_port
+from conftest import in_process as ddplab
 
-from ddplab import cli, limits
+from ddplab import limits
 from realrun import findings, footprint, netrules, nodes
 from realrun.hostfacts import Facts, PortProbe
 from sim import limits as sim_limits
@@ -26,16 +27,6 @@ from sim.engine import simulate
 from sim.scenario_file import load_scenario
 
 GIB = 1 << 30
-
-
-def ddplab(capsys, *argv: str) -> tuple[int, str, str]:
-    """`ddplab ARGV` in this process: (exit code, stdout, stderr)."""
-    try:
-        code = cli.main(list(argv))
-    except SystemExit as e:  # argparse's usage errors exit through the Parser
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def refused(capsys, *argv: str) -> str:

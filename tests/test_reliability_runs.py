@@ -146,7 +146,10 @@ def test_ctrl_c_ends_the_run_in_one_line_with_interrupted_records(tmp_path):
     err = (tmp_path / "stderr.txt").read_text()
     assert err.count("\n") == 1 and err.startswith("ddplab train: interrupted;"), err
     records = read_run(out, "train")
-    assert [r.error for r in records] == ["interrupted: Ctrl-C (or SIGTERM) to the launcher"] * 2
+    # A rank whose peer answered the stop first says so after the launcher's reason ("(then ...").
+    assert all(r.error.startswith("interrupted: Ctrl-C (or SIGTERM) to the launcher") for r in records), [
+        r.error for r in records
+    ]
 
 
 def test_a_failed_run_ends_with_the_diagnosis_not_torchruns_traceback(ddplab, tmp_path):

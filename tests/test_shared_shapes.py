@@ -60,6 +60,7 @@ print(json.dumps(seen))
         ("gpt2-tiny", 64, "0.05"),
         ("gpt2-tiny", 64, "default"),
         ("gpt2-124m", 8, "default"),
+        ("llama-tiny", 64, "0.02"),  # untied lm_head first, no biases: the Llama layout's order
     ],
 )
 def test_sim_buckets_equal_real_ddp_buckets(preset, seq, cap, tmp_path):

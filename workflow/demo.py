@@ -206,10 +206,11 @@ def headlines(out: Path) -> list[str]:
             f" per step ({r['error_p50']:+.1%}) from the probe alone"
         )
     for platform in ("h100-1024", "mi300x-1024"):
+        rows = [r for r in sim["stragglers"] if r["platform"] == platform]
         parts = [
             f"{r['variant']} {fmt_seconds(r['step_time_s']['p50'])} ({r['scaling_efficiency']:.0%} efficient)"
-            for r in sim["stragglers"]
-            if r["platform"] == platform
+            for r in rows
         ]
         lines.append(f"{platform}: {'; '.join(parts)}")
+        lines.append(f"  jitter: {rows[-1].get('jitter', '?')}")  # whose it is, never this CPU's as a GPU's
     return lines

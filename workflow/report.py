@@ -207,12 +207,12 @@ def _stragglers(run_dir: Path, sim) -> str:
     if not sim:
         return missing("sim/summary.json", "run the demo's simulate stage")
     rows = [
-        [r["platform"], r["variant"], fmt_seconds(r["step_time_s"]["p50"]), fmt_seconds(r["straggler_wait_s"]),
-         f"{r['scaling_efficiency']:.1%}", f"{r['tokens_per_s']:,.0f}"]
+        [r["platform"], r["variant"], r.get("jitter", "?"), fmt_seconds(r["step_time_s"]["p50"]),
+         fmt_seconds(r["straggler_wait_s"]), f"{r['scaling_efficiency']:.1%}", f"{r['tokens_per_s']:,.0f}"]
         for r in sim["stragglers"]
     ]  # fmt: skip
     return img(run_dir, "sim/stragglers.png", "stragglers at 1024") + table(
-        ["platform", "variant", "step p50", "straggler wait", "efficiency", "tokens/s"], rows, left=2
+        ["platform", "variant", "whose jitter", "step p50", "straggler wait", "efficiency", "tokens/s"], rows, left=3
     )
 
 
@@ -229,7 +229,7 @@ def _fixes(sim) -> str:
     g = sim["goodput"]
     w = g["wall_per_work"]
     return (
-        "<p>The lemon GPU above (x1.4, rank 17 of 1024 H100s, measured jitter), with each fix on the same"
+        "<p>The lemon GPU above (x1.4, rank 17 of 1024 H100s, with the jitter above), with each fix on the same"
         " jitter draws (<code>ddplab whatif</code>):</p>"
         + table(["fix", "ranks", "step", "tokens/s", "vs nothing", "efficiency", "GPU-h / B tokens", "note"], rows)
         + f"<p>And failures over a campaign (<code>ddplab goodput</code>): at {FAILURES_PER_1000_NODE_DAYS:g}"

@@ -29,10 +29,21 @@ from workflow.plan import (
 
 
 def _scenario(name: str, calib: Calibration, calib_path: str, ranks: int, steps: int, extra=()):
+    """(scenario, calibration mode, where its jitter comes from)."""
     preset = "homelab-1gbe" if name == "homelab" else name
     overrides = (HOMELAB_SET if name == "homelab" else []) + list(extra)
     cal = load_for_simulation(preset, overrides, calib, calib_path, None, "auto", ranks=ranks, steps=steps)
-    return scenario_from_dict(cal.data), cal.mode
+    sc = scenario_from_dict(cal.data)
+    return sc, cal.mode, _jitter_source(sc, preset, calib, "noise.distribution" in cal.measured)
+
+
+def _jitter_source(sc, preset: str, calib: Calibration, measured: bool) -> str:
+    """Whose jitter a row carries, so no number presents one machine's jitter as another's
+    (calibrate/apply.py: a CPU's does not transfer to a GPU cluster)."""
+    if measured:
+        return f"measured on {calib.probed_on}"
+    n = sc.noise
+    return f"{preset}.toml's: {n.distribution} sigma {n.sigma:g}, speed spread sd {n.speed_spread_sd:g}"
 
 
 def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
@@ -44,9 +55,9 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
     for name in PLATFORMS:
         summaries = []
         for n in sweep:
-            sc, mode = _scenario(name, calib, str(calib_path), n, steps)
+            sc, mode, jitter = _scenario(name, calib, str(calib_path), n, steps)
             result = simulate(sc)
-            s = result.summary() | {"calibration_mode": mode}
+            s = result.summary() | {"calibration_mode": mode, "jitter": jitter}
             summaries.append(s)
             write_result(result, out / name)
             if n == sweep[0] and name == "homelab":
@@ -57,13 +68,14 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
     for name in PLATFORMS[1:]:
         variants = (
             ("no jitter", ["noise.distribution=none", "noise.speed_spread_sd=0.0"]),
-            ("measured jitter", []),
+            ("with jitter", []),
             (f"+ one lemon GPU x{LEMON:g}", [f"stragglers={LEMON_RANK}:{LEMON}"]),
         )
         for label, extra in variants:
-            sc, _ = _scenario(name, calib, str(calib_path), 1024, steps, extra)
+            sc, _, jitter = _scenario(name, calib, str(calib_path), 1024, steps, extra)
             result = simulate(sc, trace_ranks=[0, 1, 2, LEMON_RANK])
-            stragglers.append({"platform": name, "variant": label} | result.summary())
+            jitter = "none" if label == "no jitter" else jitter
+            stragglers.append({"platform": name, "variant": label, "jitter": jitter} | result.summary())
             if extra and extra[0].startswith("stragglers"):
                 title = f"{name}, 1024 ranks, one lemon GPU (rank {LEMON_RANK}) x{LEMON:g}: first 3 steps"
                 plot_timeline(result, out / name / "timeline.png", title)
@@ -79,7 +91,7 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
 
 
 def _fixes(calib: Calibration, calib_path: str, steps: int) -> list[dict]:
-    """Which fix pays for the lemon GPU on 1024 H100s (sim/whatif.py), with the measured jitter."""
+    """Which fix pays for the lemon GPU on 1024 H100s (sim/whatif.py), with the study's jitter."""
     from sim.whatif import compare
 
     lemon = [f"stragglers={LEMON_RANK}:{LEMON}"]

@@ -1,0 +1,170 @@
+"""`ddplab compare SETUP SETUP ...`: set-ups side by side, one row each, each simulated exactly as
+`ddplab simulate` would (the same scenario, seed and numbers), relative to the first row;
+with ``--out DIR`` also compare.csv, compare.json and compare.png."""
+
+import argparse
+from pathlib import Path
+from typing import NamedTuple
+
+from ddplab import limits, simcmds
+from realrun.cli import DefaultsFormatter
+from sim.units import fmt_seconds
+
+EPILOG = """\
+a SETUP is [NAME=]SCENARIO[:KEY=VALUE,KEY=VALUE,...]:
+  h100-1024                                   a preset (`ddplab scenarios`)
+  scenarios/examples/my-cluster.toml          a scenario file
+  h100-1024:network.nics_per_node=4,network.nic_gbit_s=200
+                                              a preset or file with changes (as --set; a piece
+                                              without '=' continues the value before it, so
+                                              stragglers=17:1.4,100:2.0 is one change)
+  4x200G=h100-1024:network.nics_per_node=4,network.nic_gbit_s=200
+                                              the same, named 4x200G in the table
+--ranks, --steps and --seed apply to every set-up (as `simulate`'s do, they win over a
+set-up's own ranks=, steps= or seed=).
+
+example: ddplab compare h100-1024 scenarios/examples/my-cluster.toml --ranks 512
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatter):
+    """The epilog's examples keep their lines; options show their defaults."""
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser(
+        "compare",
+        help="set-ups side by side (presets, .toml files, either with KEY=VALUE changes): one row each",
+        description="Set-ups side by side, one row each: each simulated exactly as `ddplab simulate` would"
+        " (the same scenario, seed and numbers), relative to the first row.",
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    # nargs="*": no set-up at all is our one line naming the syntax, not argparse's usage.
+    c.add_argument("setups", nargs="*", metavar="SETUP", help="[NAME=]SCENARIO[:KEY=VALUE,...] (see below)")
+    c.add_argument("--ranks", type=int, help="ranks of every set-up (default: each scenario's)")
+    c.add_argument("--steps", type=int, help="steps of every set-up (default: each scenario's)")
+    c.add_argument("--seed", type=int, help="seed of every set-up (default: each scenario's)")
+    c.add_argument("--out", type=Path, metavar="DIR", help="write compare.csv, compare.json and compare.png here")
+    c.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
+    c.add_argument("--json", action="store_true", help="print JSON: one object per set-up")
+    c.set_defaults(func=compare)
+
+
+class Setup(NamedTuple):
+    name: str  # the table's label
+    scenario: str  # a preset name or a .toml path
+    sets: list[str]  # KEY=VALUE changes, as --set
+    text: str  # as typed
+
+
+def parse_setup(text: str) -> Setup:
+    """``[NAME=]SCENARIO[:KEY=VALUE,...]``. The name, when given, is before the first ``=`` of
+    what precedes the first ``:`` (a scenario name or path has neither)."""
+    from sim.scenario_file import split_assignments
+
+    head, colon, tail = text.partition(":")
+    name = None
+    if "=" in head:
+        name, _, head = (part.strip() for part in head.partition("="))
+        if not name:
+            raise ValueError(f"set-up {text!r}: empty NAME before '='")
+    if not head.strip():
+        raise ValueError(f"set-up {text!r}: no scenario (a preset or a .toml file) before ':'")
+    sets = split_assignments(tail) if colon else []
+    for s in sets:
+        if not s.partition("=")[0].strip() or "=" not in s:
+            raise ValueError(f"set-up {text!r}: expected KEY=VALUE after ':', got {s!r}")
+    if name is None:
+        name = (Path(head).stem if head.endswith(".toml") else head) + (f":{tail}" if colon else "")
+    return Setup(name, head.strip(), [s.strip() for s in sets], text)
+
+
+def compare(args):
+    from sim.scenario_file import load_scenario
+
+    if not args.setups:
+        raise ValueError(
+            "SETUP: give the set-ups to compare, e.g. `ddplab compare h100-1024"
+            " h100-1024:network.nics_per_node=4,network.nic_gbit_s=200` (see --help)"
+        )
+    setups = [parse_setup(t) for t in args.setups]
+    seen = set()
+    for s in setups:
+        if s.name in seen:
+            raise ValueError(f"set-up {s.text!r}: a second set-up named {s.name!r}; name one NAME=SCENARIO...")
+        seen.add(s.name)
+    scenarios = []
+    for s in setups:  # every set-up checked before any runs, so a typo fails fast
+        try:
+            scenarios.append(load_scenario(s.scenario, s.sets, ranks=args.ranks, steps=args.steps, seed=args.seed))
+        except ValueError as e:
+            raise ValueError(f"set-up {s.text!r}: {e}") from None
+    limits.check_in_turn(scenarios, "set-ups", yes=args.yes)
+    if args.out:  # fail before simulating, not after
+        args.out.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"name": s.name, "setup": s.text, **simcmds.run_scale(sc)[1]} for s, sc in zip(setups, scenarios, strict=True)
+    ]
+    first = rows[0]
+    for r in rows:
+        r["vs_first"] = {
+            "step_time": r["step_time_s"]["mean"] / first["step_time_s"]["mean"],
+            "tokens_per_s": r["tokens_per_s"] / first["tokens_per_s"],
+        }
+    if args.out:
+        _write(rows, args.out)
+    if args.json:
+        return rows
+    _print(rows)
+    if args.out:
+        print(f"compare.csv, compare.json and compare.png in {args.out}/")
+    return rows
+
+
+# compare.csv: the set-up, then simulate's summary as sim/export.py flattens it, then the ratios.
+CSV_EXTRA = (
+    ("step_time_vs_first", lambda r: r["vs_first"]["step_time"]),
+    ("tokens_per_s_vs_first", lambda r: r["vs_first"]["tokens_per_s"]),
+)
+
+
+def _write(rows: list[dict], out: Path) -> None:
+    from sim.export import SUMMARY_COLUMNS, write_csv_atomic
+    from sim.plot import plot_breakdown
+    from workflow.files import write_json_atomic
+
+    columns = (("name", lambda r: r["name"]), ("setup", lambda r: r["setup"]), *SUMMARY_COLUMNS, *CSV_EXTRA)
+    write_json_atomic(out / "compare.json", rows)
+    write_csv_atomic(out / "compare.csv", [h for h, _ in columns], [[f(r) for _, f in columns] for r in rows])
+    notes = [f"{r['vs_first']['tokens_per_s']:.3f}x tokens/s" for r in rows]
+    plot_breakdown(rows, [r["name"] for r in rows], out / "compare.png", title="ddplab compare", notes=notes)
+
+
+# The table: header, width, value; units in the header.
+_COLUMNS = (
+    ("ranks", 5, lambda r: f"{r['ranks']}"),
+    ("steps", 5, lambda r: f"{r['steps']}"),
+    ("seed", 4, lambda r: f"{r['seed']}"),
+    ("step", 9, lambda r: fmt_seconds(r["step_time_s"]["mean"])),
+    ("p50", 9, lambda r: fmt_seconds(r["step_time_s"]["p50"])),
+    ("p95", 9, lambda r: fmt_seconds(r["step_time_s"]["p95"])),
+    ("exp comm", 9, lambda r: fmt_seconds(r["exposed_comm_s"])),
+    ("wait", 9, lambda r: fmt_seconds(r["straggler_wait_s"])),
+    ("eff", 6, lambda r: f"{r['scaling_efficiency']:.1%}"),
+    ("tokens/s", 12, lambda r: f"{r['tokens_per_s']:,.0f}"),
+    ("GiB/GPU", 7, lambda r: f"{r['memory_gib']['total_gib']:.2f}"),
+    ("step vs 1st", 11, lambda r: f"{r['vs_first']['step_time']:.3f}x"),
+    ("tok/s vs 1st", 12, lambda r: f"{r['vs_first']['tokens_per_s']:.3f}x"),
+)
+
+
+def _print(rows: list[dict]) -> None:
+    width = max(len("set-up"), *(len(r["name"]) for r in rows))
+    print(
+        f"compare: {len(rows)} set-ups, each row as `ddplab simulate` gives it (step: the mean;"
+        " exp comm, wait: per rank per step); vs 1st: against the first row"
+    )
+    print(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
+    for r in rows:
+        print(f"{r['name']:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
