@@ -36,17 +36,20 @@ def _poll(path: Path, on_gone: Callable[[str], None]) -> None:
     except OSError:  # the folder went away: so did the launcher's hold on it
         on_gone(f"interrupted: the lifeline {path} is gone")
         return
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            time.sleep(POLL_S)
-            continue
-        # The launcher wrote why before letting go (realrun/runfolder.py); after a kill -9
-        # the file still says what claim() wrote: that the launcher is gone.
-        reason = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-        on_gone(reason or "interrupted: the launcher is gone")
-        return
+    while (reason := _released(fd)) is None:
+        time.sleep(POLL_S)
+    on_gone(reason)
+
+
+def _released(fd: int) -> str | None:
+    """Why the launcher let go of the lifeline open on ``fd``, or None while it holds it.
+    It wrote why before letting go (realrun/runfolder.py); after a kill -9 the file still
+    says what the claim wrote: that the launcher is gone."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None
+    return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "interrupted: the launcher is gone"
 
 
 def let_go_reason(environ=os.environ) -> str | None:
@@ -61,10 +64,6 @@ def let_go_reason(environ=os.environ) -> str | None:
     except OSError:
         return "interrupted: the launcher's lifeline is gone"
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        reason = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-    except BlockingIOError:
-        return None  # the launcher still holds it: the failure is the rank's own
+        return _released(fd)  # None: the launcher still holds it, the failure is the rank's own
     finally:
         os.close(fd)
-    return reason or "interrupted: the launcher is gone"

@@ -21,16 +21,26 @@ def scenario_names() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml") if p != MODELS_FILE)
 
 
+def _is_path(p: Path) -> bool:
+    """A .toml name or anything with a folder in it is a file path, never a preset's name."""
+    return p.suffix == ".toml" or len(p.parts) > 1
+
+
+def _preset(name: str) -> Path | None:
+    candidate = SCENARIO_DIR / f"{name}.toml"
+    return candidate if candidate.exists() and candidate != MODELS_FILE else None
+
+
 def scenario_path(name_or_path: str) -> Path:
     """A preset name (``h100-1024``) or a path to a TOML file."""
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.exists():
         return p
-    if p.suffix == ".toml" or len(p.parts) > 1:  # a path, not a preset name: say what is missing
+    if _is_path(p):  # a path, not a preset name: say what is missing
         raise ValueError(f"scenario {name_or_path!r}: no such file: {name_or_path}")
-    candidate = SCENARIO_DIR / f"{name_or_path}.toml"
-    if candidate.exists() and candidate != MODELS_FILE:
-        return candidate
+    preset = _preset(name_or_path)
+    if preset:
+        return preset
     raise ValueError(f"scenario {name_or_path!r}: not a preset ({', '.join(scenario_names())}) nor a .toml file")
 
 
@@ -39,12 +49,12 @@ def base_path(base: str, naming_file: Path) -> Path:
     (``../h100-1024.toml``, ``x.toml``) relative to the folder of the file that names it,
     as an #include is, so a file loads the same from any working directory."""
     p = Path(base)
-    if p.suffix == ".toml" or len(p.parts) > 1:
+    if _is_path(p):
         p = naming_file.parent / p
         if not p.is_file():
             raise ValueError(f"{naming_file}: base {base!r}: no such file: {p}")
         return p
-    candidate = SCENARIO_DIR / f"{base}.toml"
-    if candidate.exists() and candidate != MODELS_FILE:
-        return candidate
+    preset = _preset(base)
+    if preset:
+        return preset
     raise ValueError(f"{naming_file}: base {base!r}: not a preset ({', '.join(scenario_names())}) nor a .toml path")
