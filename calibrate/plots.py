@@ -2,7 +2,6 @@
 drawn over their data, so a bad fit is seen rather than read from an R^2. Figures render with the Agg
 canvas and never touch pyplot's global state (as sim/plot.py)."""
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from calibrate.calibration import Calibration, Memory
 from calibrate.collective_fit import predict_s
 from calibrate.stragglers import Report as StragglerReport
 from calibrate.stragglers import fmt_wait, verdict
+from sim.plot import save_png
 
 
 def _subplots(*args, figsize, **kw):
@@ -23,14 +23,9 @@ def _subplots(*args, figsize, **kw):
 
 
 def save(fig, path: Path) -> None:
-    """Write next to the target, then rename: a reader never sees half a PNG."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Whole or not at all (sim/plot.py save_png), on an Agg canvas, at this module's dpi."""
     FigureCanvasAgg(fig)
-    try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    save_png(fig, path, dpi=110)
 
 
 def collectives(calib: Calibration, path: Path) -> None:

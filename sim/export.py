@@ -111,14 +111,20 @@ SUMMARY_COLUMNS = (
 )
 
 
-def write_csv_atomic(path: Path, header: list[str], rows: list[list]) -> Path:
-    """A CSV table written whole: to a temporary name beside it, then a rename."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """A file written whole: to a temporary name beside it, then a rename, so a reader (or a
+    rerun after Ctrl-C or kill -9) never finds half of it (workflow/files.py, sim/plot.py)."""
     path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_csv_atomic(path: Path, header: list[str], rows: list[list]) -> Path:
+    """A CSV table written whole (write_text_atomic)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     w.writerows(rows)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(buf.getvalue())
-    os.replace(tmp, path)
-    return path
+    write_text_atomic(path, buf.getvalue())
+    return Path(path)

@@ -75,16 +75,16 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
     )
 
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
-def _save(fig, path) -> Path:
-    """Write beside the target, then rename (as calibrate/plots.py's save): a reader, or a rerun
-    after Ctrl-C, never finds half a PNG."""
+def save_png(fig, path, dpi: int = 120) -> Path:
+    """Write beside the target, then rename: a reader, or a rerun after Ctrl-C, never finds
+    half a PNG. Every picture ddplab draws goes through here (calibrate/plots.py too)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fig.savefig(tmp, dpi=120, format="png")
+        fig.savefig(tmp, dpi=dpi, format="png")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -139,7 +139,7 @@ def plot_breakdown(rows: list[dict], labels: list[str], path, title: str, notes:
     else:
         fig.legend(handles, names, loc="outside lower center", ncols=len(names), fontsize="small")
     ax.set_title(title)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_goodput(o: dict, path) -> Path:
@@ -203,7 +203,7 @@ def plot_goodput(o: dict, path) -> Path:
     right.set_title(
         f"MTBF {o['mtbf_h']:.4g} h, restart {o['restart_min']:g} min, checkpoint {o['checkpoint_min']:g} min"
     )
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 _TIMELINE_COLORS = {
@@ -257,6 +257,4 @@ def plot_timeline(result, path, title: str) -> Path:
     handles = [Patch(color=c, label=k) for k, c in _TIMELINE_COLORS.items()]
     fig.legend(handles=handles, loc="outside lower center", ncols=6, fontsize="small")
     ax.set_title(title)
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_png(fig, path, dpi=110)

@@ -3,14 +3,9 @@ reader (or a rerun after Ctrl-C) never finds half a file."""
 
 import json
 import math
-import os
 from pathlib import Path
 
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
-    tmp.write_text(text)
-    os.replace(tmp, path)
+from sim.export import write_text_atomic  # the one whole-file writer; here for the journeys
 
 
 def nonfinite(value, where: str = "") -> str | None:
