@@ -1,6 +1,8 @@
 """Run every command README.md shows and check that it prints what the README says.
 
-    .venv/bin/python bench/readme_commands.py [--fast] [--list] [--timeout-s S] [--readme FILE]
+    .venv/bin/python bench/readme_commands.py [--fast | --all] [--list] [--timeout-s S] [--readme FILE]
+
+    git clone /work/main /tmp/x && cd /tmp/x && python3 bench/readme_commands.py --all
 
 A command is a line starting with "$ " inside a fenced code block; the lines after it,
 up to the next "$ " line or the block's end, are the output the README shows for it.
@@ -28,7 +30,21 @@ Commands are classified (CLASSES): fast (seconds), slow (torch, minutes), this-m
 (output describes the README machine's own network), and the needs: root (netlab,
 sudo), a GPU (--backend nccl) or other machines (launch --exec, multi-node torchrun).
 Without what a command needs it is reported as skipped, with the reason, never as
-passed. `--fast` runs only the fast ones. A command that refuses a run folder holding
+passed. `--fast` runs only the fast ones (what tests/test_readme_commands.py runs).
+
+`--all` is the acceptance check "every README command runs as written in a fresh clone
+after `make demo`": run it from a fresh clone with any python3 (the checker needs
+nothing beyond the standard library). It runs every command in README order, slow ones
+included: the README's own `make demo` line comes first and builds .venv (when that line
+cannot run here, as a non-root user, plain `make demo` runs first in its place, so the
+later commands find .venv). Each command is held to its exit status; its output is
+compared where it is deterministic (simulations, calibrate and validate of committed
+runs), in shape where it is a measurement (numbers masked: the demo, probe, train,
+netlab run) and not at all where it describes the README's machine (doctor: its
+interfaces and hostname are not a clone's). A slow command may run for
+`--slow-timeout-s` (default 1800 s: `make demo` builds .venv and measures for minutes).
+It says when the tree is not a fresh clone (local changes, an earlier runs/), since
+what it proves is what a new reader gets. A command that refuses a run folder holding
 an earlier run (probe, train, netlab run) finds it moved aside first, as --force
 would (never deleted), so the check sees a fresh clone's runs/; a file the command
 names and creates outside the ignored paths (launch's `--slurm job.sbatch`) is removed
@@ -127,7 +143,7 @@ CLASSES: list[tuple[re.Pattern, Class]] = [
         Class("fast", None, False, "prints every node's torchrun line (and --slurm's batch script); starts nothing"),
     ),
     (
-        re.compile(r"\bddplab (cost|collective|scenarios|models|simulate|compare|whatif|goodput|stragglers)\b"),
+        re.compile(r"\bddplab (cost|collective|scenarios|models|simulate|compare|whatif|goodput|stragglers|sweep)\b"),
         Class("fast", None, False, "a simulation or arithmetic: seconds, no torch"),
     ),
     (re.compile(r"\bddplab\b.*(--help|--version)\b"), Class("fast", None, False, "prints help or the version")),
@@ -361,8 +377,9 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def run(command: Command, prelude: list[str], timeout_s: float) -> Result:
-    """Run one command as the README's reader would and judge it."""
+def run(command: Command, prelude: list[str], timeout_s: float, status_only: str = "") -> Result:
+    """Run one command as the README's reader would and judge it; with `status_only` (the
+    reason), by its exit status alone."""
     res = Result(command, "pass")
     note = _move_aside_earlier_run(command.text)
     if note:
@@ -415,6 +432,9 @@ def run(command: Command, prelude: list[str], timeout_s: float) -> Result:
         if res.output.strip():
             res.notes.append("the README shows no output: exit status checked only")
         return res
+    if status_only:
+        res.notes.append(f"exit status checked only: {status_only}")
+        return res
     res.diff = compare(
         command.expected, res.output.splitlines(), trimmed=command.trimmed, measured=command.cls.measured
     )
@@ -424,8 +444,18 @@ def run(command: Command, prelude: list[str], timeout_s: float) -> Result:
     return res
 
 
-def check(commands: list[Command], *, fast: bool = False, timeout_s: float = 600.0, echo=None) -> list[Result]:
-    """Run the commands in README order (a later one may read what an earlier wrote)."""
+def check(
+    commands: list[Command],
+    *,
+    fast: bool = False,
+    every: bool = False,
+    timeout_s: float = 600.0,
+    slow_timeout_s: float = 1800.0,
+    echo=None,
+) -> list[Result]:
+    """Run the commands in README order (a later one may read what an earlier wrote).
+    `every` (--all): slow commands get `slow_timeout_s`, and a command whose output
+    describes the README's machine is held to its exit status."""
     results, prelude = [], []
     for c in commands:
         cls = c.cls
@@ -433,6 +463,10 @@ def check(commands: list[Command], *, fast: bool = False, timeout_s: float = 600
             r = Result(c, "skip", why=f"not fast ({cls.speed}: {cls.why})")
         elif (missing := needs_met(cls)) is not None:
             r = Result(c, "skip", why=f"{missing}: {cls.why}")
+        elif every:
+            limit = timeout_s if cls.speed == "fast" else max(timeout_s, slow_timeout_s)
+            status_only = cls.why if cls.speed == "this-machine" else ""
+            r = run(c, prelude, limit, status_only)
         else:
             r = run(c, prelude, timeout_s)
         if re.match(r"^[A-Za-z_]\w*=\S*$", c.text):
@@ -449,6 +483,32 @@ def check(commands: list[Command], *, fast: bool = False, timeout_s: float = 600
     return results
 
 
+def setup_for_all(commands: list[Command]) -> list[Command]:
+    """--all: the commands to run. The README's first `make demo` builds .venv; when it
+    cannot run here (it needs root) and there is no .venv, plain `make demo` (README "Two
+    commands") runs first in its place, held to its exit status."""
+    if (ROOT / ".venv" / "bin" / "ddplab").exists():
+        return commands
+    demo = next((c for c in commands if c.text.startswith("make demo")), None)
+    if demo is not None and needs_met(demo.cls) is None:
+        return commands
+    return [Command(0, 'make demo   # README "Two commands": builds .venv for the commands below'), *commands]
+
+
+def fresh_clone_notes() -> list[str]:
+    """Why this tree is not what a fresh clone gives a new reader, if it is not."""
+    notes = []
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    if status.returncode != 0:
+        notes.append("not a git checkout: cannot tell whether it is a fresh clone")
+    elif status.stdout.strip():
+        notes.append(f"local changes ({len(status.stdout.splitlines())} paths): the check runs them, not the commit")
+    runs = ROOT / "runs"
+    if runs.is_dir() and any(runs.iterdir()):
+        notes.append("runs/ holds earlier runs: a fresh clone has none (the checker moves claimed folders aside)")
+    return notes
+
+
 def line_for(r: Result) -> str:
     text = r.command.text
     head = f"{r.status.upper():8}{r.seconds:7.1f} s  README:{r.command.line:<4} $ {text}"
@@ -462,9 +522,19 @@ def line_for(r: Result) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fast", action="store_true", help="run only the commands that finish in seconds")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--fast", action="store_true", help="run only the commands that finish in seconds")
+    mode.add_argument(
+        "--all",
+        action="store_true",
+        dest="every",
+        help="every command in a fresh clone, slow ones included, after make demo (see the docstring)",
+    )
     ap.add_argument("--list", action="store_true", help="print the commands and their class; run nothing")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="per command (default: %(default)s)")
+    ap.add_argument(
+        "--slow-timeout-s", type=float, default=1800.0, help="per slow command under --all (default: %(default)s)"
+    )
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
     args = ap.parse_args(argv)
     commands = extract(args.readme.read_text())
@@ -475,7 +545,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"README:{c.line:<4} {kind:26} $ {c.text}\n{'':32}{cls.why}")
         return 0
     start = time.monotonic()
-    results = check(commands, fast=args.fast, timeout_s=args.timeout_s, echo=lambda r: print(line_for(r), flush=True))
+    if args.every:
+        for note in fresh_clone_notes():
+            print(f"note: {note}")
+        commands = setup_for_all(commands)
+    results = check(
+        commands,
+        fast=args.fast,
+        every=args.every,
+        timeout_s=args.timeout_s,
+        slow_timeout_s=args.slow_timeout_s,
+        echo=lambda r: print(line_for(r), flush=True),
+    )
     for r in results:
         for note in r.notes:
             if note.startswith("removed "):

@@ -216,7 +216,7 @@ def _list(found: dict[int, Path]) -> str:
 def read_sim(d: Path) -> Records:
     f = d / "records.npz"
     if not f.is_file():
-        raise ValueError(f"{d}: no records.npz (written by `ddplab simulate SCENARIO --out DIR`)")
+        raise ValueError(f"{d}: no records.npz (written by `ddplab simulate SCENARIO --records --out DIR`)")
     try:
         with np.load(f, allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("schema", *_SIM_ARRAYS) if k in z.files}

@@ -119,7 +119,8 @@ def _predicted(data: dict) -> dict:
     from sim.engine import simulate
     from sim.scenario_file import scenario_from_dict
 
-    res = simulate(scenario_from_dict(data), trace_steps=0)
+    # A measured run's size (a few ranks): the per-step minimum over ranks needs the tables.
+    res = simulate(scenario_from_dict(data), trace_steps=0, records=True)
     s = res.summary()
     wait = res.exposed_comm_s + res.straggler_wait_s  # (steps, ranks)
     return {

@@ -59,7 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         metavar="DIR",
-        help="write records, Chrome trace and breakdown.png here (a sweep: scaling.png and scaling.csv)",
+        help="write per-step and per-rank tables, Chrome trace and breakdown.png here (a sweep: scaling.png"
+        " and scaling.csv)",
+    )
+    s.add_argument(
+        "--records",
+        action="store_true",
+        help="with --out, also keep and write every rank's every step (records.npz, what `ddplab stragglers`"
+        " reads); memory then grows with ranks x steps",
     )
     s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
     s.add_argument("--device-gib", type=float, help="say whether the per-GPU memory estimate fits this many GiB")
@@ -132,10 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_netlab(sub)
     _add_calibration(sub)
-    from ddplab import comparecmd, goodputcmd, straggcmd, whatifcmd
+    from ddplab import comparecmd, goodputcmd, straggcmd, sweepcmd, whatifcmd
 
     comparecmd.add_parser(sub)
     whatifcmd.add_parser(sub)
+    sweepcmd.add_parser(sub)
     goodputcmd.add_parser(sub)
     straggcmd.add_parser(sub)
 

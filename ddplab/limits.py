@@ -74,3 +74,14 @@ def check_in_turn(scenarios, noun: str, *, yes: bool) -> None:
     total = SimCost(max(c.peak_bytes for c in costs), 0.0, sum(c.seconds for c in costs))
     big = max(scenarios, key=lambda sc: sc.ranks * sc.steps)
     check_simulation(total, f"{len(scenarios)} {noun} (the largest: ranks {big.ranks} x steps {big.steps})", yes=yes)
+
+
+# Past this many runs a sweep needs --yes: a grid multiplies, and one more key or a few more
+# values turn a hundred runs into a million by accident more often than by intent.
+MAX_SWEEP_RUNS = 10_000
+
+
+def check_runs(runs: int, what: str, *, yes: bool) -> None:
+    """Refuse a grid of more than MAX_SWEEP_RUNS runs without --yes, before any is built."""
+    if runs > MAX_SWEEP_RUNS and not yes:
+        raise ValueError(f"{what}: {runs:,} runs, over {MAX_SWEEP_RUNS:,}; pass --yes to run it anyway")

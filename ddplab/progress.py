@@ -96,3 +96,26 @@ class StepProgress:
         """Clear the rewritten line so what prints next starts on a clean one."""
         if self.tty and self.shown:
             self._write("\r\033[K")
+
+
+class RunProgress:
+    """A sweep's completed runs (`ddplab sweep`): on a terminal one line rewritten after every
+    run, else a line at each quarter done, so a log gets four lines whatever the grid's size
+    and the same four on every machine (the runs finish in any order; only the count is said)."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self.quarter = 0
+
+    def __call__(self) -> None:
+        self.done += 1
+        text = f"[{self.done}/{self.total}] runs done: {time.perf_counter() - self.t0:.1f} s"
+        if self.tty:
+            self.stream.write("\r\033[K" + text + ("\n" if self.done == self.total else ""))
+        elif 4 * self.done // self.total > self.quarter:
+            self.quarter = 4 * self.done // self.total
+            self.stream.write(text + "\n")
+        self.stream.flush()

@@ -21,13 +21,17 @@ def simulate(args):
         scenarios = [load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
         provenance = None
     sweep = args.sweep_ranks is not None
+    if args.records and not args.out:
+        raise ValueError("--records: needs --out DIR to write them to")
     _check_size(args, scenarios)
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
     summaries = []
     for i, sc in enumerate(scenarios, 1):
         t = time.perf_counter()
-        result, summary = run_scale(sc, getattr(args, "device_gib", None))
+        # With --out, ranks.csv carries each rank's median compute, estimated as it runs.
+        keep = {"records": args.records, "medians": args.out is not None}
+        result, summary = run_scale(sc, getattr(args, "device_gib", None), **keep)
         if provenance:
             summary.update(provenance[i - 1])
         summaries.append(summary)
@@ -51,18 +55,19 @@ def simulate(args):
         _print_parameters(summaries[0])
     if args.out:
         plots = ", scaling.png and scaling.csv" if sweep else " and breakdown.png"
-        print(f"records, Chrome trace{plots} in {args.out}/")
+        tables = "records, per-step and per-rank tables" if args.records else "per-step and per-rank tables"
+        print(f"{tables}, Chrome trace{plots} in {args.out}/")
     return summaries
 
 
-def run_scale(sc, device_gib: float | None = None):
+def run_scale(sc, device_gib: float | None = None, *, records: bool = False, medians: bool = False):
     """(result, summary) of one scale as `simulate` prints it: the engine's summary with the
     memory estimate. `ddplab compare` runs each set-up through here, so its rows are these."""
     from sim.engine import simulate as run
 
     progress = StepProgress(f"simulating {sc.ranks} ranks")
     try:
-        result = run(sc, progress=progress)
+        result = run(sc, progress=progress, records=records, medians=medians)
     finally:
         progress.close()
     summary = result.summary()
@@ -74,7 +79,7 @@ def _check_size(args, scenarios) -> None:
     """Refuse, before any array exists, what this machine cannot hold or finish (ddplab/limits.py)."""
     from sim.limits import simulation_cost, sweep_cost
 
-    cost = sweep_cost([simulation_cost(sc, export=args.out is not None) for sc in scenarios])
+    cost = sweep_cost([simulation_cost(sc, export=args.out is not None, records=args.records) for sc in scenarios])
     ranks = f"--sweep-ranks {args.sweep_ranks}" if args.sweep_ranks else f"ranks {scenarios[0].ranks}"
     limits.check_simulation(cost, f"{ranks} x steps {scenarios[0].steps}", yes=getattr(args, "yes", False))
 

@@ -8,6 +8,8 @@ the chosen one. gloo: a ring only, one hop latency measured on the link.
 Two-level topology: ``gpus_per_node`` GPUs on NVLink/xGMI, ``nics_per_node`` NICs between
 nodes. A ring's bus bandwidth is the minimum over its segments: the intra-node link per GPU,
 or the node's NICs together (rail-optimised: one NIC per GPU, 8 NICs move 8 x NIC rate).
+Above the node, racks and pods (sim/topology.py ``Tiers``; flat unless the scenario sets
+them) add hop latency per tier crossed and slow the NIC side to the top tier's per-flow rate.
 """
 
 import math
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sim.nccl import Option, Platform, Shape, choose, options
+from sim.topology import FLAT, Tiers
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 
@@ -47,6 +50,7 @@ class Fabric:
     cpu_vendor: str = "intel"
     nvls_busbw_gb_s: float = 0.0
     net_hop_us: float = 16.0  # the [network] default (sim/config.py)
+    tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py)
 
     @property
     def nodes(self) -> int:
@@ -59,9 +63,10 @@ class Fabric:
     def ring_busbw_gb_s(self) -> float:
         if self.nodes == 1:
             return self.intra_busbw_gb_s
+        inter = self.inter_busbw_gb_s * self.tiers.bandwidth_factor(self.nodes, self.inter_busbw_gb_s)
         if self.ranks_per_node == 1:
-            return self.inter_busbw_gb_s
-        return min(self.intra_busbw_gb_s, self.inter_busbw_gb_s)
+            return inter
+        return min(self.intra_busbw_gb_s, inter)
 
     def platform(self) -> Platform:
         # One GPU per node: the ring's "intra-node" segment is the NIC as well.
@@ -75,6 +80,7 @@ class Fabric:
             cpu_vendor=self.cpu_vendor,
             nvls_busbw_gb_s=self.nvls_busbw_gb_s,
             net_hop_us=self.net_hop_us,
+            tiers=self.tiers,
         )
 
     def shape(self) -> Shape:
@@ -110,7 +116,8 @@ def collective_cost(op: str, size_bytes: float, fabric: Fabric) -> CollectiveCos
         # Ring: reduce-scatter then allgather, one hop latency per step (gloo's allreduce).
         steps = 2 * (n - 1) if op == "allreduce" else n - 1
         bw = fabric.ring_busbw_gb_s() * 1e9
-        return CollectiveCost(steps * fabric.gloo_hop_latency_us * 1e-6 + bus_factor(op, n) * size_bytes / bw, "ring")
+        latency_us = steps * fabric.gloo_hop_latency_us + fabric.tiers.extra_us("ring", op, fabric.nodes)
+        return CollectiveCost(latency_us * 1e-6 + bus_factor(op, n) * size_bytes / bw, "ring")
     best = choose(candidates(op, size_bytes, fabric))
     return CollectiveCost(best.time_us * 1e-6, best.algorithm, best)
 

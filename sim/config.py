@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from sim.gpt2 import GPT2Shape, model_shape
 from sim.precision import PRECISIONS, Precision, precision_dtypes
+from sim.topology import PLACEMENTS
 from sim.tuning_tables import TABLES
 
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
@@ -232,6 +233,22 @@ class NetworkConfig:
     the proxy thread), microseconds."""
     jitter_sigma: float = 0.0
     """Lognormal sigma of a per-collective time multiplier (mean 1)."""
+    gpus_per_rack: int = 0
+    """GPUs under one rack (ToR) switch, a multiple of gpus_per_node; 0 = no rack tier (sim/topology.py)."""
+    gpus_per_pod: int = 0
+    """GPUs in one full-bisection pod, a multiple of gpus_per_rack (or gpus_per_node); 0 = no pod tier:
+    every node on one flat network."""
+    cluster_pods: int = 0
+    """Pods in the whole cluster, that a scattered job is dealt over; 0 = as many as the job fills."""
+    pod_oversubscription: float = 1.0
+    """A pod's downlink capacity / its uplink capacity to the tier above (Llama 3's 1:7 = 7);
+    1 = full bisection."""
+    tier_hop_us: float = 0.0
+    """Latency each tier climbed above the ToR adds to a network step (two more switch traversals),
+    microseconds: a step across racks pays it once, across pods twice."""
+    placement: str = "packed"
+    """packed (ranks fill racks and pods in order) | scattered (nodes dealt round-robin over the
+    pods, every ring or tree edge crossing the top tier: a fragmented cluster's worst case)."""
 
     def __post_init__(self):
         _one_of("network.backend", self.backend, ("nccl", "gloo"))
@@ -260,6 +277,31 @@ class NetworkConfig:
             "must be >= 0",
         )
         _require(self.jitter_sigma >= 0, "network.jitter_sigma", self.jitter_sigma, "must be >= 0")
+        self._check_tiers()  # after gpus_per_node, which the tier sizes are multiples of
+
+    def _check_tiers(self):
+        for key in ("gpus_per_rack", "gpus_per_pod", "cluster_pods"):
+            _require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key), "must be >= 0")
+        g, rack, pod = self.gpus_per_node, self.gpus_per_rack, self.gpus_per_pod
+        if rack:
+            _require(rack % g == 0, "network.gpus_per_rack", rack, f"must be a multiple of network.gpus_per_node ({g})")
+        if pod:
+            unit, name = (rack, "gpus_per_rack") if rack else (g, "gpus_per_node")
+            _require(pod % unit == 0, "network.gpus_per_pod", pod, f"must be a multiple of network.{name} ({unit})")
+        _require(
+            not self.cluster_pods or pod, "network.cluster_pods", self.cluster_pods, "needs network.gpus_per_pod > 0"
+        )
+        _require(
+            1 <= self.pod_oversubscription < math.inf,
+            "network.pod_oversubscription",
+            self.pod_oversubscription,
+            "must be >= 1 (1 = full bisection, 7 = 1:7)",
+        )
+        _require(self.tier_hop_us >= 0, "network.tier_hop_us", self.tier_hop_us, "must be >= 0")
+        _one_of("network.placement", self.placement, PLACEMENTS)
+        _require(
+            self.placement == "packed" or pod, "network.placement", self.placement, "needs network.gpus_per_pod > 0"
+        )
 
 
 @dataclass(kw_only=True)
@@ -410,6 +452,13 @@ class Scenario:
             "ranks",
             self.ranks,
             f"must be <= or a multiple of network.gpus_per_node ({g})",
+        )
+        cluster_gpus = self.network.cluster_pods * self.network.gpus_per_pod
+        _require(
+            not cluster_gpus or self.ranks <= cluster_gpus,
+            "ranks",
+            self.ranks,
+            f"exceeds the cluster's network.cluster_pods x network.gpus_per_pod ({cluster_gpus})",
         )
         for rank, factor in parse_stragglers(self.loader_stragglers, "loader_stragglers").items():
             _require(

@@ -30,6 +30,7 @@ from sim.config import Scenario
 from sim.episodes import Effects
 from sim.fsdp import simulate_fsdp
 from sim.noise import multipliers
+from sim.ready import ReadyLines, ReadyTable, Scratch
 from sim.results import Recorder, SimResult
 from sim.workload import Workload, build_workload
 
@@ -67,10 +68,24 @@ class _CommStream:
     def __init__(self, env, wl: Workload, n_groups: int, rng: np.random.Generator, sc: Scenario, progress=None):
         self.env, self.wl, self.n_groups, self.rng, self.sc = env, wl, n_groups, rng, sc
         self.progress = progress  # called (steps done, steps) after each step; it only observes
-        self.opened = [env.event() for _ in range(sc.steps)]
-        self.done = [env.event() for _ in range(sc.steps)]
+        # Each step's two events, made when first waited on and dropped once the next step
+        # opens: the step's state (its noise, its per-bucket events) never outlives it.
+        self._events: dict[tuple[str, int], simpy.Event] = {}
         needed = Effects.needed(sc.episodes, sc.pauses)
         self.effects = Effects(sc.episodes, sc.pauses, wl.ranks, sc.seed) if needed else None
+
+    def _event(self, kind: str, step: int) -> simpy.Event:
+        key = (kind, step)
+        if key not in self._events:
+            self._events[key] = self.env.event()
+        return self._events[key]
+
+    def opened(self, step: int) -> simpy.Event:
+        """Succeeds with the step's _Step when the comm stream opens it."""
+        return self._event("opened", step)
+
+    def done(self, step: int) -> simpy.Event:
+        return self._event("done", step)
 
     def run(self, rec: Recorder):
         env, wl, nb = self.env, self.wl, len(self.wl.buckets)
@@ -86,7 +101,9 @@ class _CommStream:
                 fx = self.effects.at(step, t0)
                 noise, jitter, pause = noise * fx.compute_factor[:, None], jitter * fx.comm_factor, fx.pause_s
             st = _Step(env, t0, noise, nb, self.n_groups, pause)
-            self.opened[step].succeed(st)
+            self._events.pop(("opened", step - 1), None)
+            self._events.pop(("done", step - 1), None)
+            self.opened(step).succeed(st)
             end = -math.inf
             for b in range(nb):
                 if not st.gates[b].triggered:
@@ -100,7 +117,7 @@ class _CommStream:
                 yield env.timeout(max(0.0, end - env.now))
             t0 = end + wl.optimizer_s
             rec.step(step, t0=st.t0, end_s=t0, starts=st.starts, ends=st.ends)
-            self.done[step].succeed()
+            self.done(step).succeed()
             if self.progress:
                 self.progress(step + 1, self.sc.steps)
 
@@ -110,30 +127,39 @@ def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, st
     gamma = wl.interference_gamma if wl.overlap and wl.collective_s.any() else 0.0
     frac = wl.ready_fraction
     nb = len(frac)
+    # Without overlap every bucket is ready when backward ends (fraction 1 for all).
+    line_frac = frac if wl.overlap else np.ones(nb)
+    n = len(range(wl.ranks)[ranks])
+    scratch = Scratch(n)
+    forward_s, backward_s, dataloader_s = wl.forward_s[ranks, None], wl.backward_s[ranks, None], wl.dataloader_s[ranks]
+    fwd, bwd = np.empty((n, wl.grad_accum)), np.empty((n, wl.grad_accum))
     for step in range(steps):
-        st = yield comm.opened[step]
+        st = yield comm.opened(step)
         noise = st.noise[ranks]
-        fwd = wl.forward_s[ranks, None] * noise
-        bwd = wl.backward_s[ranks, None] * noise
+        np.multiply(forward_s, noise, out=fwd)
+        np.multiply(backward_s, noise, out=bwd)
         # Dataloader, then K micro-steps; only the last backward launches buckets (no_sync).
-        last_bwd_start = st.t0 + wl.dataloader_s[ranks] + fwd.sum(axis=1) + bwd[:, :-1].sum(axis=1)
+        last_bwd_start = np.add(dataloader_s, st.t0, out=scratch("last_backward_start"))
+        if wl.grad_accum == 1:  # the sums below are the forward itself and 0: the same floats
+            last_bwd_start += fwd[:, 0]
+        else:
+            last_bwd_start += fwd.sum(axis=1)
+            last_bwd_start += bwd[:, :-1].sum(axis=1)
         if st.pause_s is not None:
-            last_bwd_start = last_bwd_start + st.pause_s[ranks]
+            last_bwd_start += st.pause_s[ranks]
         last_bwd = bwd[:, -1]
         if gamma == 0.0:
-            if wl.overlap:
-                ready = last_bwd_start[:, None] + last_bwd[:, None] * frac[None, :]
-            else:
-                ready = np.repeat((last_bwd_start + last_bwd)[:, None], nb, axis=1)
-            st.post(0, ready.max(axis=0))
+            ready = ReadyLines(last_bwd_start, last_bwd, line_frac, scratch)
+            st.post(0, ready.latest())
         else:
-            ready = np.empty((len(last_bwd), nb))
+            table = np.empty((len(last_bwd), nb))
             for b in range(nb):
                 if b:
                     yield st.published[b - 1]
-                ready[:, b] = st.busy(b).finish(last_bwd_start, last_bwd * frac[b], gamma)
-                st.post(b, ready[:, b : b + 1].max(axis=0))
-        yield comm.done[step]
+                table[:, b] = st.busy(b).finish(last_bwd_start, last_bwd * frac[b], gamma)
+                st.post(b, table[:, b : b + 1].max(axis=0))
+            ready = ReadyTable(table)
+        yield comm.done(step)
         rec.ranks(
             step,
             ranks,
@@ -144,6 +170,7 @@ def _group(env, wl: Workload, comm: _CommStream, ranks: slice, rec: Recorder, st
             bwd=bwd,
             busy=st.busy(nb),
             pause_s=None if st.pause_s is None else st.pause_s[ranks],
+            scratch=scratch,
         )
 
 
@@ -154,6 +181,8 @@ def simulate(
     trace_steps: int = 3,
     trace_ranks=None,
     progress: Callable[[int, int], None] | None = None,
+    records: bool = False,
+    medians: bool = False,
 ) -> SimResult:
     """Simulate ``sc.steps`` optimizer steps of ``sc.ranks`` ranks.
 
@@ -162,10 +191,14 @@ def simulate(
     for the Chrome trace (default: the first 3 steps, up to 8 ranks incl. stragglers).
     ``training.mode = "fsdp"`` runs sim/fsdp.py's per-unit model instead. ``progress``:
     called with (steps done, steps) after each step, for the caller's progress line (sim does
-    no I/O); it draws nothing, so results are identical with and without it.
+    no I/O); it draws nothing, so results are identical with and without it. ``records``: keep
+    the (steps, ranks) tables too (memory grows with steps); ``medians``: estimate each rank's
+    median compute as it runs (sim/online.py). Neither changes a number.
     """
     if sc.training.mode == "fsdp":
-        return simulate_fsdp(sc, trace_steps=trace_steps, trace_ranks=trace_ranks, progress=progress)
+        return simulate_fsdp(
+            sc, trace_steps=trace_steps, trace_ranks=trace_ranks, progress=progress, records=records, medians=medians
+        )
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_workload(sc, rng)
@@ -176,7 +209,7 @@ def simulate(
     groups = [slice(a, min(a + group_size, n)) for a in range(0, n, group_size)]
     env = simpy.Environment()
     comm = _CommStream(env, wl, len(groups), rng, sc, progress)
-    rec = Recorder(sc, wl, trace_steps=trace_steps, trace_ranks=trace_ranks)
+    rec = Recorder(sc, wl, trace_steps=trace_steps, trace_ranks=trace_ranks, records=records, medians=medians)
     env.process(comm.run(rec))
     for g in groups:
         env.process(_group(env, wl, comm, g, rec, sc.steps))

@@ -3,12 +3,13 @@
 Layout of ``--out DIR`` (schema ``ddplab.sim/1``):
   summary.json       the summary printed by --json (a list for a sweep)
   ranks-NNNN/        one per simulated rank count
-    records.npz      per-step per-rank arrays: compute_s, exposed_comm_s,
-                     straggler_wait_s, collective_wait_s (steps x ranks);
-                     step_time_s, comm_busy_s (steps); speed_factor (ranks);
-                     bucket_bytes, bucket_collective_s (buckets)
-    steps.csv        step, step_time_s, comm_busy_s
-    ranks.csv        rank, speed_factor, median compute_s, mean collective_wait_s
+    steps.csv        step, step_time_s, comm_busy_s, and each quantity's mean over ranks
+    ranks.csv        rank, speed_factor, each quantity's mean over steps, and the median
+                     compute (exact with records, else a streaming estimate: sim/online.py)
+    records.npz      only when records were kept (`simulate --records`): per-step per-rank
+                     arrays compute_s, exposed_comm_s, straggler_wait_s, collective_wait_s
+                     (steps x ranks); step_time_s, comm_busy_s (steps); speed_factor
+                     (ranks); bucket_bytes, bucket_collective_s (buckets)
     trace.json       Chrome Trace Event JSON of the first steps (open in ui.perfetto.dev)
   scaling.png        step time and breakdown vs ranks, for a sweep
   scaling.csv        the sweep's table, a row per rank count (SUMMARY_COLUMNS)
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.online import RANK_FIELDS
 from sim.results import SimResult
 
 SCHEMA = "ddplab.sim/1"
@@ -34,31 +36,36 @@ def write_result(result: SimResult, run_dir: Path) -> Path:
     d = Path(run_dir) / f"ranks-{result.scenario.ranks:04d}"
     d.mkdir(parents=True, exist_ok=True)
     wl = result.workload
-    np.savez_compressed(
-        d / "records.npz",
-        schema=SCHEMA,
-        step_time_s=result.step_time_s,
-        comm_busy_s=result.comm_busy_s,
-        compute_s=result.compute_s,
-        exposed_comm_s=result.exposed_comm_s,
-        straggler_wait_s=result.straggler_wait_s,
-        collective_wait_s=result.collective_wait_s,
-        speed_factor=wl.speed_factor,
-        bucket_bytes=wl.wire_bytes,
-        bucket_collective_s=wl.collective_s,
+    if result.records is not None:
+        tmp = d / f".records.{os.getpid()}.tmp.npz"  # whole or absent, as write_text_atomic
+        np.savez_compressed(
+            tmp,
+            schema=SCHEMA,
+            step_time_s=result.step_time_s,
+            comm_busy_s=result.comm_busy_s,
+            **{k: result.records[k] for k in RANK_FIELDS},
+            speed_factor=wl.speed_factor,
+            bucket_bytes=wl.wire_bytes,
+            bucket_collective_s=wl.collective_s,
+        )
+        os.replace(tmp, d / "records.npz")
+    means = [f"{k}_mean" for k in RANK_FIELDS]
+    step_cols = [result.step_time_s, result.comm_busy_s, *(result.step_mean[k] for k in RANK_FIELDS)]
+    write_csv_atomic(
+        d / "steps.csv",
+        ["step", "step_time_s", "comm_busy_s", *means],
+        [[i, *(f"{c[i]:.9g}" for c in step_cols)] for i in range(result.scenario.steps)],
     )
-    with open(d / "steps.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "step_time_s", "comm_busy_s"])
-        for i, (t, c) in enumerate(zip(result.step_time_s, result.comm_busy_s, strict=True)):
-            w.writerow([i, f"{t:.9g}", f"{c:.9g}"])
-    with open(d / "ranks.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["rank", "speed_factor", "compute_s_p50", "collective_wait_s_mean"])
-        med = np.median(result.compute_s, axis=0)
-        wait = result.collective_wait_s.mean(axis=0)
-        for r in range(result.scenario.ranks):
-            w.writerow([r, f"{wl.speed_factor[r]:.6g}", f"{med[r]:.9g}", f"{wait[r]:.9g}"])
+    p50 = result.compute_p50_s
+    rank_cols = [wl.speed_factor, *(result.rank_mean[k] for k in RANK_FIELDS)]
+    write_csv_atomic(
+        d / "ranks.csv",
+        ["rank", "speed_factor", *means, *(["compute_s_p50"] if p50 is not None else [])],
+        [
+            [r, *(f"{c[r]:.9g}" for c in rank_cols), *([f"{p50[r]:.9g}"] if p50 is not None else [])]
+            for r in range(result.scenario.ranks)
+        ],
+    )
     write_chrome_trace(result, d / "trace.json")
     return d
 

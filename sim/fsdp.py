@@ -56,6 +56,7 @@ from sim.config import Scenario
 from sim.episodes import Effects
 from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, param_tensors
 from sim.noise import multipliers
+from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
 from sim.workload import build_workload, fabric_for
 
@@ -200,11 +201,13 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     )
 
 
-def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progress=None) -> SimResult:
+def simulate_fsdp(
+    sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progress=None, records=False, medians=False
+) -> SimResult:
     """Simulate ``sc.steps`` FSDP optimizer steps of ``sc.ranks`` ranks (``training.mode`` is
     not read: the caller chose FSDP). The first ``trace_steps`` steps of ``trace_ranks``
-    (default: as sim/results.py picks them) are kept as Chrome trace spans. ``progress``:
-    as sim/engine.py's simulate(), called (steps done, steps) after each step."""
+    (default: as sim/results.py picks them) are kept as Chrome trace spans. ``progress``,
+    ``records``, ``medians``: as sim/engine.py's simulate()."""
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_fsdp_workload(sc, rng)
@@ -216,7 +219,7 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progr
     effects = Effects(sc.episodes, sc.pauses, n, sc.seed) if Effects.needed(sc.episodes, sc.pauses) else None
     noise_cfg = sc.noise
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
-    compute, exposed, wait, coll_wait = (np.zeros((steps, n)) for _ in range(4))
+    stats = OnlineStats(steps, n, records=records, medians=medians)
     t0 = 0.0
     for step in range(steps):
         # Draw order as sim/engine.py: the step's noise, then its jitter.
@@ -224,6 +227,7 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progr
         jitter = multipliers(rng, "lognormal", sc.network.jitter_sigma, n_coll)
         t = t0 + wl.dataloader_s
         work = np.zeros(n)  # compute per rank this step
+        coll_wait = np.zeros(n)
         if effects:  # episodes and pauses, as sim/engine.py applies them
             fx = effects.at(step, t0)
             noise, jitter = noise * fx.compute_factor[:, None], jitter * fx.comm_factor
@@ -240,7 +244,7 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progr
                 if op.issue >= 0:
                     c = first + op.issue
                     start = max(float(t.max()), stream_end)
-                    coll_wait[step] += start - np.maximum(t, stream_end)
+                    coll_wait += start - np.maximum(t, stream_end)
                     stream_end = start + durations[c]
                     starts[c], ends[c] = start, stream_end
                     issued = c + 1
@@ -275,8 +279,14 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progr
             spans.extend((r, 0, "optimizer", stream_end, end) for r in traced if wl.optimizer_s > 0)
             spans.extend((r, 2, f"step {step}", t0, end) for r in traced)
         step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
-        compute[step], exposed[step] = work, exp
-        wait[step] = np.maximum((hi - lo).sum(axis=0) - exp, 0.0)
+        stats.add(
+            step,
+            slice(None),
+            compute_s=work,
+            exposed_comm_s=exp,
+            straggler_wait_s=np.maximum((hi - lo).sum(axis=0) - exp, 0.0),
+            collective_wait_s=coll_wait,
+        )
         t0 = end
         if progress:
             progress(step + 1, steps)
@@ -286,10 +296,10 @@ def simulate_fsdp(sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progr
         step_time_s=step_time,
         step_end_s=step_end,
         comm_busy_s=comm_busy,
-        compute_s=compute,
-        exposed_comm_s=exposed,
-        straggler_wait_s=wait,
-        collective_wait_s=coll_wait,
+        rank_mean=stats.rank_mean(),
+        step_mean=stats.step_mean,
         wall_s=time.perf_counter() - wall0,
+        compute_p50_s=stats.compute_p50(),
+        records=stats.records,
         trace={"spans": spans},
     )

@@ -4,9 +4,9 @@ alone. Arithmetic only: nothing here allocates per rank or per step, and nothing
 machine; ddplab/limits.py compares the estimates with what this machine has.
 
 The constants are upper envelopes of what tracemalloc and the wall clock measured on the
-2-core development machine: the engine on h100-1024 at 8-16384 ranks and 10-1600 steps, with
-and without interference, accumulation and FSDP (tests/test_reliability_inputs.py holds each
-estimate above a measured run). A faster machine finishes sooner than ``seconds`` says;
+2-core development machine: the engine on h100-1024 at 8-65,536 ranks and 10-4000 steps, with
+and without interference, accumulation, records and FSDP (tests/test_reliability_inputs.py
+holds each estimate above a measured run). A faster machine finishes sooner than ``seconds`` says;
 memory does not depend on speed.
 """
 
@@ -15,43 +15,45 @@ from typing import NamedTuple
 
 from sim.buckets import build_buckets
 from sim.config import Scenario
-from sim.episodes import Effects
 from sim.workload import measured_ready_order
 
-# --- The engines' memory. Recorder (sim/results.py) and sim/fsdp.py keep four float64
-# (steps, ranks) arrays: compute, exposed comm, straggler wait, collective wait.
-RECORD_BYTES_PER_RANK_STEP = 4 * 8
-# `--out` adds one more (steps, ranks) copy: np.median of compute per rank (sim/export.py).
+# --- The engines' memory: slopes of tracemalloc's peak on h100-1024 at 64-16,384 ranks and
+# 10-4000 steps (tests/test_reliability_inputs.py holds the estimate above measured runs),
+# rounded up. Statistics are kept online (sim/online.py), so without records nothing grows with
+# ranks x steps.
+# Per step: the (steps,) arrays of sim/results.py (times, ends, comm busy, four per-step means),
+# measured 56-57 B.
+BYTES_PER_STEP = 64
+# Per rank: the workload's arrays, the online sums and a step's scratch (sim/ready.py),
+# measured 184 B; each micro-step past the first adds its noise, forward and backward (34 B).
+BYTES_PER_RANK = 256
+BYTES_PER_RANK_MICRO = 48
+# Streaming medians (`simulate --out`): five P-square markers and positions per rank and their
+# temporaries, measured 170 B.
+MEDIAN_BYTES_PER_RANK = 200
+# Records (`--records`): four float64 (steps, ranks) tables, measured 28-40 B per rank-step;
+# written out, np.median copies the compute table (sim/export.py).
+RECORD_BYTES_PER_RANK_STEP = 40
 EXPORT_BYTES_PER_RANK_STEP = 8
-# DDP keeps every step's _Step (its per-bucket SimPy events and arrays) through the events that
-# opened it: measured 730-783 B per bucket per step (73 and 25 buckets), and with it the step's
-# noise, 8 B per rank and micro-step, and pauses, 8 B per rank (sim/engine.py _Step).
-DDP_BYTES_PER_BUCKET_STEP = 800
-DDP_KEPT_BYTES_PER_RANK_MICRO_STEP = 8
-DDP_KEPT_PAUSE_BYTES_PER_RANK_STEP = 8
-# Per step whatever the buckets: the step's own events and its slots in the (steps,) arrays.
-BYTES_PER_STEP = 300
-# One step's working arrays per rank: DDP's ready times and their temporaries (ranks x buckets,
-# measured 26-30 B per bucket), its noise for K micro-steps (measured ~96 B per micro-step), and
-# FSDP's stacked idle gaps (2 per unit per micro-step, measured 96-99 B per unit per micro-step).
-DDP_WORK_BYTES_PER_RANK_BUCKET = 32
-WORK_BYTES_PER_RANK_MICRO = 100
+# Interference: DDP's whole (ranks x buckets) ready table and temporaries (measured 26 B per
+# rank-bucket); FSDP's stacked idle gaps, 2 per unit per micro-step (measured 96-99 B).
+DDP_GAMMA_BYTES_PER_RANK_BUCKET = 32
 FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO = 100
-# The (ranks,) arrays every run holds: speed factors, forward/backward/loader times, summaries.
-BYTES_PER_RANK = 400
 # Whatever the size: the workload, its buckets and collectives, the Chrome trace window
-# (measured 0.6-2.4 MB at 2-512 ranks and 10-20 steps).
+# (measured 0.3-2.4 MB at 64-1024 ranks).
 FIXED_BYTES = 8e6
 
 # --- The engines' time on the development machine (measured best-to-worst over repeats; the
 # larger is kept). DDP per step: one SimPy event pair per bucket (~15 us), ~100 us more with
-# interference (each bucket waits for the previous collective). Per rank and step: element-wise
-# work per bucket (~12 ns; ~70 ns more with interference) and per micro-step (~50 ns).
+# interference (each bucket waits for the previous collective). Per rank and step: ~70 ns of
+# element-wise work whatever the buckets (sim/ready.py), or ~90 ns per bucket with interference
+# (the whole table); ~50 ns per micro-step; ~40 ns for the streaming median.
 DDP_SECONDS_PER_BUCKET_STEP = 20e-6
 DDP_GAMMA_SECONDS_PER_BUCKET_STEP = 100e-6
-DDP_SECONDS_PER_RANK_BUCKET_STEP = 15e-9
-DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP = 75e-9
+DDP_SECONDS_PER_RANK_STEP = 100e-9
+DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP = 90e-9
 SECONDS_PER_RANK_MICRO_STEP = 60e-9
+MEDIAN_SECONDS_PER_RANK_STEP = 60e-9
 # FSDP per unit and micro-step: ~65 us of program per step, ~0.12 us per rank (x 3 with
 # interference: each segment is slowed by the collectives issued before it).
 FSDP_SECONDS_PER_UNIT_MICRO = 70e-6
@@ -87,30 +89,31 @@ def _buckets(sc: Scenario) -> int:
     )
 
 
-def simulation_cost(sc: Scenario, *, export: bool = False) -> SimCost:
-    """What `simulate(sc)` (and, with ``export``, sim/export.py's write_result) will need."""
-    n, steps, k = sc.ranks, sc.steps, sc.training.grad_accum
+def simulation_cost(sc: Scenario, *, export: bool = False, records: bool = False) -> SimCost:
+    """What `simulate(sc)` will need; ``export``: with sim/export.py's write_result (and the
+    streaming medians it writes), ``records``: keeping every rank's every step."""
+    n, steps, k = sc.ranks, float(sc.steps), sc.training.grad_accum
     gamma = sc.compute.interference_gamma > 0
-    kept_per_rank_step = RECORD_BYTES_PER_RANK_STEP
+    per_rank = BYTES_PER_RANK + BYTES_PER_RANK_MICRO * (k - 1)
+    if export and not records:
+        per_rank += MEDIAN_BYTES_PER_RANK
     if sc.training.mode == "fsdp":
         units = sc.model.shape.n_layer + 1
-        per_step_bytes = BYTES_PER_STEP
         work_bytes = FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO * units * k
         seconds = FSDP_SECONDS_PER_UNIT_MICRO * units * k
         seconds += n * FSDP_SECONDS_PER_RANK_UNIT_MICRO * units * k * (FSDP_GAMMA_FACTOR if gamma else 1.0)
     else:
         nb = _buckets(sc)
-        per_step_bytes = BYTES_PER_STEP + DDP_BYTES_PER_BUCKET_STEP * nb
-        kept_per_rank_step += DDP_KEPT_BYTES_PER_RANK_MICRO_STEP * k
-        if Effects.needed(sc.episodes, sc.pauses):
-            kept_per_rank_step += DDP_KEPT_PAUSE_BYTES_PER_RANK_STEP
-        work_bytes = DDP_WORK_BYTES_PER_RANK_BUCKET * nb + WORK_BYTES_PER_RANK_MICRO * k
+        work_bytes = DDP_GAMMA_BYTES_PER_RANK_BUCKET * nb if gamma else 0.0
         seconds = nb * (DDP_SECONDS_PER_BUCKET_STEP + (DDP_GAMMA_SECONDS_PER_BUCKET_STEP if gamma else 0.0))
-        rank_bucket = DDP_SECONDS_PER_RANK_BUCKET_STEP + (DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP if gamma else 0.0)
-        seconds += n * (nb * rank_bucket + k * SECONDS_PER_RANK_MICRO_STEP)
-    kept = FIXED_BYTES + float(steps) * (n * kept_per_rank_step + per_step_bytes) + n * BYTES_PER_RANK
-    peak = kept + n * work_bytes + (float(steps) * n * EXPORT_BYTES_PER_RANK_STEP if export else 0.0)
-    return SimCost(peak_bytes=peak, kept_bytes=kept, seconds=float(steps) * seconds)
+        seconds += n * (DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP * nb if gamma else DDP_SECONDS_PER_RANK_STEP)
+        seconds += n * k * SECONDS_PER_RANK_MICRO_STEP
+    if export and not records:
+        seconds += n * MEDIAN_SECONDS_PER_RANK_STEP
+    table_bytes = steps * n * RECORD_BYTES_PER_RANK_STEP if records else 0.0
+    kept = FIXED_BYTES + steps * BYTES_PER_STEP + n * per_rank + table_bytes
+    peak = kept + n * work_bytes + (steps * n * EXPORT_BYTES_PER_RANK_STEP if export and records else 0.0)
+    return SimCost(peak_bytes=peak, kept_bytes=kept, seconds=steps * seconds)
 
 
 def sweep_cost(costs: list[SimCost]) -> SimCost:

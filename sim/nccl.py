@@ -20,6 +20,11 @@ also timed:
   the slower across nodes; NVLS at its measured rate) through the library's protocol caps
   and correction factors, which are measurements of what the protocols reach.
 
+Racks and pods above the node (``Platform.tiers``, sim/topology.py; flat unless a scenario
+sets them) add two terms to the prediction only, since the library's model sees nothing above
+the node: tier crossings x ``tier_hop_us`` to the latency, and the NIC side of the bandwidth
+at the top tier's per-flow share (the protocol caps and corrections then apply as before).
+
 Everything is per platform in the preset, the same constants at every size and rank
 count; docs/validation-public.md holds the result to published measurements.
 """
@@ -27,6 +32,7 @@ count; docs/validation-public.md holds the result to published measurements.
 import math
 from typing import NamedTuple
 
+from sim.topology import FLAT, Tiers
 from sim.tuning_tables import NCCL_AMD_HOST_LL_MAX, NCCL_BASE_US, NCCL_HOPS, TABLES, TunerTable
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -44,6 +50,7 @@ class Platform(NamedTuple):
     cpu_vendor: str  # intel | amd: NCCL's multi-node LL ceiling and net overhead follow the host
     nvls_busbw_gb_s: float  # 0 = no NVLink SHARP
     net_hop_us: float
+    tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py); flat by default
 
 
 class Shape(NamedTuple):
@@ -142,6 +149,9 @@ def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float
     t = TABLES[p.tuner]
     rccl = t.bw_ratio is not None
     log_size = _log2i(size_bytes / 64.0) if size_bytes >= 64 else -1
+    # NCCL's pick sees the flat fabric (its model has nodes and NICs, nothing above);
+    # the timing runs the NIC side at the top tier's per-flow rate (sim/topology.py).
+    above = p._replace(inter_busbw_gb_s=p.inter_busbw_gb_s * p.tiers.bandwidth_factor(s.nodes, p.inter_busbw_gb_s))
     out = []
     for algo in ALGORITHMS if algorithm == "auto" else (algorithm,):
         if not _offered(op, algo, s):
@@ -153,12 +163,13 @@ def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float
             # The tuner's time: its base and hops, its bandwidth through its correction factors.
             hops, _ = _latency(t, t.hop_us, p, s, op, algo, proto, 0.0, rccl)
             tuner_lat = t.base_us.get(algo, (0.0, 0.0, 0.0))[proto] + hops
-            tuner_bw = bus
+            corr = 1.0
             if algo == "tree" and 0 <= log_size:
-                corr = t.tree_correction[proto]
-                tuner_bw *= corr[min(log_size, len(corr) - 1)] if rccl or log_size < 23 else 1.0
+                table = t.tree_correction[proto]
+                corr = table[min(log_size, len(table) - 1)] if rccl or log_size < 23 else 1.0
             if algo == "ring" and rccl and s.nodes > 1 and 0 <= log_size:
-                tuner_bw *= t.ring_correction[proto][min(log_size, 26)]
+                corr = t.ring_correction[proto][min(log_size, 26)]
+            tuner_bw = bus * corr
             if algo == "ring" and proto == 2 and s.nodes > 1 and op == "allreduce":
                 if size_bytes / (p.channels * s.ranks) >= 64:
                     tuner_lat *= t.ring_plateau
@@ -174,6 +185,10 @@ def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float
                     hop_lat *= t.ring_plateau
             latency = NCCL_BASE_US.get(algo, (0.0, 0.0, 0.0))[proto] + hop_lat
             busbw = tuner_bw if algo in ("ring", "tree") else bus
+            if p.tiers != FLAT:  # the tiers above the node: more hops, a slower top tier
+                latency += p.tiers.extra_us(algo, op, s.nodes)
+                busbw = _busbw(t, above, s, algo, proto) * (corr if algo in ("ring", "tree") else 1.0)
+                transfer_us = bus_factor * size_bytes / (busbw * 1e3)
             out.append(Option(f"{algo}/{name}", tuner_us, latency, net_steps, busbw, latency + transfer_us))
     return out
 

@@ -1,6 +1,6 @@
 """What a simulation records, and the summary every command prints.
 
-Per step and rank (arrays of shape (steps, ranks)), a rank's step splits exactly:
+Per step and rank, a rank's step splits exactly:
   step_time = dataloader + compute + optimizer + exposed_comm + straggler_wait
 (compute includes any stop-the-world pause before the first forward, sim/episodes.py)
 where, in the idle time between the end of its backward and the end of the
@@ -9,6 +9,8 @@ is running and ``straggler_wait`` the part during which none is (the stream is
 waiting for a slower rank to launch). ``collective_wait`` is what a profiler
 shows per rank: the sum over buckets of the time from the rank's own launch (or
 the stream becoming free) to the collective's start; the straggler has the least.
+They are kept as per-rank and per-step statistics (sim/online.py); the whole
+(steps, ranks) tables only when asked.
 """
 
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import Scenario
+from sim.online import OnlineStats
 from sim.workload import Workload
 
 
@@ -26,12 +29,36 @@ class SimResult:
     step_time_s: np.ndarray  # (steps,)
     step_end_s: np.ndarray  # (steps,) simulated clock at the end of each step
     comm_busy_s: np.ndarray  # (steps,) sum of collective durations
-    compute_s: np.ndarray  # (steps, ranks) forward + backward, as slowed by interference
-    exposed_comm_s: np.ndarray  # (steps, ranks)
-    straggler_wait_s: np.ndarray  # (steps, ranks)
-    collective_wait_s: np.ndarray  # (steps, ranks)
+    # Per rank (ranks,) and per step (steps,): the mean of each sim/online.py RANK_FIELDS quantity
+    # (compute is forward + backward, as slowed by interference) over steps, and over ranks.
+    rank_mean: dict[str, np.ndarray]
+    step_mean: dict[str, np.ndarray]
     wall_s: float
+    compute_p50_s: np.ndarray | None = None  # (ranks,) median compute, when asked (OnlineStats)
+    records: dict[str, np.ndarray] | None = None  # (steps, ranks) per quantity, with records=True
     trace: dict = field(default_factory=dict)  # {"comm": {step: (t0, starts, ends)}, "ranks": {(step, rank): {...}}}
+
+    def record(self, name: str) -> np.ndarray:
+        """The (steps, ranks) table of one RANK_FIELDS quantity, kept only with records=True."""
+        if self.records is None:
+            raise ValueError(f"{name}: per-step per-rank records were not kept (simulate(..., records=True))")
+        return self.records[name]
+
+    @property
+    def compute_s(self) -> np.ndarray:
+        return self.record("compute_s")
+
+    @property
+    def exposed_comm_s(self) -> np.ndarray:
+        return self.record("exposed_comm_s")
+
+    @property
+    def straggler_wait_s(self) -> np.ndarray:
+        return self.record("straggler_wait_s")
+
+    @property
+    def collective_wait_s(self) -> np.ndarray:
+        return self.record("collective_wait_s")
 
     @property
     def dataloader_s(self) -> np.ndarray:
@@ -42,11 +69,11 @@ class SimResult:
         sc, wl = self.scenario, self.workload
         st = self.step_time_s
         mean_step = float(st.mean())
-        compute = float(self.compute_s.mean())
+        per_rank = self.rank_mean["compute_s"]
+        compute = float(per_rank.mean())
         dataloader = float(wl.dataloader_s.mean())
         busy = compute + dataloader + wl.optimizer_s
         comm = float(self.comm_busy_s.mean())
-        per_rank = self.compute_s.mean(axis=0)
         slowest = int(per_rank.argmax())
         return {
             "scenario": sc.name,
@@ -68,8 +95,8 @@ class SimResult:
             "slowest_rank_compute_s": float(per_rank[slowest]),
             "dataloader_s": dataloader,
             "optimizer_s": wl.optimizer_s,
-            "exposed_comm_s": float(self.exposed_comm_s.mean()),
-            "straggler_wait_s": float(self.straggler_wait_s.mean()),
+            "exposed_comm_s": float(self.rank_mean["exposed_comm_s"].mean()),
+            "straggler_wait_s": float(self.rank_mean["straggler_wait_s"].mean()),
             "comm_s": comm,
             "comm_compute_ratio": comm / compute,
             "scaling_efficiency": busy / mean_step,
@@ -95,18 +122,16 @@ def pick_trace_ranks(sc: Scenario, wl: Workload, limit: int = 8) -> list[int]:
 
 
 class Recorder:
-    """Collects per-step and per-rank records while the engine runs."""
+    """Collects what a simulation reports while the engine runs: the per-step times, the
+    per-rank quantities as online statistics (sim/online.py), and the trace window."""
 
-    def __init__(self, sc: Scenario, wl: Workload, *, trace_steps: int, trace_ranks):
+    def __init__(self, sc: Scenario, wl: Workload, *, trace_steps: int, trace_ranks, records=False, medians=False):
         self.sc, self.wl = sc, wl
-        steps, n = sc.steps, sc.ranks
+        steps = sc.steps
         self.step_time = np.zeros(steps)
         self.step_end = np.zeros(steps)
         self.comm_busy = np.zeros(steps)
-        self.compute = np.zeros((steps, n))
-        self.exposed = np.zeros((steps, n))
-        self.wait = np.zeros((steps, n))
-        self.coll_wait = np.zeros((steps, n))
+        self.stats = OnlineStats(steps, sc.ranks, records=records, medians=medians)
         self.trace_steps = min(trace_steps, steps)
         self.trace_ranks = sorted(trace_ranks) if trace_ranks is not None else pick_trace_ranks(sc, wl)
         self.trace = {"comm": {}, "ranks": {}}
@@ -118,17 +143,24 @@ class Recorder:
         if step < self.trace_steps:
             self.trace["comm"][step] = (t0, starts.copy(), ends.copy())
 
-    def ranks(self, step: int, ranks: slice, *, t0, last_bwd_start, ready, fwd, bwd, busy, pause_s=None):
+    def ranks(self, step: int, ranks: slice, *, t0, last_bwd_start, ready, fwd, bwd, busy, pause_s=None, scratch):
+        """``ready``: the ranks' bucket-ready times, a sim/ready.py ReadyLines or ReadyTable;
+        ``scratch``: the group's sim/ready.py Scratch, which the step's arrays are written to."""
         starts, ends = busy.t[0::2], busy.t[1::2]
-        bwd_end = ready[:, -1]  # the last bucket is ready when backward ends (fraction 1)
-        compute = bwd_end - t0 - self.wl.dataloader_s[ranks]
-        idle = ends[-1] - bwd_end
-        exposed = busy.busy[-1] - busy.busy_before(bwd_end)
-        self.compute[step, ranks] = compute
-        self.exposed[step, ranks] = exposed
-        self.wait[step, ranks] = np.maximum(idle - exposed, 0.0)
-        stream_free = np.concatenate(([-np.inf], ends[:-1]))
-        self.coll_wait[step, ranks] = (starts[None, :] - np.maximum(ready, stream_free[None, :])).sum(axis=1)
+        bwd_end = ready.end_s
+        compute = np.subtract(bwd_end, t0, out=scratch("compute"))
+        compute -= self.wl.dataloader_s[ranks]
+        idle = np.subtract(ends[-1], bwd_end, out=scratch("idle"))
+        exposed = np.subtract(busy.busy[-1], busy.busy_before(bwd_end), out=scratch("exposed"))
+        wait = np.maximum(np.subtract(idle, exposed, out=idle), 0.0, out=idle)
+        self.stats.add(
+            step,
+            ranks,
+            compute_s=compute,
+            exposed_comm_s=exposed,
+            straggler_wait_s=wait,
+            collective_wait_s=ready.collective_wait(starts, ends),
+        )
         if step < self.trace_steps:
             lo = ranks.start
             for r in self.trace_ranks:
@@ -142,7 +174,7 @@ class Recorder:
                         "backward_s": bwd[i].copy(),
                         "last_backward_start": float(last_bwd_start[i]),
                         "backward_end": float(bwd_end[i]),
-                        "ready": ready[i].copy(),
+                        "ready": ready.rows(np.array([i]))[0],
                     }
 
     def result(self, *, wall_s: float) -> SimResult:
@@ -152,10 +184,10 @@ class Recorder:
             step_time_s=self.step_time,
             step_end_s=self.step_end,
             comm_busy_s=self.comm_busy,
-            compute_s=self.compute,
-            exposed_comm_s=self.exposed,
-            straggler_wait_s=self.wait,
-            collective_wait_s=self.coll_wait,
+            rank_mean=self.stats.rank_mean(),
+            step_mean=self.stats.step_mean,
             wall_s=wall_s,
+            compute_p50_s=self.stats.compute_p50(),
+            records=self.stats.records,
             trace=self.trace,
         )

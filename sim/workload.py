@@ -1,16 +1,18 @@
 """What one optimizer step costs before anything runs: per-rank compute and
 per-bucket collective times, derived from a scenario. The engine only schedules."""
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
-from sim.config import Scenario, parse_stragglers
+from sim.config import NetworkConfig, Scenario, parse_stragglers
 from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, param_tensors
 from sim.noise import speed_factors
 from sim.roofline import micro_step_time, rates
+from sim.topology import FLAT, Tiers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +56,24 @@ def fabric_for(sc: Scenario, ranks: int | None = None) -> Fabric:
         cpu_vendor=net.cpu_vendor,
         nvls_busbw_gb_s=net.nvls_gb_s,
         net_hop_us=net.net_hop_us,
+        tiers=tiers_for(net),
+    )
+
+
+def tiers_for(net: NetworkConfig) -> Tiers:
+    """The racks and pods above the node (sim/topology.py); FLAT when the scenario sets none."""
+    if not (net.gpus_per_rack or net.gpus_per_pod):
+        return FLAT
+    pod_nodes = net.gpus_per_pod // net.gpus_per_node
+    # One NIC port per NIC goes up from every node; the top tier carries 1/oversubscription of them.
+    uplink = pod_nodes * net.nics_per_node * net.nic_gbit_s / 8.0 * net.nic_efficiency / net.pod_oversubscription
+    return Tiers(
+        rack_nodes=net.gpus_per_rack // net.gpus_per_node,
+        pod_nodes=pod_nodes,
+        cluster_pods=net.cluster_pods,
+        placement=net.placement,
+        pod_uplink_gb_s=uplink if pod_nodes else math.inf,
+        tier_hop_us=net.tier_hop_us,
     )
 
 

@@ -47,8 +47,9 @@ def test_simulate_json_single(ddplab):
 def test_simulate_sweep_json_and_out(ddplab, tmp_path):
     out_dir = tmp_path / "run"
     code, out, err = ddplab(
-        "simulate", "mi300x-1024", "--sweep-ranks", "2,8,64", "--steps", "20", "--json", "--out", str(out_dir)
-    )
+        "simulate", "mi300x-1024", "--sweep-ranks", "2,8,64", "--steps", "20", "--json", "--records", "--out",
+        str(out_dir),
+    )  # fmt: skip
     assert code == 0, err
     rows = json.loads(out)
     assert [r["ranks"] for r in rows] == [2, 8, 64]

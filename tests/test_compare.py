@@ -220,7 +220,7 @@ def test_simulate_single_out_draws_the_breakdown(capsys, tmp_path):
     assert code == 0, err
     assert (tmp_path / "breakdown.png").read_bytes()[:8] == PNG
     assert not (tmp_path / "scaling.png").exists()
-    assert out.splitlines()[-1] == f"records, Chrome trace and breakdown.png in {tmp_path}/"
+    assert out.splitlines()[-1] == f"per-step and per-rank tables, Chrome trace and breakdown.png in {tmp_path}/"
 
 
 def test_sweep_out_writes_scaling_csv(capsys, tmp_path):
@@ -236,7 +236,8 @@ def test_sweep_out_writes_scaling_csv(capsys, tmp_path):
         assert float(t["tokens_per_s"]) == s["tokens_per_s"]
         assert f"{s['step_time_s']['p50']:.4f}" in out and f"{s['tokens_per_s']:,.0f}" in out
     assert (tmp_path / "scaling.png").read_bytes()[:8] == PNG
-    assert out.splitlines()[-1] == f"records, Chrome trace, scaling.png and scaling.csv in {tmp_path}/"
+    last = f"per-step and per-rank tables, Chrome trace, scaling.png and scaling.csv in {tmp_path}/"
+    assert out.splitlines()[-1] == last
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def test_no_overlap_no_noise_is_the_sum_of_parts(ranks, k):
         training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=k, overlap=False, first_bucket_mb=0.05),
         compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_s=0.01),
     )
-    r = simulate(sc)
+    r = simulate(sc, records=True)
     wl = r.workload
     assert len(wl.buckets) > 1
     expected = 0.01 + k * 0.3 + wl.collective_s.sum() + 0.02
@@ -41,7 +41,7 @@ def test_h100_1024_no_overlap_closed_form():
         ["training.overlap=false", "noise.distribution=none", "noise.speed_spread_sd=0"],
         steps=3,
     )
-    r = simulate(sc)
+    r = simulate(sc, records=True)
     wl = r.workload
     k_f_b = wl.forward_s[0] + wl.backward_s[0]
     np.testing.assert_allclose(r.step_time_s, k_f_b + wl.collective_s.sum() + wl.optimizer_s, rtol=REL)
@@ -55,7 +55,7 @@ def test_overlap_pipeline_closed_form(nic_gbit_s):
         compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.01, dataloader_s=0.005),
         network=NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nic_gbit_s=nic_gbit_s),
     )
-    r = simulate(sc)
+    r = simulate(sc, records=True)
     wl = r.workload
     f, b = wl.forward_s[0], wl.backward_s[0]
     pre = 0.005 + 2 * f + b
@@ -76,7 +76,7 @@ def test_interference_closed_form(nic_gbit_s):
         compute=ComputeConfig(step_compute_s=0.3, interference_gamma=gamma),
         network=NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nic_gbit_s=nic_gbit_s),
     )
-    r = simulate(sc)
+    r = simulate(sc, records=True)
     wl = r.workload
     assert len(wl.buckets) == 2
     f, w = wl.forward_s[0], wl.backward_s[0]
@@ -105,7 +105,7 @@ def test_persistent_straggler_is_s_times_compute_independent_of_n(ranks):
         compute=ComputeConfig(step_compute_s=base),
         network=NetworkConfig(enabled=False, gpus_per_node=1),
     )
-    r = simulate(sc)
+    r = simulate(sc, records=True)
     np.testing.assert_allclose(r.step_time_s, s * base, rtol=REL)
     # With communication and no overlap, the comm adds on top: s x compute + sum T_b.
     sc = tiny(
@@ -114,7 +114,7 @@ def test_persistent_straggler_is_s_times_compute_independent_of_n(ranks):
         compute=ComputeConfig(step_compute_s=base),
         training=TrainingConfig(micro_batch_size=2, seq_len=64, overlap=False),
     )
-    r = simulate(sc)
+    r = simulate(sc, records=True)
     np.testing.assert_allclose(r.step_time_s - r.workload.collective_s.sum(), s * base, rtol=REL)
     # The straggler waits least: everybody else waits for it.
     waits = r.collective_wait_s.mean(axis=0)
@@ -127,7 +127,7 @@ def test_accumulation_cuts_traffic_k_fold():
     results = {}
     for k in (1, 4):
         sc = load_scenario("h100-1024", [f"training.grad_accum={k}"], ranks=64, steps=5)
-        results[k] = simulate(sc)
+        results[k] = simulate(sc, records=True)
     per_token = {k: r.workload.traffic_bytes_per_step / r.workload.tokens_per_step for k, r in results.items()}
     assert per_token[1] / per_token[4] == pytest.approx(4.0, rel=1e-12)
     assert results[4].summary()["comm_compute_ratio"] == pytest.approx(
@@ -145,16 +145,18 @@ def test_overlap_hides_communication():
             compute=ComputeConfig(step_compute_s=0.5),
             network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.05),
         )
-        runs[overlap] = simulate(sc).summary()
+        runs[overlap] = simulate(sc, records=True).summary()
     assert runs[True]["exposed_comm_s"] < 0.5 * runs[False]["exposed_comm_s"]
     assert runs[True]["step_time_s"]["mean"] < runs[False]["step_time_s"]["mean"]
 
 
 def test_compression_halves_wire_bytes():
     base = ["training.precision=fp32"]
-    plain = simulate(load_scenario("homelab-1gbe", base, steps=2)).workload
-    fp16 = simulate(load_scenario("homelab-1gbe", [*base, "training.comm_hook=fp16"], steps=2)).workload
-    psgd = simulate(load_scenario("homelab-1gbe", [*base, "training.comm_hook=powersgd"], steps=2)).workload
+    plain = simulate(load_scenario("homelab-1gbe", base, steps=2), records=True).workload
+    fp16 = simulate(load_scenario("homelab-1gbe", [*base, "training.comm_hook=fp16"], steps=2), records=True).workload
+    psgd = simulate(
+        load_scenario("homelab-1gbe", [*base, "training.comm_hook=powersgd"], steps=2), records=True
+    ).workload
     np.testing.assert_allclose(fp16.wire_bytes, plain.wire_bytes / 2)
     assert psgd.wire_bytes.sum() < 0.01 * plain.wire_bytes.sum()  # rank-1 factors of 1536-wide matrices
 
@@ -169,7 +171,7 @@ def test_breakdown_sums_to_step_time_with_everything_on():
         network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.2, jitter_sigma=0.1),
         noise=NoiseConfig(distribution="gamma", sigma=0.1, speed_spread_sd=0.02),
     )
-    r = simulate(sc)
+    r = simulate(sc, records=True)
     assert_breakdown_sums(r)
     assert (r.exposed_comm_s >= -1e-12).all() and (r.straggler_wait_s >= 0).all()
     assert np.all(r.step_time_s[:, None] >= r.compute_s)

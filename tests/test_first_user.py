@@ -100,8 +100,8 @@ def test_progress_callback_sees_every_step_and_changes_nothing(mode):
     if mode == "fsdp":
         sc = dataclasses.replace(sc, training=dataclasses.replace(sc.training, mode="fsdp"))
     calls = []
-    with_cb = simulate(sc, progress=lambda done, total: calls.append((done, total)))
-    without = simulate(sc)
+    with_cb = simulate(sc, progress=lambda done, total: calls.append((done, total)), records=True)
+    without = simulate(sc, records=True)
     assert calls == [(i, 12) for i in range(1, 13)]
     for f in FIELDS:
         np.testing.assert_array_equal(getattr(with_cb, f), getattr(without, f), err_msg=f)
@@ -220,7 +220,7 @@ def test_validate_plot_creates_its_folder(calib_json, tmp_path):
 
 def test_simulate_out_and_stragglers_plot_create_their_folders(tmp_path):
     out = tmp_path / "a" / "b"
-    p = _ddplab("simulate", "h100-1024", "--ranks", "8", "--steps", "4", "--out", str(out))
+    p = _ddplab("simulate", "h100-1024", "--ranks", "8", "--steps", "4", "--records", "--out", str(out))
     assert p.returncode == 0, p.stderr
     assert (out / "ranks-0008" / "records.npz").exists()
     plot = tmp_path / "c" / "d" / "s.png"
@@ -329,7 +329,7 @@ def test_help_shows_defaults_and_only_real_ones():
 def test_straggler_wait_never_exceeds_the_idle_time(tmp_path):
     """h100-1024's 73 buckets: each bucket waits from the moment this rank made it ready, while
     it still computes the later ones, so the per-bucket sum far exceeds the idle time."""
-    result = simulate(load_scenario("h100-1024", ranks=16, steps=5, seed=1, stragglers="3:1.3"))
+    result = simulate(load_scenario("h100-1024", ranks=16, steps=5, seed=1, stragglers="3:1.3"), records=True)
     idle = result.exposed_comm_s + result.straggler_wait_s
     assert (result.collective_wait_s > 2 * idle).any()  # the old value
     rec = st.load(write_result(result, tmp_path))

@@ -65,7 +65,7 @@ def test_free_network_is_compute_plus_shard_optimizer(checkpointing):
         compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_s=0.01),
         network=NetworkConfig(enabled=False, gpus_per_node=1),
     )
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     wl = r.workload
     recompute = 0.0
     if checkpointing:  # one more forward of every block per micro-step
@@ -89,7 +89,7 @@ def test_prefetch_0_is_the_sum_of_parts(k, net):
         compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.02, dataloader_s=0.005),
         network=net,
     )
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     wl = r.workload
     shape = model_shape("gpt2-tiny")
     n_layer = shape.n_layer
@@ -117,7 +117,7 @@ def test_h100_prefetch_0_closed_form():
         ranks=64,
         steps=3,
     )
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     wl = r.workload
     expected = wl.forward_s[0] + wl.backward_s[0] + wl.collective_s.sum() + sc.compute.optimizer_s / 64
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
@@ -136,7 +136,7 @@ def test_prefetch_hides_compute_when_communication_bound(prefetch, k):
         compute=ComputeConfig(step_compute_s=1e-3, optimizer_s=0.02, dataloader_s=0.005),
         network=SLOW_NET,
     )
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     wl = r.workload
     shape = model_shape("gpt2-tiny")
     sh = compute_shares(shape, 64)
@@ -144,7 +144,7 @@ def test_prefetch_hides_compute_when_communication_bound(prefetch, k):
     idle = k * wl.forward_s[0] * (sh.block + sh.head)
     expected = 0.005 + wl.collective_s.sum() + idle + 0.02 / ranks
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
-    no_prefetch = simulate_fsdp(dataclasses.replace(sc, training=fsdp(prefetch=0, k=k)))
+    no_prefetch = simulate_fsdp(dataclasses.replace(sc, training=fsdp(prefetch=0, k=k)), records=True)
     assert r.step_time_s.mean() < no_prefetch.step_time_s.mean()
     assert_breakdown_sums(r)
 
@@ -159,7 +159,7 @@ def test_prefetch_hides_communication_when_compute_bound():
         ranks=64,
         steps=3,
     )
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     wl = r.workload
     c = wl.collective_s
     assert wl.units[:2] == (0, 1) and wl.units[-2:] == (1, 0)
@@ -176,8 +176,8 @@ def test_fsdp_moves_about_1_5x_ddp_traffic():
     # Pure bf16: parameters and gradients both 2 bytes, ZeRO's accounting.
     ranks, bf16 = 64, "training.precision=bf16"
     sc = load_scenario("h100-1024", ["training.mode=fsdp", bf16], ranks=ranks, steps=1)
-    wl = simulate_fsdp(sc).workload
-    ddp = simulate(load_scenario("h100-1024", [bf16], ranks=ranks, steps=1)).workload
+    wl = simulate_fsdp(sc, records=True).workload
+    ddp = simulate(load_scenario("h100-1024", [bf16], ranks=ranks, steps=1), records=True).workload
     shape = model_shape("gpt2-760m")
     numels = unit_numels(shape)
     p, root = float(numels.sum()), float(numels[0])
@@ -195,7 +195,8 @@ def test_fsdp_moves_about_1_5x_ddp_traffic():
         assert moved == pytest.approx(3 * f * numels[u] * 2, rel=1e-12)
     # Unlike DDP's no_sync, every FSDP micro-step reduce-scatters: K x the traffic.
     wl4 = simulate_fsdp(
-        load_scenario("h100-1024", ["training.mode=fsdp", bf16, "training.grad_accum=4"], ranks=ranks, steps=1)
+        load_scenario("h100-1024", ["training.mode=fsdp", bf16, "training.grad_accum=4"], ranks=ranks, steps=1),
+        records=True,
     )
     assert wl4.workload.traffic_bytes_per_step == pytest.approx(4 * wl.traffic_bytes_per_step, rel=1e-12)
 
@@ -204,11 +205,13 @@ def test_fsdp_moves_about_1_5x_ddp_traffic():
 def test_persistent_straggler_is_s_times_compute(ranks):
     s, base = 1.4, 0.25
     common = dict(ranks=ranks, stragglers=f"{ranks - 1}:{s}", compute=ComputeConfig(step_compute_s=base))
-    r = simulate_fsdp(tiny(**common, training=fsdp(), network=NetworkConfig(enabled=False, gpus_per_node=1)))
+    r = simulate_fsdp(
+        tiny(**common, training=fsdp(), network=NetworkConfig(enabled=False, gpus_per_node=1)), records=True
+    )
     np.testing.assert_allclose(r.step_time_s, s * base, rtol=REL)
-    r = simulate_fsdp(tiny(**common, training=fsdp(prefetch=0)))
+    r = simulate_fsdp(tiny(**common, training=fsdp(prefetch=0)), records=True)
     np.testing.assert_allclose(r.step_time_s - r.workload.collective_s.sum(), s * base, rtol=REL)
-    r = simulate_fsdp(tiny(**common, training=fsdp(prefetch=2)))
+    r = simulate_fsdp(tiny(**common, training=fsdp(prefetch=2)), records=True)
     assert (r.step_time_s >= s * base * (1 - REL)).all()
     waits = r.collective_wait_s.mean(axis=0)  # everybody waits for the straggler, it for nobody
     assert waits.argmin() == ranks - 1 and waits[ranks - 1] == pytest.approx(0.0, abs=1e-12)
@@ -219,7 +222,7 @@ def test_interference_cannot_slow_what_never_overlaps():
     # Prefetch 0 runs no collective during compute: gamma changes nothing. With prefetch it does.
     def run(prefetch, gamma):
         compute = ComputeConfig(step_compute_s=0.05, interference_gamma=gamma)
-        return simulate_fsdp(tiny(training=fsdp(prefetch=prefetch), compute=compute, network=SLOW_NET))
+        return simulate_fsdp(tiny(training=fsdp(prefetch=prefetch), compute=compute, network=SLOW_NET), records=True)
 
     np.testing.assert_allclose(run(0, 0.5).step_time_s, run(0, 0.0).step_time_s, rtol=REL)
     slowed, plain = run(1, 0.5), run(1, 0.0)
@@ -237,12 +240,14 @@ def test_everything_on_breakdown_and_seed():
         network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.2, jitter_sigma=0.1),
         noise=NoiseConfig(distribution="gamma", sigma=0.1, speed_spread_sd=0.02),
     )
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     assert_breakdown_sums(r)
     assert np.all(r.step_time_s[:, None] >= r.compute_s)
-    np.testing.assert_array_equal(simulate_fsdp(sc).step_time_s, r.step_time_s)
+    np.testing.assert_array_equal(simulate_fsdp(sc, records=True).step_time_s, r.step_time_s)
     # The same persistent draws as the DDP engine for the same seed.
-    ddp = simulate(dataclasses.replace(sc, training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=2)))
+    ddp = simulate(
+        dataclasses.replace(sc, training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=2)), records=True
+    )
     np.testing.assert_array_equal(ddp.workload.speed_factor, r.workload.speed_factor)
     s = r.summary()
     assert 0 < s["scaling_efficiency"] <= 1 and s["buckets"] == 3  # root + 2 blocks
@@ -252,15 +257,15 @@ def test_pauses_and_episodes_apply_as_in_ddp():
     # sim/episodes.py's effects: a pause is compute before the first forward, as the DDP recorder counts it.
     sets = ["training.mode=fsdp", "pauses.every_steps=2", "episodes.compute_per_h=1e5", "episodes.comm_per_h=1e5"]
     sc = load_scenario("h100-1024", sets, ranks=16, steps=20)
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     assert_breakdown_sums(r)
-    plain = simulate_fsdp(load_scenario("h100-1024", ["training.mode=fsdp"], ranks=16, steps=20))
+    plain = simulate_fsdp(load_scenario("h100-1024", ["training.mode=fsdp"], ranks=16, steps=20), records=True)
     assert r.step_time_s.mean() > plain.step_time_s.mean()
 
 
 def test_1024_ranks_100_steps_fast():
     sc = load_scenario("h100-1024", ["training.mode=fsdp"], ranks=1024, steps=100)
-    r = simulate_fsdp(sc)
+    r = simulate_fsdp(sc, records=True)
     assert r.wall_s < 5.0, r.wall_s  # ~0.15 s on one core
 
 
@@ -309,7 +314,7 @@ def test_fsdp_trace_spans_and_timeline(tmp_path):
     from sim.trace import chrome_trace
 
     sc = load_scenario("h100-1024", ["training.mode=fsdp", "stragglers=3:1.4"], ranks=16, steps=4)
-    res = simulate(sc, trace_steps=2)
+    res = simulate(sc, trace_steps=2, records=True)
     events = [e for e in chrome_trace(res)["traceEvents"] if e["ph"] == "X"]
     ranks = sorted({e["pid"] for e in events})
     assert 3 in ranks and len(ranks) == 8

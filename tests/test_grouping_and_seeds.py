@@ -24,9 +24,9 @@ def test_1024_ranks_as_1024_128_or_1_groups():
         steps=10,
         seed=3,
     )
-    whole = simulate(sc)
-    assert_identical(whole, simulate(sc, group_size=8))
-    assert_identical(whole, simulate(sc, group_size=1))
+    whole = simulate(sc, records=True)
+    assert_identical(whole, simulate(sc, group_size=8, records=True))
+    assert_identical(whole, simulate(sc, group_size=1, records=True))
 
 
 @pytest.mark.parametrize("group_size", [1, 5, 8])
@@ -40,13 +40,13 @@ def test_grouping_with_interference_and_accumulation(group_size):
         network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.1, jitter_sigma=0.2),
         noise=NoiseConfig(distribution="lognormal", sigma=0.1, speed_spread_sd=0.05),
     )
-    assert_identical(simulate(sc), simulate(sc, group_size=group_size))
+    assert_identical(simulate(sc, records=True), simulate(sc, group_size=group_size, records=True))
 
 
 def test_same_seed_same_output_other_seed_differs():
     def run(seed):
         sc = load_scenario("homelab-1gbe", ["noise.sigma=0.05"], steps=20, seed=seed)
-        return simulate(sc)
+        return simulate(sc, records=True)
 
     assert_identical(run(1), run(1))
     assert not np.array_equal(run(1).step_time_s, run(2).step_time_s)

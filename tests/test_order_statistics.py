@@ -24,7 +24,7 @@ def run(distribution: str, sigma: float):
         "compute.optimizer_s=0",
         "stragglers=",
     ]
-    return simulate(load_scenario("h100-1024", overrides, ranks=N, steps=STEPS, seed=7))
+    return simulate(load_scenario("h100-1024", overrides, ranks=N, steps=STEPS, seed=7), records=True)
 
 
 def expected_max(dist) -> float:

@@ -69,7 +69,7 @@ settings.load_profile("ddplab")
     }
 )
 def test_step_covers_each_ranks_work_and_efficiency_at_most_one(p):
-    r = simulate(build(p))
+    r = simulate(build(p), records=True)
     own = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s
     assert np.all(r.step_time_s[:, None] >= own * (1 - 1e-12))
     s = r.summary()
@@ -80,8 +80,8 @@ def test_step_covers_each_ranks_work_and_efficiency_at_most_one(p):
 @given(scenarios)
 def test_more_bytes_never_faster(p):
     # Same buckets and draws; only the bytes on the wire (fp16 hook halves them) or the link rate change.
-    full = simulate(build(p, precision="fp32")).step_time_s
-    half = simulate(build(p, precision="fp32", hook="fp16")).step_time_s
-    slower_link = simulate(build(p, precision="fp32", nic_scale=0.5)).step_time_s
+    full = simulate(build(p, precision="fp32"), records=True).step_time_s
+    half = simulate(build(p, precision="fp32", hook="fp16"), records=True).step_time_s
+    slower_link = simulate(build(p, precision="fp32", nic_scale=0.5), records=True).step_time_s
     assert np.all(half <= full * (1 + 1e-12))
     assert np.all(slower_link >= full * (1 - 1e-12))

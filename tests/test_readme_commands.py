@@ -265,3 +265,42 @@ def test_a_file_a_command_writes_in_the_tree_stays_for_the_next_and_is_removed_a
         assert results[0].notes == [f"removed {name}, which the command wrote, after the check"]
     finally:
         (ROOT / name).unlink(missing_ok=True)
+
+
+# --- --all: every command in a fresh clone ----------------------------------------------
+
+
+def test_all_holds_a_this_machine_command_to_its_exit_status(monkeypatch):
+    # doctor's output is the README machine's interfaces and hostname: under --all (a
+    # fresh clone, maybe elsewhere) it must exit as the README says, its lines may differ.
+    monkeypatch.setattr(rc, "classify", lambda text: rc.Class("this-machine", None, False, "its own machine"))
+    md = "```\n$ echo elsewhere\nhere\n```\n"
+    (strict,) = rc.check(rc.extract(md), timeout_s=30)
+    (every,) = rc.check(rc.extract(md), every=True, timeout_s=30)
+    assert strict.status == "diff"
+    assert (every.status, every.rc, every.diff) == ("pass", 0, [])
+    assert every.notes == ["exit status checked only: its own machine"]
+    (failing,) = rc.check(rc.extract("```\n$ false\nhere\n```\n"), every=True, timeout_s=30)
+    assert failing.status == "fail"
+
+
+def test_all_runs_make_demo_first_when_nothing_built_it(monkeypatch, tmp_path):
+    # "after make demo": without .venv, and with the README's demo line needing root
+    # that this user lacks, plain `make demo` runs first so later commands find ddplab.
+    commands = rc.extract("```\n$ make demo DEMO_ARGS=--fresh   # as root\nx\n$ ddplab cost\n```\n")
+    monkeypatch.setattr(rc, "ROOT", tmp_path)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    first, *rest = rc.setup_for_all(commands)
+    assert (first.line, first.text.split("#")[0].strip(), first.expected) == (0, "make demo", [])
+    assert rest == commands
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # the README's own line builds it
+    assert rc.setup_for_all(commands) == commands
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "ddplab").write_text("")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # already built
+    assert rc.setup_for_all(commands) == commands
+
+
+def test_all_and_fast_are_exclusive():
+    with pytest.raises(SystemExit):
+        rc.main(["--all", "--fast", "--list"])

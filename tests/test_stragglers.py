@@ -21,7 +21,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _simulate(out: Path, ranks: int, stragglers: str = "", steps: int = 30) -> Path:
-    result = simulate(load_scenario("h100-1024", ranks=ranks, steps=steps, stragglers=stragglers))
+    result = simulate(load_scenario("h100-1024", ranks=ranks, steps=steps, stragglers=stragglers), records=True)
     return write_result(result, out)
 
 

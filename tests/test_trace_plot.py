@@ -39,7 +39,7 @@ SCENARIOS = {
 
 @pytest.fixture(params=list(SCENARIOS), scope="module")
 def traced(request, tmp_path_factory):
-    result = simulate(SCENARIOS[request.param])
+    result = simulate(SCENARIOS[request.param], records=True)
     path = write_chrome_trace(result, tmp_path_factory.mktemp("trace") / "trace.json")
     with open(path) as f:
         trace = json.load(f)
@@ -141,7 +141,7 @@ def test_ready_instants_and_step_markers(traced):
 
 
 def test_scaling_plot_png(tmp_path):
-    summaries = [simulate(_scenario(n, "1:1.5")).summary() for n in (4, 2)]
+    summaries = [simulate(_scenario(n, "1:1.5"), records=True).summary() for n in (4, 2)]
     path = plot_scaling(summaries, tmp_path / "scaling.png", "gpt2-tiny, straggler x1.5")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

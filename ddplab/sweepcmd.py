@@ -1,0 +1,185 @@
+"""`ddplab sweep SCENARIO... --vary KEY V1 V2 ... --seeds N`: a grid of scenarios x varied
+values x seeds, each run as `ddplab simulate` would run it, gathered into one table of means
+with 95 % intervals over the seeds (workflow/sweep.py); in local processes or on a Dask
+cluster (workflow/sweep_engines.py)."""
+
+import argparse
+import os
+from pathlib import Path
+
+from ddplab import limits
+from ddplab.progress import RunProgress
+from realrun.cli import DefaultsFormatter
+
+EPILOG = """\
+the grid: every SCENARIO x every combination of the --vary values x every seed.
+  --vary KEY V1 V2 ...   one scenario key and its values, each value its own argument, so a
+                         value may hold commas: --vary stragglers 17:1.4 17:1.4,100:2.0
+                         (repeatable: the product over the keys; any key `ddplab scenarios
+                         --keys` lists, and ranks or steps)
+  --set KEY=VALUE        a key fixed for every run (as simulate's --set)
+  --seeds N | A,B,...    seeds 0..N-1, or exactly these (7, is the one seed 7)
+Give the scenarios before the first --vary (its values run to the next option).
+
+example: ddplab sweep h100-1024 --ranks 8 --steps 50 --vary noise.sigma 0.01 0.05 --seeds 5
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatter):
+    """The epilog keeps its lines; options show their defaults."""
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser(
+        "sweep",
+        help="a grid of scenarios x --vary values x seeds: one table, means with 95%% intervals over seeds",
+        description="A grid of scenarios x varied key values x seeds, each run as `ddplab simulate` runs it,"
+        " gathered into one table: per grid point the mean over the seeds and its 95% Student-t interval.",
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    # nargs="*": no scenario at all is our one line, not argparse's usage.
+    s.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="presets (`ddplab scenarios`) or .toml files")
+    s.add_argument(
+        "--vary",
+        action="append",
+        nargs="*",
+        default=[],
+        metavar="KEY V1 V2",
+        help="a key and its values, each value its own argument (repeatable: the product over keys)",
+    )
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a scenario key for every run")
+    s.add_argument("--seeds", default="5", metavar="N|A,B,...", help="seeds 0..N-1, or a comma list of seeds")
+    s.add_argument("--ranks", type=int, help="ranks of every run (default: each scenario's)")
+    s.add_argument("--steps", type=int, help="steps of every run (default: each scenario's)")
+    s.add_argument(
+        "--engine",
+        default="local",
+        choices=["local", "dask"],
+        help="local: processes on this machine; dask: a Dask cluster (pip install 'ddplab[dask]')",
+    )
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes: local's pool, or the LocalCluster --engine dask starts without --scheduler"
+        " (default: every core; local 1: in this process, no pool)",
+    )
+    s.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --engine dask: a running cluster's scheduler (tcp://HOST:8786) instead of a LocalCluster",
+    )
+    s.add_argument(
+        "--out", type=Path, metavar="DIR", help="write runs.csv (every run), sweep.csv, sweep.json, sweep.png here"
+    )
+    s.add_argument(
+        "--yes", action="store_true", help="run a grid of over 10,000 runs, or one estimated at over 5 minutes"
+    )
+    s.add_argument("--json", action="store_true", help="print JSON: the grid, every run, the aggregated rows")
+    s.set_defaults(func=sweep)
+
+
+def sweep(args):
+    from workflow import sweep as grid_sweep
+    from workflow.sweep_engines import make_engine
+
+    grid = grid_sweep.make_grid(args.scenarios, args.set, args.vary, args.seeds, args.ranks, args.steps)
+    # The count first: a million-run grid is refused before a million scenarios are built.
+    limits.check_runs(grid.runs, f"the grid ({grid.describe()})", yes=args.yes)
+    engine = make_engine(args.engine, args.workers, args.scheduler)
+    built = grid_sweep.build(grid)
+    if args.out:  # fail before simulating, not after
+        args.out.mkdir(parents=True, exist_ok=True)
+    if engine.parallelism is not None:  # refuse before starting any worker
+        _check_cost(grid, built, engine, yes=args.yes)
+    with engine:
+        if engine.parallelism is not None and args.scheduler:  # a cluster's size: known only now
+            _check_cost(grid, built, engine, yes=args.yes)
+        result = grid_sweep.run(grid, built, engine, RunProgress(grid.runs))
+    if args.out:
+        from workflow.sweep_out import FILES, write_sweep
+
+        write_sweep(result, args.out)
+    if args.json:
+        return result
+    _print(result, engine)
+    if args.out:
+        print(f"{', '.join(FILES[:-1])} and {FILES[-1]} in {args.out}/")
+    return result
+
+
+def _check_cost(grid, built, engine, *, yes: bool) -> None:
+    """The whole grid's time here (sim/limits.py's estimate per run, over the workers) and,
+    for processes on this machine, the memory of as many runs at once as there are workers."""
+    from sim.limits import SimCost, simulation_cost
+
+    costs = [simulation_cost(b.scenario) for b in built]
+    remote = engine.name == "dask" and engine.scheduler is not None  # its memory and cores are not ours
+    at_once = min(engine.parallelism, grid.runs)
+    peak = max(c.peak_bytes for c in costs) * (1 if remote else at_once)
+    # Processes here share this machine's cores: more workers than cores are no faster.
+    cores = at_once if remote else min(at_once, os.cpu_count() or 1)
+    seconds = sum(c.seconds for c in costs) * len(grid.seeds) / cores
+    limits.check_simulation(SimCost(peak, 0.0, seconds), f"{grid.runs:,} runs ({grid.describe()})", yes=yes)
+
+
+def _seeds(seeds: list[int]) -> str:
+    if seeds == list(range(len(seeds))) and len(seeds) > 2:
+        return f"seeds 0-{len(seeds) - 1}"
+    return f"seed{'s' * (len(seeds) != 1)} {','.join(map(str, seeds))}"
+
+
+def _cell(stat: dict, fmt, half_fmt, scale: float) -> str:
+    mean = fmt(stat["mean"] * scale)
+    if stat["ci95_low"] is None:
+        return f"{mean} ±n/a"
+    half = (stat["ci95_high"] - stat["mean"]) * scale
+    # Seeds that agree to rounding (a collective's time with no jitter in it): 0, not 7e-16.
+    return f"{mean} ±{'0' if half <= 1e-9 * abs(stat['mean'] * scale) else half_fmt(half)}"
+
+
+def _g2(v: float) -> str:
+    return f"{v:.2g}"
+
+
+# The table's metrics: header (units in it), column, format of the mean and of the interval's
+# half-width, scale. Every number at full precision is in runs.csv and sweep.csv.
+_METRICS = (
+    ("step (s)", "step_time_mean_s", lambda v: f"{v:.4g}", _g2, 1.0),
+    ("exp comm (s)", "exposed_comm_s", lambda v: f"{v:.3g}", _g2, 1.0),
+    ("wait (s)", "straggler_wait_s", lambda v: f"{v:.3g}", _g2, 1.0),
+    ("eff (%)", "scaling_efficiency", lambda v: f"{v:.1f}", _g2, 100.0),
+    ("tokens/s", "tokens_per_s", lambda v: f"{v:,.0f}", lambda v: f"{v:,.0f}", 1.0),
+)
+
+
+def _print(result: dict, engine) -> None:
+    grid, rows = result["grid"], result["rows"]
+    keys = list(grid["vary"])
+    where = "local processes" if engine.name == "local" else "a Dask cluster"
+    print(
+        f"sweep: {grid['runs']} runs ({grid['shape']}) on {where};"
+        f" each cell the mean over {_seeds(grid['seeds'])} ±half its 95% t interval"
+    )
+    ranks = [] if "ranks" in keys else ["ranks"]  # --vary ranks: already a column
+    head = ["scenario", *keys, *ranks, *(h for h, *_ in _METRICS)]
+    body = [
+        [
+            r["scenario"],
+            *(r["vary"][k] for k in keys),
+            *(str(r[k]) for k in ranks),
+            *(_cell(r[c], f, h, s) for _, c, f, h, s in _METRICS),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    labels = 1 + len(keys)  # left-aligned: the scenario and the varied values
+    for line in [head, *body]:
+        print(
+            "  ".join(
+                f"{x:<{w}}" if i < labels else f"{x:>{w}}" for i, (x, w) in enumerate(zip(line, widths, strict=True))
+            ).rstrip()
+        )
+    if len(grid["seeds"]) == 1:
+        print("one seed: no spread to measure, so no interval (n/a); give --seeds 2 or more")

@@ -1,0 +1,246 @@
+"""`ddplab sweep`'s grid: scenarios x varied keys x seeds, every run simulated as `ddplab
+simulate` would simulate it, and the runs of each grid point gathered over their seeds into a
+mean and a 95 % Student-t interval.
+
+The grid is checked whole before anything runs: every scenario with every combination of the
+varied values is built (and so validated by sim/config.py) here, in the caller's process. What
+travels to a worker is that combination's scenario data (a plain dict, sim/scenario_file.py)
+with its seed, so a worker, local or on a Dask cluster, needs the package but none of the
+caller's files. Which engine runs the list is workflow/sweep_engines.py's business; the rows
+come back in grid order whichever it is. This module knows no command line.
+"""
+
+import itertools
+import math
+import statistics
+from pathlib import Path
+from typing import NamedTuple
+
+from sim.config import Scenario
+from sim.scenario_file import apply_overrides, scenario_data, scenario_from_dict
+
+# Keys the grid itself owns: the seed is --seeds, so a --set or --vary of it would be ambiguous.
+OWN_KEYS = {"seed": "--seeds"}
+
+# What a run keeps of the engine's summary (sim/results.py summary()): numbers only, and not
+# wall_s, which is this machine's speed, not the model's answer. (column, getter)
+METRICS = (
+    ("step_time_mean_s", lambda s: s["step_time_s"]["mean"]),
+    ("step_time_p50_s", lambda s: s["step_time_s"]["p50"]),
+    ("step_time_p95_s", lambda s: s["step_time_s"]["p95"]),
+    ("step_time_p99_s", lambda s: s["step_time_s"]["p99"]),
+    ("compute_s", lambda s: s["compute_s"]),
+    ("exposed_comm_s", lambda s: s["exposed_comm_s"]),
+    ("straggler_wait_s", lambda s: s["straggler_wait_s"]),
+    ("comm_s", lambda s: s["comm_s"]),
+    ("comm_compute_ratio", lambda s: s["comm_compute_ratio"]),
+    ("scaling_efficiency", lambda s: s["scaling_efficiency"]),
+    ("tokens_per_s", lambda s: s["tokens_per_s"]),
+)
+METRIC_NAMES = tuple(name for name, _ in METRICS)
+# Identity columns a run's summary carries besides its metrics.
+IDENTITY = ("ranks", "nodes", "steps")
+CONFIDENCE = 0.95
+
+
+class Vary(NamedTuple):
+    key: str
+    values: tuple[str, ...]  # as typed: the row's label, and the --set value it becomes
+
+
+class Point(NamedTuple):
+    """One grid point: a scenario with one value of each varied key; its runs differ by seed."""
+
+    scenario: str  # as typed (a preset or a .toml path)
+    label: str  # the table's name for it (a file's stem)
+    vary: tuple[tuple[str, str], ...]  # (key, value) in --vary order
+
+
+class Grid(NamedTuple):
+    scenarios: tuple[str, ...]
+    sets: tuple[str, ...]
+    vary: tuple[Vary, ...]
+    seeds: tuple[int, ...]
+    ranks: int | None
+    steps: int | None
+
+    @property
+    def runs(self) -> int:
+        """How many simulations, from the sizes alone (nothing is built)."""
+        return len(self.scenarios) * math.prod(len(v.values) for v in self.vary) * len(self.seeds)
+
+    def describe(self) -> str:
+        parts = [f"{len(self.scenarios)} scenario{'s' * (len(self.scenarios) != 1)}"]
+        parts += [f"{len(v.values)} {v.key}" for v in self.vary]
+        parts.append(f"{len(self.seeds)} seed{'s' * (len(self.seeds) != 1)}")
+        return " x ".join(parts)
+
+    def points(self) -> list[Point]:
+        """Scenario outermost, then the varied keys in the order given, the last fastest."""
+        out = []
+        for scenario in self.scenarios:
+            label = Path(scenario).stem if scenario.endswith(".toml") else scenario
+            for values in itertools.product(*(v.values for v in self.vary)):
+                out.append(Point(scenario, label, tuple(zip((v.key for v in self.vary), values, strict=True))))
+        return out
+
+
+def parse_vary(tokens: list[str]) -> Vary:
+    """``--vary KEY V1 V2 ...``: one key and its values, each value one argument, so a value may
+    hold commas (``stragglers 17:1.4,100:2.0``)."""
+    if not tokens:
+        raise ValueError("--vary: expected KEY V1 V2 ..., got nothing")
+    key, *values = tokens
+    if "=" in key:
+        raise ValueError(f"--vary {key}: expected KEY V1 V2 ... (the key, then each value as its own argument)")
+    if not values:
+        raise ValueError(f"--vary {key}: no values, so the grid is empty; give KEY V1 V2 ...")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"--vary {key}: value {repeated[0]!r} given twice")
+    return Vary(key, tuple(values))
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``N``: seeds 0..N-1; ``A,B,C`` (a comma, even a trailing one: ``7,``): exactly those."""
+    pieces = [p.strip() for p in text.split(",")]
+    try:
+        numbers = [int(p) for p in pieces if p]
+    except ValueError:
+        raise ValueError(f"--seeds: expected a count N or a list like 3,7,11, got {text!r}") from None
+    if "," not in text:
+        if not numbers or numbers[0] < 1:
+            raise ValueError(f"--seeds: must be at least 1 (seeds 0..N-1), got {text!r}; an empty grid runs nothing")
+        return tuple(range(numbers[0]))
+    if not numbers:
+        raise ValueError(f"--seeds: no seeds in {text!r}; an empty grid runs nothing")
+    bad = [n for n in numbers if n < 0]
+    if bad:
+        raise ValueError(f"--seeds: must be >= 0, got {bad[0]} in {text!r}")
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    if repeated:
+        raise ValueError(f"--seeds: seed {repeated[0]} given twice in {text!r} (it would count one run twice)")
+    return tuple(numbers)
+
+
+def make_grid(scenarios, sets, vary_tokens, seeds: str, ranks: int | None, steps: int | None) -> Grid:
+    """The grid as given, its shape checked (not yet its values: build() does that)."""
+    if not scenarios:
+        raise ValueError("SCENARIO: give at least one preset or .toml file, e.g. `ddplab sweep h100-1024 --vary ...`")
+    repeated = sorted({s for s in scenarios if scenarios.count(s) > 1})
+    if repeated:
+        raise ValueError(f"SCENARIO: {repeated[0]!r} given twice")
+    vary = [parse_vary(t) for t in vary_tokens]
+    keys = [v.key for v in vary]
+    set_keys = [s.partition("=")[0].strip() for s in sets]
+    top = {"ranks": ("--ranks", ranks), "steps": ("--steps", steps)}
+    for key in keys + set_keys:
+        if key in OWN_KEYS:
+            raise ValueError(f"{key}: the sweep's own axis; give it with {OWN_KEYS[key]}, not --set or --vary")
+    for key in keys:
+        if keys.count(key) > 1:
+            raise ValueError(f"--vary {key}: varied twice; give all its values in one --vary")
+        if key in set_keys:
+            raise ValueError(f"--vary {key}: also fixed by --set {key}=...; give one of them")
+        if key in top and top[key][1] is not None:
+            raise ValueError(f"--vary {key}: also fixed by {top[key][0]} {top[key][1]}; give one of them")
+    return Grid(tuple(scenarios), tuple(sets), tuple(vary), parse_seeds(seeds), ranks, steps)
+
+
+def point_data(grid: Grid, point: Point) -> dict:
+    """The scenario data of one grid point (its seed left to the run)."""
+    overrides = [*grid.sets, *(f"{k}={v}" for k, v in point.vary)]
+    return scenario_data(point.scenario, overrides, ranks=grid.ranks, steps=grid.steps)
+
+
+class Built(NamedTuple):
+    point: Point
+    data: dict  # its scenario data, seed not set
+    scenario: Scenario  # checked, with the first seed: what the cost estimate reads
+
+
+def build(grid: Grid) -> list[Built]:
+    """Every grid point with its scenario data, each checked as the dataclasses check a scenario,
+    before any simulation runs: a bad value anywhere fails here, naming its point."""
+    out = []
+    for point in grid.points():
+        where = point.label + "".join(f", {k}={v}" for k, v in point.vary)
+        try:
+            data = point_data(grid, point)
+            sc = scenario_from_dict(apply_overrides(data, seed=grid.seeds[0]))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        out.append(Built(point, data, sc))
+    return out
+
+
+def tasks(built: list[Built], seeds) -> list[dict]:
+    """One run per grid point and seed, seed fastest: what a worker simulates."""
+    return [apply_overrides(b.data, seed=seed) for b in built for seed in seeds]
+
+
+def simulate_run(data: dict) -> dict:
+    """One run, in a worker: the scenario data (with its seed) simulated as `ddplab simulate`
+    simulates it, reduced to the numbers a sweep keeps. Module-level, so both engines pickle it
+    by reference."""
+    from sim.engine import simulate
+
+    summary = simulate(scenario_from_dict(data)).summary()
+    return {k: summary[k] for k in ("seed", *IDENTITY)} | {name: float(get(summary)) for name, get in METRICS}
+
+
+def run_rows(built: list[Built], seeds, results: list[dict]) -> list[dict]:
+    """Each run's row: its grid point, then what simulate_run returned, in grid order."""
+    points = [b.point for b in built for _ in seeds]
+    assert len(points) == len(results), (len(points), len(results))
+    return [{"scenario": p.label, "vary": dict(p.vary)} | r for p, r in zip(points, results, strict=True)]
+
+
+def interval(values: list[float]) -> dict:
+    """Mean and the 95 % Student-t interval of the mean over the seeds: mean +- t(0.975, n-1)
+    x s / sqrt(n), s the sample standard deviation. One seed has no spread to measure, so its
+    interval is None (undefined), never a zero-width one."""
+    from scipy.stats import t
+
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"mean": mean, "ci95_low": None, "ci95_high": None}
+    half = float(t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * statistics.stdev(values) / math.sqrt(n)
+    return {"mean": mean, "ci95_low": mean - half, "ci95_high": mean + half}
+
+
+def aggregate(rows: list[dict], n_seeds: int) -> list[dict]:
+    """One row per grid point: its runs (consecutive, n_seeds of them) summarised per metric."""
+    out = []
+    for i in range(0, len(rows), n_seeds):
+        group = rows[i : i + n_seeds]
+        first = group[0]
+        out.append(
+            {"scenario": first["scenario"], "vary": first["vary"]}
+            | {k: first[k] for k in IDENTITY}
+            | {"seeds": [r["seed"] for r in group]}
+            | {name: interval([r[name] for r in group]) for name in METRIC_NAMES}
+        )
+    return out
+
+
+def run(grid: Grid, built, engine, on_done=None) -> dict:
+    """The whole sweep on ``engine`` (workflow/sweep_engines.py): {grid, runs, rows}."""
+    results = engine.map(simulate_run, tasks(built, grid.seeds), on_done)
+    runs = run_rows(built, grid.seeds, results)
+    return {"grid": grid_dict(grid), "runs": runs, "rows": aggregate(runs, len(grid.seeds))}
+
+
+def grid_dict(grid: Grid) -> dict:
+    return {
+        "scenarios": list(grid.scenarios),
+        "set": list(grid.sets),
+        "vary": {v.key: list(v.values) for v in grid.vary},
+        "seeds": list(grid.seeds),
+        "ranks": grid.ranks,
+        "steps": grid.steps,
+        "runs": grid.runs,
+        "shape": grid.describe(),
+        "confidence": CONFIDENCE,
+    }
