@@ -2,12 +2,11 @@
 `ddplab simulate` would (the same scenario, seed and numbers), relative to the first row;
 with ``--out DIR`` also compare.csv, compare.json and compare.png."""
 
-import argparse
 from pathlib import Path
 from typing import NamedTuple
 
 from ddplab import limits, simcmds
-from realrun.cli import DefaultsFormatter
+from realrun.cli import EpilogFormatter
 from sim.units import fmt_seconds
 
 EPILOG = """\
@@ -27,10 +26,6 @@ example: ddplab compare h100-1024 scenarios/examples/my-cluster.toml --ranks 512
 """
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatter):
-    """The epilog's examples keep their lines; options show their defaults."""
-
-
 def add_parser(sub) -> None:
     c = sub.add_parser(
         "compare",
@@ -38,7 +33,7 @@ def add_parser(sub) -> None:
         description="Set-ups side by side, one row each: each simulated exactly as `ddplab simulate` would"
         " (the same scenario, seed and numbers), relative to the first row.",
         epilog=EPILOG,
-        formatter_class=_Formatter,
+        formatter_class=EpilogFormatter,
     )
     # nargs="*": no set-up at all is our one line naming the syntax, not argparse's usage.
     c.add_argument("setups", nargs="*", metavar="SETUP", help="[NAME=]SCENARIO[:KEY=VALUE,...] (see below)")

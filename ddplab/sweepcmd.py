@@ -3,13 +3,12 @@ values x seeds, each run as `ddplab simulate` would run it, gathered into one ta
 with 95 % intervals over the seeds (workflow/sweep.py); in local processes or on a Dask
 cluster (workflow/sweep_engines.py)."""
 
-import argparse
 import os
 from pathlib import Path
 
 from ddplab import limits
 from ddplab.progress import RunProgress
-from realrun.cli import DefaultsFormatter
+from realrun.cli import EpilogFormatter
 
 EPILOG = """\
 the grid: every SCENARIO x every combination of the --vary values x every seed.
@@ -25,10 +24,6 @@ example: ddplab sweep h100-1024 --ranks 8 --steps 50 --vary noise.sigma 0.01 0.0
 """
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatter):
-    """The epilog keeps its lines; options show their defaults."""
-
-
 def add_parser(sub) -> None:
     s = sub.add_parser(
         "sweep",
@@ -36,7 +31,7 @@ def add_parser(sub) -> None:
         description="A grid of scenarios x varied key values x seeds, each run as `ddplab simulate` runs it,"
         " gathered into one table: per grid point the mean over the seeds and its 95% Student-t interval.",
         epilog=EPILOG,
-        formatter_class=_Formatter,
+        formatter_class=EpilogFormatter,
     )
     # nargs="*": no scenario at all is our one line, not argparse's usage.
     s.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="presets (`ddplab scenarios`) or .toml files")

@@ -30,6 +30,10 @@ class DefaultsFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown.replace('%', '%%')})"  # as the option is written, not a repr
 
 
+class EpilogFormatter(argparse.RawDescriptionHelpFormatter, DefaultsFormatter):
+    """DefaultsFormatter for a command whose epilog (examples, syntax) keeps its own lines."""
+
+
 class Parser(argparse.ArgumentParser):
     """Every ddplab and realrun command line: a usage error is one line and exit 2
     (argparse would print the whole usage first). Help shows defaults (DefaultsFormatter)."""
