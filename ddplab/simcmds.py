@@ -136,10 +136,14 @@ def network_line(sc) -> str:
     if net.backend == "gloo":
         return f"gloo ring over {net.nic_gbit_s:.4g} Gbit/s x {net.nic_efficiency:.0%}"
     library = "RCCL" if net.tuner.startswith("rccl") else "NCCL"
-    return (
+    line = (
         f"{library} {net.algorithm}; {net.gpus_per_node}/node on {net.intra_gb_s:g} GB/s {net.intra_link},"
         f" {net.nics_per_node} x {net.nic_gbit_s:g} Gbit/s NICs"
     )
+    tiers = [f"racks of {net.gpus_per_rack}"] if net.gpus_per_rack else []
+    if net.gpus_per_pod:  # sim/topology.py
+        tiers.append(f"pods of {net.gpus_per_pod} at 1:{net.pod_oversubscription:g} above, {net.placement}")
+    return f"{line}, {', '.join(tiers)}" if tiers else line
 
 
 def _print_summary(sc, s: dict) -> None:
