@@ -47,13 +47,13 @@ FIXED_BYTES = 8e6
 # larger is kept). DDP per step: one SimPy event pair per bucket (~15 us), ~100 us more with
 # interference (each bucket waits for the previous collective). Per rank and step: ~70 ns of
 # element-wise work whatever the buckets (sim/ready.py), or ~90 ns per bucket with interference
-# (the whole table); ~50 ns per micro-step; ~40 ns for the streaming median.
+# (the whole table); ~50 ns per micro-step; ~75-100 ns for the streaming median (P-square).
 DDP_SECONDS_PER_BUCKET_STEP = 20e-6
 DDP_GAMMA_SECONDS_PER_BUCKET_STEP = 100e-6
 DDP_SECONDS_PER_RANK_STEP = 100e-9
 DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP = 90e-9
 SECONDS_PER_RANK_MICRO_STEP = 60e-9
-MEDIAN_SECONDS_PER_RANK_STEP = 60e-9
+MEDIAN_SECONDS_PER_RANK_STEP = 110e-9
 # FSDP per unit and micro-step: ~65 us of program per step, ~0.12 us per rank (x 3 with
 # interference: each segment is slowed by the collectives issued before it).
 FSDP_SECONDS_PER_UNIT_MICRO = 70e-6

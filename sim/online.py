@@ -42,28 +42,35 @@ class P2Median:
         np.minimum(q[0], x, out=q[0])
         np.maximum(q[4], x, out=q[4])
         # Markers above the observation move up one position.
-        for i in range(1, 5):
-            n[i] += x < q[i] if i < 4 else 1.0
+        for i in (1, 2, 3):
+            n[i] += x < q[i]
+        n[4] += 1.0
         self.desired += self._STEP
         for i in (1, 2, 3):
-            d = self.desired[i] - n[i]
-            up = (d >= 1.0) & (n[i + 1] - n[i] > 1.0)
-            down = (d <= -1.0) & (n[i - 1] - n[i] < -1.0)
-            move = up | down
-            if not move.any():
-                continue
-            s = np.where(up, 1.0, -1.0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                parabolic = q[i] + s / (n[i + 1] - n[i - 1]) * (
-                    (n[i] - n[i - 1] + s) * (q[i + 1] - q[i]) / (n[i + 1] - n[i])
-                    + (n[i + 1] - n[i] - s) * (q[i] - q[i - 1]) / (n[i] - n[i - 1])
-                )
-            q_to, n_to = np.where(up, q[i + 1], q[i - 1]), np.where(up, n[i + 1], n[i - 1])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                linear = q[i] + s * (q_to - q[i]) / (n_to - n[i])
-            inside = (q[i - 1] < parabolic) & (parabolic < q[i + 1])
-            q[i] = np.where(move, np.where(inside, parabolic, linear), q[i])
-            n[i] = np.where(move, n[i] + s, n[i])
+            # A marker more than one position from where it should be moves by one, if its
+            # neighbour leaves room; only those ranks are computed (a few per step).
+            up = (n[i] <= self.desired[i] - 1.0) & (n[i + 1] - n[i] > 1.0)
+            down = (n[i] >= self.desired[i] + 1.0) & (n[i - 1] - n[i] < -1.0)
+            idx = np.flatnonzero(up | down)
+            if len(idx):
+                self._move(i, idx, np.where(up[idx], 1.0, -1.0))
+
+    def _move(self, i: int, idx: np.ndarray, s: np.ndarray) -> None:
+        """Marker i of ranks ``idx`` one position in direction ``s``: to the parabolic (P-square)
+        prediction of its height, or the linear one where the parabola leaves its neighbours."""
+        q, n = self.heights, self.positions
+        below, here, above = q[i - 1].take(idx), q[i].take(idx), q[i + 1].take(idx)
+        n_below, n_here, n_above = n[i - 1].take(idx), n[i].take(idx), n[i + 1].take(idx)
+        parabolic = here + s / (n_above - n_below) * (
+            (n_here - n_below + s) * (above - here) / (n_above - n_here)
+            + (n_above - n_here - s) * (here - below) / (n_here - n_below)
+        )
+        up = s > 0
+        q_to, n_to = np.where(up, above, below), np.where(up, n_above, n_below)
+        linear = here + s * (q_to - here) / (n_to - n_here)
+        inside = (below < parabolic) & (parabolic < above)
+        self.heights[i, idx] = np.where(inside, parabolic, linear)
+        self.positions[i, idx] = n_here + s
 
     def median(self) -> np.ndarray:
         if self.count < 5:
@@ -79,7 +86,7 @@ class OnlineStats:
     def __init__(self, steps: int, ranks: int, *, records: bool = False, medians: bool = False):
         self.steps, self.ranks = steps, ranks
         self._sum = {k: np.zeros(ranks) for k in RANK_FIELDS}
-        self._now = {k: np.zeros(ranks) for k in RANK_FIELDS}
+        self._now: dict[str, np.ndarray] = {}  # a step gathered from slices (several engine groups)
         self._filled = 0
         self.step_mean = {k: np.zeros(steps) for k in RANK_FIELDS}
         self.records = {k: np.zeros((steps, ranks)) for k in RANK_FIELDS} if records else None
@@ -92,7 +99,7 @@ class OnlineStats:
             self._reduce(step, values)
             return
         for k in RANK_FIELDS:
-            self._now[k][ranks] = values[k]
+            self._now.setdefault(k, np.zeros(self.ranks))[ranks] = values[k]
         self._filled += count
         if self._filled == self.ranks:
             self._filled = 0
