@@ -30,8 +30,8 @@ def simulate(args):
     for i, sc in enumerate(scenarios, 1):
         t = time.perf_counter()
         # With --out, ranks.csv carries each rank's median compute, estimated as it runs.
-        keep = {"records": args.records, "medians": args.out is not None}
-        result, summary = run_scale(sc, getattr(args, "device_gib", None), **keep)
+        medians = args.out is not None
+        result, summary = run_scale(sc, getattr(args, "device_gib", None), records=args.records, medians=medians)
         if provenance:
             summary.update(provenance[i - 1])
         summaries.append(summary)

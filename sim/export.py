@@ -19,11 +19,11 @@ Layout of ``--out DIR`` (schema ``ddplab.sim/1``):
 import csv
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
+from sim.atomic import write_atomic
 from sim.online import RANK_FIELDS
 from sim.results import SimResult
 
@@ -37,18 +37,16 @@ def write_result(result: SimResult, run_dir: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     wl = result.workload
     if result.records is not None:
-        tmp = d / f".records.{os.getpid()}.tmp.npz"  # whole or absent, as write_text_atomic
-        np.savez_compressed(
-            tmp,
-            schema=SCHEMA,
-            step_time_s=result.step_time_s,
-            comm_busy_s=result.comm_busy_s,
+        arrays = {
+            "schema": SCHEMA,
+            "step_time_s": result.step_time_s,
+            "comm_busy_s": result.comm_busy_s,
             **{k: result.records[k] for k in RANK_FIELDS},
-            speed_factor=wl.speed_factor,
-            bucket_bytes=wl.wire_bytes,
-            bucket_collective_s=wl.collective_s,
-        )
-        os.replace(tmp, d / "records.npz")
+            "speed_factor": wl.speed_factor,
+            "bucket_bytes": wl.wire_bytes,
+            "bucket_collective_s": wl.collective_s,
+        }
+        write_atomic(d / "records.npz", lambda tmp: _savez(tmp, arrays))
     means = [f"{k}_mean" for k in RANK_FIELDS]
     step_cols = [result.step_time_s, result.comm_busy_s, *(result.step_mean[k] for k in RANK_FIELDS)]
     write_csv_atomic(
@@ -75,7 +73,7 @@ def write_summaries(summaries: list[dict], run_dir: Path, *, sweep: bool) -> Non
     run_dir.mkdir(parents=True, exist_ok=True)
     body = summaries if sweep else summaries[0]
     # Standard JSON: a NaN (a bug: inputs are checked finite) raises here, not in a reader.
-    (run_dir / "summary.json").write_text(json.dumps(body, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(run_dir / "summary.json", json.dumps(body, indent=2, allow_nan=False) + "\n")
     from sim.plot import plot_breakdown, plot_scaling
 
     if sweep:
@@ -119,12 +117,13 @@ SUMMARY_COLUMNS = (
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """A file written whole: to a temporary name beside it, then a rename, so a reader (or a
-    rerun after Ctrl-C or kill -9) never finds half of it (workflow/files.py, sim/plot.py)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """A text file written whole (sim/atomic.py)."""
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    with open(path, "wb") as f:  # a file object: np.savez would add ".npz" to a name without it
+        np.savez_compressed(f, **arrays)
 
 
 def write_csv_atomic(path: Path, header: list[str], rows: list[list]) -> Path:

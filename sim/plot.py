@@ -3,8 +3,9 @@ whatif's rows), goodput campaigns, the traced timeline. matplotlib is imported i
 functions, so ``import sim`` stays light; figures render with the Agg backend and never
 touch pyplot's global state."""
 
-import os
 from pathlib import Path
+
+from sim.atomic import write_atomic
 
 
 def plot_scaling(summaries: list[dict], path, title: str) -> Path:
@@ -79,16 +80,9 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
 
 
 def save_png(fig, path, dpi: int = 120) -> Path:
-    """Write beside the target, then rename: a reader, or a rerun after Ctrl-C, never finds
-    half a PNG. Every picture ddplab draws goes through here (calibrate/plots.py too)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, dpi=dpi, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    """Written whole (sim/atomic.py): a reader, or a rerun after Ctrl-C, never finds half a PNG.
+    Every picture ddplab draws goes through here (calibrate/plots.py too)."""
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
 
 
 # What a mean step splits into (sim/results.py: they add up to it), bottom to top as drawn.

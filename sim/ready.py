@@ -113,9 +113,6 @@ class ReadyTable:
     def rows(self, idx) -> np.ndarray:
         return self.ready[idx]
 
-    def latest(self) -> np.ndarray:
-        return self.ready.max(axis=0)
-
     def collective_wait(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         free = np.concatenate(([-np.inf], ends[:-1]))
         return (starts[None, :] - np.maximum(self.ready, free[None, :])).sum(axis=1)

@@ -18,6 +18,7 @@ Layout: one process per traced rank (pid = rank), with three threads:
 import json
 from pathlib import Path
 
+from sim.atomic import write_atomic
 from sim.results import SimResult
 
 COMPUTE, COMM, STEPS = 0, 1, 2
@@ -142,8 +143,5 @@ def _from_spans(result: SimResult) -> dict:
 
 def write_chrome_trace(result: SimResult, path) -> Path:
     """Write ``chrome_trace(result)`` as JSON to ``path``; returns the path."""
-    path = Path(path)
-    text = json.dumps(chrome_trace(result), allow_nan=False)  # before opening: no half-written file
-    with open(path, "w") as f:
-        f.write(text)
-    return path
+    text = json.dumps(chrome_trace(result), allow_nan=False)  # a NaN raises before any file exists
+    return write_atomic(path, lambda tmp: tmp.write_text(text))

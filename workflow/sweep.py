@@ -39,7 +39,8 @@ METRIC_NAMES = (
     "scaling_efficiency",
     "tokens_per_s",
 )
-METRICS = tuple((name, dict(SUMMARY_COLUMNS)[name]) for name in METRIC_NAMES)
+_COLUMNS = dict(SUMMARY_COLUMNS)
+METRICS = tuple((name, _COLUMNS[name]) for name in METRIC_NAMES)
 # Identity columns a run's summary carries besides its metrics.
 IDENTITY = ("ranks", "nodes", "steps")
 CONFIDENCE = 0.95
