@@ -161,9 +161,9 @@ def _print(rows: list[dict]) -> None:
     width = max(len("set-up"), *(len(r["name"]) for r in rows))
     print(
         f"compare: {len(rows)} set-ups, each row as `ddplab simulate` gives it (step: the mean;"
-        " exp comm, wait: per rank per step); vs 1st: against the first row"
+        " exp comm, wait: per rank per step); vs 1st: against the first row;"
+        f" MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak; stack: what compute rests on"
     )
     print(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
     for r in rows:
         print(f"{r['name']:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
-    print(f"MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak; stack: what compute rests on")

@@ -179,6 +179,6 @@ def _print(result: dict, engine) -> None:
                 f"{x:<{w}}" if i < labels else f"{x:>{w}}" for i, (x, w) in enumerate(zip(line, widths, strict=True))
             ).rstrip()
         )
-    print(f"MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak")
     if len(grid["seeds"]) == 1:
         print("one seed: no spread to measure, so no interval (n/a); give --seeds 2 or more")
+    print(f"MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak")
