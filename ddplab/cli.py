@@ -40,9 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="training precision, as simulate's training.precision: its gradients are what DDP reduces"
         " (fp32, tf32, bf16-amp, fp16-amp: 4 B per parameter; bf16: 2 B). Default bf16, the seed's arithmetic",
     )
-    c.add_argument(
-        "--bytes-per-param", type=float, help="gradient bytes per parameter, overriding --precision's"
-    )
+    c.add_argument("--bytes-per-param", type=float, help="gradient bytes per parameter, overriding --precision's")
     c.add_argument("--ranks", type=int, default=2, help="data-parallel ranks N")
     c.add_argument("--efficiency", type=float, default=0.85, help="effective fraction of line rate")
     c.add_argument(

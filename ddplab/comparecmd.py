@@ -162,7 +162,8 @@ def _print(rows: list[dict]) -> None:
     print(
         f"compare: {len(rows)} set-ups, each row as `ddplab simulate` gives it (step: the mean;"
         " exp comm, wait: per rank per step); vs 1st: against the first row;"
-        f" MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak; stack: what compute rests on"
+        f" MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak;"
+        " stack: what compute rests on"
     )
     print(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
     for r in rows:
