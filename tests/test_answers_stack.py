@@ -247,3 +247,28 @@ def test_cost_says_which_precision_and_keeps_the_seeds_arithmetic(capsys):
     code, _, err = in_process(capsys, "cost", "--precision", "fp8")
     assert code == 2
     assert err.strip().endswith("--precision: must be one of fp32, tf32, bf16-amp, bf16, fp16-amp, got 'fp8'")
+
+
+# ---------------------------------------------------------------------------------------------
+# A calibration's compute is "measured", not a stack
+
+
+def test_a_calibrated_compute_says_measured(tmp_path, capsys):
+    from fake_runs import H200 as H200_GPU
+    from fake_runs import probe_run
+
+    from calibrate.calib import calibrate
+
+    run = probe_run(
+        tmp_path / "h200", world=1, model="gpt2-760m", seq_len=SEQ, micro_batches=(1, 2, 4, 8),
+        intercept_s=0.004, per_token_s=1.45e-5, optimizer_s=0.0062, sigma=0.0035, rate=None,
+        gpu=H200_GPU, precision="bf16-amp", memory=(9.1e9, 2.05e6, 3.04e9),
+    )  # fmt: skip
+    path = tmp_path / "calib.json"
+    path.write_text(json.dumps(calibrate([run], seed=0).to_json()))
+    argv = ("simulate", "h100-1024", "--calib", str(path), "--ranks", "8", "--steps", "3")
+    s = run_json(capsys, *argv)
+    assert s["calibration"]["mode"] == "device" and s["stack"] == "measured"
+    assert s["mfu"] == pytest.approx(expected_mfu(s, "gpt2-760m", SEQ, 8), rel=1e-9)
+    code, out, _ = in_process(capsys, *argv)
+    assert "measured: the calibration's compute" in out and "stack eager" not in out
