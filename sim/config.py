@@ -145,7 +145,7 @@ class ComputeConfig:
     attention_efficiency: float = 0.35
     """Roofline: achieved fraction of the peak in fused causal attention."""
     memory_efficiency: float = 0.90
-    """Roofline: achieved fraction of hbm_tb_s in memory-bound kernels."""
+    """Roofline, stack compiled: achieved fraction of hbm_tb_s in memory-bound kernels."""
     eager_memory_efficiency: float = 0.31
     """Roofline, stack eager: achieved fraction of hbm_tb_s in eager PyTorch's unfused memory-bound
     kernels (fitted on one H200 eager step, docs/gpu.md)."""
