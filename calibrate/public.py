@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 from sim.collectives import algbw_busbw_gb_s, collective_cost
 from sim.gpt2 import model_shape, param_count
+from sim.optimizer import adamw_step_s
+from sim.precision import precision_dtypes
 from sim.scenario_file import load_scenario
 from sim.units import fmt_bytes
 from sim.workload import fabric_for
@@ -116,17 +118,20 @@ LLMC_ROWS = (
 
 
 def llmc_sets(preset: str, model: str, micro_batch: int, accum: int) -> list[str]:
-    """llm.c's set-up in the preset: bf16 weights and gradients (its reduce-scatter is bf16), seq
-    1024, and its ZeRO-1 optimizer, which updates 1/8 of the parameters on each of 8 GPUs: the
-    preset's AdamW time (for 760M) scaled by parameters and shards (AdamW is memory-bound)."""
+    """llm.c's set-up in the preset: a fused stack (its own CUDA kernels: compute.stack
+    compiled), bf16 weights and gradients (its reduce-scatter is bf16), seq 1024, and its ZeRO-1
+    optimizer, which updates 1/8 of the parameters on each of 8 GPUs. Its AdamW reads the bf16
+    gradient, the fp32 master weight and both fp32 moments, writes them and the bf16 weight: 28 B
+    per parameter, bf16-amp's count (sim/optimizer.py), at the preset's HBM."""
     sc = load_scenario(preset)
-    opt = sc.compute.optimizer_s * param_count(model_shape(model)) / param_count(sc.model.shape) / 8
+    opt = adamw_step_s(param_count(model_shape(model)), precision_dtypes("bf16-amp"), sc.compute.hbm_tb_s) / 8
     return [
         f"model.preset={model}",
         "training.seq_len=1024",
         f"training.micro_batch_size={micro_batch}",
         f"training.grad_accum={accum}",
         "training.precision=bf16",
+        "compute.stack=compiled",
         f"compute.optimizer_s={opt:.6g}",
     ]
 

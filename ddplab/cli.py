@@ -34,7 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cost", help="ring allreduce cost per step on each link (the seed's comm_cost.py)")
     c.add_argument("--params", default="760M", help="parameters: 124M, 1.3B, 760e6 (K, M, B or G, T: 1e3 to 1e12)")
-    c.add_argument("--bytes-per-param", type=float, default=2, help="gradient bytes per parameter (bf16: 2)")
+    c.add_argument(
+        "--precision",
+        default="bf16",
+        help="training precision, as simulate's training.precision: its gradients are what DDP reduces"
+        " (fp32, tf32, bf16-amp, fp16-amp: 4 B per parameter; bf16: 2 B). Default bf16, the seed's arithmetic",
+    )
+    c.add_argument("--bytes-per-param", type=float, help="gradient bytes per parameter, overriding --precision's")
     c.add_argument("--ranks", type=int, default=2, help="data-parallel ranks N")
     c.add_argument("--efficiency", type=float, default=0.85, help="effective fraction of line rate")
     c.add_argument(

@@ -4,6 +4,7 @@
 from ddplab.simcmds import network_line
 from sim.collectives import algbw_busbw_gb_s, collective_cost
 from sim.cost import SEED_LINKS, link_costs, parse_link
+from sim.precision import PRECISIONS, precision_dtypes
 from sim.scenario_file import load_scenario
 from sim.units import fmt_bytes, fmt_seconds, parse_count, parse_sizes
 from sim.workload import fabric_for
@@ -12,9 +13,15 @@ from sim.workload import fabric_for
 def cost(args):
     args.params = parse_count(str(args.params), "--params")
     links = [parse_link(x) for x in args.link] if args.link else SEED_LINKS
+    # The gradients DDP reduces are the parameters' dtype: fp32 under autocast (sim/precision.py).
+    if args.precision not in PRECISIONS:
+        raise ValueError(f"--precision: must be one of {', '.join(PRECISIONS)}, got {args.precision!r}")
+    grad_bytes = precision_dtypes(args.precision).grad_bytes
+    given = args.bytes_per_param is not None
+    bytes_per_param = args.bytes_per_param if given else grad_bytes
     rows = link_costs(
         params=args.params,
-        bytes_per_param=args.bytes_per_param,
+        bytes_per_param=bytes_per_param,
         ranks=args.ranks,
         efficiency=args.efficiency,
         links=links,
@@ -26,6 +33,8 @@ def cost(args):
         row = {
             "link": r.link,
             "link_gbit_s": r.link_gbit_s,
+            "precision": None if given else args.precision,
+            "bytes_per_param": bytes_per_param,
             "traffic_bytes": r.traffic_bytes,
             "seconds_per_step": r.seconds_per_step,
         }
@@ -34,9 +43,10 @@ def cost(args):
         out.append(row)
     if args.json:
         return out
-    s = args.params * args.bytes_per_param
+    s = args.params * bytes_per_param
+    why = "--bytes-per-param" if given else f"{args.precision} gradients"
     print(
-        f"Ring allreduce of {args.params:.4g} params x {args.bytes_per_param:g} B = {s / 1e9:.2f} GB"
+        f"Ring allreduce of {args.params:.4g} params x {bytes_per_param:g} B ({why}) = {s / 1e9:.2f} GB"
         f" over N={args.ranks}: 2(N-1)/N x S = {rows[0].traffic_bytes / 1e9:.2f} GB per rank per step,"
         f" at {args.efficiency:.0%} of line rate"
     )

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from ddplab import limits, simcmds
 from realrun.cli import EpilogFormatter
+from sim.mfu import FLOP_COUNT
 from sim.units import fmt_seconds
 
 EPILOG = """\
@@ -148,6 +149,8 @@ _COLUMNS = (
     ("wait", 9, lambda r: fmt_seconds(r["straggler_wait_s"])),
     ("eff", 6, lambda r: f"{r['scaling_efficiency']:.1%}"),
     ("tokens/s", 12, lambda r: f"{r['tokens_per_s']:,.0f}"),
+    ("MFU", 6, lambda r: f"{r['mfu']:.1%}"),
+    ("stack", 9, lambda r: r["stack"]),
     ("GiB/GPU", 7, lambda r: f"{r['memory_gib']['total_gib']:.2f}"),
     ("step vs 1st", 11, lambda r: f"{r['vs_first']['step_time']:.3f}x"),
     ("tok/s vs 1st", 12, lambda r: f"{r['vs_first']['tokens_per_s']:.3f}x"),
@@ -158,7 +161,9 @@ def _print(rows: list[dict]) -> None:
     width = max(len("set-up"), *(len(r["name"]) for r in rows))
     print(
         f"compare: {len(rows)} set-ups, each row as `ddplab simulate` gives it (step: the mean;"
-        " exp comm, wait: per rank per step); vs 1st: against the first row"
+        " exp comm, wait: per rank per step); vs 1st: against the first row;"
+        f" MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak;"
+        " stack: what compute rests on"
     )
     print(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
     for r in rows:

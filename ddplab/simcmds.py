@@ -6,6 +6,7 @@ import time
 from calibrate.calibration import Calibration
 from ddplab import limits
 from ddplab.progress import StepProgress, say
+from sim.optimizer import optimizer_basis
 from sim.scenario_file import load_scenario
 from sim.units import fmt_bytes, fmt_seconds, parse_int_list
 
@@ -34,6 +35,7 @@ def simulate(args):
         result, summary = run_scale(sc, getattr(args, "device_gib", None), records=args.records, medians=medians)
         if provenance:
             summary.update(provenance[i - 1])
+            _mark_measured(summary)
         summaries.append(summary)
         if sweep:
             say(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
@@ -120,6 +122,31 @@ def _calibrated_scenarios(args, counts):
     return [sc for sc, _ in pairs], [extra for _, extra in pairs]
 
 
+# What each compute basis means, beside the compute time (sim/mfu.py compute_basis).
+STACK_NOTES = {
+    "eager": "stack eager: plain PyTorch, unfused kernels (compute.stack=compiled: a fused step)",
+    "compiled": "stack compiled: a fused step (torch.compile, llm.c)",
+    "given": "given: compute.step_compute_s",
+    "fixed MFU": "fixed MFU: compute.mfu",
+    "measured": "measured: the calibration's compute",
+}
+
+
+def mfu_line(s: dict) -> str:
+    """MFU over the step and over compute, naming the FLOP count and the peak (sim/mfu.py)."""
+    return (
+        f"{s['mfu']:.1%} of the step, {s['compute_mfu']:.1%} of compute ({s['flop_count']} ="
+        f" {s['flops_per_token'] / 1e9:.3g} GFLOP/token against {s['peak_tflop_s']:g} TFLOP/s peak)"
+    )
+
+
+def _mark_measured(summary: dict) -> None:
+    """A calibration that set the compute time (or its MFU) makes the stack "measured"."""
+    keys = {"compute.step_compute_s", "compute.mfu"}
+    if any(p["key"] in keys and not p["source"].startswith("assumed") for p in summary["parameters"]):
+        summary["stack"] = "measured"
+
+
 def _print_parameters(summary: dict) -> None:
     cal = summary["calibration"]
     print(f"  parameters       calibration {cal['file']} applied in mode {cal['mode']!r} ({cal['why']}):")
@@ -165,9 +192,10 @@ def _print_summary(sc, s: dict) -> None:
         ("optimizer", s["optimizer_s"]),
         ("dataloader", s["dataloader_s"]),
     ]
+    notes = {"compute (fwd+bwd)": STACK_NOTES[s["stack"]], "optimizer": optimizer_basis(sc)}
     for name, value in parts:
         if value > 0 or name.startswith(("compute", "exposed", "straggler")):
-            print(f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}")
+            print(f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}  {notes.get(name, '')}".rstrip())
     _print_memory(sc, s["memory_gib"])
     if s["slowest_rank_compute_s"] > 1.05 * s["compute_s"]:
         print(
@@ -178,7 +206,8 @@ def _print_summary(sc, s: dict) -> None:
     verdict = f"communication-bound x {ratio:.1f}" if ratio >= 1 else "comm fits inside compute"
     print(f"  T_comm/T_compute {ratio:.3f}  ({verdict}; {fmt_seconds(s['comm_s'])} of collectives per step)")
     print(f"  efficiency       {s['scaling_efficiency']:.1%} of each rank's time is useful work")
-    print(f"  throughput       {s['tokens_per_s']:,.0f} tokens/s")
+    print(f"  throughput       {s['tokens_per_s']:,.0f} tokens/s ({s['tokens_per_s'] / s['ranks']:,.0f} per GPU)")
+    print(f"  MFU              {mfu_line(s)}")
     print(
         f"  buckets          {s['buckets']} ({fmt_bytes(s['traffic_bytes_per_step'])} on each rank's bus"
         f" per step; {', '.join(s['algorithms'])})"
@@ -226,6 +255,7 @@ _SWEEP_COLUMNS = (
     ("comm/comp", 9, lambda s: f"{s['comm_compute_ratio']:.3f}"),
     ("eff(%)", 7, lambda s: f"{s['scaling_efficiency'] * 100:.1f}"),
     ("tokens/s", 13, lambda s: f"{s['tokens_per_s']:,.0f}"),
+    ("MFU(%)", 6, lambda s: f"{s['mfu'] * 100:.1f}"),
     ("algorithms", 24, lambda s: "+".join(s["algorithms"])),
 )
 
@@ -241,3 +271,6 @@ def _print_sweep(sc, summaries: list[dict]) -> None:
     print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
     for s in summaries:
         print(" ".join(f"{f(s):>{w}}" for _, w, f in _SWEEP_COLUMNS))
+    s = summaries[0]
+    print(f"  compute: {STACK_NOTES[s['stack']]}; MFU: {s['flop_count']} FLOPs per token"
+          f" x tokens/s per GPU / {s['peak_tflop_s']:g} TFLOP/s peak")  # fmt: skip

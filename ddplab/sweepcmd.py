@@ -9,6 +9,7 @@ from pathlib import Path
 from ddplab import limits
 from ddplab.progress import RunProgress
 from realrun.cli import EpilogFormatter
+from sim.mfu import FLOP_COUNT
 
 EPILOG = """\
 the grid: every SCENARIO x every combination of the --vary values x every seed.
@@ -146,6 +147,7 @@ _METRICS = (
     ("wait (s)", "straggler_wait_s", lambda v: f"{v:.3g}", _g2, 1.0),
     ("eff (%)", "scaling_efficiency", lambda v: f"{v:.1f}", _g2, 100.0),
     ("tokens/s", "tokens_per_s", lambda v: f"{v:,.0f}", lambda v: f"{v:,.0f}", 1.0),
+    ("MFU (%)", "mfu", lambda v: f"{v:.1f}", _g2, 100.0),
 )
 
 
@@ -158,6 +160,7 @@ def _print(result: dict, engine) -> None:
         f" each cell the mean over {_seeds(grid['seeds'])} ±half its 95% t interval"
     )
     ranks = [] if "ranks" in keys else ["ranks"]  # --vary ranks: already a column
+    ranks += [] if "compute.stack" in keys else ["stack"]  # what the compute time rests on (sim/mfu.py)
     head = ["scenario", *keys, *ranks, *(h for h, *_ in _METRICS)]
     body = [
         [
@@ -178,3 +181,4 @@ def _print(result: dict, engine) -> None:
         )
     if len(grid["seeds"]) == 1:
         print("one seed: no spread to measure, so no interval (n/a); give --seeds 2 or more")
+    print(f"MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak")

@@ -19,6 +19,7 @@ from sim.tuning_tables import TABLES
 
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+STACKS = ("eager", "compiled")  # compute.stack: what runs the step (sim/roofline.py)
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
 
@@ -131,7 +132,11 @@ class ComputeConfig:
     peak_fp32_tflop_s: float = 66.9
     """fp32 peak without tensor cores, TFLOP/s (training.precision = fp32)."""
     hbm_tb_s: float = 3.35
-    """Device memory bandwidth, TB/s (the roofline's memory-bound kernels)."""
+    """Device memory bandwidth, TB/s (the roofline's memory-bound kernels, the optimizer step)."""
+    stack: str = "eager"
+    """What runs the step (sim/roofline.py): eager (plain PyTorch, as `ddplab train` without
+    --compile: every op its own kernel, memory-bound ones at eager_memory_efficiency) | compiled
+    (a fused step: torch.compile, llm.c; memory-bound kernels at memory_efficiency)."""
     mfu: float | None = None
     """A fixed model FLOPs utilisation (FLOPs / (peak x mfu) per micro-step); unset = the roofline
     of every kernel (sim/roofline.py), which follows the work per kernel."""
@@ -140,7 +145,10 @@ class ComputeConfig:
     attention_efficiency: float = 0.35
     """Roofline: achieved fraction of the peak in fused causal attention."""
     memory_efficiency: float = 0.90
-    """Roofline: achieved fraction of hbm_tb_s in memory-bound kernels."""
+    """Roofline, stack compiled: achieved fraction of hbm_tb_s in memory-bound kernels."""
+    eager_memory_efficiency: float = 0.31
+    """Roofline, stack eager: achieved fraction of hbm_tb_s in eager PyTorch's unfused memory-bound
+    kernels (fitted on one H200 eager step, docs/gpu.md)."""
     kernel_launch_us: float = 5.0
     """Roofline: the least time one eager kernel takes (the host's cost of issuing it), microseconds."""
     step_compute_s: float | None = None
@@ -148,8 +156,9 @@ class ComputeConfig:
     backward_fraction: float | None = None
     """Share of a micro-step spent in backward; unset = the roofline's split (2/3 with mfu or
     step_compute_s: backward is 2 x forward FLOPs)."""
-    optimizer_s: float = 0.0
-    """Optimizer step time, the same on every rank."""
+    optimizer_s: float | None = None
+    """Optimizer step time of the whole model, the same on every rank, seconds; unset = derived
+    from the parameters, the precision's optimizer bytes and hbm_tb_s (sim/optimizer.py)."""
     dataloader_s: float = 0.0
     """Data loading time per optimizer step, before the first forward."""
     interference_gamma: float = 0.0
@@ -171,7 +180,8 @@ class ComputeConfig:
             _require(getattr(self, key) > 0, f"compute.{key}", getattr(self, key), "must be > 0")
         if self.mfu is not None:
             _require(0 < self.mfu <= 1, "compute.mfu", self.mfu, "must be in (0, 1]")
-        for key in ("matmul_efficiency", "attention_efficiency", "memory_efficiency"):
+        _one_of("compute.stack", self.stack, STACKS)
+        for key in ("matmul_efficiency", "attention_efficiency", "memory_efficiency", "eager_memory_efficiency"):
             _require(0 < getattr(self, key) <= 1, f"compute.{key}", getattr(self, key), "must be in (0, 1]")
         _require(self.kernel_launch_us >= 0, "compute.kernel_launch_us", self.kernel_launch_us, "must be >= 0")
         if self.step_compute_s is not None:
@@ -188,7 +198,9 @@ class ComputeConfig:
                 self.backward_fraction,
                 "must be in (0, 1)",
             )
-        for key in ("optimizer_s", "dataloader_s", "interference_gamma"):
+        if self.optimizer_s is not None:
+            _require(self.optimizer_s >= 0, "compute.optimizer_s", self.optimizer_s, "must be >= 0")
+        for key in ("dataloader_s", "interference_gamma"):
             _require(getattr(self, key) >= 0, f"compute.{key}", getattr(self, key), "must be >= 0")
 
     def peak_for(self, dtypes: Precision) -> float:

@@ -113,6 +113,9 @@ SUMMARY_COLUMNS = (
     # `ddplab simulate` adds the memory estimate; a summary straight from the engine has none.
     ("memory_total_gib", lambda s: s.get("memory_gib", {}).get("total_gib", "")),
     ("algorithms", lambda s: "+".join(s["algorithms"])),
+    ("stack", lambda s: s["stack"]),  # what the compute time rests on (sim/mfu.py)
+    ("mfu", lambda s: s["mfu"]),
+    ("compute_mfu", lambda s: s["compute_mfu"]),
 )
 
 

@@ -11,7 +11,7 @@ parameter sharded 1/N over the ranks. One micro-step on each rank:
             root's gradients (wte's completes last: the lookup adds its share after lm_head's)
 
 then, after the last micro-step's last reduce-scatter, the optimizer on the rank's shard
-(``compute.optimizer_s`` is the whole model's, so the shard's is that / N: AdamW is
+(sim/optimizer.py's step is the whole model's, so the shard's is that / N: AdamW is
 memory-bound, its time goes with the elements it touches).
 
 The root is allgathered once per micro-step, the blocks twice: torch keeps the root's
@@ -132,7 +132,7 @@ class FsdpWorkload:
     forward_s: np.ndarray  # (ranks,) one micro-step's forward, before noise
     backward_s: np.ndarray  # (ranks,) one micro-step's backward, before noise (no recompute)
     dataloader_s: np.ndarray  # (ranks,)
-    optimizer_s: float  # on the shard: compute.optimizer_s / N
+    optimizer_s: float  # on the shard: the whole model's (sim/optimizer.py) / N
     buckets: list[Bucket]  # the FSDP units as flat parameters: root, block 0..L-1
     ops: tuple[str, ...]  # (collectives per step,) in stream order, K micro-steps
     units: tuple[int, ...]  # (collectives per step,) the unit each one moves

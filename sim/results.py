@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import Scenario
+from sim.mfu import mfu_fields
 from sim.online import OnlineStats
 from sim.workload import Workload
 
@@ -101,6 +102,7 @@ class SimResult:
             "comm_compute_ratio": comm / compute,
             "scaling_efficiency": busy / mean_step,
             "tokens_per_s": wl.tokens_per_step / mean_step,
+            **mfu_fields(sc, tokens_per_s=wl.tokens_per_step / mean_step, compute_s=compute),
             "buckets": len(wl.buckets),
             "traffic_bytes_per_step": wl.traffic_bytes_per_step,
             "algorithms": sorted(set(wl.algorithms)),

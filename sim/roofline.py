@@ -15,6 +15,16 @@ al. 2024, "FlashAttention-3", Sec. 1); everything else is memory-bound. The cons
 platform, in the preset, with their sources; `ddplab calibrate` on a GPU replaces all of this
 with the measured fit.
 
+Two stacks run these kernels (``compute.stack``). ``compiled``: the step a fused stack
+(torch.compile, llm.c) reaches; the unfused kernel list below at STREAM-class bandwidth
+(memory_efficiency) stands in for its fewer, fused kernels, and lands within 4 % of a compiled
+H200 step (docs/gpu.md). ``eager``: plain PyTorch, every kernel below launched on its own, the
+memory-bound ones (norms, casts, residual adds, GELU/SwiGLU, RoPE, the loss, DDP's bucket
+copies) at ``eager_memory_efficiency`` of the HBM: fitted on the one measured eager H200 step
+(GPT-2 760M, micro-batch 8: 0.238 s), held out against torchtitan's eager/compiled pair for
+Llama 3 8B (docs/gpu.md). Matmuls and attention are the same cuBLAS/FlashAttention kernels in
+both, and both pay the launch floor per kernel.
+
 The kernels, per block, forward: layer norm, its cast to the compute dtype (autocast), the
 QKV matmul (bias fused in cuBLAS's epilogue), causal attention (half the FLOPs of the full
 QK^T and AV: 2 T s d), the projection, the residual add, the second layer norm and cast, the
@@ -70,12 +80,14 @@ class Rates(NamedTuple):
 def rates(compute: ComputeConfig, p: Precision) -> Rates:
     """Matmuls at the precision's peak x matmul_efficiency. Fused attention uses tensor cores only
     for 16-bit inputs (FlashAttention-2 supports fp16/bf16 alone; PyTorch's SDPA falls back to its
-    memory-efficient kernel for fp32), so it runs at the bf16 peak, or the fp32 one."""
+    memory-efficient kernel for fp32), so it runs at the bf16 peak, or the fp32 one. Memory-bound
+    kernels at memory_efficiency of the HBM (stack compiled) or eager_memory_efficiency (eager)."""
     attention_peak = compute.peak_tflop_s if p.compute_bytes == 2 else compute.peak_fp32_tflop_s
+    memory = compute.memory_efficiency if compute.stack == "compiled" else compute.eager_memory_efficiency
     return Rates(
         matmul_flop_s=compute.peak_for(p) * 1e12 * compute.matmul_efficiency,
         attention_flop_s=attention_peak * 1e12 * compute.attention_efficiency,
-        memory_bytes_s=compute.hbm_tb_s * 1e12 * compute.memory_efficiency,
+        memory_bytes_s=compute.hbm_tb_s * 1e12 * memory,
         launch_s=compute.kernel_launch_us * 1e-6,
     )
 

@@ -92,13 +92,13 @@ def scenario_from_dict(data: dict) -> Scenario:
 
 
 # What a scenario without ``base`` must set itself, each with the keys that may stand in for
-# it: the defaults in sim/config.py are one H100 with no noise and a free optimizer, so a
+# it: the defaults in sim/config.py are one H100 with no noise, so a
 # file that leaves these out would be predicted as that, silently (issue 16).
 MUST_SET = {
     "ranks": (),
     "model.preset": (),
     "compute.peak_tflop_s": ("compute.step_compute_s",),  # the compute speed, or the time itself
-    "compute.optimizer_s": (),
+    "compute.hbm_tb_s": ("compute.optimizer_s",),  # the optimizer step's bandwidth, or its time
     "network.gpus_per_node": (),
     "network.nics_per_node": (),
     "network.nic_gbit_s": (),

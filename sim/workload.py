@@ -11,6 +11,7 @@ from sim.collectives import Fabric, bus_factor, collective_cost
 from sim.config import NetworkConfig, Scenario, parse_stragglers
 from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, param_tensors
 from sim.noise import speed_factors
+from sim.optimizer import optimizer_step_s
 from sim.roofline import micro_step_time, rates
 from sim.topology import FLAT, Tiers
 
@@ -179,7 +180,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         forward_s=fwd_s * factor,
         backward_s=(bwd_s + fwd_s * recompute) * factor,
         dataloader_s=loader,
-        optimizer_s=sc.compute.optimizer_s,
+        optimizer_s=optimizer_step_s(sc),
         buckets=buckets,
         ready_fraction=np.array([b.ready_fraction for b in buckets]),
         wire_bytes=wire,

@@ -22,7 +22,7 @@ def tiny(**kw) -> Scenario:
     sections = {
         "model": ModelConfig(preset="gpt2-tiny"),
         "training": TrainingConfig(micro_batch_size=2, seq_len=64),
-        "compute": ComputeConfig(step_compute_s=0.1),
+        "compute": ComputeConfig(step_compute_s=0.1, optimizer_s=0.0),  # unset: derived (sim/optimizer.py)
         "network": NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nic_gbit_s=1.0, nics_per_node=1),
         "noise": NoiseConfig(),
     }

@@ -73,7 +73,7 @@ def test_interference_closed_form(nic_gbit_s):
     gamma = 0.5
     sc = tiny(
         training=TrainingConfig(micro_batch_size=2, seq_len=64, first_bucket_mb=0.1, bucket_cap_mb=100),
-        compute=ComputeConfig(step_compute_s=0.3, interference_gamma=gamma),
+        compute=ComputeConfig(step_compute_s=0.3, interference_gamma=gamma, optimizer_s=0.0),
         network=NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nic_gbit_s=nic_gbit_s),
     )
     r = simulate(sc, records=True)
@@ -102,7 +102,7 @@ def test_persistent_straggler_is_s_times_compute_independent_of_n(ranks):
     sc = tiny(
         ranks=ranks,
         stragglers=f"{ranks - 1}:{s}",
-        compute=ComputeConfig(step_compute_s=base),
+        compute=ComputeConfig(step_compute_s=base, optimizer_s=0.0),
         network=NetworkConfig(enabled=False, gpus_per_node=1),
     )
     r = simulate(sc, records=True)
@@ -111,7 +111,7 @@ def test_persistent_straggler_is_s_times_compute_independent_of_n(ranks):
     sc = tiny(
         ranks=ranks,
         stragglers=f"{ranks - 1}:{s}",
-        compute=ComputeConfig(step_compute_s=base),
+        compute=ComputeConfig(step_compute_s=base, optimizer_s=0.0),
         training=TrainingConfig(micro_batch_size=2, seq_len=64, overlap=False),
     )
     r = simulate(sc, records=True)
@@ -142,7 +142,7 @@ def test_overlap_hides_communication():
             training=TrainingConfig(
                 micro_batch_size=2, seq_len=64, overlap=overlap, first_bucket_mb=0.02, bucket_cap_mb=0.02
             ),
-            compute=ComputeConfig(step_compute_s=0.5),
+            compute=ComputeConfig(step_compute_s=0.5, optimizer_s=0.0),
             network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.05),
         )
         runs[overlap] = simulate(sc, records=True).summary()

@@ -12,6 +12,7 @@ from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
 from sim.engine import simulate
 from sim.fsdp import build_fsdp_workload, simulate_fsdp, unit_numels
 from sim.gpt2 import backward_ops, compute_shares, model_shape, param_count
+from sim.optimizer import optimizer_step_s
 from sim.scenario_file import load_scenario
 from sim.workload import build_workload
 
@@ -119,7 +120,7 @@ def test_h100_prefetch_0_closed_form():
     )
     r = simulate_fsdp(sc, records=True)
     wl = r.workload
-    expected = wl.forward_s[0] + wl.backward_s[0] + wl.collective_s.sum() + sc.compute.optimizer_s / 64
+    expected = wl.forward_s[0] + wl.backward_s[0] + wl.collective_s.sum() + optimizer_step_s(sc) / 64
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
 
 
@@ -165,7 +166,7 @@ def test_prefetch_hides_communication_when_compute_bound():
     assert wl.units[:2] == (0, 1) and wl.units[-2:] == (1, 0)
     shown = c[0] + c[1] + c[-2] + c[-1]
     np.testing.assert_allclose(r.exposed_comm_s, shown, rtol=REL)
-    expected = wl.forward_s[0] + wl.backward_s[0] + shown + sc.compute.optimizer_s / 64
+    expected = wl.forward_s[0] + wl.backward_s[0] + shown + optimizer_step_s(sc) / 64
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
     assert r.summary()["scaling_efficiency"] > 0.95
 
@@ -204,7 +205,8 @@ def test_fsdp_moves_about_1_5x_ddp_traffic():
 @pytest.mark.parametrize("ranks", [2, 64, 1024])
 def test_persistent_straggler_is_s_times_compute(ranks):
     s, base = 1.4, 0.25
-    common = dict(ranks=ranks, stragglers=f"{ranks - 1}:{s}", compute=ComputeConfig(step_compute_s=base))
+    compute = ComputeConfig(step_compute_s=base, optimizer_s=0.0)
+    common = dict(ranks=ranks, stragglers=f"{ranks - 1}:{s}", compute=compute)
     r = simulate_fsdp(
         tiny(**common, training=fsdp(), network=NetworkConfig(enabled=False, gpus_per_node=1)), records=True
     )
@@ -221,7 +223,7 @@ def test_persistent_straggler_is_s_times_compute(ranks):
 def test_interference_cannot_slow_what_never_overlaps():
     # Prefetch 0 runs no collective during compute: gamma changes nothing. With prefetch it does.
     def run(prefetch, gamma):
-        compute = ComputeConfig(step_compute_s=0.05, interference_gamma=gamma)
+        compute = ComputeConfig(step_compute_s=0.05, interference_gamma=gamma, optimizer_s=0.0)
         return simulate_fsdp(tiny(training=fsdp(prefetch=prefetch), compute=compute, network=SLOW_NET), records=True)
 
     np.testing.assert_allclose(run(0, 0.5).step_time_s, run(0, 0.0).step_time_s, rtol=REL)

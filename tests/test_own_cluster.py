@@ -137,7 +137,7 @@ def test_from_scratch_file_missing_keys_is_refused_in_one_line(capsys, tmp_path)
     line = refused(capsys, "simulate", str(mine))
     assert line == (
         f"ddplab simulate: error: {mine}: no base, and not set: model.preset, compute.peak_tflop_s or "
-        "compute.step_compute_s, compute.optimizer_s, network.nics_per_node, network.nic_gbit_s, "
+        "compute.step_compute_s, compute.hbm_tb_s or compute.optimizer_s, network.nics_per_node, network.nic_gbit_s, "
         'noise.distribution (set them, or start from a preset: base = "h100-1024")'
     )
 
@@ -184,7 +184,7 @@ def test_the_worked_example_is_a_file_not_a_preset(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # its relative base works from anywhere
     sc = load_scenario(str(EXAMPLE))
     assert (sc.name, sc.ranks, sc.network.nics_per_node, sc.network.nic_gbit_s) == ("my-cluster", 512, 4, 200.0)
-    assert (sc.network.gpus_per_node, sc.compute.optimizer_s, sc.noise.sigma) == (8, 0.0089, 0.02)  # h100-1024's
+    assert (sc.network.gpus_per_node, sc.compute.hbm_tb_s, sc.noise.sigma) == (8, 3.35, 0.02)  # h100-1024's
 
 
 # ---------------------------------------------------------------------------------------------

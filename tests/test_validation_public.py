@@ -50,7 +50,7 @@ def test_no_row_bends_a_constant():
     """A row may pick the preset, the rank count, the size, force an algorithm (as the run it
     compares with did), or describe the measured job (llm.c's model, batch, precision and its
     ZeRO-1 optimizer); nothing else of the platform."""
-    allowed = ("network.algorithm=", "model.preset=", "training.", "compute.optimizer_s=")
+    allowed = ("network.algorithm=", "model.preset=", "training.", "compute.stack=", "compute.optimizer_s=")
     for row in ROWS:
         words = row.command.split()
         sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]

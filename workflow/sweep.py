@@ -38,11 +38,12 @@ METRIC_NAMES = (
     "comm_compute_ratio",
     "scaling_efficiency",
     "tokens_per_s",
+    "mfu",
 )
 _COLUMNS = dict(SUMMARY_COLUMNS)
 METRICS = tuple((name, _COLUMNS[name]) for name in METRIC_NAMES)
 # Identity columns a run's summary carries besides its metrics.
-IDENTITY = ("ranks", "nodes", "steps")
+IDENTITY = ("ranks", "nodes", "steps", "stack")
 CONFIDENCE = 0.95
 
 
