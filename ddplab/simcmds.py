@@ -277,7 +277,9 @@ def _print_out_of_memory(sc, v: dict) -> None:
 
 def print_alternatives(alternatives: list[dict], indent: str = "  ") -> None:
     if not alternatives:
-        print(f"{indent}what would fit   nothing tried fits: FSDP/HSDP, activation checkpointing, a smaller micro-batch")
+        print(
+            f"{indent}what would fit   nothing tried fits: FSDP/HSDP, activation checkpointing, a smaller micro-batch"
+        )
         return
     print(f"{indent}what would fit   each with its peak per GPU (sim/memory.py), as --set:")
     width = max(len(a["set"]) for a in alternatives)
@@ -288,7 +290,9 @@ def print_alternatives(alternatives: list[dict], indent: str = "  ") -> None:
 def _sweep_row(s: dict) -> str:
     if "verdict" in s:  # not simulated: out of memory
         cells = [f"{s['ranks']:>6}", f"{s['nodes']:>5}"]
-        return " ".join(cells) + f"  OOM: {s['peak_gib']:.2f} GiB per GPU > {s['device_memory_gib']:g} GiB, not simulated"
+        return (
+            " ".join(cells) + f"  OOM: {s['peak_gib']:.2f} GiB per GPU > {s['device_memory_gib']:g} GiB, not simulated"
+        )
     return " ".join(f"{f(s):>{w}}" for _, w, f in _SWEEP_COLUMNS)
 
 
