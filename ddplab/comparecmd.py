@@ -124,6 +124,9 @@ def compare(args):
             simcmds.print_alternatives(r["alternatives"])
     if any("verdict" in r for r in rows):
         print("--ignore-memory simulates OOM set-ups anyway")
+    over = [r["name"] for r in rows if "verdict" not in r and r["memory_gib"].get("fits") is False]
+    if over:
+        print(f"over their device's memory, simulated anyway (--ignore-memory): {', '.join(over)}")
     if args.out:
         print(f"compare.csv, compare.json and compare.png in {args.out}/")
     return rows

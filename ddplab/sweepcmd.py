@@ -181,6 +181,9 @@ def _print(result: dict, engine) -> None:
         if r is not None and r[_METRICS[0][1]] is None:  # not run: out of memory
             cells[metrics:] = [f"OOM: {r['memory_gib']:.2f} GiB per GPU > {r['device_memory_gib']:g} GiB, not run"]
         print("  ".join(cells).rstrip())
+    over = [r for r in rows if r["out_of_memory"] and r[_METRICS[0][1]] is not None]
+    if over:
+        print(f"{len(over)} grid point{'s' * (len(over) != 1)} over the device's memory, run anyway (--ignore-memory)")
     oom = [r for r in rows if r[_METRICS[0][1]] is None]
     if oom:
         print(

@@ -50,7 +50,7 @@ class WhatIf(NamedTuple):
     straggler_wait_s: float
     memory_gib: float = 0.0  # per GPU at the peak (sim/memory_fit.py)
     device_memory_gib: float = 0.0  # compute.device_memory_gib; 0 = not checked
-    oom: bool = False  # the peak exceeds the device: not simulated, every number above None
+    oom: bool = False  # the peak exceeds the device: not simulated (every number above None) unless ignore_memory
 
 
 # What a row measures; None in a row that is not simulated (out of memory).

@@ -117,7 +117,10 @@ def test_ddp_llama3_8b_json_is_the_verdict_with_the_alternatives(capsys):
     assert v["verdict"] == "out_of_memory" and "step_time_s" not in v
     assert v["peak_gib"] == pytest.approx(total(LLAMA), rel=1e-12)
     assert v["device_memory_gib"] == 79.65 and v["memory_gib"]["fits"] is False
-    assert v["alternatives"][0] == {"set": "training.mode=fsdp", "peak_gib": pytest.approx(total(LLAMA, "training.mode=fsdp"))}
+    assert v["alternatives"][0] == {
+        "set": "training.mode=fsdp",
+        "peak_gib": pytest.approx(total(LLAMA, "training.mode=fsdp")),
+    }
 
 
 def test_fsdp_llama3_8b_runs_and_fits(capsys):
