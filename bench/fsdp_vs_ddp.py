@@ -23,7 +23,8 @@ from sim.scenario_file import load_scenario  # noqa: E402
 
 RANKS = (2, 8, 64, 256, 1024)
 STEPS = 50
-RTX_4070_GIB = 12.0  # 12 GB GDDR6X (NVIDIA spec sheet), taken as 12 GiB, the whole of it usable
+# The home lab's RTX 4070, as its preset gives it (compute.device_memory_gib and its source).
+RTX_4070_GIB = load_scenario("homelab-10gbe").compute.device_memory_gib
 
 
 def _row(s: dict) -> tuple[float, float, float]:

@@ -303,10 +303,11 @@ def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -
     if mfu is None or not mfu["source"].startswith("measured"):
         return None  # the measured fit itself, the preset's compute, or the user's --set
     from sim.units import fmt_seconds
-    from sim.workload import micro_step_compute_s
+    from sim.workload import micro_step_compute_s, recompute_fraction
 
     c = calib.compute
-    step_s = sum(micro_step_compute_s(sc)) * sc.training.grad_accum
+    fwd_s, bwd_s = micro_step_compute_s(sc)  # with checkpointing's recompute, as the engine charges it
+    step_s = (fwd_s + bwd_s + fwd_s * recompute_fraction(sc)) * sc.training.grad_accum
     tflop_s = c.achieved_tflop_s.value
     rate = f"{tflop_s:.4g} TFLOP/s" if tflop_s >= 1 else f"{tflop_s * 1e3:.3g} GFLOP/s"
     return (

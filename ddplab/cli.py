@@ -75,7 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
         " reads); memory then grows with ranks x steps",
     )
     s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
-    s.add_argument("--device-gib", type=float, help="say whether the per-GPU memory estimate fits this many GiB")
+    s.add_argument(
+        "--device-gib",
+        type=float,
+        help="one device's memory, GiB (default: the scenario's compute.device_memory_gib); a configuration"
+        " whose per-GPU estimate exceeds it is not simulated: exit 3, naming what would fit",
+    )
+    s.add_argument(
+        "--ignore-memory", action="store_true", help="simulate even when the memory estimate exceeds the device"
+    )
     s.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     s.add_argument("--calib", type=Path, help="calib.json: measured values replace the preset's (see --calib-mode)")
     s.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")

@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     c.add_argument("--steps", type=int, help="steps of every set-up (default: each scenario's)")
     c.add_argument("--seed", type=int, help="seed of every set-up (default: each scenario's)")
     c.add_argument("--out", type=Path, metavar="DIR", help="write compare.csv, compare.json and compare.png here")
+    c.add_argument(
+        "--ignore-memory", action="store_true", help="simulate set-ups whose memory estimate exceeds the device too"
+    )
     c.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     c.add_argument("--json", action="store_true", help="print JSON: one object per set-up")
     c.set_defaults(func=compare)
@@ -100,22 +103,39 @@ def compare(args):
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
     rows = [
-        {"name": s.name, "setup": s.text, **simcmds.run_scale(sc)[1]} for s, sc in zip(setups, scenarios, strict=True)
+        {"name": s.name, "setup": s.text, **_row(sc, args.ignore_memory)}
+        for s, sc in zip(setups, scenarios, strict=True)
     ]
     first = rows[0]
     for r in rows:
+        # An OOM row (not simulated) has no ratio, and with an OOM first row none has.
+        ran = "verdict" not in r and "verdict" not in first
         r["vs_first"] = {
-            "step_time": r["step_time_s"]["mean"] / first["step_time_s"]["mean"],
-            "tokens_per_s": r["tokens_per_s"] / first["tokens_per_s"],
+            "step_time": r["step_time_s"]["mean"] / first["step_time_s"]["mean"] if ran else None,
+            "tokens_per_s": r["tokens_per_s"] / first["tokens_per_s"] if ran else None,
         }
     if args.out:
         _write(rows, args.out)
     if args.json:
         return rows
     _print(rows)
+    for r in rows:
+        if "verdict" in r:
+            print(f"{r['name']}: out of memory, not simulated;")
+            simcmds.print_alternatives(r["alternatives"])
+    if any("verdict" in r for r in rows):
+        print("--ignore-memory simulates OOM set-ups anyway")
+    over = [r["name"] for r in rows if "verdict" not in r and r["memory_gib"].get("fits") is False]
+    if over:
+        print(f"over their device's memory, simulated anyway (--ignore-memory): {', '.join(over)}")
     if args.out:
         print(f"compare.csv, compare.json and compare.png in {args.out}/")
     return rows
+
+
+def _row(sc, ignore_memory: bool) -> dict:
+    """simulate's summary of the set-up, or, when it does not fit its device, simulate's OOM verdict."""
+    return simcmds.out_of_memory(sc, ignore=ignore_memory) or simcmds.run_scale(sc)[1]
 
 
 # compare.csv: the set-up, then simulate's summary as sim/export.py flattens it, then the ratios.
@@ -132,9 +152,31 @@ def _write(rows: list[dict], out: Path) -> None:
 
     columns = (("name", lambda r: r["name"]), ("setup", lambda r: r["setup"]), *SUMMARY_COLUMNS, *CSV_EXTRA)
     write_json_atomic(out / "compare.json", rows)
-    write_csv_atomic(out / "compare.csv", [h for h, _ in columns], [[f(r) for _, f in columns] for r in rows])
-    notes = [f"{r['vs_first']['tokens_per_s']:.3f}x tokens/s" for r in rows]
-    plot_breakdown(rows, [r["name"] for r in rows], out / "compare.png", title="ddplab compare", notes=notes)
+    ran = [r for r in rows if "verdict" not in r]
+    oom = [r for r in rows if "verdict" in r]  # a row with its set-up and memory, every simulated number empty
+    write_csv_atomic(
+        out / "compare.csv",
+        [h for h, _ in columns] + ["out_of_memory"],
+        [[_cell(r, f) if "verdict" in r else f(r) for _, f in columns] + ["verdict" in r] for r in rows],
+    )
+    if not ran:  # an OOM set-up has no step to draw
+        return
+    notes = [f"{r['vs_first']['tokens_per_s']:.3f}x tokens/s" if r["vs_first"]["tokens_per_s"] else "" for r in ran]
+    title = "ddplab compare" + (f" (out of memory, not drawn: {', '.join(r['name'] for r in oom)})" if oom else "")
+    plot_breakdown(ran, [r["name"] for r in ran], out / "compare.png", title=title, notes=notes)
+
+
+def _cell(row: dict, get):
+    """An OOM row's CSV cell: what it has (its set-up, scenario, ranks, memory), else empty."""
+    try:
+        value = get(row)
+    except (KeyError, TypeError):
+        return ""
+    return "" if value is None else value
+
+
+def _ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}x"
 
 
 # The table: header, width, value; units in the header.
@@ -152,9 +194,14 @@ _COLUMNS = (
     ("MFU", 6, lambda r: f"{r['mfu']:.1%}"),
     ("stack", 9, lambda r: r["stack"]),
     ("GiB/GPU", 7, lambda r: f"{r['memory_gib']['total_gib']:.2f}"),
-    ("step vs 1st", 11, lambda r: f"{r['vs_first']['step_time']:.3f}x"),
-    ("tok/s vs 1st", 12, lambda r: f"{r['vs_first']['tokens_per_s']:.3f}x"),
+    ("step vs 1st", 11, lambda r: _ratio(r["vs_first"]["step_time"])),
+    ("tok/s vs 1st", 12, lambda r: _ratio(r["vs_first"]["tokens_per_s"])),
 )
+
+
+def _print_oom(r: dict) -> str:
+    cells = [f"{r[k]:>{w}}" for k, w in (("ranks", 5), ("steps", 5), ("seed", 4))]
+    return " ".join(cells) + f"  OOM: {r['peak_gib']:.2f} GiB per GPU > {r['device_memory_gib']:g} GiB, not simulated"
 
 
 def _print(rows: list[dict]) -> None:
@@ -167,4 +214,7 @@ def _print(rows: list[dict]) -> None:
     )
     print(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
     for r in rows:
+        if "verdict" in r:
+            print(f"{r['name']:<{width}} " + _print_oom(r))
+            continue
         print(f"{r['name']:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))

@@ -15,11 +15,12 @@ def simulate(args):
     if args.sweep_ranks and args.ranks:
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
+    sets = _device_memory(args)
     # Validate every scale before simulating any, so a bad count fails fast.
     if getattr(args, "calib", None):
-        scenarios, provenance = _calibrated_scenarios(args, counts)
+        scenarios, provenance = _calibrated_scenarios(args, sets, counts)
     else:
-        scenarios = [load_scenario(args.scenario, args.set, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
+        scenarios = [load_scenario(args.scenario, sets, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
         provenance = None
     sweep = args.sweep_ranks is not None
     if args.records and not args.out:
@@ -30,9 +31,14 @@ def simulate(args):
     summaries = []
     for i, sc in enumerate(scenarios, 1):
         t = time.perf_counter()
+        oom = out_of_memory(sc, ignore=getattr(args, "ignore_memory", False))
+        if oom:  # its step time would be an OOM error's: not simulated (sim/memory_fit.py)
+            args.exit_code = 3
+            summaries.append(oom)
+            continue
         # With --out, ranks.csv carries each rank's median compute, estimated as it runs.
         medians = args.out is not None
-        result, summary = run_scale(sc, getattr(args, "device_gib", None), records=args.records, medians=medians)
+        result, summary = run_scale(sc, records=args.records, medians=medians)
         if provenance:
             summary.update(provenance[i - 1])
             _mark_measured(summary)
@@ -43,26 +49,30 @@ def simulate(args):
             from sim.export import write_result
 
             write_result(result, args.out)
-    if args.out:
+    simulated = [s for s in summaries if "verdict" not in s]
+    if args.out and simulated:
         from sim.export import write_summaries
 
-        write_summaries(summaries, args.out, sweep=sweep)
+        write_summaries(simulated, args.out, sweep=sweep)
     if args.json:
         return summaries if sweep else summaries[0]
     if sweep:
         _print_sweep(scenarios[0], summaries)
+    elif not simulated:
+        _print_out_of_memory(scenarios[0], summaries[0])
+        return summaries
     else:
         _print_summary(scenarios[0], summaries[0])
     if provenance:
         _print_parameters(summaries[0])
-    if args.out:
+    if args.out and simulated:
         plots = ", scaling.png and scaling.csv" if sweep else " and breakdown.png"
         tables = "records, per-step and per-rank tables" if args.records else "per-step and per-rank tables"
         print(f"{tables}, Chrome trace{plots} in {args.out}/")
     return summaries
 
 
-def run_scale(sc, device_gib: float | None = None, *, records: bool = False, medians: bool = False):
+def run_scale(sc, *, records: bool = False, medians: bool = False):
     """(result, summary) of one scale as `simulate` prints it: the engine's summary with the
     memory estimate. `ddplab compare` runs each set-up through here, so its rows are these."""
     from sim.engine import simulate as run
@@ -73,8 +83,39 @@ def run_scale(sc, device_gib: float | None = None, *, records: bool = False, med
     finally:
         progress.close()
     summary = result.summary()
-    summary["memory_gib"] = _memory(sc, device_gib)
+    summary["memory_gib"] = _memory(sc)
     return result, summary
+
+
+def out_of_memory(sc, *, ignore: bool = False) -> dict | None:
+    """None when ``sc`` fits its device (or ``ignore``); else what is reported in place of its
+    summary: the scenario, then sim/memory_fit.py's verdict with what would fit."""
+    from sim.memory_fit import fit, verdict
+
+    f = fit(sc)
+    if f.fits or ignore:
+        return None
+    t = sc.training
+    return {
+        "scenario": sc.name,
+        "model": sc.model.preset,
+        "mode": t.mode,
+        "ranks": sc.ranks,
+        "nodes": -(-sc.ranks // sc.network.gpus_per_node),
+        "steps": sc.steps,
+        "seed": sc.seed,
+        "memory_gib": _memory(sc),
+    } | verdict(sc, f)
+
+
+def _device_memory(args) -> list[str]:
+    """--set with --device-gib as compute.device_memory_gib (the flag wins over the file)."""
+    gib = getattr(args, "device_gib", None)
+    if gib is None:
+        return list(args.set)
+    if not gib > 0:
+        raise ValueError(f"--device-gib: must be > 0, got {gib}")
+    return [*args.set, f"compute.device_memory_gib={gib!r}"]
 
 
 def _check_size(args, scenarios) -> None:
@@ -86,23 +127,23 @@ def _check_size(args, scenarios) -> None:
     limits.check_simulation(cost, f"{ranks} x steps {scenarios[0].steps}", yes=getattr(args, "yes", False))
 
 
-def _memory(sc, device_gib: float | None) -> dict:
+def _memory(sc) -> dict:
     from sim.memory import estimate_memory
+    from sim.memory_fit import fit
 
-    if device_gib is not None and device_gib <= 0:
-        raise ValueError(f"--device-gib: must be > 0, got {device_gib}")
     est = estimate_memory(sc)
     out = {k: v for k, v in est._asdict().items() if k.endswith("_gib")} | {"peak_phase": est.peak_phase}
     measured = sc.compute.memory_peak_gib
     if measured is not None:  # a GPU calibration's own peak decides; the estimate stays beside it
         out["measured_peak_allocated_gib"] = measured
-        out["total_gib"] = measured + est.cuda_context_gib
-    if device_gib is not None:
-        out["device_gib"], out["fits"] = device_gib, out["total_gib"] <= device_gib
+    f = fit(sc)
+    out["total_gib"] = f.total_gib
+    if f.checked:  # compute.device_memory_gib = 0: a CPU rank, nothing to check against
+        out["device_gib"], out["fits"] = f.device_gib, f.fits
     return out
 
 
-def _calibrated_scenarios(args, counts):
+def _calibrated_scenarios(args, sets, counts):
     """Each scale's scenario with the calibration applied, and {calibration, parameters}
     for its summary (calibrate/apply.py)."""
     from calibrate.apply import calibrated_scenario, transfer_warning
@@ -110,7 +151,7 @@ def _calibrated_scenarios(args, counts):
     calib = Calibration.read(args.calib)
     pairs = [
         calibrated_scenario(
-            args.scenario, args.set, calib, str(args.calib), args.calib_network, args.calib_mode,
+            args.scenario, sets, calib, str(args.calib), args.calib_network, args.calib_mode,
             ranks=n, steps=args.steps, seed=args.seed,
         )
         for n in counts
@@ -229,8 +270,12 @@ _MEMORY_TERMS = (
 )
 
 
-def _print_memory(sc, m: dict) -> None:
-    verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB" if "fits" in m else ""
+def _print_memory(sc, m: dict, *, simulated: bool = True) -> None:
+    verdict = ""
+    if "fits" in m:
+        verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB"
+        if not m["fits"] and simulated:
+            verdict += ": simulated anyway (--ignore-memory); a real device runs out of memory"
     terms = ", ".join(f"{label} {m[key]:.2f}" for label, key in _MEMORY_TERMS if m[key] > 0)
     estimate = f"at the {m['peak_phase']} peak ({sc.training.mode}, {sc.training.precision}: {terms})"
     if "measured_peak_allocated_gib" in m:
@@ -241,6 +286,43 @@ def _print_memory(sc, m: dict) -> None:
         print(f"    estimate       {m['peak_allocated_gib']:.2f} GiB allocated {estimate}")
         return
     print(f"  memory/GPU       {m['total_gib']:.2f} GiB {estimate}{verdict}")
+
+
+def _print_out_of_memory(sc, v: dict) -> None:
+    """Where the step time would be: that there is none, and what would fit."""
+    print(f"{sc.name}: {sc.description}")
+    print(
+        f"  {v['model']}{_mode(sc)}, {v['ranks']} ranks on {v['nodes']} nodes, {network_line(sc)};"
+        f" {v['steps']} steps, seed {v['seed']}"
+    )
+    print(
+        f"  step time        none: out of memory, {v['peak_gib']:.2f} GiB per GPU against the device's"
+        f" {v['device_memory_gib']:g} GiB (compute.device_memory_gib); not simulated"
+    )
+    _print_memory(sc, v["memory_gib"], simulated=False)
+    print_alternatives(v["alternatives"])
+    print("  --ignore-memory simulates it anyway")
+
+
+def print_alternatives(alternatives: list[dict], indent: str = "  ") -> None:
+    if not alternatives:
+        print(
+            f"{indent}what would fit   nothing tried fits: FSDP/HSDP, activation checkpointing, a smaller micro-batch"
+        )
+        return
+    print(f"{indent}what would fit   each with its peak per GPU (sim/memory.py), as --set:")
+    width = max(len(a["set"]) for a in alternatives)
+    for a in alternatives:
+        print(f"{indent}  {a['set']:<{width}}  {a['peak_gib']:6.2f} GiB")
+
+
+def _sweep_row(s: dict) -> str:
+    if "verdict" in s:  # not simulated: out of memory
+        cells = [f"{s['ranks']:>6}", f"{s['nodes']:>5}"]
+        return (
+            " ".join(cells) + f"  OOM: {s['peak_gib']:.2f} GiB per GPU > {s['device_memory_gib']:g} GiB, not simulated"
+        )
+    return " ".join(f"{f(s):>{w}}" for _, w, f in _SWEEP_COLUMNS)
 
 
 # Sweep table columns: header (units in the name), width, value.
@@ -270,7 +352,13 @@ def _print_sweep(sc, summaries: list[dict]) -> None:
     print(f"  {sc.model.preset}{_mode(sc)}, {network_line(sc)}; {sc.steps} steps, seed {sc.seed}")
     print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
     for s in summaries:
-        print(" ".join(f"{f(s):>{w}}" for _, w, f in _SWEEP_COLUMNS))
-    s = summaries[0]
-    print(f"  compute: {STACK_NOTES[s['stack']]}; MFU: {s['flop_count']} FLOPs per token"
-          f" x tokens/s per GPU / {s['peak_tflop_s']:g} TFLOP/s peak")  # fmt: skip
+        print(_sweep_row(s))
+    ran = next((s for s in summaries if "verdict" not in s), None)
+    if ran is not None:
+        print(f"  compute: {STACK_NOTES[ran['stack']]}; MFU: {ran['flop_count']} FLOPs per token"
+              f" x tokens/s per GPU / {ran['peak_tflop_s']:g} TFLOP/s peak")  # fmt: skip
+    oom = next((s for s in summaries if "verdict" in s), None)
+    if oom is not None:
+        print(f"  at {oom['ranks']} ranks:")
+        print_alternatives(oom["alternatives"])
+        print("  --ignore-memory simulates it anyway")

@@ -72,6 +72,9 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--yes", action="store_true", help="run a grid of over 10,000 runs, or one estimated at over 5 minutes"
     )
+    s.add_argument(
+        "--ignore-memory", action="store_true", help="run grid points whose memory estimate exceeds the device too"
+    )
     s.add_argument("--json", action="store_true", help="print JSON: the grid, every run, the aggregated rows")
     s.set_defaults(func=sweep)
 
@@ -85,23 +88,25 @@ def sweep(args):
     limits.check_runs(grid.runs, f"the grid ({grid.describe()})", yes=args.yes)
     engine = make_engine(args.engine, args.workers, args.scheduler)
     built = grid_sweep.build(grid)
+    oom = grid_sweep.out_of_memory(built, args.ignore_memory)  # not run: an OOM error has no step time
+    runnable = [b for b, o in zip(built, oom, strict=True) if o is None]
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
-    if engine.parallelism is not None:  # refuse before starting any worker
-        _check_cost(grid, built, engine, yes=args.yes)
+    if engine.parallelism is not None and runnable:  # refuse before starting any worker
+        _check_cost(grid, runnable, engine, yes=args.yes)
     with engine:
-        if engine.parallelism is not None and args.scheduler:  # a cluster's size: known only now
-            _check_cost(grid, built, engine, yes=args.yes)
-        result = grid_sweep.run(grid, built, engine, RunProgress(grid.runs))
+        if engine.parallelism is not None and args.scheduler and runnable:  # a cluster's size: known only now
+            _check_cost(grid, runnable, engine, yes=args.yes)
+        result = grid_sweep.run(grid, built, engine, RunProgress(len(runnable) * len(grid.seeds)), oom)
     if args.out:
-        from workflow.sweep_out import FILES, write_sweep
+        from workflow.sweep_out import write_sweep
 
-        write_sweep(result, args.out)
+        written = [p.name for p in write_sweep(result, args.out)]
     if args.json:
         return result
     _print(result, engine)
     if args.out:
-        print(f"{', '.join(FILES[:-1])} and {FILES[-1]} in {args.out}/")
+        print(f"{', '.join(written[:-1])} and {written[-1]} in {args.out}/")
     return result
 
 
@@ -167,17 +172,26 @@ def _print(result: dict, engine) -> None:
             r["scenario"],
             *(r["vary"][k] for k in keys),
             *(str(r[k]) for k in ranks),
-            *(_cell(r[c], f, h, s) for _, c, f, h, s in _METRICS),
+            *(_cell(r[c], f, h, s) if r[c] is not None else "" for _, c, f, h, s in _METRICS),
         ]
         for r in rows
     ]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     labels = 1 + len(keys)  # left-aligned: the scenario and the varied values
-    for line in [head, *body]:
+    metrics = len(head) - len(_METRICS)  # the first metric's column
+    for line, r in zip([head, *body], [None, *rows], strict=True):
+        cells = [f"{x:<{w}}" if i < labels else f"{x:>{w}}" for i, (x, w) in enumerate(zip(line, widths, strict=True))]
+        if r is not None and r[_METRICS[0][1]] is None:  # not run: out of memory
+            cells[metrics:] = [f"OOM: {r['memory_gib']:.2f} GiB per GPU > {r['device_memory_gib']:g} GiB, not run"]
+        print("  ".join(cells).rstrip())
+    over = [r for r in rows if r["out_of_memory"] and r[_METRICS[0][1]] is not None]
+    if over:
+        print(f"{len(over)} grid point{'s' * (len(over) != 1)} over the device's memory, run anyway (--ignore-memory)")
+    oom = [r for r in rows if r[_METRICS[0][1]] is None]
+    if oom:
         print(
-            "  ".join(
-                f"{x:<{w}}" if i < labels else f"{x:>{w}}" for i, (x, w) in enumerate(zip(line, widths, strict=True))
-            ).rstrip()
+            f"{len(oom)} grid point{'s' * (len(oom) != 1)} out of memory: the per-GPU estimate (sim/memory.py) exceeds"
+            " the device's (compute.device_memory_gib), so not run or drawn; --ignore-memory runs them anyway"
         )
     if len(grid["seeds"]) == 1:
         print("one seed: no spread to measure, so no interval (n/a); give --seeds 2 or more")

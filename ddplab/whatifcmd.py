@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
     w.add_argument("--horizon-h", type=float, default=24.0, help="hours over which a restart is paid (default 24)")
     w.add_argument("--restart-min", type=float, default=10.0, help="restart cost of exclude-slowest (default 10)")
     w.add_argument("--usd-per-gpu-hour", type=float, help="also print cost in dollars per billion tokens")
+    w.add_argument(
+        "--ignore-memory", action="store_true", help="simulate rows whose memory estimate exceeds the device too"
+    )
     w.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     w.add_argument("--out", type=Path, metavar="DIR", help="write whatif.csv, whatif.json and whatif.png here")
     w.add_argument("--json", action="store_true", help="print JSON")
@@ -44,13 +47,17 @@ def whatif(args):
     limits.check_in_turn(row_scenarios(data, args.tries), "rows", yes=args.yes)
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
-    rows = compare(data, args.tries, horizon_h=args.horizon_h, restart_min=args.restart_min)
+    rows = compare(
+        data, args.tries, horizon_h=args.horizon_h, restart_min=args.restart_min, ignore_memory=args.ignore_memory
+    )
     base = rows[0]
     out = []
     for r in rows:
-        row = r._asdict() | {"speedup": r.tokens_per_s / base.tokens_per_s}
+        # A row not simulated (out of memory) has no throughput, and with the base one none has a ratio.
+        ran = r.tokens_per_s is not None and base.tokens_per_s is not None
+        row = r._asdict() | {"speedup": r.tokens_per_s / base.tokens_per_s if ran else None}
         if args.usd_per_gpu_hour is not None:
-            row["usd_per_btok"] = r.gpu_h_per_btok * args.usd_per_gpu_hour
+            row["usd_per_btok"] = r.gpu_h_per_btok * args.usd_per_gpu_hour if r.gpu_h_per_btok is not None else None
         out.append(row)
     if args.out:
         _write(out, args.out)
@@ -65,13 +72,26 @@ def whatif(args):
         f" {'efficiency':>10} {'GPU-h/Btok':>10}" + (f" {'$/Btok':>9}" if usd else "") + "  note"
     )
     for r in out:
+        if r["step_time_s"] is None:
+            print(
+                f"{r['mitigation']:<{width}} {r['ranks']:>5}  OOM: {r['memory_gib']:.2f} GiB per GPU >"
+                f" {r['device_memory_gib']:g} GiB (compute.device_memory_gib), not simulated  {r['note']}".rstrip()
+            )
+            continue
+        speedup = f"{r['speedup']:>9.3f}x" if r["speedup"] is not None else f"{'n/a':>10}"
         print(
             f"{r['mitigation']:<{width}} {r['ranks']:>5} {fmt_seconds(r['step_time_s']):>9}"
-            f" {fmt_seconds(r['step_time_p95_s']):>9} {r['tokens_per_s']:>11,.0f} {r['speedup']:>9.3f}x"
+            f" {fmt_seconds(r['step_time_p95_s']):>9} {r['tokens_per_s']:>11,.0f} {speedup}"
             f" {r['scaling_efficiency']:>10.1%} {r['gpu_h_per_btok']:>10.1f}"
             + (f" {r['usd_per_btok']:>9,.2f}" if usd else "")
             + f"  {r['note']}"
             + (f" (restart {r['restart_s'] / 60:g} min over {args.horizon_h:g} h)" if r["restart_s"] else "")
+            + (f" (memory {r['memory_gib']:.2f} GiB exceeds the device: --ignore-memory)" if r["oom"] else "")
+        )
+    if any(r["step_time_s"] is None for r in out):
+        print(
+            "OOM rows: the per-GPU memory estimate (sim/memory.py) exceeds the device's, so they are not"
+            " simulated or ranked; --ignore-memory simulates them anyway"
         )
     if args.out:
         print(f"whatif.csv, whatif.json and whatif.png in {args.out}/")
@@ -87,6 +107,11 @@ def _write(rows: list[dict], out: Path) -> None:
 
     write_json_atomic(out / "whatif.json", rows)
     header = list(rows[0])
-    write_csv_atomic(out / "whatif.csv", header, [[r[k] for k in header] for r in rows])
-    notes = [f"{r['speedup']:.3f}x tokens/s" for r in rows]
-    plot_breakdown(rows, [r["mitigation"] for r in rows], out / "whatif.png", title="ddplab whatif", notes=notes)
+    write_csv_atomic(out / "whatif.csv", header, [["" if r[k] is None else r[k] for k in header] for r in rows])
+    ran = [r for r in rows if r["step_time_s"] is not None]  # an OOM row has no step to draw
+    if not ran:
+        return
+    notes = [f"{r['speedup']:.3f}x tokens/s" if r["speedup"] is not None else "" for r in ran]
+    oom = [r["mitigation"] for r in rows if r["step_time_s"] is None]
+    title = "ddplab whatif" + (f" (out of memory, not drawn: {', '.join(oom)})" if oom else "")
+    plot_breakdown(ran, [r["mitigation"] for r in ran], out / "whatif.png", title=title, notes=notes)

@@ -169,10 +169,21 @@ class ComputeConfig:
     memory_peak_gib: float | None = None
     """Peak allocated memory per GPU as measured (`ddplab calibrate` on a GPU probe), reported
     beside sim/memory.py's estimate and used to say whether it fits; unset = the estimate."""
+    device_memory_gib: float = 79.65
+    """Memory of one device as its driver reports it, GiB (2^30 bytes): the budget the per-GPU
+    memory estimate must fit, or `simulate` refuses (exit 3) and names what would fit. Default:
+    the H100 SXM's 81,559 MiB (nvidia-smi), as the other defaults here; 0 = no check (a CPU-only
+    rank, whose host RAM the OS pages: docs/gpu.md "Does it fit?")."""
 
     def __post_init__(self):
         if self.memory_peak_gib is not None:
             _require(self.memory_peak_gib > 0, "compute.memory_peak_gib", self.memory_peak_gib, "must be > 0")
+        _require(
+            0 <= self.device_memory_gib < math.inf,
+            "compute.device_memory_gib",
+            self.device_memory_gib,
+            "must be >= 0 and finite (0 = no memory check)",
+        )
         if self.ready_fractions is not None:
             for name, frac in self.ready_fractions.items():
                 _require(0 <= frac <= 1, f"compute.ready_fractions.{name}", frac, "must be in [0, 1]")

@@ -12,7 +12,9 @@ A mitigation is a named change to the scenario's data:
 Several in one row, comma-separated, apply in order (network.nics_per_node=4,network.nic_gbit_s=200;
 rebalance,accum=4); a piece without ``=`` that names no fix continues the value before it
 (stragglers=17:1.4,100:2.0 is one change).
-Throughput is tokens per second of wall time; cost is GPU-hours per billion tokens.
+Throughput is tokens per second of wall time; cost is GPU-hours per billion tokens. A row whose
+per-GPU memory exceeds its device (sim/memory_fit.py) is not simulated: its numbers are None and
+``oom`` is set, unless ``ignore_memory``.
 """
 
 import math
@@ -22,6 +24,7 @@ import numpy as np
 
 from sim.config import Scenario, parse_stragglers
 from sim.engine import simulate
+from sim.memory_fit import fit
 from sim.scenario_file import apply_overrides, scenario_from_dict, split_assignments
 from sim.workload import build_workload
 
@@ -45,6 +48,24 @@ class WhatIf(NamedTuple):
     dataloader_s: float
     exposed_comm_s: float
     straggler_wait_s: float
+    memory_gib: float = 0.0  # per GPU at the peak (sim/memory_fit.py)
+    device_memory_gib: float = 0.0  # compute.device_memory_gib; 0 = not checked
+    oom: bool = False  # the peak exceeds the device: not simulated (every number above None) unless ignore_memory
+
+
+# What a row measures; None in a row that is not simulated (out of memory).
+NUMBERS = (
+    "step_time_s",
+    "step_time_p95_s",
+    "tokens_per_s",
+    "scaling_efficiency",
+    "gpu_h_per_btok",
+    "compute_s",
+    "optimizer_s",
+    "dataloader_s",
+    "exposed_comm_s",
+    "straggler_wait_s",
+)
 
 
 def _slowest_group(sc: Scenario) -> tuple[list[int], str]:
@@ -121,24 +142,31 @@ def row_scenarios(data: dict, tries: list[str]) -> list[Scenario]:
     return rows
 
 
-def compare(data: dict, tries: list[str], *, horizon_h: float, restart_min: float) -> list[WhatIf]:
+def compare(
+    data: dict, tries: list[str], *, horizon_h: float, restart_min: float, ignore_memory: bool = False
+) -> list[WhatIf]:
     """Doing nothing, then each mitigation, on the same seed."""
     # `not >`: NaN fails every comparison, so it is refused here rather than printed as a result.
     if not (horizon_h > 0 and math.isfinite(horizon_h)):
         raise ValueError(f"--horizon-h: must be > 0 and finite, got {horizon_h}")
     if not (restart_min >= 0 and math.isfinite(restart_min)):
         raise ValueError(f"--restart-min: must be >= 0 and finite, got {restart_min}")
-    rows = [_run("nothing", data, 0.0, "", horizon_h)]
+    rows = [_run("nothing", data, 0.0, "", horizon_h, ignore_memory)]
     for text in tries:
         changed, restart_s, note = apply_mitigation(data, text)
         if restart_s is None:
             restart_s = restart_min * 60.0
-        rows.append(_run(text, changed, restart_s, note, horizon_h))
+        rows.append(_run(text, changed, restart_s, note, horizon_h, ignore_memory))
     return rows
 
 
-def _run(name: str, data: dict, restart_s: float, note: str, horizon_h: float) -> WhatIf:
+def _run(name: str, data: dict, restart_s: float, note: str, horizon_h: float, ignore_memory: bool) -> WhatIf:
     sc = scenario_from_dict(data)
+    f = fit(sc)
+    memory = {"memory_gib": f.total_gib, "device_memory_gib": f.device_gib}
+    if not (f.fits or ignore_memory):
+        unknown = dict.fromkeys(NUMBERS)  # an out-of-memory error has no step time
+        return WhatIf(name, sc.ranks, restart_s=restart_s, note=note, **unknown, **memory, oom=True)
     s = simulate(sc, trace_steps=0).summary()
     horizon_s = horizon_h * 3600.0
     tokens_per_s = s["tokens_per_s"] * max(0.0, 1.0 - restart_s / horizon_s)
@@ -157,4 +185,6 @@ def _run(name: str, data: dict, restart_s: float, note: str, horizon_h: float) -
         dataloader_s=s["dataloader_s"],
         exposed_comm_s=s["exposed_comm_s"],
         straggler_wait_s=s["straggler_wait_s"],
+        **memory,
+        oom=not f.fits,
     )

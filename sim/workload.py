@@ -78,6 +78,15 @@ def tiers_for(net: NetworkConfig) -> Tiers:
     )
 
 
+def recompute_fraction(sc: Scenario) -> float:
+    """The share of a forward that backward runs again. Activation checkpointing reruns every
+    block's forward inside backward (torch.utils.checkpoint; Chen et al. 2016): backward grows by
+    the blocks' share of the forward (FSDP does the same per block)."""
+    if not sc.training.activation_checkpointing:
+        return 0.0
+    return sc.model.shape.n_layer * compute_shares(sc.model.shape, sc.seq_len).block
+
+
 def micro_step_compute_s(sc: Scenario) -> tuple[float, float]:
     """(forward, backward) seconds of one micro-step on a speed-1 rank: given
     (compute.step_compute_s), from a fixed MFU (FLOPs / (peak x mfu)), or the roofline of
@@ -162,9 +171,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         per_step_s = loader + base * t.grad_accum * factor
         share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
         factor, loader = factor * share, loader * share
-    # Activation checkpointing reruns every block's forward inside backward (torch.utils.checkpoint;
-    # Chen et al. 2016): backward grows by the blocks' share of the forward (FSDP does the same per block).
-    recompute = shape.n_layer * compute_shares(shape, seq).block if t.activation_checkpointing else 0.0
+    recompute = recompute_fraction(sc)
     wire = np.array([_wire_bytes(sc, b) for b in buckets])
     fabric = fabric_for(sc)
     costs = [collective_cost("allreduce", w, fabric) for w in wire]

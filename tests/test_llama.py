@@ -145,12 +145,14 @@ def test_llama3_8b_on_1024_h100s_ddp_does_not_fit_fsdp_does():
 
 
 def test_simulate_llama3_8b_scenario_from_the_cli(ddplab):
-    for extra, verdict in (((), "does NOT fit 80 GiB"), (("--set", "training.mode=fsdp"), "fits 80 GiB")):
+    # DDP does not fit: not simulated, exit 3 (tests/test_answers_memory.py holds the rest of it).
+    for extra, verdict, want in (((), "does NOT fit 80 GiB", 3), (("--set", "training.mode=fsdp"), "fits 80 GiB", 0)):
         code, out, err = ddplab("simulate", "llama3-8b-1024", "--steps", "5", "--device-gib", "80", *extra)
-        assert code == 0, err
+        assert code == want, err
         memory = next(line for line in out.splitlines() if line.strip().startswith("memory/GPU"))
         assert verdict in memory, memory
-    code, out, err = ddplab("simulate", "llama3-8b-1024", "--steps", "5", "--json")
+    # The compute time, not the memory, is the question here: DDP's, simulated anyway.
+    code, out, err = ddplab("simulate", "llama3-8b-1024", "--steps", "5", "--json", "--ignore-memory")
     assert code == 0, err
     # 8,192 tokens a rank: compute of 57.9 GFLOP a token at the roofline, well under a second.
     assert 0.5 < json.loads(out)["compute_s"] < 1.2

@@ -7,7 +7,9 @@ varied values is built (and so validated by sim/config.py) here, in the caller's
 travels to a worker is that combination's scenario data (a plain dict, sim/scenario_file.py)
 with its seed, so a worker, local or on a Dask cluster, needs the package but none of the
 caller's files. Which engine runs the list is workflow/sweep_engines.py's business; the rows
-come back in grid order whichever it is. This module knows no command line.
+come back in grid order whichever it is. A grid point whose per-GPU memory exceeds its device
+(sim/memory_fit.py; memory does not depend on the seed) is not run: its row says out of memory,
+with its peak, and carries no metric. This module knows no command line.
 """
 
 import itertools
@@ -178,6 +180,17 @@ def build(grid: Grid) -> list[Built]:
     return out
 
 
+def out_of_memory(built: list[Built], ignore: bool = False) -> list[dict | None]:
+    """Per grid point: None when it fits its device (or ``ignore``), else its verdict (the peak,
+    the device's memory and what would fit)."""
+    from sim.memory_fit import fit, verdict
+
+    if ignore:
+        return [None] * len(built)
+    fits = [fit(b.scenario) for b in built]
+    return [None if f.fits else verdict(b.scenario, f) for b, f in zip(built, fits, strict=True)]
+
+
 def tasks(built: list[Built], seeds) -> list[dict]:
     """One run per grid point and seed, seed fastest: what a worker simulates."""
     return [apply_overrides(b.data, seed=seed) for b in built for seed in seeds]
@@ -229,11 +242,36 @@ def aggregate(rows: list[dict], n_seeds: int) -> list[dict]:
     return out
 
 
-def run(grid: Grid, built, engine, on_done=None) -> dict:
-    """The whole sweep on ``engine`` (workflow/sweep_engines.py): {grid, runs, rows}."""
-    results = engine.map(simulate_run, tasks(built, grid.seeds), on_done)
-    runs = run_rows(built, grid.seeds, results)
-    return {"grid": grid_dict(grid), "runs": runs, "rows": aggregate(runs, len(grid.seeds))}
+def run(grid: Grid, built, engine, on_done=None, oom: list[dict | None] | None = None) -> dict:
+    """The whole sweep on ``engine`` (workflow/sweep_engines.py): {grid, runs, rows}; the points
+    ``oom`` (out_of_memory's list) marks are not run, and their rows say so in grid order."""
+    from sim.memory_fit import fit
+
+    oom = oom or [None] * len(built)
+    todo = [b for b, o in zip(built, oom, strict=True) if o is None]
+    results = engine.map(simulate_run, tasks(todo, grid.seeds), on_done)
+    runs = run_rows(todo, grid.seeds, results)
+    simulated = iter(aggregate(runs, len(grid.seeds)))
+    rows = []
+    for b, o in zip(built, oom, strict=True):
+        f = fit(b.scenario)
+        memory = {"memory_gib": f.total_gib, "device_memory_gib": f.device_gib, "out_of_memory": not f.fits}
+        rows.append(next(simulated) | memory if o is None else _oom_row(b, grid.seeds, o))
+    return {"grid": grid_dict(grid), "runs": runs, "rows": rows}
+
+
+def _oom_row(b: Built, seeds, verdict: dict) -> dict:
+    """A grid point not run: its identity and memory, every metric None."""
+    sc = b.scenario
+    identity = {"ranks": sc.ranks, "nodes": -(-sc.ranks // sc.network.gpus_per_node), "steps": sc.steps}
+    return (
+        {"scenario": b.point.label, "vary": dict(b.point.vary)}
+        | identity
+        | {"seeds": list(seeds)}
+        | dict.fromkeys(METRIC_NAMES)
+        | {"memory_gib": verdict["peak_gib"], "device_memory_gib": verdict["device_memory_gib"], "out_of_memory": True}
+        | {"alternatives": verdict["alternatives"]}
+    )
 
 
 def grid_dict(grid: Grid) -> dict:

@@ -32,15 +32,27 @@ def write_sweep(result: dict, out: Path) -> list[Path]:
     stats = ("mean", "ci95_low", "ci95_high")
     write_csv_atomic(
         out / "sweep.csv",
-        [*_point_columns(vary_keys), "seeds", *(f"{m}_{s}" for m in METRIC_NAMES for s in stats)],
+        [
+            *_point_columns(vary_keys),
+            "seeds",
+            *(f"{m}_{s}" for m in METRIC_NAMES for s in stats),
+            "memory_gib",
+            "out_of_memory",
+        ],
         [
             [
                 *_point_cells(r, vary_keys),
                 len(r["seeds"]),
-                *("" if r[m][s] is None else r[m][s] for m in METRIC_NAMES for s in stats),
+                # An out-of-memory point was not run: no metric, every cell empty.
+                *("" if r[m] is None or r[m][s] is None else r[m][s] for m in METRIC_NAMES for s in stats),
+                r["memory_gib"],
+                r["out_of_memory"],
             ]
             for r in result["rows"]
         ],
     )
-    plot_sweep(result["rows"], vary_keys, out / "sweep.png")
+    ran = [r for r in result["rows"] if r[METRIC_NAMES[0]] is not None]
+    if not ran:  # nothing to draw: every point out of memory
+        return [out / name for name in FILES[:-1]]
+    plot_sweep(ran, vary_keys, out / "sweep.png")
     return [out / name for name in FILES]

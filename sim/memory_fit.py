@@ -1,0 +1,148 @@
+"""Does one rank's memory fit its device, and if not, what would: the check `simulate`,
+`whatif`, `compare` and `sweep` make before they simulate a configuration.
+
+The peak is sim/memory.py's estimate (or a GPU calibration's measured peak, which
+``compute.memory_peak_gib`` carries) plus the CUDA context; the budget is
+``compute.device_memory_gib``, the device's memory as its driver reports it (0: no check). A
+configuration over it would die with an out-of-memory error on its first backward, so its step
+time is not a result: the commands say so instead, with what would fit.
+
+What would fit is searched over the changes a practitioner makes first (CANDIDATES, as data):
+sharding (FSDP, and HSDP where this version has it), activation checkpointing, and the
+largest smaller micro-batch, each alone; where none alone fits, the smallest combinations that
+do. Each is re-estimated on the changed scenario, so every peak named is one that fits.
+"""
+
+import itertools
+from dataclasses import replace
+from typing import NamedTuple
+
+from sim.config import Scenario
+from sim.memory import estimate_memory
+
+# The changes tried, in the order they are named. A candidate the scenario refuses (ValueError:
+# a mode this version does not have, or one that does not go with the rest) is skipped, and one
+# that changes nothing (FSDP on an FSDP scenario) is not a suggestion.
+CANDIDATES = (
+    {"training.mode": "fsdp"},
+    {"training.mode": "hsdp"},
+    {"training.activation_checkpointing": True},
+)
+MICRO_BATCH = "training.micro_batch_size"  # searched: the largest below the scenario's that fits
+
+
+class Fit(NamedTuple):
+    total_gib: float  # the rank's peak on the device: allocated (estimated or measured) + CUDA context
+    device_gib: float  # compute.device_memory_gib; 0 = not checked
+    measured: bool  # total_gib rests on a GPU calibration's measured peak
+
+    @property
+    def checked(self) -> bool:
+        return self.device_gib > 0
+
+    @property
+    def fits(self) -> bool:
+        return not self.checked or self.total_gib <= self.device_gib
+
+
+class Alternative(NamedTuple):
+    changes: dict  # scenario key -> value, as --set takes them
+    total_gib: float  # its estimated peak per GPU, which fits
+
+    @property
+    def text(self) -> str:
+        """As --set (and whatif's --try) take it: key=value,key=value."""
+        return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in self.changes.items())
+
+
+def fit(sc: Scenario) -> Fit:
+    """The scenario's peak per GPU against its device."""
+    est = estimate_memory(sc)
+    measured = sc.compute.memory_peak_gib
+    total = est.total_gib if measured is None else measured + est.cuda_context_gib
+    return Fit(total, sc.compute.device_memory_gib, measured is not None)
+
+
+def with_changes(sc: Scenario, changes: dict) -> Scenario:
+    """``sc`` with ``section.key: value`` changes, checked again as a scenario is (ValueError)."""
+    sections: dict[str, dict] = {}
+    for key, value in changes.items():
+        section, _, name = key.partition(".")
+        sections.setdefault(section, {})[name] = value
+    return replace(sc, **{s: replace(getattr(sc, s), **kw) for s, kw in sections.items()})
+
+
+def _estimated_total(sc: Scenario) -> float:
+    return estimate_memory(sc).total_gib
+
+
+def _applicable(sc: Scenario) -> list[dict]:
+    """The candidates that change something and that this scenario accepts."""
+    out = []
+    for changes in CANDIDATES:
+        if all(_current(sc, k) == v for k, v in changes.items()):
+            continue
+        try:
+            with_changes(sc, changes)
+        except ValueError:
+            continue
+        out.append(changes)
+    return out
+
+
+def _current(sc: Scenario, key: str):
+    section, _, name = key.partition(".")
+    return getattr(getattr(sc, section), name)
+
+
+def _largest_micro_batch(sc: Scenario, device_gib: float) -> Alternative | None:
+    """The largest micro-batch below ``sc``'s that fits (memory grows with it), or None."""
+    for m in range(sc.training.micro_batch_size - 1, 0, -1):
+        total = _estimated_total(with_changes(sc, {MICRO_BATCH: m}))
+        if total <= device_gib:
+            return Alternative({MICRO_BATCH: m}, total)
+    return None
+
+
+def _try(sc: Scenario, levers: tuple, device_gib: float) -> Alternative | None:
+    """Apply every lever (a candidate's changes, or MICRO_BATCH: searched last, on top of the
+    rest); the result if it fits."""
+    changes: dict = {}
+    for lever in levers:
+        if lever != MICRO_BATCH:
+            if set(lever) & set(changes):  # two values of one key (FSDP and HSDP): not a combination
+                return None
+            changes |= lever
+    changed = with_changes(sc, changes)
+    if MICRO_BATCH in levers:
+        smaller = _largest_micro_batch(changed, device_gib)
+        return Alternative(changes | smaller.changes, smaller.total_gib) if smaller else None
+    total = _estimated_total(changed)
+    return Alternative(changes, total) if total <= device_gib else None
+
+
+def alternatives(sc: Scenario, device_gib: float | None = None) -> list[Alternative]:
+    """What would fit ``device_gib`` (default: the scenario's device): each candidate alone that
+    fits; where none does, the fewest candidates together that do. Empty when nothing tried fits."""
+    device_gib = sc.compute.device_memory_gib if device_gib is None else device_gib
+    levers: list = _applicable(sc)
+    if sc.training.micro_batch_size > 1:
+        levers.append(MICRO_BATCH)
+    for size in range(1, len(levers) + 1):
+        found = [a for combo in itertools.combinations(levers, size) if (a := _try(sc, combo, device_gib))]
+        if found:
+            return found
+    return []
+
+
+def verdict(sc: Scenario, f: Fit | None = None) -> dict:
+    """What the commands report for a configuration that does not fit, as JSON: the verdict, the
+    peak, the device's memory and what would fit, each with its peak."""
+    f = f or fit(sc)
+    return {
+        "verdict": "out_of_memory",
+        "peak_gib": f.total_gib,
+        "peak_measured": f.measured,
+        "device_memory_gib": f.device_gib,
+        "alternatives": [{"set": a.text, "peak_gib": a.total_gib} for a in alternatives(sc, f.device_gib)],
+    }
