@@ -37,6 +37,7 @@ class TransformerShape:
     ffn_hidden: int | None = None  # llama: SwiGLU's hidden size; gpt2: 4 n_embd
     tied_embeddings: bool | None = None  # unset: gpt2 tied, llama untied
     rope_theta: float | None = None  # llama: RoPE's base (realrun reads it; no arithmetic here)
+    qkv_bias: bool | None = None  # llama: a bias on Q, K and V (Qwen2's; sim only); gpt2: always
 
     def __post_init__(self):
         for field in ("n_layer", "n_embd", "n_head", "block_size", "vocab_size"):
@@ -55,7 +56,14 @@ class TransformerShape:
                 raise ValueError(
                     f"model {self.name}: layout gpt2 ties lm_head to wte (tied_embeddings = false needs llama)"
                 )
-            defaults = {"n_kv_head": self.n_head, "ffn_hidden": 4 * self.n_embd, "tied_embeddings": True}
+            if self.qkv_bias is False:
+                raise ValueError(f"model {self.name}: layout gpt2 biases every linear (qkv_bias = false needs llama)")
+            defaults = {
+                "n_kv_head": self.n_head,
+                "ffn_hidden": 4 * self.n_embd,
+                "tied_embeddings": True,
+                "qkv_bias": True,
+            }
         else:
             for key in ("n_kv_head", "ffn_hidden"):
                 if getattr(self, key) is None:
@@ -71,7 +79,7 @@ class TransformerShape:
                     f"model {self.name}: RoPE rotates pairs: head size {self.n_embd // self.n_head} is odd"
                 )
             # RoPE's base of Su et al. 2021 and Llama 1 and 2; Llama 3's 500,000 is set in models.toml.
-            defaults = {"tied_embeddings": False, "rope_theta": 10000.0}
+            defaults = {"tied_embeddings": False, "rope_theta": 10000.0, "qkv_bias": False}
         for key, value in defaults.items():
             if getattr(self, key) is None:
                 object.__setattr__(self, key, value)  # frozen: resolved once, here
@@ -164,7 +172,7 @@ def _block_tensors(i: int, shape: TransformerShape) -> list[ParamTensor]:
     p, d, b = f"transformer.h.{i}.", shape.n_embd, shape.biases
     return [
         *_norm(p + "ln_1", d, b),
-        *_linear(p + "attn.c_attn", d, shape.qkv_dim, b),
+        *_linear(p + "attn.c_attn", d, shape.qkv_dim, shape.qkv_bias),
         *_linear(p + "attn.c_proj", d, d, b),
         *_norm(p + "ln_2", d, b),
         *_linear(p + "mlp.c_fc", d, shape.fc_dim, b),
@@ -239,7 +247,7 @@ def backward_ops(shape: TransformerShape, seq_len: int) -> list[BackwardOp]:
             BackwardOp(0.0, _grads(p + "ln_2", b)),
             BackwardOp(2.0 * d * d, _grads(p + "attn.c_proj", b)),
             BackwardOp(4.0 * seq_len * d, ()),
-            BackwardOp(2.0 * shape.qkv_dim * d, _grads(p + "attn.c_attn", b)),
+            BackwardOp(2.0 * shape.qkv_dim * d, _grads(p + "attn.c_attn", shape.qkv_bias)),
             BackwardOp(0.0, _grads(p + "ln_1", b)),
         ]
     embeddings = ("transformer.wpe.weight",) if shape.learned_positions else ()
