@@ -85,8 +85,8 @@ def _refuse_moe(cfg: dict, where: str) -> None:
 
 def shape_keys(cfg: dict, where: str) -> tuple[dict, int | None]:
     """The mapping itself, on a parsed config.json (``where`` begins every error)."""
+    _refuse_moe(cfg, where)  # first: "a mixture of experts" says more than "MixtralForCausalLM"
     arch = _architecture(cfg, where)
-    _refuse_moe(cfg, where)
     if arch in GPT2_LIKE:
         return _gpt2(cfg, where), None
     return _llama(cfg, where, LLAMA_LIKE[arch])

@@ -39,25 +39,27 @@ class TransformerShape:
     rope_theta: float | None = None  # llama: RoPE's base (realrun reads it; no arithmetic here)
     qkv_bias: bool | None = None  # llama: a bias on Q, K and V (Qwen2's; sim only); gpt2: always
 
+    def _refuse(self, key: str, why: str) -> None:
+        """One line naming the key (as a scenario's [model] table and models.toml spell it)."""
+        raise ValueError(f"model.{key}: {why}, got {getattr(self, key)!r} (model {self.name})")
+
     def __post_init__(self):
-        for field in ("n_layer", "n_embd", "n_head", "block_size", "vocab_size"):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"model {self.name}: {field} must be > 0, got {getattr(self, field)}")
+        for key in ("n_layer", "n_embd", "n_head", "block_size", "vocab_size"):
+            if getattr(self, key) <= 0:
+                self._refuse(key, "must be > 0")
         if self.layout not in LAYOUTS:
-            raise ValueError(f"model {self.name}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+            self._refuse("layout", f"must be one of {', '.join(LAYOUTS)}")
         if self.n_embd % self.n_head:
-            raise ValueError(f"model {self.name}: n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+            self._refuse("n_head", f"must divide n_embd {self.n_embd} (the head size is n_embd / n_head)")
         if self.layout == "gpt2":
             # realrun's GPT-2 has none of these: a shape it cannot build is refused here too.
             for key in ("n_kv_head", "ffn_hidden", "rope_theta"):
                 if getattr(self, key) is not None:
-                    raise ValueError(f'model {self.name}: {key} needs layout = "llama"')
+                    self._refuse(key, 'needs layout = "llama"')
             if self.tied_embeddings is False:
-                raise ValueError(
-                    f"model {self.name}: layout gpt2 ties lm_head to wte (tied_embeddings = false needs llama)"
-                )
+                self._refuse("tied_embeddings", "layout gpt2 ties lm_head to wte (false needs llama)")
             if self.qkv_bias is False:
-                raise ValueError(f"model {self.name}: layout gpt2 biases every linear (qkv_bias = false needs llama)")
+                self._refuse("qkv_bias", "layout gpt2 biases every linear (false needs llama)")
             defaults = {
                 "n_kv_head": self.n_head,
                 "ffn_hidden": 4 * self.n_embd,
@@ -67,17 +69,15 @@ class TransformerShape:
         else:
             for key in ("n_kv_head", "ffn_hidden"):
                 if getattr(self, key) is None:
-                    raise ValueError(f"model {self.name}: layout llama needs {key}")
+                    self._refuse(key, "layout llama needs it")
                 if getattr(self, key) <= 0:
-                    raise ValueError(f"model {self.name}: {key} must be > 0, got {getattr(self, key)}")
+                    self._refuse(key, "must be > 0")
             if self.n_head % self.n_kv_head:
-                raise ValueError(
-                    f"model {self.name}: n_head {self.n_head} is not a multiple of n_kv_head {self.n_kv_head}"
-                )
+                self._refuse("n_kv_head", f"must divide n_head {self.n_head}")
             if (self.n_embd // self.n_head) % 2:
-                raise ValueError(
-                    f"model {self.name}: RoPE rotates pairs: head size {self.n_embd // self.n_head} is odd"
-                )
+                self._refuse("n_head", "RoPE rotates pairs: the head size n_embd / n_head must be even")
+            if self.rope_theta is not None and not self.rope_theta > 0:
+                self._refuse("rope_theta", "must be > 0")
             # RoPE's base of Su et al. 2021 and Llama 1 and 2; Llama 3's 500,000 is set in models.toml.
             defaults = {"tied_embeddings": False, "rope_theta": 10000.0, "qkv_bias": False}
         for key, value in defaults.items():
