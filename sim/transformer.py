@@ -6,7 +6,9 @@ gpt2 (the default): GPT-2 as nanoGPT builds it: learned position embeddings, Lay
 llama: Llama (Touvron et al. 2023; Llama 3: Grattafiori et al. 2024): rotary positions (no
     table), RMSNorm (a weight, no bias), no biases, a SwiGLU MLP of ``ffn_hidden``
     (Shazeer 2020), grouped-query attention with ``n_kv_head`` key/value heads (Ainslie et
-    al. 2023) and, unless ``tied_embeddings``, an output layer of its own.
+    al. 2023) and, unless ``tied_embeddings``, an output layer of its own. ``qkv_bias``
+    adds Qwen2's bias on Q, K and V (sim only: realrun builds models.toml's presets, which
+    set none; a scenario's own shape comes through sim/model_source.py).
 
 The tensor names and order follow realrun/model.py (the module realrun builds), so buckets
 computed here are the buckets DDP builds there. That module fuses what Meta's reference keeps
