@@ -23,10 +23,6 @@ KNOWN = {**LLAMA_LIKE, **GPT2_LIKE}
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
 
 
-class HFConfigError(ValueError):
-    pass
-
-
 def read_hf_config(path: str) -> tuple[dict, int | None]:
     """(models.toml shape keys, the sliding window beyond which attention is not modelled
     or None) of the config.json at ``path``."""
@@ -34,13 +30,15 @@ def read_hf_config(path: str) -> tuple[dict, int | None]:
     try:
         cfg = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise HFConfigError(f"{where}: no such file") from None
+        raise ValueError(f"{where}: no such file") from None
     except OSError as e:
-        raise HFConfigError(f"{where}: cannot read ({e.strerror})") from None
+        raise ValueError(f"{where}: cannot read ({e.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise HFConfigError(f"{where}: not JSON ({e})") from None
+        raise ValueError(f"{where}: not JSON ({e})") from None
+    except RecursionError:  # json recurses once per level of nesting
+        raise ValueError(f"{where}: nested too deeply to read") from None
     if not isinstance(cfg, dict):
-        raise HFConfigError(f"{where}: expected a JSON object (a config.json), got {type(cfg).__name__}")
+        raise ValueError(f"{where}: expected a JSON object (a config.json), got {type(cfg).__name__}")
     return shape_keys(cfg, where)
 
 
@@ -50,25 +48,26 @@ def _architecture(cfg: dict, where: str) -> str:
         arch = archs[0]
     else:  # a config without architectures: its model_type names the family
         by_type = {v: k for k, v in KNOWN.items()}
-        arch = by_type.get(cfg.get("model_type"), cfg.get("model_type"))
-    if arch not in KNOWN:
+        arch = cfg.get("model_type")
+        arch = by_type.get(arch, arch) if isinstance(arch, str) else arch
+    if not isinstance(arch, str) or arch not in KNOWN:
         known = ", ".join(KNOWN)
-        raise HFConfigError(f"{where}: architectures = {arch!r}: not a layout ddplab models (it reads {known})")
+        raise ValueError(f"{where}: architectures = {arch!r}: not a layout ddplab models (it reads {known})")
     return arch
 
 
 def _int(cfg: dict, key: str, where: str, default=None) -> int:
     value = cfg.get(key, default)
     if value is None:
-        raise HFConfigError(f"{where}: {key} is not set")
+        raise ValueError(f"{where}: {key} is not set")
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise HFConfigError(f"{where}: {key} = {value!r}: expected a positive integer")
+        raise ValueError(f"{where}: {key} = {value!r}: expected a positive integer")
     return value
 
 
 def _refuse_if(cond: bool, where: str, key: str, value, why: str) -> None:
     if cond:
-        raise HFConfigError(f"{where}: {key} = {value!r}: {why}")
+        raise ValueError(f"{where}: {key} = {value!r}: {why}")
 
 
 def _refuse_moe(cfg: dict, where: str) -> None:
@@ -139,7 +138,9 @@ def _llama(cfg: dict, where: str, family: str) -> tuple[dict, int | None]:
     )
     for key in ("attention_bias", "mlp_bias"):  # LlamaConfig's; Qwen2's Q, K, V bias is built in
         _refuse_if(bool(cfg.get(key)), where, key, cfg.get(key), "biases beyond Qwen2's on Q, K and V are not modelled")
-    theta = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+    # Newer transformers keep it under rope_parameters; LlamaConfig's default is 10,000.
+    rope = cfg.get("rope_parameters")
+    theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0) if isinstance(rope, dict) else 10000.0)
     _refuse_if(
         isinstance(theta, bool) or not isinstance(theta, int | float) or not math.isfinite(theta) or theta <= 0,
         where,

@@ -69,7 +69,11 @@ def resolve_model(*, preset: str | None, hf_config: str | None, name: str | None
 def same_as_preset(shape: TransformerShape, preset: str) -> bool:
     """Whether ``shape`` is ``preset``'s, whatever either is called (a calibration measured on
     the preset holds for it)."""
-    return preset in load_models() and shape_keys_of(model_shape(preset)) == shape_keys_of(shape)
+    try:
+        theirs = model_shape(preset)
+    except ValueError:  # not a preset
+        return False
+    return shape_keys_of(theirs) == shape_keys_of(shape)
 
 
 def shape_keys_of(shape: TransformerShape) -> dict:

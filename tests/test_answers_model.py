@@ -225,6 +225,13 @@ def test_a_config_json_the_model_cannot_express_is_refused_naming_the_field(caps
     assert names in line
 
 
+def test_a_config_without_architectures_is_read_by_its_model_type(tmp_path):
+    shape = ModelConfig(hf_config=hf_file(tmp_path, architectures=None, model_type="llama")).shape
+    assert param_count(shape) == llama_params(**L3B)
+    with pytest.raises(ValueError, match=r"architectures = \{'a': 1\}: not a layout"):
+        ModelConfig(hf_config=hf_file(tmp_path, architectures=[{"a": 1}]))
+
+
 def test_an_unreadable_config_json_is_one_line(capsys, tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text("{not json")
@@ -313,9 +320,12 @@ def test_a_model_table_is_one_model_not_half_the_bases(tmp_path):
 def test_a_relative_hf_config_is_from_the_files_folder_and_the_data_travels(tmp_path, monkeypatch):
     """The path is made absolute when the file is read, so a sweep's worker (another working
     directory, scenario data only) reads the same config; --set's is from the working directory."""
+    monkeypatch.chdir(tmp_path)  # not the examples' folder: the path is the file's
     data = scenario_data(FROM_HF)
-    monkeypatch.chdir(tmp_path)
+    assert data["model"]["hf_config"] == str(HF_JSON)
+    monkeypatch.chdir(ROOT)
     assert scenario_from_dict(data).model.shape.n_layer == 28
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "cfgs").mkdir()
     hf_file(tmp_path / "cfgs", num_hidden_layers=20)
     assert load_scenario(BY_HAND, ["model.hf_config=cfgs/config.json"]).model.shape.n_layer == 20
