@@ -45,8 +45,8 @@ class ModelConfig:
     MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel; sim/hf_config.py); a relative path
     is from the scenario file's folder (--set: the working directory)."""
     name: str | None = None
-    """What outputs call the model; unset = the preset whose shape it is, else the hf_config's
-    folder (or file), else the preset and the keys changed, else "custom"."""
+    """What outputs call the model; unset = the preset whose shape it is, else the preset's or
+    hf_config's name with the keys changed (llama3-8b+n_layer=40), else "custom"."""
     layout: str | None = None
     """gpt2 | llama (sim/transformer.py); unset = the preset's or hf_config's, else gpt2."""
     n_layer: int | None = None

@@ -98,15 +98,23 @@ def _file_name(hf_config: str | None) -> str | None:
 
 def _auto_name(shape: TransformerShape, preset, hf_config, base: dict, given: dict) -> str:
     """The preset a shape is (so a preset written out by hand reads as the preset), else the
-    config.json's name, else the preset and what was changed, else "custom"."""
+    preset's or config.json's name with what was changed (``llama3-8b+n_layer=40``), else
+    "custom"."""
     if preset is not None and not given:
         return preset
     for candidate in ([preset] if preset else []) + list(load_models()):
         if same_as_preset(shape, candidate):
             return candidate
-    if hf_config is not None:
-        return _file_name(hf_config)
+    source = preset or _file_name(hf_config)
     changed = {k: v for k, v in given.items() if base.get(k) != v}
-    if preset is not None and len(changed) <= _MAX_NAMED_CHANGES:
-        return f"{preset}+" + ",".join(f"{k}={v}" for k, v in changed.items())
+    if source and not changed:
+        return source
+    if source and len(changed) <= _MAX_NAMED_CHANGES:
+        return with_changes(source, changed)
     return "custom"
+
+
+def with_changes(name: str, changed: dict) -> str:
+    """``llama3-8b`` with {"n_layer": 40} -> ``llama3-8b+n_layer=40``: a model's name once keys
+    are set over it, so no output calls a changed model by the unchanged one's name."""
+    return f"{name}+" + ",".join(f"{k}={v}" for k, v in changed.items())

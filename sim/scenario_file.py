@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 
 from sim.config import Scenario
+from sim.model_source import SHAPE_KEYS, with_changes
 from sim.precision import PRECISIONS
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Scenario) if dataclasses.is_dataclass(f.type)}
@@ -186,6 +187,14 @@ def _hf_config_from(data: dict, folder: Path) -> None:
 _MODEL_NAMERS = {"preset", "hf_config"}
 
 
+def _rename_changed_model(table: dict, path: list[str], value) -> None:
+    """A model the file names (``name = "llama3.2-3b"``) whose shape --set changes is named
+    for the change too: ``llama3.2-3b+n_layer=30``."""
+    name = table.get("name")
+    if path[0] == "model" and path[1] in SHAPE_KEYS and isinstance(name, str) and table.get(path[1]) != value:
+        table["name"] = with_changes(name, {path[1]: value})
+
+
 def parse_override(text: str) -> tuple[list[str], object]:
     """``noise.sigma=0.05`` -> (["noise", "sigma"], 0.05). The value is read as a TOML
     value when it is one (numbers, true/false, quoted strings), else as a bare string."""
@@ -229,6 +238,7 @@ def apply_overrides(data: dict, overrides=(), **top_level) -> dict:
                 raise ValueError(f"{'.'.join(path)}: unknown key ({path[0]} is not a section)")
             if path[0] == "model" and path[1] in _MODEL_NAMERS:
                 out["model"] = {}
+            _rename_changed_model(out[path[0]], path, value)
             out[path[0]][path[1]] = value
             if path == ["model", "hf_config"]:
                 _hf_config_from(out, Path.cwd())

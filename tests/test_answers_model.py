@@ -158,6 +158,9 @@ def test_set_n_layer_changes_params_by_the_closed_form_block(capsys):
     deeper = simulate_json(capsys, BY_HAND, "--set", "model.n_layer=30")
     assert deeper["params"] - base["params"] == 2 * llama_block_params(d=3072, H=24, KV=8, F=8192)
     assert deeper["model_shape"]["n_layer"] == 30
+    assert deeper["model"] == "llama3.2-3b+n_layer=30"  # not the unchanged model's name
+    from_hf = simulate_json(capsys, FROM_HF, "--set", "model.n_layer=30")
+    assert (from_hf["model"], from_hf["params"]) == ("llama3.2-3b+n_layer=30", deeper["params"])
     eight = simulate_json(capsys, "llama3-8b-1024", "--ranks", "64", "--set", "training.mode=fsdp")
     shallower = simulate_json(
         capsys, "llama3-8b-1024", "--ranks", "64", "--set", "training.mode=fsdp", "--set", "model.n_layer=24"
