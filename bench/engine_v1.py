@@ -67,7 +67,7 @@ class SimResult:
         slowest = int(per_rank.argmax())
         return {
             "scenario": sc.name,
-            "model": sc.model.preset,
+            "model": sc.model.shape.name,
             "mode": sc.training.mode,
             "ranks": sc.ranks,
             "nodes": -(-sc.ranks // sc.network.gpus_per_node),

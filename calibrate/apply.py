@@ -33,6 +33,7 @@ from calibrate.calibration import Calibration, Network
 from sim.config import Scenario
 from sim.gpt2 import model_shape, param_count
 from sim.memory import GIB
+from sim.model_source import same_as_preset
 from sim.scenario_file import apply_overrides, scenario_data, scenario_from_dict
 
 MODES = ("auto", "all", "device", "shape")
@@ -148,7 +149,7 @@ def apply_calibration(
     elif calib.networks:  # several networks, none named: their mean
         gammas = [n.interference_gamma.value for n in calib.networks.values()]
         put("compute.interference_gamma", sum(gammas) / len(gammas), f"overlap probes, mean of {len(gammas)} networks")
-    same_model = c.model == sc.model.preset
+    same_model = same_as_preset(sc.model.shape, c.model)
     if same_model:
         put("compute.ready_fractions", dict(c.ready_fractions.value), f"grad_ready of {c.model}")
     if mode == "all":
@@ -170,7 +171,7 @@ def _apply_compute(data, sc, calib: Calibration, put) -> None:
     affine fit in tokens for the same model and sequence, else the achieved FLOP/s as an MFU."""
     c = calib.compute
     tokens = sc.training.micro_batch_size * sc.seq_len
-    if c.model == sc.model.preset and c.seq_len == sc.seq_len:
+    if same_as_preset(sc.model.shape, c.model) and c.seq_len == sc.seq_len:
         step = c.step_s.seconds(tokens)
         put("compute.step_compute_s", step, f"affine fit in tokens at {tokens}, R^2 {c.step_s.r2:.4f}")
         put("compute.backward_fraction", c.backward_s.seconds(tokens) / step, "backward / (forward + backward) fits")
@@ -195,7 +196,8 @@ def _apply_compute(data, sc, calib: Calibration, put) -> None:
 def _apply_memory(sc, calib: Calibration, put) -> None:
     """The measured peak of a DDP step, at this scenario's tokens (same model and sequence)."""
     c, memory = calib.compute, calib.compute.memory
-    if memory is None or c.model != sc.model.preset or c.seq_len != sc.seq_len or sc.training.mode != "ddp":
+    same = same_as_preset(sc.model.shape, c.model)
+    if memory is None or not same or c.seq_len != sc.seq_len or sc.training.mode != "ddp":
         return
     tokens = sc.training.micro_batch_size * sc.seq_len
     ddp = memory.ddp_peak_bytes
@@ -312,7 +314,7 @@ def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -
     rate = f"{tflop_s:.4g} TFLOP/s" if tflop_s >= 1 else f"{tflop_s * 1e3:.3g} GFLOP/s"
     return (
         f"--calib: {rate} achieved on {c.model} (seq {c.seq_len}; measured on {calib.probed_on}) applied to"
-        f" {sc.model.preset} (seq {sc.seq_len}), a model other than the one measured, through FLOP counts:"
+        f" {sc.model.shape.name} (seq {sc.seq_len}), a model other than the one measured, through FLOP counts:"
         f" {fmt_seconds(step_s)} of compute per step"
     )
 

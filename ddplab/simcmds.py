@@ -8,7 +8,7 @@ from ddplab import limits
 from ddplab.progress import StepProgress, say
 from sim.optimizer import optimizer_basis
 from sim.scenario_file import load_scenario
-from sim.units import fmt_bytes, fmt_seconds, parse_int_list
+from sim.units import fmt_bytes, fmt_count, fmt_seconds, parse_int_list
 
 
 def simulate(args):
@@ -218,7 +218,8 @@ def _print_summary(sc, s: dict) -> None:
     st = s["step_time_s"]
     print(f"{sc.name}: {sc.description}")
     print(
-        f"  {s['model']}{_mode(sc)}, {s['ranks']} ranks on {s['nodes']} nodes, {network_line(sc)};"
+        f"  {s['model']} ({fmt_count(s['params'])} params){_mode(sc)}, {s['ranks']} ranks on {s['nodes']} nodes,"
+        f" {network_line(sc)};"
         f" {s['steps']} steps, seed {s['seed']}"
     )
     print(
@@ -349,7 +350,10 @@ def _mode(sc) -> str:
 
 def _print_sweep(sc, summaries: list[dict]) -> None:
     print(f"{sc.name}: {sc.description}")
-    print(f"  {sc.model.preset}{_mode(sc)}, {network_line(sc)}; {sc.steps} steps, seed {sc.seed}")
+    print(
+        f"  {sc.model.shape.name} ({fmt_count(summaries[0]['params'])} params){_mode(sc)}, {network_line(sc)};"
+        f" {sc.steps} steps, seed {sc.seed}"
+    )
     print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
     for s in summaries:
         print(_sweep_row(s))

@@ -12,7 +12,8 @@ should find every other beside it; it holds no logic beyond each field's check.
 import math
 from dataclasses import dataclass, field
 
-from sim.gpt2 import GPT2Shape, model_shape
+from sim.gpt2 import GPT2Shape
+from sim.model_source import SHAPE_KEYS, resolve_model
 from sim.precision import PRECISIONS, Precision, precision_dtypes
 from sim.topology import PLACEMENTS
 from sim.tuning_tables import TABLES
@@ -34,13 +35,47 @@ def _one_of(key: str, value, allowed) -> None:
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    preset: str = "gpt2-760m"
-    """Model preset name from scenarios/models.toml (GPT-2 or Llama layout)."""
+    """The model: a preset, a Hugging Face config.json or shape keys alone; shape keys set beside
+    a preset or config.json override theirs (sim/model_source.py)."""
+
+    preset: str | None = None
+    """Model preset name from scenarios/models.toml (GPT-2 or Llama layout); unset = gpt2-760m
+    when no other model key is set."""
+    hf_config: str | None = None
+    """A Hugging Face config.json to take the shape from instead of a preset (LlamaForCausalLM,
+    MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel; sim/hf_config.py); a relative path
+    is from the scenario file's folder (--set: the working directory)."""
+    name: str | None = None
+    """What outputs call the model; unset = the preset whose shape it is, else the preset's or
+    hf_config's name with the keys changed (llama3-8b+n_layer=40), else "custom"."""
+    layout: str | None = None
+    """gpt2 | llama (sim/transformer.py); unset = the preset's or hf_config's, else gpt2."""
+    n_layer: int | None = None
+    """Transformer blocks."""
+    n_embd: int | None = None
+    """Model width d (hidden_size)."""
+    n_head: int | None = None
+    """Attention (query) heads; n_embd / n_head is the head size."""
+    n_kv_head: int | None = None
+    """llama: key/value heads (grouped-query attention), dividing n_head; gpt2: n_head."""
+    ffn_hidden: int | None = None
+    """llama: SwiGLU's hidden size (intermediate_size); gpt2: 4 n_embd."""
+    block_size: int | None = None
+    """Context length in tokens (max_position_embeddings); training.seq_len 0 trains at it."""
+    vocab_size: int | None = None
+    """Vocabulary size (embedding and output layer rows)."""
+    tied_embeddings: bool | None = None
+    """The output layer is the input embedding (gpt2: always; llama: unset = false)."""
+    rope_theta: float | None = None
+    """llama: RoPE's base (unset = 10000); changes no FLOP or byte."""
+    qkv_bias: bool | None = None
+    """llama: a bias on Q, K and V as Qwen2's (unset = false); gpt2 biases every linear."""
     shape: GPT2Shape = field(init=False, repr=False, compare=False)
-    """The preset's layer shapes, resolved once here (not a TOML key)."""
+    """The resolved layer shapes, once here (not a TOML key)."""
 
     def __post_init__(self):
-        self.shape = model_shape(self.preset)
+        keys = {k: getattr(self, k) for k in SHAPE_KEYS}
+        self.shape = resolve_model(preset=self.preset, hf_config=self.hf_config, name=self.name, keys=keys)
 
 
 @dataclass(kw_only=True)

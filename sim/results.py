@@ -19,7 +19,9 @@ import numpy as np
 
 from sim.config import Scenario
 from sim.mfu import mfu_fields
+from sim.model_source import shape_keys_of
 from sim.online import OnlineStats
+from sim.transformer import param_count
 from sim.workload import Workload
 
 
@@ -78,7 +80,9 @@ class SimResult:
         slowest = int(per_rank.argmax())
         return {
             "scenario": sc.name,
-            "model": sc.model.preset,
+            "model": sc.model.shape.name,
+            "model_shape": shape_keys_of(sc.model.shape),
+            "params": param_count(sc.model.shape),
             "mode": sc.training.mode,
             "ranks": sc.ranks,
             "nodes": -(-sc.ranks // sc.network.gpus_per_node),

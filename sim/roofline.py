@@ -168,7 +168,7 @@ def block_kernels(shape: TransformerShape, seq_len: int, tokens: float, p: Preci
         bwd[:0] = b  # backward runs in reverse order
 
     add(_norm("ln_1", t, d, p, bias))
-    add(_linear("attn.c_attn", t, d, shape.qkv_dim, p, bias))
+    add(_linear("attn.c_attn", t, d, shape.qkv_dim, p, shape.qkv_bias))
     if not shape.learned_positions:  # RoPE rotates Q and K: read and write each; V's copy
         rope = 2.0 * t * (d + kv) * c
         add(([_mem("rope", False, rope), _mem("v_copy", False, 2.0 * t * kv * c)], [_mem("rope.bwd", True, rope)]))

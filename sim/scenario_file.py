@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 
 from sim.config import Scenario
+from sim.model_source import SHAPE_KEYS, with_changes
 from sim.precision import PRECISIONS
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Scenario) if dataclasses.is_dataclass(f.type)}
@@ -96,7 +97,7 @@ def scenario_from_dict(data: dict) -> Scenario:
 # file that leaves these out would be predicted as that, silently (issue 16).
 MUST_SET = {
     "ranks": (),
-    "model.preset": (),
+    "model.preset": ("model.hf_config", "model.n_layer"),  # or a whole shape (sim/model_source.py)
     "compute.peak_tflop_s": ("compute.step_compute_s",),  # the compute speed, or the time itself
     "compute.hbm_tb_s": ("compute.optimizer_s",),  # the optimizer step's bandwidth, or its time
     "network.gpus_per_node": (),
@@ -152,6 +153,7 @@ def load_scenario_data(path: Path, _seen: tuple = ()) -> dict:
     from scenarios import base_path
 
     data = load_toml(path)
+    _hf_config_from(data, path.parent)
     base = data.pop("base", None)
     if base is None:
         _check_complete(path, data)
@@ -163,11 +165,34 @@ def load_scenario_data(path: Path, _seen: tuple = ()) -> dict:
         raise ValueError(f"{path}: base {base!r}: a cycle ({under} is already in this file's chain of bases)")
     merged = load_scenario_data(under, chain)
     for key, value in data.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        # A [model] table is one model, never half the base's and half this file's: a shape
+        # key's partner (layout, vocab_size...) must not come from another model unseen.
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "model":
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
     return merged
+
+
+def _hf_config_from(data: dict, folder: Path) -> None:
+    """A relative ``model.hf_config`` made absolute against ``folder`` (the naming file's, as a
+    ``base``; the working directory's for --set), so the data loads the same anywhere."""
+    model = data.get("model")
+    if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
+        model["hf_config"] = str(folder.absolute() / model["hf_config"])
+
+
+# Keys that name a whole model: --set one and the scenario's other model keys go (a later --set
+# model.n_layer=... then changes the model just named).
+_MODEL_NAMERS = {"preset", "hf_config"}
+
+
+def _rename_changed_model(table: dict, path: list[str], value) -> None:
+    """A model the file names (``name = "llama3.2-3b"``) whose shape --set changes is named
+    for the change too: ``llama3.2-3b+n_layer=30``."""
+    name = table.get("name")
+    if path[0] == "model" and path[1] in SHAPE_KEYS and isinstance(name, str) and table.get(path[1]) != value:
+        table["name"] = with_changes(name, {path[1]: value})
 
 
 def parse_override(text: str) -> tuple[list[str], object]:
@@ -211,7 +236,12 @@ def apply_overrides(data: dict, overrides=(), **top_level) -> dict:
             out.setdefault(path[0], {})
             if not isinstance(out[path[0]], dict):
                 raise ValueError(f"{'.'.join(path)}: unknown key ({path[0]} is not a section)")
+            if path[0] == "model" and path[1] in _MODEL_NAMERS:
+                out["model"] = {}
+            _rename_changed_model(out[path[0]], path, value)
             out[path[0]][path[1]] = value
+            if path == ["model", "hf_config"]:
+                _hf_config_from(out, Path.cwd())
         else:
             out[path[0]] = value
     out.update({k: v for k, v in top_level.items() if v is not None})

@@ -33,7 +33,7 @@ BASE_KEY = {
     "unit": "",
     "default": None,
     "meaning": "(file only) A preset name, or a .toml path relative to this file, filled in underneath: "
-    "this file's keys win, table by table.",
+    "this file's keys win, table by table ([model] whole: one model, not two halves).",
     "must_set_without_base": False,
 }
 

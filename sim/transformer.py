@@ -6,7 +6,9 @@ gpt2 (the default): GPT-2 as nanoGPT builds it: learned position embeddings, Lay
 llama: Llama (Touvron et al. 2023; Llama 3: Grattafiori et al. 2024): rotary positions (no
     table), RMSNorm (a weight, no bias), no biases, a SwiGLU MLP of ``ffn_hidden``
     (Shazeer 2020), grouped-query attention with ``n_kv_head`` key/value heads (Ainslie et
-    al. 2023) and, unless ``tied_embeddings``, an output layer of its own.
+    al. 2023) and, unless ``tied_embeddings``, an output layer of its own. ``qkv_bias``
+    adds Qwen2's bias on Q, K and V (sim only: realrun builds models.toml's presets, which
+    set none; a scenario's own shape comes through sim/model_source.py).
 
 The tensor names and order follow realrun/model.py (the module realrun builds), so buckets
 computed here are the buckets DDP builds there. That module fuses what Meta's reference keeps
@@ -37,41 +39,49 @@ class TransformerShape:
     ffn_hidden: int | None = None  # llama: SwiGLU's hidden size; gpt2: 4 n_embd
     tied_embeddings: bool | None = None  # unset: gpt2 tied, llama untied
     rope_theta: float | None = None  # llama: RoPE's base (realrun reads it; no arithmetic here)
+    qkv_bias: bool | None = None  # llama: a bias on Q, K and V (Qwen2's; sim only); gpt2: always
+
+    def _refuse(self, key: str, why: str) -> None:
+        """One line naming the key (as a scenario's [model] table and models.toml spell it)."""
+        raise ValueError(f"model.{key}: {why}, got {getattr(self, key)!r} (model {self.name})")
 
     def __post_init__(self):
-        for field in ("n_layer", "n_embd", "n_head", "block_size", "vocab_size"):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"model {self.name}: {field} must be > 0, got {getattr(self, field)}")
+        for key in ("n_layer", "n_embd", "n_head", "block_size", "vocab_size"):
+            if getattr(self, key) <= 0:
+                self._refuse(key, "must be > 0")
         if self.layout not in LAYOUTS:
-            raise ValueError(f"model {self.name}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+            self._refuse("layout", f"must be one of {', '.join(LAYOUTS)}")
         if self.n_embd % self.n_head:
-            raise ValueError(f"model {self.name}: n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+            self._refuse("n_head", f"must divide n_embd {self.n_embd} (the head size is n_embd / n_head)")
         if self.layout == "gpt2":
             # realrun's GPT-2 has none of these: a shape it cannot build is refused here too.
             for key in ("n_kv_head", "ffn_hidden", "rope_theta"):
                 if getattr(self, key) is not None:
-                    raise ValueError(f'model {self.name}: {key} needs layout = "llama"')
+                    self._refuse(key, 'needs layout = "llama"')
             if self.tied_embeddings is False:
-                raise ValueError(
-                    f"model {self.name}: layout gpt2 ties lm_head to wte (tied_embeddings = false needs llama)"
-                )
-            defaults = {"n_kv_head": self.n_head, "ffn_hidden": 4 * self.n_embd, "tied_embeddings": True}
+                self._refuse("tied_embeddings", "layout gpt2 ties lm_head to wte (false needs llama)")
+            if self.qkv_bias is False:
+                self._refuse("qkv_bias", "layout gpt2 biases every linear (false needs llama)")
+            defaults = {
+                "n_kv_head": self.n_head,
+                "ffn_hidden": 4 * self.n_embd,
+                "tied_embeddings": True,
+                "qkv_bias": True,
+            }
         else:
             for key in ("n_kv_head", "ffn_hidden"):
                 if getattr(self, key) is None:
-                    raise ValueError(f"model {self.name}: layout llama needs {key}")
+                    self._refuse(key, "layout llama needs it")
                 if getattr(self, key) <= 0:
-                    raise ValueError(f"model {self.name}: {key} must be > 0, got {getattr(self, key)}")
+                    self._refuse(key, "must be > 0")
             if self.n_head % self.n_kv_head:
-                raise ValueError(
-                    f"model {self.name}: n_head {self.n_head} is not a multiple of n_kv_head {self.n_kv_head}"
-                )
+                self._refuse("n_kv_head", f"must divide n_head {self.n_head}")
             if (self.n_embd // self.n_head) % 2:
-                raise ValueError(
-                    f"model {self.name}: RoPE rotates pairs: head size {self.n_embd // self.n_head} is odd"
-                )
+                self._refuse("n_head", "RoPE rotates pairs: the head size n_embd / n_head must be even")
+            if self.rope_theta is not None and not self.rope_theta > 0:
+                self._refuse("rope_theta", "must be > 0")
             # RoPE's base of Su et al. 2021 and Llama 1 and 2; Llama 3's 500,000 is set in models.toml.
-            defaults = {"tied_embeddings": False, "rope_theta": 10000.0}
+            defaults = {"tied_embeddings": False, "rope_theta": 10000.0, "qkv_bias": False}
         for key, value in defaults.items():
             if getattr(self, key) is None:
                 object.__setattr__(self, key, value)  # frozen: resolved once, here
@@ -164,7 +174,7 @@ def _block_tensors(i: int, shape: TransformerShape) -> list[ParamTensor]:
     p, d, b = f"transformer.h.{i}.", shape.n_embd, shape.biases
     return [
         *_norm(p + "ln_1", d, b),
-        *_linear(p + "attn.c_attn", d, shape.qkv_dim, b),
+        *_linear(p + "attn.c_attn", d, shape.qkv_dim, shape.qkv_bias),
         *_linear(p + "attn.c_proj", d, d, b),
         *_norm(p + "ln_2", d, b),
         *_linear(p + "mlp.c_fc", d, shape.fc_dim, b),
@@ -239,7 +249,7 @@ def backward_ops(shape: TransformerShape, seq_len: int) -> list[BackwardOp]:
             BackwardOp(0.0, _grads(p + "ln_2", b)),
             BackwardOp(2.0 * d * d, _grads(p + "attn.c_proj", b)),
             BackwardOp(4.0 * seq_len * d, ()),
-            BackwardOp(2.0 * shape.qkv_dim * d, _grads(p + "attn.c_attn", b)),
+            BackwardOp(2.0 * shape.qkv_dim * d, _grads(p + "attn.c_attn", shape.qkv_bias)),
             BackwardOp(0.0, _grads(p + "ln_1", b)),
         ]
     embeddings = ("transformer.wpe.weight",) if shape.learned_positions else ()

@@ -73,3 +73,11 @@ def fmt_seconds(s: float) -> str:
     if s >= 1e-3:
         return f"{s:.3f} s" if s >= 0.01 else f"{s * 1e3:.2f} ms"
     return f"{s * 1e6:.0f} us"
+
+
+def fmt_count(n: float) -> str:
+    """A parameter count as model names say it, decimal: 3.21B, 124M, 16.1M, 412K."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"

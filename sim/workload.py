@@ -118,7 +118,7 @@ def measured_ready_order(sc: Scenario) -> list[tuple[str, float]] | None:
     missing, unknown = sorted(set(names) - set(measured)), sorted(set(measured) - set(names))
     if missing or unknown:
         what = f"no value for {missing[0]}" if missing else f"{unknown[0]} is not a parameter"
-        raise ValueError(f"compute.ready_fractions: {what} of {sc.model.preset} (measured on another model?)")
+        raise ValueError(f"compute.ready_fractions: {what} of {sc.model.shape.name} (measured on another model?)")
     last = max(measured.values())
     if last <= 0:
         raise ValueError("compute.ready_fractions: every fraction is 0")

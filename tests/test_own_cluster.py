@@ -136,9 +136,9 @@ def test_from_scratch_file_missing_keys_is_refused_in_one_line(capsys, tmp_path)
     mine = write(tmp_path / "mine.toml", 'name = "mine"\nranks = 16\n[network]\ngpus_per_node = 8\n')
     line = refused(capsys, "simulate", str(mine))
     assert line == (
-        f"ddplab simulate: error: {mine}: no base, and not set: model.preset, compute.peak_tflop_s or "
-        "compute.step_compute_s, compute.hbm_tb_s or compute.optimizer_s, network.nics_per_node, network.nic_gbit_s, "
-        'noise.distribution (set them, or start from a preset: base = "h100-1024")'
+        f"ddplab simulate: error: {mine}: no base, and not set: model.preset or model.hf_config or model.n_layer,"
+        " compute.peak_tflop_s or compute.step_compute_s, compute.hbm_tb_s or compute.optimizer_s, network.nics_per_node,"
+        ' network.nic_gbit_s, noise.distribution (set them, or start from a preset: base = "h100-1024")'
     )
 
 
@@ -147,7 +147,9 @@ def test_an_empty_file_names_every_key_it_must_set(tmp_path):
     with pytest.raises(ValueError) as e:
         load_scenario(str(mine))
     assert missing_keys({}) == ["ranks", *[" or ".join((k, *alt)) for k, alt in MUST_SET.items() if k != "ranks"]]
-    assert str(e.value).startswith(f"{mine}: no base, and not set: ranks, model.preset, ")
+    assert str(e.value).startswith(
+        f"{mine}: no base, and not set: ranks, model.preset or model.hf_config or model.n_layer, "
+    )
 
 
 def test_a_complete_from_scratch_file_loads(tmp_path):
