@@ -58,7 +58,8 @@ from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, param_tensors
 from sim.noise import multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
-from sim.workload import build_workload, fabric_for
+from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
+from sim.workload import build_workload
 
 ROOT = 0  # unit index of the root; block i is unit 1 + i
 
@@ -87,15 +88,19 @@ class _Op(NamedTuple):
     bwd_share: float  # compute: share of its backward time
 
 
-def _program(n_layer: int, prefetch: int, shares: ComputeShares, recompute: bool):
-    """One micro-step's program and its collectives [(op, unit)] in issue order."""
+def _program(n_layer: int, prefetch: int, shares: ComputeShares, recompute: bool, allreduce: bool = False):
+    """One micro-step's program and its collectives [(op, unit)] in issue order; ``allreduce``
+    (hsdp): each reduce-scatter is followed by the allreduce of its shard across the groups."""
     colls: list[tuple[str, int]] = []
     prog: list[_Op] = []
 
     def issue(op: str, unit: int) -> int:
-        prog.append(_Op(len(colls), -1, 0.0, 0.0))
+        index = len(colls)
+        prog.append(_Op(index, -1, 0.0, 0.0))
         colls.append((op, unit))
-        return len(colls) - 1
+        if op == "reduce_scatter" and allreduce:
+            issue("allreduce", unit)  # issued with it, in FSDP's post-backward hook
+        return index
 
     # Forward: segment u computes unit u (0: the root's embeddings, 1 + i: block i), then the head.
     ag: dict[int, int] = {}
@@ -132,23 +137,31 @@ class FsdpWorkload:
     forward_s: np.ndarray  # (ranks,) one micro-step's forward, before noise
     backward_s: np.ndarray  # (ranks,) one micro-step's backward, before noise (no recompute)
     dataloader_s: np.ndarray  # (ranks,)
-    optimizer_s: float  # on the shard: compute.optimizer_s / N
+    optimizer_s: float  # on the shard: compute.optimizer_s / shard_size
     buckets: list[Bucket]  # the FSDP units as flat parameters: root, block 0..L-1
-    ops: tuple[str, ...]  # (collectives per step,) in stream order, K micro-steps
+    ops: tuple[str, ...]  # (collectives per step,) in issue order, K micro-steps
     units: tuple[int, ...]  # (collectives per step,) the unit each one moves
     wire_bytes: np.ndarray  # (collectives per step,) collective size S (allgather: the gathered unit)
+    group_ranks: tuple[int, ...]  # (collectives per step,) ranks in the group each one runs over
     collective_s: np.ndarray  # (collectives per step,) before jitter
     algorithms: tuple[str, ...]
     program: tuple[_Op, ...]  # one micro-step
     prefetch: int
     interference_gamma: float
+    shard_size: int  # ranks a unit is sharded over: every rank (fsdp) or a shard group (hsdp)
+
+    @property
+    def replica_stream(self) -> np.ndarray:
+        """(collectives per step,) True for hsdp's allreduces, which run on their own stream."""
+        return np.array([op == "allreduce" for op in self.ops], dtype=bool)
 
     @property
     def traffic_bytes_per_step(self) -> float:
         """Bytes each rank puts on its bus per optimizer step (nccl-tests convention)."""
         if self.ranks == 1:
             return 0.0
-        return float(sum(bus_factor(op, self.ranks) * s for op, s in zip(self.ops, self.wire_bytes, strict=True)))
+        pairs = zip(self.ops, self.wire_bytes, self.group_ranks, strict=True)
+        return float(sum(bus_factor(op, n) * s for op, s, n in pairs if n > 1))
 
 
 def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
@@ -160,15 +173,20 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     shape, seq = sc.model.shape, sc.seq_len
     numels = unit_numels(shape)
     sh = compute_shares(shape, seq)
-    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing)
+    shard, replicas = sc.shard_size, replica_groups(sc)
+    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing, replicas > 1)
     colls = colls * t.grad_accum
     ops = tuple(op for op, _ in colls)
     units = tuple(u for _, u in colls)
-    # FSDP mixed precision: gather the compute dtype, reduce the gradient dtype (sim/precision.py).
+    # FSDP mixed precision: gather the compute dtype, reduce the gradient dtype (sim/precision.py);
+    # hsdp's allreduce moves the reduce-scattered shard, 1/S of the unit's gradient.
     size = {"allgather": t.dtypes.compute_bytes, "reduce_scatter": t.dtypes.grad_bytes}
+    size["allreduce"] = t.dtypes.grad_bytes / shard
     wire = np.array([float(numels[u] * size[op]) for op, u in colls])
-    fabric = fabric_for(sc)
-    costs = [collective_cost(op, w, fabric) for op, w in zip(ops, wire, strict=True)]
+    fabrics = {"allgather": shard_fabric(sc), "reduce_scatter": shard_fabric(sc)}
+    if replicas > 1:
+        fabrics["allreduce"] = replica_fabric(sc)
+    costs = [collective_cost(op, w, fabrics[op]) for op, w in zip(ops, wire, strict=True)]
     coll_s = np.array([c.time_s for c in costs])
     if not sc.network.enabled:
         coll_s = np.zeros_like(coll_s)
@@ -188,17 +206,24 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
         forward_s=base.forward_s,
         backward_s=base.backward_s,
         dataloader_s=base.dataloader_s,
-        optimizer_s=base.optimizer_s / sc.ranks,
+        optimizer_s=base.optimizer_s / shard,
         buckets=buckets,
         ops=ops,
         units=units,
         wire_bytes=wire,
+        group_ranks=tuple(fabrics[op].ranks for op in ops),
         collective_s=coll_s,
         algorithms=tuple(c.algorithm for c in costs),
         program=tuple(prog),
         prefetch=t.fsdp_prefetch,
         interference_gamma=sc.compute.interference_gamma,
+        shard_size=shard,
     )
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray, two_streams: bool) -> Busy:
+    """The collectives' busy intervals; with hsdp's two streams, their union."""
+    return Busy(*map(np.array, merged(starts, ends))) if two_streams else Busy(starts, ends)
 
 
 def simulate_fsdp(
@@ -218,6 +243,9 @@ def simulate_fsdp(
     gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
     effects = Effects(sc.episodes, sc.pauses, n, sc.seed) if Effects.needed(sc.episodes, sc.pauses) else None
     noise_cfg = sc.noise
+    replica = wl.replica_stream
+    two_streams = bool(replica.any())
+    vends = np.zeros((n_coll, n))  # per collective, when each rank's own stream would end it
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     stats = OnlineStats(steps, n, records=records, medians=medians)
     t0 = 0.0
@@ -234,8 +262,11 @@ def simulate_fsdp(
             t, work = t + fx.pause_s, work + fx.pause_s  # a pause counts as compute, as in sim/results.py
         starts, ends = np.zeros(n_coll), np.zeros(n_coll)
         durations = wl.collective_s * jitter
-        stream_end = -math.inf
-        gap_lo, gap_hi = [], []
+        stream_end = replica_end = -math.inf
+        # Each rank's own streams: when collective c would end had every rank issued it when
+        # this one did (vends[c]); what the rank waits for beyond that is straggler wait.
+        own_end, own_replica_end = np.full(n, -math.inf), np.full(n, -math.inf)
+        idle, exposed = np.zeros(n), np.zeros(n)
         issued = 0
         for k in range(k_micro):
             fwd, bwd = wl.forward_s * noise[:, k], wl.backward_s * noise[:, k]
@@ -243,48 +274,54 @@ def simulate_fsdp(
             for op in wl.program:
                 if op.issue >= 0:
                     c = first + op.issue
-                    start = max(float(t.max()), stream_end)
-                    coll_wait += start - np.maximum(t, stream_end)
-                    stream_end = start + durations[c]
-                    starts[c], ends[c] = start, stream_end
+                    if replica[c]:  # hsdp: the shard the reduce-scatter before it just made
+                        start = max(ends[c - 1], replica_end)
+                        replica_end = start + durations[c]
+                        own_replica_end = np.maximum(vends[c - 1], own_replica_end) + durations[c]
+                        vends[c] = own_replica_end
+                    else:
+                        start = max(float(t.max()), stream_end)
+                        coll_wait += start - np.maximum(t, stream_end)
+                        own_end = np.maximum(t, own_end) + durations[c]
+                        vends[c] = own_end
+                    ends[c] = start + durations[c]
+                    starts[c] = start
+                    stream_end = stream_end if replica[c] else ends[c]
                     issued = c + 1
                     if step < trace_steps:
                         name = f"{wl.ops[c]} unit {wl.units[c]}"
-                        spans.extend((r, 1, name, start, stream_end) for r in traced)
+                        spans.extend((r, 1, name, start, float(ends[c])) for r in traced)
                     continue
                 if op.wait >= 0:
-                    gap_lo.append(t)
-                    t = np.maximum(t, ends[first + op.wait])
-                    gap_hi.append(t)
+                    w = first + op.wait
+                    done = np.maximum(t, ends[w])
+                    exposed += np.clip(vends[w] - t, 0.0, done - t)
+                    idle += done - t
+                    t = done
                 seg = op.fwd_share * fwd + op.bwd_share * bwd
                 # Collectives issued later start after this segment ends on this rank: the
                 # ones issued so far are all that can slow it.
-                done = Busy(starts[:issued], ends[:issued]).finish(t, seg, gamma) if gamma else t + seg
+                done = _busy(starts[:issued], ends[:issued], two_streams).finish(t, seg, gamma) if gamma else t + seg
                 if step < trace_steps:
                     name = f"{'backward' if op.bwd_share else 'forward'} {k}"
                     spans.extend((r, 0, name, float(t[r]), float(done[r])) for r in traced)
                 work += done - t
                 t = done
-        gap_lo.append(t)
-        gap_hi.append(np.full(n, stream_end))
-        # Idle time while the stream is busy is exposed comm; the rest is straggler wait.
-        lo, hi = np.stack(gap_lo), np.stack(gap_hi)
-        if durations.any():
-            stream = Busy(starts, ends)
-            exp = (stream.busy_before(hi) - stream.busy_before(lo)).sum(axis=0)
-        else:
-            exp = np.zeros(n)
-        end = stream_end + wl.optimizer_s
+        # The step ends when both streams have (the optimizer needs every gradient shard).
+        comm_end = max(stream_end, replica_end)
+        exposed += np.clip(np.maximum(own_end, own_replica_end) - t, 0.0, comm_end - t)
+        idle += comm_end - t
+        end = comm_end + wl.optimizer_s
         if step < trace_steps:
-            spans.extend((r, 0, "optimizer", stream_end, end) for r in traced if wl.optimizer_s > 0)
+            spans.extend((r, 0, "optimizer", comm_end, end) for r in traced if wl.optimizer_s > 0)
             spans.extend((r, 2, f"step {step}", t0, end) for r in traced)
         step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
         stats.add(
             step,
             slice(None),
             compute_s=work,
-            exposed_comm_s=exp,
-            straggler_wait_s=np.maximum((hi - lo).sum(axis=0) - exp, 0.0),
+            exposed_comm_s=exposed,
+            straggler_wait_s=idle - exposed,
             collective_wait_s=coll_wait,
         )
         t0 = end
