@@ -36,10 +36,23 @@ multiplier per rank and micro-step on all of its compute, one per collective per
 slowed by (1 + gamma) while a collective runs. The same seed gives DDP and FSDP the same draws
 of speed factors and noise.
 
+HSDP (``training.mode = "hsdp"``, sim/hsdp.py) runs the same program inside shard groups of S
+ranks (allgathers and reduce-scatters over S ranks, the optimizer on 1/S), and issues after each
+reduce-scatter the allreduce of its 1/S gradient shard across the R = N / S groups. That
+allreduce runs on its own stream (another communicator on other links: FSDP2 gives it its own
+CUDA stream, so the next reduce-scatter does not queue behind it), starts when its
+reduce-scatter has ended and the previous allreduce too, and the optimizer waits for the last.
+Every collective still waits for every rank (no shard group runs ahead of the others).
+
 Per rank a step splits, as DDP's (sim/results.py), into dataloader + compute + optimizer +
-exposed comm + straggler wait: the rank's idle time (waiting for an allgather, and from its
-last compute to the end of the last reduce-scatter) is exposed comm while a collective runs and
-straggler wait while none does (a slower rank has not issued the next one yet).
+exposed comm + straggler wait. The rank's idle time (waiting for an allgather, and from its
+last compute to the end of the last collective) splits against the rank's own streams: the
+same FIFO streams fed only by this rank's issue times, as if every other rank issued each
+collective when this one did. Idle time before the collective would have ended there is
+exposed comm (the collective's own transfer, which this rank could not hide); the rest is
+straggler wait (the collective ended later because a slower rank issued it later). The slowest
+rank's own streams are the real ones, so it waits for no one; without noise or stragglers
+every rank's are, and no rank waits. DDP's split (sim/results.py) says the same of a bucket.
 """
 
 import math
