@@ -23,7 +23,7 @@ Where the collectives run, in sim/collectives.py's model:
 
 import dataclasses
 
-from sim.collectives import Fabric
+from sim.collectives import Fabric, bus_factor
 from sim.config import Scenario
 from sim.topology import FLAT
 from sim.workload import fabric_for
@@ -71,3 +71,17 @@ def merged(starts, ends) -> tuple[list[float], list[float]]:
             out_s.append(a)
             out_e.append(b)
     return out_s, out_e
+
+
+def node_egress_bytes_per_step(sc: Scenario, ops, wire_bytes) -> float:
+    """Bytes one node sends to other nodes per optimizer step, for sim/fsdp.py's collectives
+    (``ops``, ``wire_bytes``: the workload's). A ring leaves each node once, so a node sends
+    one rank's bus bytes, bus factor x S, per group of the collective it hosts; a collective
+    inside one node sends none. (NCCL's trees move the same bytes in another order.)"""
+    out = 0.0
+    for op, size in zip(ops, wire_bytes, strict=True):
+        fabric = replica_fabric(sc) if op == "allreduce" else shard_fabric(sc)
+        if fabric.nodes > 1:
+            groups = sc.network.gpus_per_node // fabric.ranks_per_node  # groups with a rank on the node
+            out += groups * bus_factor(op, fabric.ranks) * size
+    return out
