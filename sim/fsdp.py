@@ -258,7 +258,7 @@ def simulate_fsdp(
     noise_cfg = sc.noise
     replica = wl.replica_stream
     two_streams = bool(replica.any())
-    vends = np.zeros((n_coll, n))  # per collective, when each rank's own stream would end it
+    vends = np.zeros((per_micro, n))  # per collective of a micro-step, when each rank's own stream ends it
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     stats = OnlineStats(steps, n, records=records, medians=medians)
     t0 = 0.0
@@ -276,8 +276,8 @@ def simulate_fsdp(
         starts, ends = np.zeros(n_coll), np.zeros(n_coll)
         durations = wl.collective_s * jitter
         stream_end = replica_end = -math.inf
-        # Each rank's own streams: when collective c would end had every rank issued it when
-        # this one did (vends[c]); what the rank waits for beyond that is straggler wait.
+        # Each rank's own streams: when a collective would end had every rank issued it when
+        # this one did (vends); what the rank waits for beyond that is straggler wait.
         own_end, own_replica_end = np.full(n, -math.inf), np.full(n, -math.inf)
         idle, exposed = np.zeros(n), np.zeros(n)
         issued = 0
@@ -290,13 +290,13 @@ def simulate_fsdp(
                     if replica[c]:  # hsdp: the shard the reduce-scatter before it just made
                         start = max(ends[c - 1], replica_end)
                         replica_end = start + durations[c]
-                        own_replica_end = np.maximum(vends[c - 1], own_replica_end) + durations[c]
-                        vends[c] = own_replica_end
+                        own_replica_end = np.maximum(vends[op.issue - 1], own_replica_end) + durations[c]
+                        vends[op.issue] = own_replica_end
                     else:
                         start = max(float(t.max()), stream_end)
                         coll_wait += start - np.maximum(t, stream_end)
                         own_end = np.maximum(t, own_end) + durations[c]
-                        vends[c] = own_end
+                        vends[op.issue] = own_end
                     ends[c] = start + durations[c]
                     starts[c] = start
                     stream_end = stream_end if replica[c] else ends[c]
@@ -308,7 +308,7 @@ def simulate_fsdp(
                 if op.wait >= 0:
                     w = first + op.wait
                     done = np.maximum(t, ends[w])
-                    exposed += np.clip(vends[w] - t, 0.0, done - t)
+                    exposed += np.clip(vends[op.wait] - t, 0.0, done - t)
                     idle += done - t
                     t = done
                 seg = op.fwd_share * fwd + op.bwd_share * bwd

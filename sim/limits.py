@@ -36,7 +36,8 @@ MEDIAN_BYTES_PER_RANK = 200
 RECORD_BYTES_PER_RANK_STEP = 40
 EXPORT_BYTES_PER_RANK_STEP = 8
 # Interference: DDP's whole (ranks x buckets) ready table and temporaries (measured 26 B per
-# rank-bucket); FSDP's stacked idle gaps, 2 per unit per micro-step (measured 96-99 B).
+# rank-bucket); FSDP's per-rank stream ends, one per collective of a micro-step (measured 28 B
+# per rank-unit, 39 B with hsdp's allreduces, ~4 B per further micro-step): 100 B is a bound.
 DDP_GAMMA_BYTES_PER_RANK_BUCKET = 32
 FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO = 100
 # Whatever the size: the workload, its buckets and collectives, the Chrome trace window
