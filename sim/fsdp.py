@@ -250,7 +250,7 @@ def simulate_fsdp(
     rng = np.random.default_rng(sc.seed)
     wl = build_fsdp_workload(sc, rng)
     traced = sorted(trace_ranks) if trace_ranks is not None else pick_trace_ranks(sc, wl)
-    spans: list[tuple] = []  # (rank, lane, name, start_s, end_s); lane 0 compute, 1 comm
+    spans: list[tuple] = []  # (rank, lane, name, start_s, end_s); lane 0 compute, 1 comm, 3 hsdp's allreduces
     n, k_micro, steps = sc.ranks, wl.grad_accum, sc.steps
     n_coll, per_micro = len(wl.ops), len(wl.ops) // wl.grad_accum
     gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
@@ -303,7 +303,8 @@ def simulate_fsdp(
                     issued = c + 1
                     if step < trace_steps:
                         name = f"{wl.ops[c]} unit {wl.units[c]}"
-                        spans.extend((r, 1, name, start, float(ends[c])) for r in traced)
+                        lane = 3 if replica[c] else 1  # sim/trace.py's lanes
+                        spans.extend((r, lane, name, start, float(ends[c])) for r in traced)
                     continue
                 if op.wait >= 0:
                     w = first + op.wait

@@ -18,6 +18,7 @@ from sim.fsdp import build_fsdp_workload, unit_numels
 from sim.hsdp import node_egress_bytes_per_step, replica_fabric, shard_fabric
 from sim.memory import GIB, estimate_memory
 from sim.scenario_file import load_scenario
+from sim.trace import chrome_trace
 from sim.workload import fabric_for
 
 REL = 1e-9
@@ -231,12 +232,17 @@ def test_hsdp_replica_allreduce_runs_beside_the_shard_stream():
     the step ends when the last one has ended (then the optimizer)."""
     sc = tiny(ranks=16, training=sharded("hsdp"), network=CLUSTER, noise=QUIET, steps=1)
     r = simulate(sc, trace_steps=1, trace_ranks=[0])
-    comm = [(name, a, b) for rank, lane, name, a, b in r.trace["spans"] if lane == 1]
+    comm = [(name, a, b) for rank, lane, name, a, b in r.trace["spans"] if lane in (1, 3)]
+    assert all(
+        (lane == 3) == name.startswith("allreduce") for _, lane, name, _, _ in r.trace["spans"] if lane in (1, 3)
+    )
     ar = [(a, b) for name, a, b in comm if name.startswith("allreduce")]
     other = [(a, b) for name, a, b in comm if not name.startswith("allreduce")]
     assert len(ar) == len(unit_numels(sc.model.shape))
     assert any(a < ob and oa < b for a, b in ar for oa, ob in other)  # overlap exists
     assert r.step_time_s[0] == pytest.approx(max(b for _, _, b in comm) + r.workload.optimizer_s, rel=REL)
+    threads = {e["args"]["name"] for e in chrome_trace(r)["traceEvents"] if e["name"] == "thread_name"}
+    assert threads == {"compute", "comm", "steps", "replica comm"}
 
 
 def test_hsdp_memory_shards_over_the_group():
