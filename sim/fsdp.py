@@ -46,13 +46,17 @@ Every collective still waits for every rank (no shard group runs ahead of the ot
 
 Per rank a step splits, as DDP's (sim/results.py), into dataloader + compute + optimizer +
 exposed comm + straggler wait. The rank's idle time (waiting for an allgather, and from its
-last compute to the end of the last collective) splits against the rank's own streams: the
-same FIFO streams fed only by this rank's issue times, as if every other rank issued each
-collective when this one did. Idle time before the collective would have ended there is
-exposed comm (the collective's own transfer, which this rank could not hide); the rest is
-straggler wait (the collective ended later because a slower rank issued it later). The slowest
-rank's own streams are the real ones, so it waits for no one; without noise or stragglers
-every rank's are, and no rank waits. DDP's split (sim/results.py) says the same of a bucket.
+last compute to the end of the last collective) splits against the rank's solo run: the same
+program with the rank's own compute segments, as they ran, and streams fed by its own issue
+times alone, as if every rank were as fast as it. The solo run's idle time is exposed comm
+(the collectives' own transfer, which this rank could not hide); how much later the real step
+ends is straggler wait (every collective waits for the last rank to issue it, so a slower
+rank's lateness reaches all the others). The slowest rank's solo run is the real one, so it
+waits for no one; without noise or stragglers no rank waits. A lemon's added time is then all
+wait, whether the step is compute-bound (it delays every collective) or communication-bound
+(it hides behind the collectives and adds little). DDP (sim/results.py) splits its idle time
+by whether the stream is busy, which for DDP's one burst of allreduces after backward books
+most of a lemon as wait too (tests/test_answers_fsdp.py).
 """
 
 import math
@@ -258,7 +262,7 @@ def simulate_fsdp(
     noise_cfg = sc.noise
     replica = wl.replica_stream
     two_streams = bool(replica.any())
-    vends = np.zeros((per_micro, n))  # per collective of a micro-step, when each rank's own stream ends it
+    solo_ends = np.zeros((per_micro, n))  # per collective of a micro-step, its end in each rank's solo run
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     stats = OnlineStats(steps, n, records=records, medians=medians)
     t0 = 0.0
@@ -276,10 +280,10 @@ def simulate_fsdp(
         starts, ends = np.zeros(n_coll), np.zeros(n_coll)
         durations = wl.collective_s * jitter
         stream_end = replica_end = -math.inf
-        # Each rank's own streams: when a collective would end had every rank issued it when
-        # this one did (vends); what the rank waits for beyond that is straggler wait.
-        own_end, own_replica_end = np.full(n, -math.inf), np.full(n, -math.inf)
-        idle, exposed = np.zeros(n), np.zeros(n)
+        # Each rank's solo run: the same program with its own compute segments (as they really
+        # ran) and streams fed by its own issue times alone, as if every rank were as fast as it.
+        solo, solo_end, solo_replica_end = t.copy(), np.full(n, -math.inf), np.full(n, -math.inf)
+        idle, exposed = np.zeros(n), np.zeros(n)  # exposed: the solo run's idle time
         issued = 0
         for k in range(k_micro):
             fwd, bwd = wl.forward_s * noise[:, k], wl.backward_s * noise[:, k]
@@ -290,13 +294,13 @@ def simulate_fsdp(
                     if replica[c]:  # hsdp: the shard the reduce-scatter before it just made
                         start = max(ends[c - 1], replica_end)
                         replica_end = start + durations[c]
-                        own_replica_end = np.maximum(vends[op.issue - 1], own_replica_end) + durations[c]
-                        vends[op.issue] = own_replica_end
+                        solo_replica_end = np.maximum(solo_ends[op.issue - 1], solo_replica_end) + durations[c]
+                        solo_ends[op.issue] = solo_replica_end
                     else:
                         start = max(float(t.max()), stream_end)
                         coll_wait += start - np.maximum(t, stream_end)
-                        own_end = np.maximum(t, own_end) + durations[c]
-                        vends[op.issue] = own_end
+                        solo_end = np.maximum(solo, solo_end) + durations[c]
+                        solo_ends[op.issue] = solo_end
                     ends[c] = start + durations[c]
                     starts[c] = start
                     stream_end = stream_end if replica[c] else ends[c]
@@ -309,9 +313,11 @@ def simulate_fsdp(
                 if op.wait >= 0:
                     w = first + op.wait
                     done = np.maximum(t, ends[w])
-                    exposed += np.clip(vends[op.wait] - t, 0.0, done - t)
                     idle += done - t
                     t = done
+                    solo_done = np.maximum(solo, solo_ends[op.wait])
+                    exposed += solo_done - solo
+                    solo = solo_done
                 seg = op.fwd_share * fwd + op.bwd_share * bwd
                 # Collectives issued later start after this segment ends on this rank: the
                 # ones issued so far are all that can slow it.
@@ -320,11 +326,16 @@ def simulate_fsdp(
                     name = f"{'backward' if op.bwd_share else 'forward'} {k}"
                     spans.extend((r, 0, name, float(t[r]), float(done[r])) for r in traced)
                 work += done - t
+                solo += done - t
                 t = done
         # The step ends when both streams have (the optimizer needs every gradient shard).
         comm_end = max(stream_end, replica_end)
-        exposed += np.clip(np.maximum(own_end, own_replica_end) - t, 0.0, comm_end - t)
         idle += comm_end - t
+        exposed += np.maximum(np.maximum(solo_end, solo_replica_end) - solo, 0.0)
+        # The real run ends no earlier than the solo one (every real collective starts no earlier
+        # than its solo twin), so its extra idle time, the straggler wait, is >= 0; the minimum
+        # only absorbs rounding.
+        exposed = np.minimum(exposed, idle)
         end = comm_end + wl.optimizer_s
         if step < trace_steps:
             spans.extend((r, 0, "optimizer", comm_end, end) for r in traced if wl.optimizer_s > 0)
