@@ -345,6 +345,8 @@ _SWEEP_COLUMNS = (
 
 def _mode(sc) -> str:
     t = sc.training
+    if t.mode == "hsdp":
+        return f" (HSDP, shards of {sc.shard_size} x {sc.ranks // sc.shard_size} replicas, prefetch {t.fsdp_prefetch})"
     return f" (FSDP, prefetch {t.fsdp_prefetch})" if t.mode == "fsdp" else ""
 
 

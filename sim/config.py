@@ -21,6 +21,7 @@ from sim.tuning_tables import TABLES
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 STACKS = ("eager", "compiled")  # compute.stack: what runs the step (sim/roofline.py)
+SHARDED_MODES = ("fsdp", "hsdp")  # training.mode values that run sim/fsdp.py's per-unit model
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
 
@@ -105,9 +106,15 @@ class TrainingConfig:
     mode: str = "ddp"
     """ddp (every rank holds the whole model, gradients allreduced in buckets) | fsdp (FSDP /
     ZeRO-3: parameters, gradients and optimizer state sharded; each unit allgathered for its
-    forward and again for its backward, its gradients reduce-scattered; sim/fsdp.py)."""
+    forward and again for its backward, its gradients reduce-scattered; sim/fsdp.py) | hsdp
+    (hybrid sharding, FSDP's HYBRID_SHARD / FSDP2 on a 2-D mesh: fsdp within groups of
+    hsdp_shard_size ranks, each unit's gradient shard then allreduced across the groups)."""
+    hsdp_shard_size: int = 0
+    """hsdp: ranks per shard group, consecutive ranks; 0 = network.gpus_per_node (one node),
+    or every rank when the job is smaller than a node. Must divide ranks, and divide or be a
+    multiple of network.gpus_per_node."""
     fsdp_prefetch: int = 1
-    """fsdp: units whose allgather is issued ahead of the unit computing (0 = none, 1 = FSDP's
+    """fsdp, hsdp: units whose allgather is issued ahead of the unit computing (0 = none, 1 = FSDP's
     backward_prefetch=BACKWARD_PRE with forward_prefetch, or FSDP2's implicit prefetch)."""
     activation_checkpointing: bool = False
     """Recompute each transformer block's forward in its backward: only block inputs are kept
@@ -138,15 +145,16 @@ class TrainingConfig:
             self.compress_s_per_gb,
             "must be >= 0",
         )
-        _one_of("training.mode", self.mode, ("ddp", "fsdp"))
+        _one_of("training.mode", self.mode, ("ddp", "fsdp", "hsdp"))
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
-        if self.mode == "fsdp":
+        _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
+        if self.mode in SHARDED_MODES:
             # FSDP reduce-scatters plain gradients in the precision's gradient dtype.
             _require(
                 self.comm_hook == "none",
                 "training.comm_hook",
                 self.comm_hook,
-                "fsdp mode models no DDP comm hook (training.precision sets the reduce dtype)",
+                f"{self.mode} mode models no DDP comm hook (training.precision sets the reduce dtype)",
             )
 
     @property
@@ -511,6 +519,15 @@ class Scenario:
             self.ranks,
             f"must be <= or a multiple of network.gpus_per_node ({g})",
         )
+        if self.training.mode == "hsdp":  # the default (a node, or every rank) always passes
+            s = self.shard_size
+            _require(self.ranks % s == 0, "training.hsdp_shard_size", s, f"must divide ranks ({self.ranks})")
+            _require(
+                g % s == 0 or s % g == 0,
+                "training.hsdp_shard_size",
+                s,
+                f"must divide or be a multiple of network.gpus_per_node ({g})",
+            )
         cluster_gpus = self.network.cluster_pods * self.network.gpus_per_pod
         _require(
             not cluster_gpus or self.ranks <= cluster_gpus,
@@ -533,6 +550,16 @@ class Scenario:
     @property
     def straggler_map(self) -> dict[int, float]:
         return parse_stragglers(self.stragglers)
+
+    @property
+    def shard_size(self) -> int:
+        """Ranks each parameter is sharded over: ddp 1, fsdp every rank, hsdp the shard group."""
+        t = self.training
+        if t.mode == "fsdp":
+            return self.ranks
+        if t.mode == "hsdp":
+            return t.hsdp_shard_size or min(self.network.gpus_per_node, self.ranks)
+        return 1
 
     @property
     def seq_len(self) -> int:

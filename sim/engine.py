@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 
 from sim.busy import Busy
-from sim.config import Scenario
+from sim.config import SHARDED_MODES, Scenario
 from sim.episodes import Effects
 from sim.fsdp import simulate_fsdp
 from sim.noise import multipliers
@@ -189,13 +189,13 @@ def simulate(
     ``group_size``: ranks per SimPy process (default: all in one, the fastest);
     results do not depend on it. ``trace_steps``/``trace_ranks``: the window kept
     for the Chrome trace (default: the first 3 steps, up to 8 ranks incl. stragglers).
-    ``training.mode = "fsdp"`` runs sim/fsdp.py's per-unit model instead. ``progress``:
+    ``training.mode = "fsdp"`` or ``"hsdp"`` runs sim/fsdp.py's per-unit model instead. ``progress``:
     called with (steps done, steps) after each step, for the caller's progress line (sim does
     no I/O); it draws nothing, so results are identical with and without it. ``records``: keep
     the (steps, ranks) tables too (memory grows with steps); ``medians``: estimate each rank's
     median compute as it runs (sim/online.py). Neither changes a number.
     """
-    if sc.training.mode == "fsdp":
+    if sc.training.mode in SHARDED_MODES:
         return simulate_fsdp(
             sc, trace_steps=trace_steps, trace_ranks=trace_ranks, progress=progress, records=records, medians=medians
         )

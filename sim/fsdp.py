@@ -11,7 +11,7 @@ parameter sharded 1/N over the ranks. One micro-step on each rank:
             root's gradients (wte's completes last: the lookup adds its share after lm_head's)
 
 then, after the last micro-step's last reduce-scatter, the optimizer on the rank's shard
-(sim/optimizer.py's step is the whole model's, so the shard's is that / N: AdamW is
+(sim/optimizer.py's step is the whole model's, so the shard's is that / S, the ranks it is sharded over: AdamW is
 memory-bound, its time goes with the elements it touches).
 
 The root is allgathered once per micro-step, the blocks twice: torch keeps the root's
@@ -36,10 +36,27 @@ multiplier per rank and micro-step on all of its compute, one per collective per
 slowed by (1 + gamma) while a collective runs. The same seed gives DDP and FSDP the same draws
 of speed factors and noise.
 
+HSDP (``training.mode = "hsdp"``, sim/hsdp.py) runs the same program inside shard groups of S
+ranks (allgathers and reduce-scatters over S ranks, the optimizer on 1/S), and issues after each
+reduce-scatter the allreduce of its 1/S gradient shard across the R = N / S groups. That
+allreduce runs on its own stream (another communicator on other links: FSDP2 gives it its own
+CUDA stream, so the next reduce-scatter does not queue behind it), starts when its
+reduce-scatter has ended and the previous allreduce too, and the optimizer waits for the last.
+Every collective still waits for every rank (no shard group runs ahead of the others).
+
 Per rank a step splits, as DDP's (sim/results.py), into dataloader + compute + optimizer +
-exposed comm + straggler wait: the rank's idle time (waiting for an allgather, and from its
-last compute to the end of the last reduce-scatter) is exposed comm while a collective runs and
-straggler wait while none does (a slower rank has not issued the next one yet).
+exposed comm + straggler wait. The rank's idle time (waiting for an allgather, and from its
+last compute to the end of the last collective) splits against the rank's solo run: the same
+program with the rank's own compute segments, as they ran, and streams fed by its own issue
+times alone, as if every rank were as fast as it. The solo run's idle time is exposed comm
+(the collectives' own transfer, which this rank could not hide); how much later the real step
+ends is straggler wait (every collective waits for the last rank to issue it, so a slower
+rank's lateness reaches all the others). The slowest rank's solo run is the real one, so it
+waits for no one; without noise or stragglers no rank waits. A lemon's added time is then all
+wait, whether the step is compute-bound (it delays every collective) or communication-bound
+(it hides behind the collectives and adds little). DDP (sim/results.py) splits its idle time
+by whether the stream is busy, which for DDP's one burst of allreduces after backward books
+most of a lemon as wait too (tests/test_answers_fsdp.py).
 """
 
 import math
@@ -55,10 +72,11 @@ from sim.collectives import bus_factor, collective_cost
 from sim.config import Scenario
 from sim.episodes import Effects
 from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, param_tensors
+from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
 from sim.noise import multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
-from sim.workload import build_workload, fabric_for
+from sim.workload import build_workload
 
 ROOT = 0  # unit index of the root; block i is unit 1 + i
 
@@ -87,15 +105,19 @@ class _Op(NamedTuple):
     bwd_share: float  # compute: share of its backward time
 
 
-def _program(n_layer: int, prefetch: int, shares: ComputeShares, recompute: bool):
-    """One micro-step's program and its collectives [(op, unit)] in issue order."""
+def _program(n_layer: int, prefetch: int, shares: ComputeShares, recompute: bool, allreduce: bool = False):
+    """One micro-step's program and its collectives [(op, unit)] in issue order; ``allreduce``
+    (hsdp): each reduce-scatter is followed by the allreduce of its shard across the groups."""
     colls: list[tuple[str, int]] = []
     prog: list[_Op] = []
 
     def issue(op: str, unit: int) -> int:
-        prog.append(_Op(len(colls), -1, 0.0, 0.0))
+        index = len(colls)
+        prog.append(_Op(index, -1, 0.0, 0.0))
         colls.append((op, unit))
-        return len(colls) - 1
+        if op == "reduce_scatter" and allreduce:
+            issue("allreduce", unit)  # issued with it, in FSDP's post-backward hook
+        return index
 
     # Forward: segment u computes unit u (0: the root's embeddings, 1 + i: block i), then the head.
     ag: dict[int, int] = {}
@@ -132,23 +154,31 @@ class FsdpWorkload:
     forward_s: np.ndarray  # (ranks,) one micro-step's forward, before noise
     backward_s: np.ndarray  # (ranks,) one micro-step's backward, before noise (no recompute)
     dataloader_s: np.ndarray  # (ranks,)
-    optimizer_s: float  # on the shard: the whole model's (sim/optimizer.py) / N
+    optimizer_s: float  # on the shard: the whole model's (sim/optimizer.py) / shard_size
     buckets: list[Bucket]  # the FSDP units as flat parameters: root, block 0..L-1
-    ops: tuple[str, ...]  # (collectives per step,) in stream order, K micro-steps
+    ops: tuple[str, ...]  # (collectives per step,) in issue order, K micro-steps
     units: tuple[int, ...]  # (collectives per step,) the unit each one moves
     wire_bytes: np.ndarray  # (collectives per step,) collective size S (allgather: the gathered unit)
+    group_ranks: tuple[int, ...]  # (collectives per step,) ranks in the group each one runs over
     collective_s: np.ndarray  # (collectives per step,) before jitter
     algorithms: tuple[str, ...]
     program: tuple[_Op, ...]  # one micro-step
     prefetch: int
     interference_gamma: float
+    shard_size: int  # ranks a unit is sharded over: every rank (fsdp) or a shard group (hsdp)
+
+    @property
+    def replica_stream(self) -> np.ndarray:
+        """(collectives per step,) True for hsdp's allreduces, which run on their own stream."""
+        return np.array([op == "allreduce" for op in self.ops], dtype=bool)
 
     @property
     def traffic_bytes_per_step(self) -> float:
         """Bytes each rank puts on its bus per optimizer step (nccl-tests convention)."""
         if self.ranks == 1:
             return 0.0
-        return float(sum(bus_factor(op, self.ranks) * s for op, s in zip(self.ops, self.wire_bytes, strict=True)))
+        pairs = zip(self.ops, self.wire_bytes, self.group_ranks, strict=True)
+        return float(sum(bus_factor(op, n) * s for op, s, n in pairs if n > 1))
 
 
 def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
@@ -160,15 +190,20 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     shape, seq = sc.model.shape, sc.seq_len
     numels = unit_numels(shape)
     sh = compute_shares(shape, seq)
-    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing)
+    shard, replicas = sc.shard_size, replica_groups(sc)
+    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing, replicas > 1)
     colls = colls * t.grad_accum
     ops = tuple(op for op, _ in colls)
     units = tuple(u for _, u in colls)
-    # FSDP mixed precision: gather the compute dtype, reduce the gradient dtype (sim/precision.py).
+    # FSDP mixed precision: gather the compute dtype, reduce the gradient dtype (sim/precision.py);
+    # hsdp's allreduce moves the reduce-scattered shard, 1/S of the unit's gradient.
     size = {"allgather": t.dtypes.compute_bytes, "reduce_scatter": t.dtypes.grad_bytes}
+    size["allreduce"] = t.dtypes.grad_bytes / shard
     wire = np.array([float(numels[u] * size[op]) for op, u in colls])
-    fabric = fabric_for(sc)
-    costs = [collective_cost(op, w, fabric) for op, w in zip(ops, wire, strict=True)]
+    fabrics = {"allgather": shard_fabric(sc), "reduce_scatter": shard_fabric(sc)}
+    if replicas > 1:
+        fabrics["allreduce"] = replica_fabric(sc)
+    costs = [collective_cost(op, w, fabrics[op]) for op, w in zip(ops, wire, strict=True)]
     coll_s = np.array([c.time_s for c in costs])
     if not sc.network.enabled:
         coll_s = np.zeros_like(coll_s)
@@ -188,17 +223,24 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
         forward_s=base.forward_s,
         backward_s=base.backward_s,
         dataloader_s=base.dataloader_s,
-        optimizer_s=base.optimizer_s / sc.ranks,
+        optimizer_s=base.optimizer_s / shard,
         buckets=buckets,
         ops=ops,
         units=units,
         wire_bytes=wire,
+        group_ranks=tuple(fabrics[op].ranks for op in ops),
         collective_s=coll_s,
         algorithms=tuple(c.algorithm for c in costs),
         program=tuple(prog),
         prefetch=t.fsdp_prefetch,
         interference_gamma=sc.compute.interference_gamma,
+        shard_size=shard,
     )
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray, two_streams: bool) -> Busy:
+    """The collectives' busy intervals; with hsdp's two streams, their union."""
+    return Busy(*map(np.array, merged(starts, ends))) if two_streams else Busy(starts, ends)
 
 
 def simulate_fsdp(
@@ -212,12 +254,15 @@ def simulate_fsdp(
     rng = np.random.default_rng(sc.seed)
     wl = build_fsdp_workload(sc, rng)
     traced = sorted(trace_ranks) if trace_ranks is not None else pick_trace_ranks(sc, wl)
-    spans: list[tuple] = []  # (rank, lane, name, start_s, end_s); lane 0 compute, 1 comm
+    spans: list[tuple] = []  # (rank, lane, name, start_s, end_s); lane 0 compute, 1 comm, 3 hsdp's allreduces
     n, k_micro, steps = sc.ranks, wl.grad_accum, sc.steps
     n_coll, per_micro = len(wl.ops), len(wl.ops) // wl.grad_accum
     gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
     effects = Effects(sc.episodes, sc.pauses, n, sc.seed) if Effects.needed(sc.episodes, sc.pauses) else None
     noise_cfg = sc.noise
+    replica = wl.replica_stream
+    two_streams = bool(replica.any())
+    solo_ends = np.zeros((per_micro, n))  # per collective of a micro-step, its end in each rank's solo run
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     stats = OnlineStats(steps, n, records=records, medians=medians)
     t0 = 0.0
@@ -234,8 +279,11 @@ def simulate_fsdp(
             t, work = t + fx.pause_s, work + fx.pause_s  # a pause counts as compute, as in sim/results.py
         starts, ends = np.zeros(n_coll), np.zeros(n_coll)
         durations = wl.collective_s * jitter
-        stream_end = -math.inf
-        gap_lo, gap_hi = [], []
+        stream_end = replica_end = -math.inf
+        # Each rank's solo run: the same program with its own compute segments (as they really
+        # ran) and streams fed by its own issue times alone, as if every rank were as fast as it.
+        solo, solo_end, solo_replica_end = t.copy(), np.full(n, -math.inf), np.full(n, -math.inf)
+        idle, exposed = np.zeros(n), np.zeros(n)  # exposed: the solo run's idle time
         issued = 0
         for k in range(k_micro):
             fwd, bwd = wl.forward_s * noise[:, k], wl.backward_s * noise[:, k]
@@ -243,48 +291,62 @@ def simulate_fsdp(
             for op in wl.program:
                 if op.issue >= 0:
                     c = first + op.issue
-                    start = max(float(t.max()), stream_end)
-                    coll_wait += start - np.maximum(t, stream_end)
-                    stream_end = start + durations[c]
-                    starts[c], ends[c] = start, stream_end
+                    if replica[c]:  # hsdp: the shard the reduce-scatter before it just made
+                        start = max(ends[c - 1], replica_end)
+                        replica_end = start + durations[c]
+                        solo_replica_end = np.maximum(solo_ends[op.issue - 1], solo_replica_end) + durations[c]
+                        solo_ends[op.issue] = solo_replica_end
+                    else:
+                        start = max(float(t.max()), stream_end)
+                        coll_wait += start - np.maximum(t, stream_end)
+                        solo_end = np.maximum(solo, solo_end) + durations[c]
+                        solo_ends[op.issue] = solo_end
+                    ends[c] = start + durations[c]
+                    starts[c] = start
+                    stream_end = stream_end if replica[c] else ends[c]
                     issued = c + 1
                     if step < trace_steps:
                         name = f"{wl.ops[c]} unit {wl.units[c]}"
-                        spans.extend((r, 1, name, start, stream_end) for r in traced)
+                        lane = 3 if replica[c] else 1  # sim/trace.py's lanes
+                        spans.extend((r, lane, name, start, float(ends[c])) for r in traced)
                     continue
                 if op.wait >= 0:
-                    gap_lo.append(t)
-                    t = np.maximum(t, ends[first + op.wait])
-                    gap_hi.append(t)
+                    w = first + op.wait
+                    done = np.maximum(t, ends[w])
+                    idle += done - t
+                    t = done
+                    solo_done = np.maximum(solo, solo_ends[op.wait])
+                    exposed += solo_done - solo
+                    solo = solo_done
                 seg = op.fwd_share * fwd + op.bwd_share * bwd
                 # Collectives issued later start after this segment ends on this rank: the
                 # ones issued so far are all that can slow it.
-                done = Busy(starts[:issued], ends[:issued]).finish(t, seg, gamma) if gamma else t + seg
+                done = _busy(starts[:issued], ends[:issued], two_streams).finish(t, seg, gamma) if gamma else t + seg
                 if step < trace_steps:
                     name = f"{'backward' if op.bwd_share else 'forward'} {k}"
                     spans.extend((r, 0, name, float(t[r]), float(done[r])) for r in traced)
                 work += done - t
+                solo += done - t
                 t = done
-        gap_lo.append(t)
-        gap_hi.append(np.full(n, stream_end))
-        # Idle time while the stream is busy is exposed comm; the rest is straggler wait.
-        lo, hi = np.stack(gap_lo), np.stack(gap_hi)
-        if durations.any():
-            stream = Busy(starts, ends)
-            exp = (stream.busy_before(hi) - stream.busy_before(lo)).sum(axis=0)
-        else:
-            exp = np.zeros(n)
-        end = stream_end + wl.optimizer_s
+        # The step ends when both streams have (the optimizer needs every gradient shard).
+        comm_end = max(stream_end, replica_end)
+        idle += comm_end - t
+        exposed += np.maximum(np.maximum(solo_end, solo_replica_end) - solo, 0.0)
+        # The real run ends no earlier than the solo one (every real collective starts no earlier
+        # than its solo twin), so its extra idle time, the straggler wait, is >= 0; the minimum
+        # only absorbs rounding.
+        exposed = np.minimum(exposed, idle)
+        end = comm_end + wl.optimizer_s
         if step < trace_steps:
-            spans.extend((r, 0, "optimizer", stream_end, end) for r in traced if wl.optimizer_s > 0)
+            spans.extend((r, 0, "optimizer", comm_end, end) for r in traced if wl.optimizer_s > 0)
             spans.extend((r, 2, f"step {step}", t0, end) for r in traced)
         step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
         stats.add(
             step,
             slice(None),
             compute_s=work,
-            exposed_comm_s=exp,
-            straggler_wait_s=np.maximum((hi - lo).sum(axis=0) - exp, 0.0),
+            exposed_comm_s=exposed,
+            straggler_wait_s=idle - exposed,
             collective_wait_s=coll_wait,
         )
         t0 = end

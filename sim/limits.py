@@ -14,7 +14,7 @@ import math
 from typing import NamedTuple
 
 from sim.buckets import build_buckets
-from sim.config import Scenario
+from sim.config import SHARDED_MODES, Scenario
 from sim.workload import measured_ready_order
 
 # --- The engines' memory: slopes of tracemalloc's peak on h100-1024 at 64-16,384 ranks and
@@ -36,7 +36,8 @@ MEDIAN_BYTES_PER_RANK = 200
 RECORD_BYTES_PER_RANK_STEP = 40
 EXPORT_BYTES_PER_RANK_STEP = 8
 # Interference: DDP's whole (ranks x buckets) ready table and temporaries (measured 26 B per
-# rank-bucket); FSDP's stacked idle gaps, 2 per unit per micro-step (measured 96-99 B).
+# rank-bucket); FSDP's per-rank stream ends, one per collective of a micro-step (measured 28 B
+# per rank-unit, 39 B with hsdp's allreduces, ~4 B per further micro-step): 100 B is a bound.
 DDP_GAMMA_BYTES_PER_RANK_BUCKET = 32
 FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO = 100
 # Whatever the size: the workload, its buckets and collectives, the Chrome trace window
@@ -97,7 +98,7 @@ def simulation_cost(sc: Scenario, *, export: bool = False, records: bool = False
     per_rank = BYTES_PER_RANK + BYTES_PER_RANK_MICRO * (k - 1)
     if export and not records:
         per_rank += MEDIAN_BYTES_PER_RANK
-    if sc.training.mode == "fsdp":
+    if sc.training.mode in SHARDED_MODES:  # hsdp: a third more collectives per unit, the same order
         units = sc.model.shape.n_layer + 1
         work_bytes = FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO * units * k
         seconds = FSDP_SECONDS_PER_UNIT_MICRO * units * k

@@ -18,6 +18,8 @@ Model states:
        gathered from forward to backward with its unsharded gradient, the block computing and
        the ``fsdp_prefetch`` blocks gathered ahead of it (in the compute dtype: FSDP's mixed
        precision), and the computing block's unsharded gradient before its reduce-scatter.
+  hsdp: as fsdp with 1/S for 1/N, S the shard group's size (sim/hsdp.py): the allreduce across
+       the groups runs on the rank's gradient shard and keeps nothing more.
 
 Autocast's weight copies (ddp under AMP): each matmul weight cast to 16 bits once per forward
 and saved by the matmul for backward: every block's four weights and the tied output layer.
@@ -60,7 +62,7 @@ MiB), temporaries inside kernels, FSDP's padding of flat parameters to a multipl
 
 from typing import NamedTuple
 
-from sim.config import Scenario
+from sim.config import SHARDED_MODES, Scenario
 from sim.fsdp import ROOT, unit_numels
 from sim.gpt2 import TransformerShape
 from sim.precision import Precision
@@ -77,7 +79,7 @@ INDEX_BYTES = 8  # int64 token ids: the embedding keeps the inputs, the loss the
 class MemoryEstimate(NamedTuple):
     """One rank's memory at its peak, GiB (2^30 bytes)."""
 
-    mode: str  # "ddp" | "fsdp"
+    mode: str  # "ddp" | "fsdp" | "hsdp"
     ranks: int
     precision: str
     peak_phase: str  # "backward" (its start) or "optimizer"
@@ -149,7 +151,7 @@ def weight_copy_bytes(shape: TransformerShape, dtypes: Precision) -> float:
 
 
 def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB) -> MemoryEstimate:
-    """Peak memory of one rank of ``sc`` (``training.mode``, ``sc.ranks`` for FSDP's sharding)."""
+    """Peak memory of one rank of ``sc`` (``training.mode``; ``sc.shard_size`` ranks share the model states)."""
     t = sc.training
     dt = t.dtypes
     shape, seq = sc.model.shape, sc.seq_len
@@ -160,8 +162,8 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
     )
     logits = logits_bytes(shape, seq, t.micro_batch_size, dt)
     buckets = unsharded = copies = 0.0
-    if t.mode == "fsdp":
-        shard = 1.0 / sc.ranks
+    if t.mode in SHARDED_MODES:
+        shard = 1.0 / sc.shard_size
         block = float(numels[1:].max())
         in_flight = min(1 + t.fsdp_prefetch, shape.n_layer)
         c, g = dt.compute_bytes, dt.grad_bytes

@@ -23,6 +23,7 @@ from sim.results import SimResult
 
 COMPUTE, COMM, STEPS = 0, 1, 2
 _THREADS = {COMPUTE: "compute", COMM: "comm", STEPS: "steps"}
+REPLICA = 3  # hsdp's allreduces across the shard groups, on their own stream (sim/fsdp.py)
 
 
 def _us(t_s: float) -> float:
@@ -44,14 +45,14 @@ def _span(name: str, cat: str, pid: int, tid: int, start_s: float, end_s: float,
     return ev
 
 
-def _metadata(result: SimResult, ranks: list[int]) -> list[dict]:
+def _metadata(result: SimResult, ranks: list[int], threads: dict = _THREADS) -> list[dict]:
     stragglers = result.scenario.straggler_map
     out = []
     for r in ranks:
         label = f"rank {r}" + (f" (straggler x{stragglers[r]:g})" if r in stragglers else "")
         out.append({"name": "process_name", "ph": "M", "pid": r, "args": {"name": label}})
         out.append({"name": "process_sort_index", "ph": "M", "pid": r, "args": {"sort_index": r}})
-        for tid, name in _THREADS.items():
+        for tid, name in threads.items():
             meta = {"name": "thread_name", "ph": "M", "pid": r, "tid": tid, "args": {"name": name}}
             out.append(meta)
     return out
@@ -134,8 +135,9 @@ def chrome_trace(result: SimResult) -> dict:
 def _from_spans(result: SimResult) -> dict:
     """(rank, lane, name, start_s, end_s) spans as complete events, lanes as the threads above."""
     spans = result.trace["spans"]
-    events = _metadata(result, sorted({s[0] for s in spans}))
-    cats = {COMPUTE: "compute", COMM: "comm", STEPS: "step"}
+    threads = _THREADS | ({REPLICA: "replica comm"} if any(s[1] == REPLICA for s in spans) else {})
+    events = _metadata(result, sorted({s[0] for s in spans}), threads)
+    cats = {COMPUTE: "compute", COMM: "comm", STEPS: "step", REPLICA: "comm"}
     events += [_span(name, cats[lane], rank, lane, start, end) for rank, lane, name, start, end in spans]
     other = {"scenario": result.scenario.name, "ranks": result.scenario.ranks}
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

@@ -30,6 +30,7 @@ from sim.workload import build_workload
 
 NAMED = ("rebalance", "exclude-slowest", "sync-gc")
 SECTION_OF = {"bucket_cap_mb": "training", "comm_hook": "training", "grad_accum": "training", "overlap": "training"}
+SECTION_OF |= {"mode": "training", "hsdp_shard_size": "training"}  # --try mode=hsdp
 
 
 class WhatIf(NamedTuple):
