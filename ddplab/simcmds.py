@@ -127,6 +127,12 @@ def _print_parameters(summary: dict) -> None:
         value = p["value"]
         shown = f"{value:.4g}" if isinstance(value, float) else str(value or '""')
         print(f"    {p['key']:<28} {shown:>12}  {p['source']}")
+    if cal.get("withheld"):
+        print("  not carried      measured, left at the scenario's value, and why:")
+    for w in cal.get("withheld", []):
+        value = w["value"]
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"    {w['key']:<28} {shown:>12}  {w['reason']}")
 
 
 def network_line(sc) -> str:
