@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from calibrate.calibration import Calibration, Network
+from calibrate.refusal import scenario_or_refusal
 from sim.config import Scenario
 from sim.gpt2 import model_shape, param_count
 from sim.memory import GIB
@@ -416,8 +417,6 @@ def calibrated_scenario(
     """The scenario `simulate --calib` runs, and for its summary {calibration: file, mode, why
     and withheld (each measured value not carried: key, value, reason); parameters: every
     reported parameter as measured (file) or assumed (preset and source)}."""
-    from calibrate.admit import scenario_or_refusal
-
     cal = load_for_simulation(name_or_path, overrides, calib, calib_path, network, mode, **top)
     sc = scenario_or_refusal(cal.data, cal.measured, calib, calib_path, can_set=True)
     return sc, {

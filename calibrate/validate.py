@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import ks_2samp
 
-from calibrate.admit import scenario_or_refusal
 from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
 from calibrate.records import Run, read_run
+from calibrate.refusal import scenario_or_refusal
 from scenarios import load_models
 
 WARMUP_STEPS = 2

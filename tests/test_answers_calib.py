@@ -193,3 +193,205 @@ def test_calibrate_checks_every_value_it_writes_against_the_simulator(cpu_calib)
     with pytest.raises(ValueError, match=r"^out/calib.json: the calibration would be refused by simulate and validate:"
                        r" compute.backward_fraction: must be in \(0, 1\), got 2"):  # fmt: skip
         check_admitted(bad, "out/calib.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Row 10: your own GPUs at home (realrun/device_choice.py); no GPU here, so torch's answers
+# about CUDA and MPS are monkeypatched where the choice is made
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """machine(cuda=N, mps=bool): this process sees N CUDA GPUs and MPS or not."""
+    import torch
+
+    def set_up(cuda: int = 0, mps: bool = False):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+    return set_up
+
+
+@pytest.mark.parametrize(
+    "cuda,mps,local_rank,expected",
+    [
+        (2, False, 1, "cuda:1"),  # the RTX box, one rank per GPU
+        (1, False, 1, "cuda:0"),  # more ranks than GPUs: shared round-robin (gloo only, below)
+        (0, True, 0, "mps"),  # the M2 laptop
+        (1, True, 0, "cuda:0"),  # CUDA first
+        (0, False, 0, "cpu"),
+    ],
+)
+def test_auto_device_is_cuda_then_mps_then_cpu(machine, cuda, mps, local_rank, expected):
+    from realrun.device_choice import compute_device, cpu_while_gpu_warning
+
+    machine(cuda=cuda, mps=mps)
+    device = compute_device("auto", local_rank)
+    assert str(device) == expected
+    assert cpu_while_gpu_warning(device) is None
+
+
+def test_asked_devices_and_the_cpu_warning(machine):
+    from realrun.device_choice import compute_device, cpu_while_gpu_warning
+
+    machine(cuda=1)
+    cpu = compute_device("cpu", 0)
+    assert str(cpu) == "cpu"
+    assert cpu_while_gpu_warning(cpu) == (
+        "warning: computing on the CPU although a CUDA GPU is here (--device cpu); --device auto uses it"
+    )
+    with pytest.raises(ValueError, match=r"^--device mps: Apple's MPS is not available here"):
+        compute_device("mps", 0)
+    machine(mps=True)
+    assert "an MPS GPU" not in cpu_while_gpu_warning(cpu) and "a MPS GPU is here" in cpu_while_gpu_warning(cpu)
+    with pytest.raises(ValueError, match=r"^--device cuda: CUDA is not available here"):
+        compute_device("cuda", 0)
+
+
+def test_backend_auto_is_nccl_only_when_every_rank_has_cuda(machine):
+    import torch
+    import torch.distributed as dist
+
+    from realrun.device_choice import comm_device, local_backend
+    from realrun.dist import agree_backend
+
+    machine(cuda=2)
+    cuda0, mps, cpu = torch.device("cuda", 0), torch.device("mps"), torch.device("cpu")
+    assert local_backend("auto", cuda0, local_ranks=2) == "nccl"
+    assert local_backend("auto", cuda0, local_ranks=3) == "gloo"  # NCCL refuses two ranks on one GPU
+    assert local_backend("auto", mps, local_ranks=1) == "gloo"
+    assert local_backend("gloo", cuda0, local_ranks=1) == "gloo"
+    with pytest.raises(ValueError, match=r"^--backend nccl: needs CUDA tensors; this rank computes on mps"):
+        local_backend("nccl", mps, local_ranks=1)
+
+    def agree(can: list[str], asked: str = "auto") -> list[str]:
+        store = dist.HashStore()  # one store, as torchrun's rendezvous gives every rank
+        for rank, b in enumerate(can[1:], 1):  # the other ranks have posted already
+            store.set(f"ddplab/backend/{rank}", b)
+        return agree_backend(store, 0, len(can), can[0], asked=asked)
+
+    assert agree(["nccl", "nccl"]) == "nccl"
+    assert agree(["nccl", "gloo"]) == "gloo"  # the seed's home lab: RTX 4070 + M2
+    with pytest.raises(ValueError, match=r"^--backend nccl: rank\(s\) 1, 3 cannot run NCCL"):
+        agree(["nccl", "gloo", "nccl", "gloo"], asked="nccl")
+    # The RTX rank reduces its CUDA gradients over gloo directly; the Mac's go through the CPU.
+    assert comm_device("gloo", cuda0) == cuda0 and comm_device("gloo", mps) == cpu
+    assert comm_device("nccl", cuda0) == cuda0 and comm_device("gloo", cpu) == cpu
+
+
+@pytest.mark.parametrize("verb", ["train", "probe"])
+def test_help_shows_backend_and_device_default_auto(verb, capsys):
+    code, out, _ = in_process(capsys, verb, "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    assert "--backend {auto,nccl,gloo}" in text and "--device {auto,cuda,mps,cpu}" in text
+    backend = text[text.index("--backend {auto,nccl,gloo} auto:") :]
+    assert backend[: backend.index("--device")].endswith("(default: auto) ")
+    device = text[text.index("--device {auto,cuda,mps,cpu} where") :]
+    assert "(default: auto)" in device[: device.index("--", 5)]
+
+
+def test_real_two_rank_train_auto_resolves_to_gloo_on_cpu(tmp_path, capsys):
+    """No GPU here: --backend auto (the default) agrees on gloo, every rank computes on the CPU,
+    and the records say so, with what was asked."""
+    import torch
+
+    from realrun.records import read_run
+
+    assert not torch.cuda.is_available()
+    out = tmp_path / "run"
+    code, stdout, err = in_process(
+        capsys, "train", "--nproc", "2", "--out", str(out), "--model", "gpt2-tiny", "--seq-len", "32",
+        "--micro-batch", "2", "--steps", "2", "--backend", "auto",
+    )  # fmt: skip
+    assert code == 0, err
+    for r in read_run(out, "train"):
+        m = r.meta
+        assert (m["backend"], m["device"], m["comm_device"]) == ("gloo", "cpu", "cpu")
+        assert (m["backend_requested"], m["device_requested"]) == ("auto", "auto")
+        assert m["device_info"]["kind"] == "cpu"
+    assert stdout.startswith(f"train: 2 of 2 ranks, gpt2-tiny, 2 steps, backend gloo, compute on cpu: complete ({out})")
+    assert "warning" not in err  # no GPU is left idle here
+
+
+_STAGED = """
+import json, os, sys, torch, torch.distributed as dist
+from realrun import ddp_wrap
+from realrun.dist import DistEnv
+from realrun.hooks import staged_allreduce
+from realrun.model import build
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+env = DistEnv(0, 1, 0, "gloo", torch.device("cpu"), torch.device("cpu"))
+out = {}
+for staged in (False, True):
+    torch.manual_seed(0)
+    model = build("gpt2-tiny")
+    ddp = ddp_wrap.wrap(model, env, staged=staged, bucket_cap_mb=0.05)
+    buckets = []
+    def hook(state, bucket, buckets=buckets):
+        buckets.append(bucket.index())
+        return staged_allreduce((None, torch.float32), bucket)
+    ddp.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    per_step = []
+    for _ in range(3):
+        x = torch.randint(0, 256, (2, 32), generator=g)
+        _, per_seq = ddp(x, x)
+        per_seq.mean().backward()
+        opt.step(); opt.zero_grad()
+        per_step.append(len(buckets)); buckets.clear()
+    out[str(staged)] = {"buckets": per_step, "sum": float(sum(p.double().sum() for p in model.parameters()))}
+print(json.dumps(out))
+dist.destroy_process_group()
+"""
+
+
+def test_the_mps_path_trains_like_ddp_on_cpu_ranks():
+    """realrun/ddp_wrap.py's path for MPS over gloo (no init sync, no bucket rebuild, every bucket
+    through a CPU copy), forced on a CPU rank: the same weights after 3 steps as plain DDP; plain
+    DDP rebuilds its buckets after step 0, the staged path keeps step 0's (it cannot broadcast
+    the new order on MPS). On a Mac, docs/gpu.md says what to run."""
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    p = subprocess.run(
+        [sys.executable, "-c", _STAGED, str(free_port())], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    plain, staged = out["False"], out["True"]
+    assert staged["sum"] == pytest.approx(plain["sum"], rel=1e-12)
+    assert plain["buckets"][0] == 1 and plain["buckets"][1] > 1  # DDP's rebuild after step 0
+    assert staged["buckets"] == [1, 1, 1]  # kept: no broadcast on the parameters' device
+
+
+# ---------------------------------------------------------------------------------------------
+# The sbatch: trains on the GPUs it asks for, and carries no stray text
+
+
+def test_sbatch_uses_its_gpus_and_has_no_stray_text(tmp_path, capsys):
+    job = tmp_path / "job.sbatch"
+    code, _, err = in_process(
+        capsys, "launch", "--nodes", "2", "--master", "192.168.1.10:29500", "--slurm", str(job),
+        "--", "train", "--model", "gpt2-760m", "--out", "runs/home",
+    )  # fmt: skip
+    assert code == 0, err
+    text = job.read_text()
+    gpus = next(line for line in text.splitlines() if line.startswith("#SBATCH --gpus-per-node="))
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert gpus == "#SBATCH --gpus-per-node=1"
+    assert srun.endswith("-m realrun train --model gpt2-760m --out runs/home --backend nccl --device cuda")
+    # Before: "# Seed 2.4: ..." and "(seed 2.2: ...)", references to a document a user does not have.
+    assert "seed" not in text.lower()
+    # What the user chose stays: gloo on the GPUs, or CPU ranks on purpose.
+    from realrun import nodes
+
+    mine = nodes.slurm_script(1, 2, 29500, None, ["train", "--out", "r", "--backend=gloo"])
+    assert mine.splitlines()[-1].endswith("train --out r --backend=gloo --device cuda")
+    cpu = nodes.slurm_script(1, 2, 29500, None, ["train", "--out", "r", "--device", "cpu"])
+    assert cpu.splitlines()[-1].endswith("train --out r --device cpu --backend nccl")
