@@ -48,12 +48,16 @@ def init(backend: str, timeout_s: float, device: str = "auto") -> DistEnv:
         raise ValueError("not under torchrun: RANK is unset (use `ddplab probe/train` or torchrun -m realrun)")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    compute = device_choice.compute_device(device, local_rank)
-    mine = device_choice.local_backend(backend, compute, local_ranks)
-    if compute.type == "cuda":
-        torch.cuda.set_device(compute)
     timeout = datetime.timedelta(seconds=timeout_s)
     store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+    try:
+        compute = device_choice.compute_device(device, local_rank)
+        mine = device_choice.local_backend(backend, compute, local_ranks)
+    except ValueError as e:  # tell the peers at once, or they wait out the timeout for this rank
+        store.set(f"ddplab/backend/{rank}", f"error: {e}")
+        raise
+    if compute.type == "cuda":
+        torch.cuda.set_device(compute)
     chosen = agree_backend(store, rank, world, mine, asked=backend)
     warning = device_choice.cpu_while_gpu_warning(compute)
     if warning and local_rank == 0:
@@ -66,9 +70,13 @@ def init(backend: str, timeout_s: float, device: str = "auto") -> DistEnv:
 def agree_backend(store, rank: int, world: int, mine: str, *, asked: str) -> str:
     """The backend every rank runs: each posts what it can run (nccl or gloo) to the rendezvous
     store and reads everyone's; ``auto`` takes nccl only when all can. A rank that was asked
-    for nccl where another cannot run it fails here, naming that rank, instead of hanging."""
+    for nccl where another cannot run it, or whose peer could not choose its device, fails
+    here, naming that rank, instead of hanging."""
     store.set(f"ddplab/backend/{rank}", mine)
     can = {r: store.get(f"ddplab/backend/{r}").decode() for r in range(world)}  # get waits for the key
+    failed = next((r for r, b in can.items() if b.startswith("error: ")), None)
+    if failed is not None:
+        raise ValueError(f"rank {failed} could not start: {can[failed].removeprefix('error: ')}")
     without = sorted(r for r, b in can.items() if b != "nccl")
     if not without:
         return "nccl"

@@ -275,6 +275,8 @@ def test_backend_auto_is_nccl_only_when_every_rank_has_cuda(machine):
     assert agree(["nccl", "gloo"]) == "gloo"  # the seed's home lab: RTX 4070 + M2
     with pytest.raises(ValueError, match=r"^--backend nccl: rank\(s\) 1, 3 cannot run NCCL"):
         agree(["nccl", "gloo", "nccl", "gloo"], asked="nccl")
+    with pytest.raises(ValueError, match=r"^rank 1 could not start: --device cuda: CUDA is not available here"):
+        agree(["gloo", "error: --device cuda: CUDA is not available here"])
     # The RTX rank reduces its CUDA gradients over gloo directly; the Mac's go through the CPU.
     assert comm_device("gloo", cuda0) == cuda0 and comm_device("gloo", mps) == cpu
     assert comm_device("nccl", cuda0) == cuda0 and comm_device("gloo", cpu) == cpu
