@@ -1,6 +1,7 @@
 """A calibration applied to a scenario, and where each parameter then comes from.
 
-Three modes (issues 5 and 12):
+Three modes (issues 5 and 12); every measured value a mode does not carry is listed with
+its reason (``Applied.withheld``; `simulate --calib` prints them and puts them in JSON):
 - ``all``: the scenario describes the machines that were measured (same backend,
   one rank per host, the probe's world size): measured link rate, stack efficiency,
   hop latency, compute, optimizer, per-rank speed, jitter, gamma and the
@@ -13,7 +14,12 @@ Three modes (issues 5 and 12):
 - ``shape``: a cluster the probe never touched. Only dimensionless shape parameters
   transfer: the jitter distribution and sigma, interference gamma, stack
   efficiency and (same model only) the bucket-ready profile. Bandwidths and FLOP/s
-  stay the preset's. Jitter measured on a CPU does not transfer to a GPU cluster:
+  stay the preset's. The stack efficiency is one backend's (gloo over TCP is not NCCL
+  over IB), so it needs the same backend; gamma is how one backend's traffic slows one
+  device's compute (gloo's TCP threads on the cores a CPU rank computes on; NCCL's kernels
+  on a GPU's SMs), so it needs the same backend and a GPU probe: a CPU calibration's gamma
+  (0.19-1.00 here) on H100s added +9-17 % compute to a preset that states none (issue 22).
+  Neither does jitter measured on a CPU transfer to a GPU cluster:
   a CPU's step-to-step spread is the OS scheduler's (sd ~4 % on the 2-core CI box),
   a GPU's is its kernels' (sd 0.35 % per step on an H200 at micro-batch 8,
   docs/references.md "Measured on one NVIDIA H200"); at 1024 ranks the step waits
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from calibrate.calibration import Calibration, Network
+from calibrate.refusal import scenario_or_refusal
 from sim.config import Scenario
 from sim.gpt2 import model_shape, param_count
 from sim.memory import GIB
@@ -65,6 +72,7 @@ class Applied(NamedTuple):
     measured: dict[str, str]  # {key: where its value came from}
     mode: str  # all | device | shape
     why: str  # why that mode
+    withheld: list[dict]  # [{key, value, reason}]: measured, not carried, and why
 
 
 def _device_mismatch(sc: Scenario, calib: Calibration) -> str | None:
@@ -116,42 +124,52 @@ def _set(data: dict, key: str, value) -> None:
 def apply_calibration(
     data: dict, calib: Calibration, *, calib_path: str, network: str | None = None, mode: str = "auto"
 ) -> Applied:
-    """The scenario data with the calibration applied, where each value came from, and the mode."""
+    """The scenario data with the calibration applied, where each value came from, what was
+    left out and why, and the mode."""
     data = apply_overrides(data)  # a copy
     sc = scenario_from_dict(data)
     mode, why = choose_mode(sc, calib, mode)
     c, noise = calib.compute, calib.noise
     measured: dict[str, str] = {}
+    withheld: list[dict] = []
     where = f"measured on {calib.probed_on}: {calib_path}"
 
     def put(key: str, value, origin: str) -> None:
         _set(data, key, value)
         measured[key] = f"{where} ({origin})"
 
-    if mode == "shape" and calib.device == "cpu" and sc.compute.device_class:
-        why += f"; the jitter stays {sc.name}'s: a CPU's scheduler jitter is not a {sc.compute.device_class}'s"
+    def hold(key: str, value, reason: str) -> None:
+        withheld.append({"key": key, "value": value, "reason": reason})
+
+    if mode != "all" and calib.device == "cpu":
+        reason = f"a CPU's scheduler jitter: {_gpus(sc)} keep their own"
+        hold("noise.distribution", noise.distribution, reason)
+        hold("noise.sigma", noise.sigma, reason)
     elif noise.distribution == "empirical":
-        why_empirical = f"{noise.best_fit} rejected: KS {noise.ks:.3f} > {noise.ks_critical_1pct:.3f}"
+        why_empirical = (
+            noise.chosen_because or f"{noise.best_fit} rejected: KS {noise.ks:.3f} > {noise.ks_critical_1pct:.3f}"
+        )
         put("noise.distribution", "empirical", f"{noise.samples} compute iterations resampled; {why_empirical}")
         put("noise.samples", list(noise.multipliers), "normalised compute iterations")
         put("noise.sigma", noise.sigma, "sd of the samples (not used by empirical)")
     else:
-        put("noise.distribution", noise.distribution, f"{noise.samples} compute iterations, best AIC")
-        put("noise.sigma", noise.sigma, f"{noise.distribution} MLE, KS {noise.ks:.3f}")
+        chosen = next(x for x in noise.candidates if x.distribution == noise.distribution)
+        how = f"best AIC; {noise.chosen_because}" if noise.chosen_because else "best AIC"
+        put("noise.distribution", noise.distribution, f"{noise.samples} compute iterations, {how}")
+        put("noise.sigma", noise.sigma, f"{noise.distribution} MLE, KS {chosen.ks:.3f}")
     label, net = calib.network(network) if (mode == "all" and calib.networks) or network else (None, None)
     if net is None and len(calib.networks) == 1:
         label, net = calib.network(None)
-    if net is not None:
-        eff = net.stack_efficiency.value
-        put("network.nic_efficiency", min(eff, 1.0), f"{label}: allreduce busbw / raw TCP = {eff:.3f}")
-        gamma = net.interference_gamma
-        put("compute.interference_gamma", gamma.value, f"{label}: overlap probe, {gamma.samples} iterations")
-    elif calib.networks:  # several networks, none named: their mean
-        gammas = [n.interference_gamma.value for n in calib.networks.values()]
-        put("compute.interference_gamma", sum(gammas) / len(gammas), f"overlap probes, mean of {len(gammas)} networks")
+    _apply_network_shape(sc, calib, mode, label, net, put, hold)
     same_model = same_as_preset(sc.model.shape, c.model)
     if same_model:
         put("compute.ready_fractions", dict(c.ready_fractions.value), f"grad_ready of {c.model}")
+    else:
+        hold(
+            "compute.ready_fractions",
+            f"measured on {c.model}",
+            f"the order {c.model}'s backward makes gradients ready; {sc.model.shape.name}'s comes from FLOP counts",
+        )
     if mode == "all":
         if net is not None:
             _apply_measured_network(label, net, put)
@@ -160,10 +178,83 @@ def apply_calibration(
         slow = {r: v.speed_factor for r, v in calib.ranks.items() if v.speed_factor > 1.0}
         put("stragglers", ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items())), "per-rank median speed")
         put("noise.speed_spread_sd", 0.0, "the measured ranks' own factors are the stragglers entry")
-    elif mode == "device":
+        return Applied(data, measured, mode, why, withheld)
+    if calib.networks:
+        nets = [net] if net is not None else list(calib.networks.values())
+        mine = f"a property of the measured link, not of {sc.name}'s network"
+        hold("network.nic_gbit_s", _span([n.link_gbit_s.value for n in nets]), mine)
+        if sc.network.backend == "gloo":
+            hold("network.gloo_hop_latency_us", _span([n.allreduce.hop_latency_us for n in nets]), mine)
+    if mode == "device":
         _apply_compute(data, sc, calib, put)
         _apply_memory(sc, calib, put)
-    return Applied(data, measured, mode, why)
+    else:
+        key, value = _compute_value(sc, calib)
+        hold(key, value, f"measured on {calib.probed_on}, not on {_gpus(sc)}: their FLOP/s and roofline stay")
+        opt = c.optimizer_s.value * param_count(sc.model.shape) / param_count(model_shape(c.model))
+        hold("compute.optimizer_s", opt, f"measured on {calib.probed_on} (x params), not on {_gpus(sc)}")
+        if c.memory is not None:
+            hold(
+                "compute.memory_peak_gib",
+                c.memory.ddp_peak_bytes.value / GIB,
+                f"measured on {calib.probed_on}, not on {_gpus(sc)}",
+            )
+    slow = {r: v.speed_factor for r, v in calib.ranks.items() if v.speed_factor > 1.0}
+    if slow:
+        text = ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items()))
+        hold("stragglers", text, f"the probe's own ranks, not {sc.name}'s")
+    return Applied(data, measured, mode, why, withheld)
+
+
+def _gpus(sc) -> str:
+    """E.g. "h100-1024's h100 GPUs": every scenario describes accelerators, its class named or not."""
+    return " ".join(x for x in (f"{sc.name}'s", sc.compute.device_class, "GPUs") if x)
+
+
+def _span(values: list[float]):
+    """One value, or "lo-hi" over several measured networks."""
+    lo, hi = min(values), max(values)
+    return lo if lo == hi else f"{lo:.4g}-{hi:.4g}"
+
+
+def _apply_network_shape(sc, calib: Calibration, mode: str, label, net, put, hold) -> None:
+    """The stack efficiency and interference gamma. Outside mode ``all`` each carries only what
+    it measured: the stack efficiency is busbw / wire of one backend's stack (gloo over TCP here,
+    NCCL over IB there), so it needs the same backend; gamma is how one backend's communication
+    slows one device's compute (gloo's TCP threads on the cores a CPU rank computes on; NCCL's
+    kernels on a GPU's SMs), so it needs the same backend and a GPU probe (issue 22)."""
+    if not calib.networks:
+        return
+    nets = {label: net} if net is not None else calib.networks
+    effs = [n.stack_efficiency.value for n in nets.values()]
+    gammas = [n.interference_gamma.value for n in nets.values()]
+    backend, theirs = calib.backend, sc.network.backend
+    other_stack = f"{backend}'s stack measured, {sc.name} runs {theirs}" if backend != theirs else None
+    if mode == "all" or not other_stack:
+        if net is not None:
+            put("network.nic_efficiency", min(effs[0], 1.0), f"{label}: allreduce busbw / raw TCP = {effs[0]:.3f}")
+        else:
+            hold("network.nic_efficiency", _span(effs), f"{len(effs)} networks measured: name one (--calib-network)")
+    else:
+        hold("network.nic_efficiency", _span([min(e, 1.0) for e in effs]), other_stack)
+    if mode != "all" and calib.device == "cpu":
+        reason = f"{backend}'s TCP work competed with compute for a CPU's cores: {_gpus(sc)} compute apart"
+        hold("compute.interference_gamma", _span(gammas), reason)
+    elif mode != "all" and other_stack:
+        hold("compute.interference_gamma", _span(gammas), other_stack)
+    elif net is not None:
+        gamma = net.interference_gamma
+        put("compute.interference_gamma", gamma.value, f"{label}: overlap probe, {gamma.samples} iterations")
+    else:  # several networks, none named: their mean
+        put("compute.interference_gamma", sum(gammas) / len(gammas), f"overlap probes, mean of {len(gammas)} networks")
+
+
+def _compute_value(sc, calib: Calibration) -> tuple[str, float]:
+    """The compute key and value mode ``device`` would set (for what shape mode leaves out)."""
+    c = calib.compute
+    if same_as_preset(sc.model.shape, c.model) and c.seq_len == sc.seq_len:
+        return "compute.step_compute_s", c.step_s.seconds(sc.training.micro_batch_size * sc.seq_len)
+    return "compute.mfu", c.achieved_tflop_s.value / sc.compute.peak_for(sc.training.dtypes)
 
 
 def _apply_compute(data, sc, calib: Calibration, put) -> None:
@@ -271,6 +362,7 @@ class Calibrated(NamedTuple):
     measured: dict[str, str]
     mode: str
     why: str
+    withheld: list[dict]
     path: Path  # the scenario file
 
 
@@ -285,16 +377,19 @@ def load_for_simulation(
     # before --ranks/--sweep-ranks (a sweep keeps one mode at every scale); then the user's
     # own keys are applied again, so what they type wins over what was measured.
     user = scenario_data(name_or_path, overrides)
-    data, measured, used, why = apply_calibration(user, calib, calib_path=calib_path, network=network, mode=mode)
+    data, measured, used, why, withheld = apply_calibration(
+        user, calib, calib_path=calib_path, network=network, mode=mode
+    )
     data = apply_overrides(data, **top)
     if "stragglers" in measured:  # the measured slow ranks that exist at this scale
         ranks = data.get("ranks", 1)
         kept = [item for item in data["stragglers"].split(",") if item and int(item.split(":")[0]) < ranks]
         data["stragglers"] = ",".join(kept)
     data = apply_overrides(data, overrides)
-    for text in overrides:
-        measured.pop(text.partition("=")[0].strip(), None)
-    return Calibrated(data, measured, used, why, scenario_path(name_or_path))
+    typed = {text.partition("=")[0].strip() for text in overrides}
+    measured = {k: v for k, v in measured.items() if k not in typed}
+    withheld = [w for w in withheld if w["key"] not in typed]  # the user's value is used anyway
+    return Calibrated(data, measured, used, why, withheld, scenario_path(name_or_path))
 
 
 def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -> str | None:
@@ -322,11 +417,12 @@ def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -
 def calibrated_scenario(
     name_or_path: str, overrides, calib: Calibration, calib_path: str, network, mode, **top
 ) -> tuple[Scenario, dict]:
-    """The scenario `simulate --calib` runs, and for its summary {calibration: file, mode and
-    why; parameters: every reported parameter as measured (file) or assumed (preset and source)}."""
+    """The scenario `simulate --calib` runs, and for its summary {calibration: file, mode, why
+    and withheld (each measured value not carried: key, value, reason); parameters: every
+    reported parameter as measured (file) or assumed (preset and source)}."""
     cal = load_for_simulation(name_or_path, overrides, calib, calib_path, network, mode, **top)
-    sc = scenario_from_dict(cal.data)
+    sc = scenario_or_refusal(cal.data, cal.measured, calib, calib_path, can_set=True)
     return sc, {
-        "calibration": {"file": calib_path, "mode": cal.mode, "why": cal.why},
+        "calibration": {"file": calib_path, "mode": cal.mode, "why": cal.why, "withheld": cal.withheld},
         "parameters": provenance(sc, cal.measured, cal.path),
     }

@@ -128,7 +128,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> Calibra
     candidates = noise_fit.fit_noise(multipliers)
     best = candidates[0]
     critical = noise_fit.ks_critical(len(multipliers))
-    chosen = best.distribution if best.ks <= critical else "empirical"
+    chosen, chosen_because = noise_fit.choose(candidates, critical)
 
     shape = model_shape(samples.model)
     top_tokens = fits.step.points[-1][0]
@@ -166,16 +166,17 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> Calibra
             memory=compute_fit.memory_fit(runs),
         ),
         noise=Noise(
-            distribution=chosen,
-            sigma=best.sigma if chosen != "empirical" else float(np.std(multipliers)),
+            distribution=chosen.distribution if chosen else "empirical",
+            sigma=chosen.sigma if chosen else float(np.std(multipliers)),
             best_fit=best.distribution,
             ks=best.ks,
             ks_critical_1pct=critical,
             samples=fits.samples,
-            source="per-iteration forward+backward / its (rank, micro-batch) mean; MLE, best AIC;"
-            " empirical when KS rejects the best at 1 %",
+            source="per-iteration forward+backward / its (rank, micro-batch) mean; MLE, the best AIC"
+            " the simulator takes (normal up to sigma 0.25); empirical when KS rejects each at 1 %",
             candidates=candidates,
             multipliers=[round(float(x), 6) for x in multipliers],
+            chosen_because=chosen_because,
         ),
         ranks={
             r: RankSpeed(**v, noise=_rank_noise(per_rank[r])) for r, v in noise_fit.straggler_scores(factors).items()

@@ -157,7 +157,7 @@ class Compute:
 
 @dataclass(frozen=True, kw_only=True)
 class Noise:
-    distribution: str  # lognormal | gamma | normal | empirical (the best fit was rejected)
+    distribution: str  # lognormal | gamma | normal | empirical (no candidate the simulator takes held)
     sigma: float
     best_fit: str
     ks: float
@@ -166,6 +166,7 @@ class Noise:
     source: str
     candidates: list[NoiseCandidate]  # best AIC first
     multipliers: list[float]
+    chosen_because: str | None = None  # why ``distribution`` is not ``best_fit`` (calibrate/noise_fit.py choose)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,15 +5,19 @@ fitted by maximum likelihood (scipy.stats ``fit``) and ranked by AIC = 2k - 2 ln
 (Akaike 1974; k = 2 free parameters each). The Kolmogorov-Smirnov statistic of the
 chosen fit is reported so a poor best is visible as such. The simulator's ``sigma``
 is the lognormal's log-sd, the gamma's and normal's sd (for gamma shape k with mean
-1, sd = 1/sqrt(k)). When the KS test rejects even the best at 1 % (CPU jitter here
-is a sharp peak with wide tails), calibrate hands the simulator the measured
-multipliers themselves (``empirical``).
+1, sd = 1/sqrt(k)). The simulator takes a normal only up to sigma 0.25 (sim/config.py
+NoiseConfig: wider, a mean-1 normal multiplier goes negative too often), so a normal
+wider than that gives way to the next candidate by AIC, lognormal or gamma, which are
+positive at any sigma. When the KS test rejects the best the simulator would take at
+1 % (CPU jitter here is a sharp peak with wide tails), calibrate hands the
+simulator the measured multipliers themselves (``empirical``).
 """
 
 import numpy as np
 from scipy import stats
 
 from calibrate.calibration import NoiseCandidate
+from sim.config import NORMAL_SIGMA_MAX
 
 # NVIDIA resiliency-ext's straggler score (docs/references.md "Stragglers and failures"):
 STRAGGLER_SCORE_FLAG = 0.75  # fastest median / this median below 0.75 flags a rank
@@ -44,6 +48,25 @@ def fit_noise(x: np.ndarray) -> list[NoiseCandidate]:
     if np.ptp(x) == 0:
         raise ValueError("noise: every compute sample is identical; nothing to fit")
     return sorted((_candidate(n, x) for n in ("lognormal", "gamma", "normal")), key=lambda c: c.aic)
+
+
+def choose(candidates: list[NoiseCandidate], critical: float) -> tuple[NoiseCandidate | None, str | None]:
+    """(the candidate the simulator gets, None for ``empirical``; why that is not the best by
+    AIC, None when it is): the best by AIC of those the simulator accepts, unless the KS test
+    rejects it at 1 %."""
+    refused = [c for c in candidates if c.distribution == "normal" and c.sigma > NORMAL_SIGMA_MAX]
+    best = next(c for c in candidates if c not in refused)  # lognormal and gamma take any sigma
+    why = (
+        f"normal sigma {refused[0].sigma:.3g} > {NORMAL_SIGMA_MAX} (the simulator refuses it: a mean-1"
+        " normal multiplier would go negative)"
+        if refused
+        else None
+    )
+    if best.ks > critical:
+        if why:
+            why += f"; {best.distribution}, the next by AIC, rejected (KS {best.ks:.3f} > {critical:.3f} at 1 %)"
+        return None, why
+    return best, why
 
 
 def ks_critical(n: int) -> float:

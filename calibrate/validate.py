@@ -26,6 +26,7 @@ from scipy.stats import ks_2samp
 from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
 from calibrate.records import Run, read_run
+from calibrate.refusal import scenario_or_refusal
 from scenarios import load_models
 
 WARMUP_STEPS = 2
@@ -98,7 +99,8 @@ def scenario_for(run: Run, calib: Calibration, calib_path: str, *, seed: int) ->
         "noise": {},
         "compute": {},
     }
-    data = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all").data
+    applied = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all")
+    data = applied.data
     # Per-rank work: the measured speed factor, times the injected straggler's burn, times
     # this rank's share of micro-batch compute (uneven micro-batches, at the affine fit).
     fit = calib.compute.step_s
@@ -108,6 +110,7 @@ def scenario_for(run: Run, calib: Calibration, calib_path: str, *, seed: int) ->
     for rank, mb in enumerate(per_rank):
         factors[rank] = factors.get(rank, 1.0) * fit.seconds(mb * seq) / fit.seconds(base_mb * seq)
     data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if r < run.world_size)
+    scenario_or_refusal(data, applied.measured, calib, calib_path, can_set=False)  # names the file and the fix
     return data, label
 
 

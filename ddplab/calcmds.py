@@ -19,6 +19,7 @@ def _check_output(path: Path) -> None:
 
 
 def calibrate(args):
+    from calibrate.admit import check_admitted
     from calibrate.calib import calibrate as fit
     from calibrate.plots import write_calibration_plots
 
@@ -26,6 +27,7 @@ def calibrate(args):
     command = " ".join(["ddplab", *args.argv])
     say(f"calibrate: fitting {len(args.runs)} probe run(s)")
     calib = fit(args.runs, seed=args.seed, command=command)
+    check_admitted(calib, str(args.output))  # before any file is written
     pngs = write_calibration_plots(calib, args.output.with_suffix(""))
     calib = replace(calib, plots=[p.name for p in pngs])
     write_json_atomic(args.output, calib.to_json())
@@ -92,12 +94,21 @@ def print_calibration(c: Calibration) -> None:
     nz = c.noise
     others = ", ".join(f"{x.distribution} AIC {x.aic:.0f}" for x in nz.candidates[1:])
     best = nz.candidates[0]
-    verdict = (
-        f"rejected (KS {best.ks:.3f} > {nz.ks_critical_1pct:.3f} at 1 %): the simulator resamples"
-        f" the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
-        if nz.distribution == "empirical"
-        else f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
-    )
+    chosen = next((x for x in nz.candidates if x.distribution == nz.distribution), None)
+    if nz.chosen_because:  # the best by AIC is one the simulator refuses
+        kept = (
+            f"{nz.distribution} sigma {nz.sigma:.4f} (KS {chosen.ks:.3f} <= {nz.ks_critical_1pct:.3f})"
+            if chosen
+            else f"the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
+        )
+        verdict = f"{nz.chosen_because}; the simulator gets {kept}"
+    elif nz.distribution == "empirical":
+        verdict = (
+            f"rejected (KS {best.ks:.3f} > {nz.ks_critical_1pct:.3f} at 1 %): the simulator resamples"
+            f" the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
+        )
+    else:
+        verdict = f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
     print(f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {best.aic:.0f}; {others}): {verdict}")
     ranks = "  ".join(
         f"rank {r}: x{v.speed_factor:.3f}{' FLAGGED' if v.flagged else ''}"

@@ -98,7 +98,7 @@ def out_of_memory(sc, *, ignore: bool = False) -> dict | None:
     t = sc.training
     return {
         "scenario": sc.name,
-        "model": sc.model.preset,
+        "model": sc.model.shape.name,
         "mode": t.mode,
         "ranks": sc.ranks,
         "nodes": -(-sc.ranks // sc.network.gpus_per_node),
@@ -195,6 +195,12 @@ def _print_parameters(summary: dict) -> None:
         value = p["value"]
         shown = f"{value:.4g}" if isinstance(value, float) else str(value or '""')
         print(f"    {p['key']:<28} {shown:>12}  {p['source']}")
+    if cal.get("withheld"):
+        print("  not carried      measured, left at the scenario's value, and why:")
+    for w in cal.get("withheld", []):
+        value = w["value"]
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"    {w['key']:<28} {shown:>12}  {w['reason']}")
 
 
 def network_line(sc) -> str:

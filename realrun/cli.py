@@ -144,6 +144,23 @@ def _straggler(text: str) -> tuple[int, float]:
     return r, f
 
 
+def _add_placement(p: argparse.ArgumentParser) -> None:
+    """--backend and --device, chosen apart (realrun/device_choice.py)."""
+    p.add_argument(
+        "--backend",
+        choices=["auto", "nccl", "gloo"],
+        default="auto",
+        help="auto: nccl when every rank has a CUDA GPU (agreed at start-up), else gloo, which also"
+        " reduces CUDA tensors (and MPS ones through the CPU)",
+    )
+    p.add_argument(
+        "--device",
+        choices=["auto", "cuda", "mps", "cpu"],
+        default="auto",
+        help="where each rank computes, whatever the backend: auto = CUDA, then Apple MPS, then CPU",
+    )
+
+
 def _add_numerics(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
@@ -160,7 +177,7 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
     p = Parser(prog=prog, description="collective, link, compute and overlap probes", add_help=add_help)
     p.add_argument("--out", type=Path, required=True, help="run directory for the records (a new or empty one)")
     p.add_argument("--force", action="store_true", help="--out holds an earlier run: move it aside (never deleted)")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
+    _add_placement(p)
     p.add_argument("--parts", type=_csv(PROBE_PARTS), default=list(PROBE_PARTS), help="which probes to run")
     p.add_argument(
         "--ops", type=_csv(OPS), default=["allreduce", "allgather", "reduce_scatter"], help="collectives to sweep"
@@ -190,7 +207,7 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     p = Parser(prog=prog, description="real DDP training with per-rank per-step records", add_help=add_help)
     p.add_argument("--out", type=Path, required=True, help="run directory for the records (a new or empty one)")
     p.add_argument("--force", action="store_true", help="--out holds an earlier run: move it aside (never deleted)")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="gloo on CPU, nccl on GPUs")
+    _add_placement(p)
     p.add_argument("--model", default="gpt2-tiny", help="model preset (scenarios/models.toml)")
     p.add_argument("--steps", type=_positive(int), default=20, help="optimizer steps")
     p.add_argument("--micro-batch", type=_positive(int), default=4, help="sequences per rank per micro-step")
@@ -263,7 +280,9 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
     from realrun.precision import preflight
 
     straggler = getattr(args, "straggler", ())
-    precision = preflight(args.backend, args.precision, args.compile, straggler, this_machine=this_machine)
+    precision = preflight(
+        args.backend, args.precision, args.compile, straggler, this_machine=this_machine, device=args.device
+    )
     if this_machine:
         _check_memory(verb, args, models[args.model], seq_len, precision)
 
@@ -272,10 +291,11 @@ def _check_memory(verb: str, args: argparse.Namespace, shape: dict, seq_len: int
     """Refuse before launch what cannot fit: ``--nproc`` ranks in host memory, one micro-batch
     in a GPU's (realrun/footprint.py: floors, never a run that would fit)."""
     from realrun import footprint
+    from realrun.device_choice import compute_device
 
     micro = max(args.micro_batches) if verb == "probe" else max(args.micro_batch_per_rank or [args.micro_batch])
     need = footprint.rank_bytes_at_least(shape, micro, seq_len, precision)
-    on_gpu = args.backend == "nccl"
+    on_gpu = compute_device(args.device, 0).type == "cuda"  # MPS shares the host's memory: the host check
     nproc = getattr(args, "nproc", 1)
     footprint.check_host(nproc, 0 if on_gpu else need, footprint.available_bytes(), micro)
     if on_gpu:

@@ -43,6 +43,8 @@ def native_tf32(device: torch.device) -> bool:
 
 
 def device_name(device: torch.device) -> str:
+    if device.type == "mps":
+        return f"Apple MPS ({_cpu_name()})"  # the GPU is part of the Apple chip the CPU name gives
     return torch.cuda.get_device_name(_index(device)) if device.type == "cuda" else _cpu_name()
 
 
@@ -69,14 +71,28 @@ def device_info(device: torch.device) -> dict:
             "capability": f"{props.major}.{props.minor}",
             "bf16": native_bf16(device),
         }
+    if device.type == "mps":  # unified memory: the GPU may use what Metal recommends of the host's
+        recommended = getattr(torch.mps, "recommended_max_memory", None)
+        return {
+            "kind": "mps",
+            "name": device_name(device),
+            "memory_bytes": int(recommended()) if recommended else _host_bytes(),
+            "multiprocessors": None,
+            "capability": None,
+            "bf16": True,  # autocast on MPS has a bfloat16 path (macOS 14+)
+        }
     return {
         "kind": "cpu",
         "name": _cpu_name(),
-        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "memory_bytes": _host_bytes(),
         "multiprocessors": os.cpu_count(),
         "capability": None,
         "bf16": True,
     }
+
+
+def _host_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def reset_peak(device: torch.device) -> None:

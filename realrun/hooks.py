@@ -33,7 +33,7 @@ def inner_hook(kind: str, staging: str, group=None):
         # A gloo group for the CPU copies, also when the default group is NCCL.
         if dist.get_backend() != "gloo":
             group = dist.new_group(backend="gloo")
-        return _staged_allreduce, (group, dtype)
+        return staged_allreduce, (group, dtype)
     if kind == "none":
         return _allreduce_mean, group
     if kind == "fp16":
@@ -61,7 +61,7 @@ def _allreduce_mean(group, bucket):
     return pg.allreduce([buf]).get_future()
 
 
-def _staged_allreduce(state, bucket):
+def staged_allreduce(state, bucket):
     """Average the bucket through a CPU copy on gloo, for a device gloo cannot reduce
     (the seed's Mac: MPS tensors). On a CPU rank the copy is real too, so the cost shows."""
     group, dtype = state

@@ -154,6 +154,19 @@ def launch_commands(
     return lines
 
 
+def _on_the_gpus(args: list[str]) -> list[str]:
+    """The verb's arguments for a job that asks for GPUs: every rank computes on its own GPU
+    (``--device cuda``) and NCCL reduces (``--backend nccl``), unless the user chose either;
+    a CPU rank there would leave the GPUs the job pays for idle."""
+    verb, rest = args[0], list(args[1:])
+    named = {a.split("=", 1)[0] for a in rest}
+    if "--backend" not in named:
+        rest += ["--backend", "nccl"]
+    if "--device" not in named:
+        rest += ["--device", "cuda"]
+    return [verb, *rest]
+
+
 def slurm_script(
     nodes: int,
     nproc_per_node: int,
@@ -172,6 +185,7 @@ def slurm_script(
         raise ValueError(f"--job-name: letters, digits and _.+- only, got {job_name!r}")
     if not _SLURM_TIME.match(time_limit):
         raise ValueError(f"--time: a Slurm time like 01:00:00, 90 or 1-12:00:00, got {time_limit!r}")
+    args = _on_the_gpus(args)
     argv = torchrun_argv(
         nnodes="$SLURM_NNODES",
         nproc_per_node=nproc_per_node,
@@ -187,15 +201,14 @@ def slurm_script(
     env = ""
     if iface:
         env = (
-            "# The interface every node shares (seed 2.2: the wrong NIC hangs init with no error).\n"
+            "# The interface every node shares (the wrong NIC hangs init with no error).\n"
             "# On InfiniBand/RoCE clusters NCCL_IB_HCA picks the RDMA NICs; this names the socket one.\n"
             f"export NCCL_SOCKET_IFNAME={shlex.quote(iface)}\n"
             f"export GLOO_SOCKET_IFNAME={shlex.quote(iface)}\n"
         )
     return f"""#!/bin/bash
-# ddplab: {nodes} node(s) x {nproc_per_node} process(es), torchrun's c10d rendezvous under Slurm.
-# Seed 2.4: "same c10d under Slurm/Kubernetes; MASTER_ADDR from the scheduler" -- the
-# commands are those of the home LAN, with the allocation supplying the addresses.
+# ddplab: {nodes} node(s) x {nproc_per_node} GPU rank(s), torchrun's c10d rendezvous under Slurm:
+# the same commands as on a LAN, with the allocation supplying the addresses.
 #SBATCH --job-name={job_name}
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1

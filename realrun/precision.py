@@ -83,14 +83,19 @@ def resolve(name: str, device: torch.device) -> Precision:
     return TABLE[name]
 
 
-def preflight(backend: str, precision: str, compile: bool, straggler=(), *, this_machine: bool = True) -> str:
+def preflight(
+    backend: str, precision: str, compile: bool, straggler=(), *, this_machine: bool = True, device: str = "auto"
+) -> str:
     """The resolved precision name, or a ValueError naming the flag, before any process starts.
 
-    The device follows the backend as realrun/dist.py picks it: nccl -> this rank's GPU
-    (LOCAL_RANK, 0 in the launcher), gloo -> CPU. ``this_machine`` False (the launcher of
-    other machines, realrun/nodes.py): hardware is checked on each node by its workers,
-    which run check_args again; then "auto" comes back unresolved.
+    The device is the one this rank would compute on (realrun/device_choice.py: ``--device
+    auto`` = CUDA, then MPS, then CPU, whatever the backend), at LOCAL_RANK (0 in the
+    launcher). ``this_machine`` False (the launcher of other machines, realrun/nodes.py):
+    hardware is checked on each node by its workers, which run check_args again; then only
+    what needs no hardware is checked here, and "auto" comes back unresolved.
     """
+    from realrun.device_choice import compute_device, local_backend
+
     if precision not in CHOICES:
         raise ValueError(f"--precision: unknown {precision!r} (choose from {', '.join(CHOICES)})")
     if compile and straggler:
@@ -99,26 +104,23 @@ def preflight(backend: str, precision: str, compile: bool, straggler=(), *, this
             f"--compile with --straggler {rank}:{factor:g}: the straggler's per-module forward and backward"
             " hooks (realrun/throttle.py) would break the compiled graph; drop one of them"
         )
-    if backend != "nccl":
+    if not this_machine:
+        if device == "cpu" and precision == "tf32":
+            raise ValueError(_NO_TF32_OFF_GPU.format(where="--device cpu computes on the CPU"))
+        return precision
+    rank_device = compute_device(device, int(os.environ.get("LOCAL_RANK", 0)))
+    if backend == "nccl":
+        local_backend("nccl", rank_device, 1)  # a ValueError without a CUDA device
+    if rank_device.type != "cuda":
         if precision == "tf32":
-            raise ValueError(
-                "--precision tf32: TF32 is a tensor-core mode of NVIDIA Ampere+ / AMD CDNA3 GPUs; --backend gloo"
-                " computes on the CPU (use fp32 or bf16-amp)"
-            )
-        if compile and this_machine:
+            raise ValueError(_NO_TF32_OFF_GPU.format(where=f"this rank computes on {rank_device.type}"))
+        if compile and rank_device.type == "cpu":
             _check_cpp_compiler()
         return "fp32" if precision == "auto" else precision
-    if not this_machine:
-        return precision
-    if not torch.cuda.is_available():
-        raise ValueError("--backend nccl: CUDA is not available here (gloo works on CPU)")
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if device.index >= torch.cuda.device_count():
-        raise ValueError(f"--backend nccl: LOCAL_RANK {device.index} but {torch.cuda.device_count()} GPU(s) here")
-    what = f"{device_name(device)} (compute capability {'.'.join(map(str, capability(device)))})"
-    if precision in ("bf16", "bf16-amp") and not native_bf16(device):
+    what = f"{device_name(rank_device)} (compute capability {'.'.join(map(str, capability(rank_device)))})"
+    if precision in ("bf16", "bf16-amp") and not native_bf16(rank_device):
         raise ValueError(f"--precision {precision}: {what} has no native bfloat16 (use fp16-amp or fp32)")
-    if precision == "tf32" and not native_tf32(device):
+    if precision == "tf32" and not native_tf32(rank_device):
         raise ValueError(
             f"--precision tf32: {what} has no TF32 tensor cores (NVIDIA compute capability 8.0+ or AMD"
             " CDNA3; use fp32 or fp16-amp)"
@@ -128,7 +130,12 @@ def preflight(backend: str, precision: str, compile: bool, straggler=(), *, this
             "--compile: torch.compile generates Triton kernels on GPUs and Triton is not usable here"
             " (install the triton that matches this torch, or drop --compile)"
         )
-    return resolve(precision, device).name
+    return resolve(precision, rank_device).name
+
+
+_NO_TF32_OFF_GPU = (
+    "--precision tf32: TF32 is a tensor-core mode of NVIDIA Ampere+ / AMD CDNA3 GPUs; {where} (use fp32 or bf16-amp)"
+)
 
 
 def _has_triton() -> bool:

@@ -38,7 +38,7 @@ def run(args) -> int:
         args.seq_len = args.seq_len or cfg.block_size
         if args.seq_len > cfg.block_size:
             raise ValueError(f"--seq-len {args.seq_len} exceeds {args.model}'s context {cfg.block_size}")
-        env = init(args.backend, args.timeout_s)
+        env = init(args.backend, args.timeout_s, args.device)
     except ValueError as e:
         _say(f"realrun probe: error: {e}", sys.stderr)
         return 2

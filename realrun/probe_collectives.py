@@ -52,12 +52,12 @@ def _collective(op: str, size_bytes: int, env: DistEnv):
     """A closure running one collective of ``size_bytes`` on preallocated buffers.
     Zeros: the values do not change the time and repeated in-place sums never overflow."""
     count, n = size_bytes // WORD_BYTES, env.world_size
-    full = torch.zeros(count, dtype=DTYPE, device=env.device)
+    full = torch.zeros(count, dtype=DTYPE, device=env.comm_device)  # the CPU for MPS over gloo
     if op == "allreduce":
         return lambda: dist.all_reduce(full)
     if op == "broadcast":
         return lambda: dist.broadcast(full, src=0)
-    chunk = torch.zeros(count // n, dtype=DTYPE, device=env.device)
+    chunk = torch.zeros(count // n, dtype=DTYPE, device=env.comm_device)
     if op == "allgather":
         return lambda: _all_gather(full, chunk)
     return lambda: _reduce_scatter(chunk, full)
@@ -80,7 +80,7 @@ def _time_iters(run, env: DistEnv, iters: int, warmup: int) -> tuple[list[float]
         t0 = now(env.device)
         run()
         own[i] = now(env.device) - t0
-    slowest = own.to(env.device, copy=True)  # on CPU .to() would alias `own`
+    slowest = own.to(env.comm_device, copy=True)  # on CPU .to() would alias `own`
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return own.tolist(), slowest.cpu().tolist()
 

@@ -14,11 +14,12 @@ import time
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from torch.nn.parallel import DistributedDataParallel as DDP
 
+from realrun import ddp_wrap
 from realrun.data import Batches
 from realrun.device import peak_memory, reset_peak
 from realrun.dist import DistEnv, now
+from realrun.hooks import staged_allreduce
 from realrun.model import build
 from realrun.recipe import Recipe, backward, optimizer_step
 
@@ -126,7 +127,8 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) ->
     step's bucket and gradient ready times, as seconds and fractions of backward compute,
     and its peak memory."""
     model = model_for(a.model, env, a.seed, recipe)
-    ddp = DDP(model, device_ids=[env.device] if env.device.type == "cuda" else None)
+    ddp = ddp_wrap.wrap(model, env)
+    staged = ddp_wrap.needs_staging(env)  # MPS over gloo: reduce each bucket through a CPU copy
     opt, scaler = recipe.optimizer(ddp.parameters(), 1e-4), recipe.scaler()
     marks, names = _Marks(env.device), {id(p): n for n, p in model.named_parameters()}
     ready, launched, members, end = {}, {}, {}, {}
@@ -140,7 +142,7 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) ->
             [names[id(p)] for p in bucket.parameters()],
             buf.numel() * buf.element_size(),
         )
-        return allreduce_hook(state, bucket)
+        return staged_allreduce((None, buf.dtype), bucket) if staged else allreduce_hook(state, bucket)
 
     def end_of_graph(grad):  # runs first in backward; its callback runs when the graph is done,
         # before DDP's own callback (queued later) waits for the collectives (reducer.cpp).
@@ -227,14 +229,14 @@ def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
     for _ in range(a.warmup):
         step()
     alone = statistics.fmean(step() for _ in range(a.iters))
-    buf = torch.zeros(OVERLAP_COMM_BYTES // 4, device=env.device)  # zeros: racing sums stay 0
+    buf = torch.zeros(OVERLAP_COMM_BYTES // 4, device=env.comm_device)  # zeros: racing sums stay 0
     dist.all_reduce(buf)
     dist.barrier()
     t0 = now(env.device)
     dist.all_reduce(buf)
     one_s = now(env.device) - t0
     # Enough allreduces to cover about 2 x iters computations; the largest count wins.
-    ops = torch.tensor([min(4096, max(4, math.ceil(2 * a.iters * alone / one_s)))], device=env.device)
+    ops = torch.tensor([min(4096, max(4, math.ceil(2 * a.iters * alone / one_s)))], device=env.comm_device)
     dist.all_reduce(ops, op=dist.ReduceOp.MAX)
     dist.barrier()
     works = [dist.all_reduce(buf, async_op=True) for _ in range(int(ops.item()))]

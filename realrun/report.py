@@ -10,6 +10,14 @@ from realrun.records import RankRecords, read_run
 COLUMNS = ("total_s", "data_s", "forward_s", "backward_s", "wait_s", "optimizer_s")
 
 
+def _devices(ranks) -> str:
+    """Where the ranks computed: "cpu", or "cuda:0 (rank 0), mps (rank 1)" when they differ."""
+    where = [r.meta.get("device", "?") for r in ranks]
+    if len(set(where)) == 1:
+        return where[0]
+    return ", ".join(f"{d} (rank {r.meta.get('rank', i)})" for i, (r, d) in enumerate(zip(ranks, where, strict=True)))
+
+
 def summarize_train(out_dir: Path) -> list[str]:
     ranks = read_run(out_dir, "train")
     meta = ranks[0].meta
@@ -17,7 +25,8 @@ def summarize_train(out_dir: Path) -> list[str]:
     done = all(r.complete for r in ranks)
     lines = [
         f"train: {len(ranks)} of {meta.get('world_size')} ranks, {cfg.get('model')}, {cfg.get('steps')} steps,"
-        f" backend {meta.get('backend')}: {'complete' if done else 'INCOMPLETE'} ({out_dir})",
+        f" backend {meta.get('backend')}, compute on {_devices(ranks)}: {'complete' if done else 'INCOMPLETE'}"
+        f" ({out_dir})",
         f"{'rank':>4} {'steps':>5} " + " ".join(f"{c:>11}" for c in COLUMNS) + f" {'last_loss':>9}  status",
     ]
     for r in ranks:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from realrun import ddp_wrap
 from realrun import dist as rdist
 from realrun.data import Batches
 from realrun.device import peak_memory, reset_peak
@@ -70,15 +71,16 @@ class Trainer:
         # bucket_cap_mb is left unset; any value passed, even 25, makes every bucket that size.
         # sim/buckets.py models exactly this rule, so pass the cap only when it is not 25.
         cap = {} if args.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB else {"bucket_cap_mb": args.bucket_cap_mb}
-        ids = [env.device.index] if env.device.type == "cuda" else None
-        self.ddp = DDP(model, device_ids=ids, **cap)
+        self.ddp = ddp_wrap.wrap(model, env, **cap)
         self.opt = recipe.optimizer(self.ddp.parameters(), args.lr)
         self.scaler = recipe.scaler()
         self.instrument = not args.no_instrument
         self.clock = Clock(env.device)
         self.hook = None
-        if self.instrument or args.comm_hook != "none" or args.no_overlap or args.grad_staging != "none":
-            inner, state = inner_hook(args.comm_hook, args.grad_staging)
+        # MPS over gloo: every bucket goes through a CPU copy (realrun/ddp_wrap.py).
+        staging = "cpu" if ddp_wrap.needs_staging(env) else args.grad_staging
+        if self.instrument or args.comm_hook != "none" or args.no_overlap or staging != "none":
+            inner, state = inner_hook(args.comm_hook, staging)
             # torch's PowerSGD hook issues its P and Q allreduces from future callbacks; on gloo
             # those run on worker threads in completion order, so with several buckets in flight
             # the ranks issue collectives in different orders and gloo aborts on a size mismatch
@@ -212,7 +214,7 @@ class Trainer:
 
 
 def run(args) -> int:
-    env = rdist.init(args.backend, args.timeout_s)
+    env = rdist.init(args.backend, args.timeout_s, args.device)
     recipe = Recipe.for_run(args, env.device)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     writer = RecordWriter(

@@ -370,6 +370,9 @@ class NetworkConfig:
         )
 
 
+NORMAL_SIGMA_MAX = 0.25  # wider, a mean-1 normal multiplier is negative once in ~30,000 draws (z = -4)
+
+
 @dataclass(kw_only=True)
 class NoiseConfig:
     distribution: str = "none"
@@ -386,7 +389,7 @@ class NoiseConfig:
         _require(self.sigma >= 0, "noise.sigma", self.sigma, "must be >= 0")
         # A normal multiplier goes negative at about 1/sigma standard deviations.
         if self.distribution == "normal":
-            _require(self.sigma <= 0.25, "noise.sigma", self.sigma, "normal noise needs sigma <= 0.25")
+            _require(self.sigma <= NORMAL_SIGMA_MAX, "noise.sigma", self.sigma, "normal noise needs sigma <= 0.25")
         _require(self.speed_spread_sd >= 0, "noise.speed_spread_sd", self.speed_spread_sd, "must be >= 0")
         if self.distribution == "empirical":
             n = len(self.samples or [])

@@ -73,12 +73,14 @@ def probe_run(
     gpu: dict | None = None,
     precision: str = "fp32",
     memory: tuple[float, float, float] | None = None,
+    jitter: str = "lognormal",
 ) -> Path:
     """A probe run whose records follow known parameters: collective time = alpha +
     size x bus factor / busbw (lognormal 2 % noise); compute = (intercept + per-token x
-    tokens) x speed[rank] x lognormal(sigma) (mean 1). ``gpu``: realrun/device.py's facts of
-    the device (a GPU run); ``memory``: (intercept, per-token, DDP's extra) bytes of the peak
-    allocated memory. One rank measures nothing between ranks, as realrun skips it."""
+    tokens) x speed[rank] x lognormal(sigma) (mean 1; ``jitter="normal"``: a normal's |x|).
+    ``gpu``: realrun/device.py's facts of the device (a GPU run); ``memory``: (intercept,
+    per-token, DDP's extra) bytes of the peak allocated memory. One rank measures nothing
+    between ranks, as realrun skips it."""
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     speed = speed or {}
@@ -110,7 +112,12 @@ def probe_run(
         if "compute" not in omit:
             for b in micro_batches:
                 mean = (intercept_s + per_token_s * b * seq_len) * factor
-                for i, m in enumerate(rng.lognormal(-sigma * sigma / 2, sigma, iters)):
+                draws = (
+                    rng.lognormal(-sigma * sigma / 2, sigma, iters)
+                    if jitter == "lognormal"
+                    else np.abs(rng.normal(1.0, sigma, iters))  # a noisy box; |x| keeps a time positive
+                )
+                for i, m in enumerate(draws):
                     t = mean * m
                     recs.append(
                         {"type": "compute", "model": model, "micro_batch": b, "seq_len": seq_len}

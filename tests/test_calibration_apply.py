@@ -67,10 +67,23 @@ def test_cluster_takes_only_shape_parameters(calib_file, ddplab):
     assert p["network.nic_gbit_s"]["value"] == 400.0
     assert p["network.nic_gbit_s"]["source"].startswith("assumed: h100-1024.toml (")
     assert p["compute.peak_tflop_s"]["source"].startswith("assumed")
-    assert p["compute.interference_gamma"]["value"] == pytest.approx(0.12)
-    # A CPU's scheduler jitter is not an H100's: the preset's stays, and the summary says why.
+    # A CPU's gloo interference (0.12 measured) and its TCP stack efficiency are not an H100's
+    # under NCCL; a CPU's scheduler jitter is not an H100's: the preset's values stay, and the
+    # summary lists each measured value it left out, with why (issue 22).
+    assert p["compute.interference_gamma"]["value"] == 0.0
+    assert p["network.nic_efficiency"]["value"] == 0.94
     assert p["noise.distribution"]["value"] == "lognormal" and p["noise.distribution"]["source"].startswith("assumed")
-    assert s["calibration"]["why"].endswith("the jitter stays h100-1024's: a CPU's scheduler jitter is not a h100's")
+    held = {w["key"]: w for w in s["calibration"]["withheld"]}
+    assert held["compute.interference_gamma"]["value"] == pytest.approx(0.12)
+    assert "a CPU's cores" in held["compute.interference_gamma"]["reason"]
+    net = calib.networks["1gbit"]
+    assert held["network.nic_efficiency"]["value"] == pytest.approx(min(net.stack_efficiency.value, 1.0))
+    assert held["network.nic_efficiency"]["reason"] == "gloo's stack measured, h100-1024 runs nccl"
+    assert held["noise.distribution"]["value"] == calib.noise.distribution
+    assert held["noise.distribution"]["reason"] == "a CPU's scheduler jitter: h100-1024's h100 GPUs keep their own"
+    assert held["network.nic_gbit_s"]["value"] == 0.96
+    assert held["stragglers"]["value"] == f"1:{calib.ranks[1].speed_factor:.4g}"
+    assert "noise.sigma" not in held  # the user's --set noise.sigma decides it, so nothing is left out
     # What the user types wins over the calibration, and is then not called measured.
     assert p["noise.sigma"]["value"] == 0.02 and p["noise.sigma"]["source"].startswith("assumed")
     assert p["stragglers"]["value"] == "" and p["stragglers"]["source"].startswith("assumed")

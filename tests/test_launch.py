@@ -34,7 +34,7 @@ def test_known_addresses_and_interfaces_fill_the_placeholders():
     assert lines[1].endswith(" ".join(nodes.DEFAULT_VERB_ARGS))
 
 
-def test_slurm_script_is_valid_bash_with_the_seed_lines(tmp_path):
+def test_slurm_script_is_valid_bash_with_the_lines_a_cluster_needs(tmp_path):
     text = nodes.slurm_script(4, 8, 29500, "ib0", ["train", "--out", "runs/a b"], "gpt", "02:00:00")
     for line in (
         "#SBATCH --nodes=4",
@@ -50,7 +50,7 @@ def test_slurm_script_is_valid_bash_with_the_seed_lines(tmp_path):
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
     assert srun.startswith("srun torchrun --nnodes=$SLURM_NNODES --nproc-per-node=8 --rdzv-backend=c10d")
     assert "--rdzv-endpoint=$MASTER_ADDR:29500 --rdzv-id=$SLURM_JOB_ID" in srun
-    assert srun.endswith("-m realrun train --out 'runs/a b'")
+    assert srun.endswith("-m realrun train --out 'runs/a b' --backend nccl --device cuda")  # the GPUs it asks for
     f = tmp_path / "job.sbatch"
     f.write_text(text)
     p = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
@@ -79,7 +79,7 @@ def test_slurm_script_runs_with_stand_in_scontrol_and_srun(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == (
         "srun: torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=gpu-a:29511"
-        " --rdzv-id=77 -m realrun probe --out runs/p --quick"
+        " --rdzv-id=77 -m realrun probe --out runs/p --quick --backend nccl --device cuda"
     )
 
 

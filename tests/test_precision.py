@@ -97,13 +97,15 @@ def test_preflight_errors_name_the_flag():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_nccl_without_cuda_fails_here_but_not_for_other_machines():
-    with pytest.raises(ValueError, match=r"^--backend nccl: CUDA is not available here"):
+    with pytest.raises(ValueError, match=r"^--backend nccl: needs CUDA tensors; this rank computes on cpu"):
         preflight("nccl", "auto", False)
     # `ddplab launch` prints commands for other machines: their workers check their own GPUs.
     assert preflight("nccl", "auto", False, this_machine=False) == "auto"
     assert preflight("nccl", "bf16", True, this_machine=False) == "bf16"
     with pytest.raises(ValueError, match="^--precision tf32"):  # hardware-free: still checked
-        preflight("gloo", "tf32", False, this_machine=False)
+        preflight("gloo", "tf32", False, this_machine=False, device="cpu")
+    # gloo no longer means CPU (issue 22): a node's rank may compute on its GPU over gloo
+    assert preflight("gloo", "tf32", False, this_machine=False) == "tf32"
 
 
 def fake_gpu(monkeypatch, *, name: str, cc: tuple[int, int], hip: str | None = None, arch: str = "", triton=True):

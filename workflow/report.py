@@ -122,7 +122,8 @@ def _params(run_dir: Path, calib: Calibration | None) -> str:
         ["optimizer step", fmt_seconds(k.optimizer_s.value), f"{k.optimizer_s.samples} steps"],
         ["bucket-ready profile", f"{len(k.ready_fractions.value)} gradients", k.ready_fractions.source],
         ["jitter", f"{nz.distribution}, sd {nz.sigma:.4f}",
-         f"best fit {nz.best_fit} KS {nz.ks:.3f} (rejected above {nz.ks_critical_1pct:.3f}), {nz.samples} samples"],
+         f"best fit {nz.best_fit} KS {nz.ks:.3f} (rejected above {nz.ks_critical_1pct:.3f}), {nz.samples} samples"
+         + (f"; {nz.chosen_because}" if nz.chosen_because else "")],
     ]  # fmt: skip
     for r, v in sorted(calib.ranks.items()):
         flag = " FLAGGED as a straggler" if v.flagged else ""
