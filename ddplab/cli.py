@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab import commands, runcmds, simcmds
+from ddplab import commands, runcmds, simcmds, traincost
 from realrun.cli import Parser, probe_parser, train_parser
 from workflow import files
 
@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
         " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",
     )
+    traincost.add_arguments(s)
     s.set_defaults(func=simcmds.simulate)
 
     k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")

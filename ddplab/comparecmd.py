@@ -5,7 +5,7 @@ with ``--out DIR`` also compare.csv, compare.json and compare.png."""
 from pathlib import Path
 from typing import NamedTuple
 
-from ddplab import limits, simcmds
+from ddplab import limits, simcmds, traincost
 from realrun.cli import EpilogFormatter
 from sim.units import fmt_seconds
 
@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
     c.add_argument("--out", type=Path, metavar="DIR", help="write compare.csv, compare.json and compare.png here")
     c.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     c.add_argument("--json", action="store_true", help="print JSON: one object per set-up")
+    traincost.add_arguments(c)
     c.set_defaults(func=compare)
 
 
@@ -84,6 +85,7 @@ def compare(args):
             " h100-1024:network.nics_per_node=4,network.nic_gbit_s=200` (see --help)"
         )
     setups = [parse_setup(t) for t in args.setups]
+    tokens, price = traincost.parse(args)
     seen = set()
     for s in setups:
         if s.name in seen:
@@ -101,6 +103,8 @@ def compare(args):
     rows = [
         {"name": s.name, "setup": s.text, **simcmds.run_scale(sc)[1]} for s, sc in zip(setups, scenarios, strict=True)
     ]
+    for r in rows:
+        traincost.attach(r, tokens, price)
     first = rows[0]
     for r in rows:
         r["vs_first"] = {
@@ -163,3 +167,6 @@ def _print(rows: list[dict]) -> None:
     print(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
     for r in rows:
         print(f"{r['name']:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
+    for r in rows:
+        for line in traincost.lines(r, indent=f"{r['name']}: "):
+            print(line)

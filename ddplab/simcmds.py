@@ -4,7 +4,7 @@ the memory estimate and the sweep table as people read them, or JSON."""
 import time
 
 from calibrate.calibration import Calibration
-from ddplab import limits
+from ddplab import limits, traincost
 from ddplab.progress import StepProgress, say
 from sim.scenario_file import load_scenario
 from sim.units import fmt_bytes, fmt_seconds, parse_int_list
@@ -14,6 +14,7 @@ def simulate(args):
     if args.sweep_ranks and args.ranks:
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
+    tokens, price = traincost.parse(args)
     # Validate every scale before simulating any, so a bad count fails fast.
     if getattr(args, "calib", None):
         scenarios, provenance = _calibrated_scenarios(args, counts)
@@ -34,6 +35,7 @@ def simulate(args):
         result, summary = run_scale(sc, getattr(args, "device_gib", None), records=args.records, medians=medians)
         if provenance:
             summary.update(provenance[i - 1])
+        traincost.attach(summary, tokens, price)
         summaries.append(summary)
         if sweep:
             say(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
@@ -49,8 +51,13 @@ def simulate(args):
         return summaries if sweep else summaries[0]
     if sweep:
         _print_sweep(scenarios[0], summaries)
+        for s in summaries:
+            for line in traincost.lines(s, indent=f"  {s['ranks']} ranks: "):
+                print(line)
     else:
         _print_summary(scenarios[0], summaries[0])
+        for line in traincost.lines(summaries[0]):
+            print(line)
     if provenance:
         _print_parameters(summaries[0])
     if args.out:
