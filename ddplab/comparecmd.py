@@ -130,14 +130,18 @@ CSV_EXTRA = (
 
 def _write(rows: list[dict], out: Path) -> None:
     from sim.export import SUMMARY_COLUMNS, write_csv_atomic
-    from sim.plot import plot_breakdown
+    from sim.plot import plot_breakdown, run_title
     from workflow.files import write_json_atomic
 
     columns = (("name", lambda r: r["name"]), ("setup", lambda r: r["setup"]), *SUMMARY_COLUMNS, *CSV_EXTRA)
     write_json_atomic(out / "compare.json", rows)
     write_csv_atomic(out / "compare.csv", [h for h, _ in columns], [[f(r) for _, f in columns] for r in rows])
     notes = [f"{r['vs_first']['tokens_per_s']:.3f}x tokens/s" for r in rows]
-    plot_breakdown(rows, [r["name"] for r in rows], out / "compare.png", title="ddplab compare", notes=notes)
+    labels = [f"{r['name']}\n{r['ranks']} ranks, {r['mode'].upper()}" for r in rows]
+    title = "ddplab compare: " + run_title(
+        [r["scenario"] for r in rows], [r["ranks"] for r in rows], [r["mode"] for r in rows]
+    )
+    plot_breakdown(rows, labels, out / "compare.png", title=title, notes=notes)
 
 
 # The table: header, width, value; units in the header.

@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
 
 
 def whatif(args):
-    from sim.scenario_file import scenario_data
+    from sim.plot import run_title
+    from sim.scenario_file import scenario_data, scenario_from_dict
     from sim.whatif import compare, row_scenarios
 
     if not args.tries:
@@ -52,12 +53,13 @@ def whatif(args):
         if args.usd_per_gpu_hour is not None:
             row["usd_per_btok"] = r.gpu_h_per_btok * args.usd_per_gpu_hour
         out.append(row)
+    sc = scenario_from_dict(data)
     if args.out:
-        _write(out, args.out)
+        _write(out, args.out, run_title([sc.name], [r["ranks"] for r in out], [sc.training.mode]))
     if args.json:
         return out
-    name = Path(args.scenario).stem
-    print(f"{name}: {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
+    print(f"{sc.name}: {sc.description}")
+    print(f"  {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
     usd = args.usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in out))  # a row of several keys is a long name
     print(
@@ -78,7 +80,7 @@ def whatif(args):
     return out
 
 
-def _write(rows: list[dict], out: Path) -> None:
+def _write(rows: list[dict], out: Path, title: str) -> None:
     """What --json prints, as whatif.json and (a column per key) whatif.csv; whatif.png: each
     row's mean step split into its parts, with its throughput against doing nothing."""
     from sim.export import write_csv_atomic
@@ -89,4 +91,5 @@ def _write(rows: list[dict], out: Path) -> None:
     header = list(rows[0])
     write_csv_atomic(out / "whatif.csv", header, [[r[k] for k in header] for r in rows])
     notes = [f"{r['speedup']:.3f}x tokens/s" for r in rows]
-    plot_breakdown(rows, [r["mitigation"] for r in rows], out / "whatif.png", title="ddplab whatif", notes=notes)
+    labels = [f"{r['mitigation']}\n{r['ranks']} ranks" for r in rows]
+    plot_breakdown(rows, labels, out / "whatif.png", title=f"ddplab whatif {title}", notes=notes)

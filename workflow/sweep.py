@@ -42,7 +42,7 @@ METRIC_NAMES = (
 _COLUMNS = dict(SUMMARY_COLUMNS)
 METRICS = tuple((name, _COLUMNS[name]) for name in METRIC_NAMES)
 # Identity columns a run's summary carries besides its metrics.
-IDENTITY = ("ranks", "nodes", "steps")
+IDENTITY = ("ranks", "nodes", "steps", "mode")
 CONFIDENCE = 0.95
 
 
