@@ -95,3 +95,148 @@ def test_train_cost_library_refuses_nonsense():
         train_cost(tokens=1e12, tokens_per_s=math.nan, gpus=8)
     with pytest.raises(ValueError, match="usd_per_gpu_hour"):
         train_cost(tokens=1e12, tokens_per_s=1e6, gpus=8, usd_per_gpu_hour=0.0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Item 11: headers follow --ranks
+
+
+def test_simulate_header_describes_the_ranks_run(capsys):
+    # Was: "h100-1024: 1024 x H100 SXM (128 x 8), ..." over a 64-rank run.
+    code, out, _ = in_process(capsys, "simulate", "h100-1024", "--ranks", "64", "--steps", "5")
+    assert code == 0
+    header = out.splitlines()[0]
+    assert header.startswith("h100-1024: 64 x H100 SXM (8 x 8), NVLink 450 GB/s")
+    assert "1024" not in header.removeprefix("h100-1024")
+
+
+@pytest.mark.parametrize(
+    ("description", "file_ranks", "ranks", "per_node", "expected"),
+    [
+        (
+            "Llama 3's cluster: 16,384 x H100 (2,048 x 8), pods",
+            16384,
+            2048,
+            8,
+            "Llama 3's cluster: 2,048 x H100 (256 x 8), pods",
+        ),
+        ("8 x A100 SXM 80GB (one node), 8 x 200G IB", 8, 16, 8, "16 x A100 SXM 80GB (2 x 8), 8 x 200G IB"),
+        ("1024 x H100 SXM (128 x 8), NVLink", 1024, 4, 8, "4 x H100 SXM (one node), NVLink"),
+        ("1024 x H100 with one lemon", 1024, 12, 8, "12 x H100 with one lemon"),
+        ("RTX 4070 + Apple M2 over 1GbE", 2, 4, 1, "RTX 4070 + Apple M2 over 1GbE; run at 4 ranks (4 x 1)"),
+        ("1024 x H100 SXM (128 x 8)", 1024, 1024, 8, "1024 x H100 SXM (128 x 8)"),
+    ],
+)
+def test_description_at_the_ranks_run(description, file_ranks, ranks, per_node, expected):
+    from sim.describe import description_at
+
+    assert description_at(description, file_ranks, ranks, per_node) == expected
+
+
+def test_a_description_set_by_hand_is_kept():
+    from sim.scenario_file import load_scenario
+
+    sc = load_scenario("h100-1024", ["description=mine"], ranks=64)
+    assert sc.description == "mine"
+    assert load_scenario("h100-1024", ["ranks=64"]).description.startswith("64 x H100 SXM (8 x 8)")
+
+
+def test_whatif_header_describes_the_ranks_run(capsys):
+    code, out, _ = in_process(
+        capsys, "whatif", "straggler-lemon", "--ranks", "32", "--steps", "10", "--try", "rebalance"
+    )
+    assert code == 0
+    assert out.splitlines()[0] == "straggler-lemon: 32 x H100 with one lemon GPU (rank 17) 1.40x slower"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Item 11: plots carry scenario, ranks and mode; labels do not overlap; the sweep axis starts at 0
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every figure ddplab would save, drawn, instead of written."""
+    import sim.plot
+
+    drawn = []
+
+    def keep(fig, path, dpi=120):
+        fig.canvas.draw()
+        drawn.append(fig)
+        return path
+
+    monkeypatch.setattr(sim.plot, "save_png", keep)
+    return drawn
+
+
+def _title(fig) -> str:
+    sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    return " ".join([sup, *(ax.get_title() for ax in fig.axes)])
+
+
+def _overlaps(fig) -> list[tuple[str, str]]:
+    """Pairs of visible texts (titles, legends, tick labels, axis labels) whose boxes intersect."""
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    if fig._suptitle is not None:
+        boxes.append(("suptitle", fig._suptitle.get_window_extent(renderer)))
+    for i, leg in enumerate(fig.legends):
+        boxes.append((f"legend {i}", leg.get_window_extent(renderer)))
+    for a, ax in enumerate(fig.axes):
+        if ax.get_title():
+            boxes.append((f"title {a}", ax.title.get_window_extent(renderer)))
+        if ax.get_legend() is not None:
+            boxes.append((f"axes legend {a}", ax.get_legend().get_window_extent(renderer)))
+        for t, label in enumerate(ax.get_xticklabels()):
+            if label.get_text():
+                boxes.append((f"xtick {a}.{t}", label.get_window_extent(renderer)))
+    hits = []
+    for i, (n1, b1) in enumerate(boxes):
+        for n2, b2 in boxes[i + 1 :]:
+            if b1.overlaps(b2) and not (n1.startswith("axes legend") or n2.startswith("axes legend")):
+                hits.append((n1, n2))
+    return hits
+
+
+def test_breakdown_and_compare_plots_say_what_they_show(capsys, tmp_path, figures):
+    # A name as long as llama3-8b-1024's: the legend at the upper right covered the title's end.
+    argv = ("simulate", "h100-1024", "--ranks", "16", "--steps", "5", "--set", "training.mode=fsdp", "--out")
+    assert in_process(capsys, *argv, str(tmp_path / "s"), "--set", "name=a-long-cluster-name")[0] == 0
+    (fig,) = figures
+    assert "a-long-cluster-name: 16 ranks, FSDP" in _title(fig)
+    assert _overlaps(fig) == []  # was: the legend covered the end of the title
+    figures.clear()
+    code, _, _ = in_process(
+        capsys, "compare", "h100-1024", "a-long-set-up-name=h100-1024:network.nic_gbit_s=200", "--ranks", "16",
+        "--steps", "5", "--out", str(tmp_path / "c"),
+    )  # fmt: skip
+    assert code == 0
+    (fig,) = figures
+    assert "h100-1024: 16 ranks, DDP" in _title(fig)
+    assert _overlaps(fig) == []
+
+
+def test_whatif_plot_says_scenario_ranks_and_mode(capsys, tmp_path, figures):
+    code, _, _ = in_process(
+        capsys, "whatif", "straggler-lemon", "--ranks", "32", "--steps", "10", "--try", "rebalance",
+        "--try", "exclude-slowest", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0
+    (fig,) = figures
+    assert "straggler-lemon: 32/24 ranks, DDP" in _title(fig)
+    assert _overlaps(fig) == []
+
+
+def test_sweep_axes_start_at_zero(capsys, tmp_path, figures):
+    # Values 0.3 % apart used to fill the whole panel: the axis now starts at 0.
+    code, _, _ = in_process(
+        capsys, "sweep", "h100-1024", "--ranks", "8", "--steps", "5", "--vary", "network.nic_gbit_s", "400", "401",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0
+    (fig,) = figures
+    assert "h100-1024: 8 ranks, DDP" in _title(fig)
+    step, eff = fig.axes[:2]
+    assert step.get_ylim()[0] == 0 and eff.get_ylim() == (0, 105)
+    assert "axis from 0" in step.get_ylabel()
+    assert _overlaps(fig) == []
