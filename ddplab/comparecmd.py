@@ -42,7 +42,12 @@ def add_parser(sub) -> None:
     c.add_argument("--seed", type=int, help="seed of every set-up (default: each scenario's)")
     c.add_argument("--out", type=Path, metavar="DIR", help="write compare.csv, compare.json and compare.png here")
     c.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
-    c.add_argument("--json", action="store_true", help="print JSON: one object per set-up")
+    c.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: a list, per set-up: name, setup, vs_first {step_time, tokens_per_s} and what"
+        " `simulate --json` prints for it",
+    )
     traincost.add_arguments(c)
     c.set_defaults(func=compare)
 

@@ -71,7 +71,12 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--yes", action="store_true", help="run a grid of over 10,000 runs, or one estimated at over 5 minutes"
     )
-    s.add_argument("--json", action="store_true", help="print JSON: the grid, every run, the aggregated rows")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: grid (scenarios, vary, seeds, ...), runs (one per seed), rows (per grid point: each"
+        " metric's mean, ci95_low, ci95_high)",
+    )
     s.set_defaults(func=sweep)
 
 

@@ -27,7 +27,12 @@ def add_parser(sub) -> None:
     w.add_argument("--usd-per-gpu-hour", type=float, help="also print cost in dollars per billion tokens")
     w.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     w.add_argument("--out", type=Path, metavar="DIR", help="write whatif.csv, whatif.json and whatif.png here")
-    w.add_argument("--json", action="store_true", help="print JSON")
+    w.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: a list, per row: mitigation, ranks, step_time_s, tokens_per_s, speedup, scaling_efficiency,"
+        " gpu_h_per_btok, restart_s, note, and the step's parts (compute_s, exposed_comm_s, straggler_wait_s, ...)",
+    )
     w.set_defaults(func=whatif)
 
 
