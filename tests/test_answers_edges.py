@@ -359,3 +359,26 @@ def test_ddp_engine_models_the_recompute(capsys):
     for doc in ("sim/config.py", "scenarios/README.md"):
         assert "does not model the recompute" not in (ROOT / doc).read_text()
         assert "engine does not" not in (ROOT / doc).read_text()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Item 11: train's per-step time is named for what it is (step_wall_s, was total_s)
+
+
+def test_step_wall_s_is_read_from_files_written_as_total_s():
+    from calibrate.records import read_jsonl
+    from realrun.records import read_records
+    from realrun.report import summarize_train
+    from tests.conftest import ROOT
+
+    run = ROOT / "measurements/validation/200mbit/train-base"
+    path = run / "train-rank0000.jsonl"
+    assert '"total_s"' in path.read_text()  # committed before the rename
+    for steps in (read_records(path).of_type("step"), [r for r in read_jsonl(path) if r["type"] == "step"]):
+        assert steps and all("step_wall_s" in s and "total_s" not in s for s in steps)
+        # The step's wall time holds its phases (data, forward, backward, wait, optimizer).
+        s = steps[-1]
+        parts = sum(s[k] for k in ("data_s", "forward_s", "backward_s", "wait_s", "optimizer_s"))
+        assert parts <= s["step_wall_s"] * 1.001
+    header, row = summarize_train(run)[1:3]
+    assert header.split()[2] == "step_wall_s" and row.split()[2] != "-"
