@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
         default=[],
         metavar="FIX",
         help="rebalance | exclude-slowest | sync-gc | accum=K | KEY=VALUE, or several in one row separated by"
-        " commas (network.nics_per_node=4,network.nic_gbit_s=200); repeatable, a row each",
+        " commas (network.nics_per_node=4,network.nic_gbit_s=200); repeatable, a row each (default: the"
+        " mitigations that fit the scenario, named with the reason)",
     )
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key first")
     w.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
@@ -41,11 +42,15 @@ def whatif(args):
     from sim.scenario_file import scenario_data, scenario_from_dict
     from sim.whatif import compare, row_scenarios
 
-    if not args.tries:
-        raise ValueError("--try: give at least one mitigation, e.g. --try rebalance --try accum=4")
     if args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {args.usd_per_gpu_hour}")
     data = scenario_data(args.scenario, args.set, ranks=args.ranks, steps=args.steps, seed=args.seed)
+    chosen = None
+    if not args.tries:  # the mitigations that fit what the scenario models (sim/whatif_defaults.py)
+        from sim.whatif_defaults import default_tries
+
+        args.tries, why = default_tries(scenario_from_dict(data))
+        chosen = f"no --try given: trying {', '.join(args.tries)} ({why})"
     # The rows run one after another, each result dropped before the next (ddplab/limits.py).
     limits.check_in_turn(row_scenarios(data, args.tries), "rows", yes=args.yes)
     if args.out:  # fail before simulating, not after
@@ -64,6 +69,8 @@ def whatif(args):
     if args.json:
         return out
     print(f"{sc.name}: {sc.description}")
+    if chosen:
+        print(f"  {chosen}")
     print(f"  {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
     usd = args.usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in out))  # a row of several keys is a long name

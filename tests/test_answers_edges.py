@@ -382,3 +382,46 @@ def test_step_wall_s_is_read_from_files_written_as_total_s():
         assert parts <= s["step_wall_s"] * 1.001
     header, row = summarize_train(run)[1:3]
     assert header.split()[2] == "step_wall_s" and row.split()[2] != "-"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Item 11: `whatif SCENARIO` without --try runs the mitigations that fit it
+
+
+@pytest.mark.parametrize(
+    ("preset", "sets", "expected", "reason"),
+    [
+        ("straggler-lemon", [], ["rebalance", "exclude-slowest"], "slow GPUs (rank 17 x1.4)"),
+        ("straggler-gc", [], ["sync-gc"], "unsynchronised pauses"),
+        ("straggler-dataloader", [], ['loader_stragglers=""', "rebalance", "exclude-slowest"], "slow data loaders"),
+        ("straggler-failslow", [], ["comm_hook=bf16"], "degraded or jittery network"),
+        ("straggler-jitter", [], ["comm_hook=bf16"], "degraded or jittery network"),
+        ("straggler-throttle", [], ["bucket_cap_mb=100", "comm_hook=bf16"], "transient compute slowdowns"),
+        ("h100-1024", [], ["bucket_cap_mb=100", "comm_hook=bf16"], "no slow rank, loader, pause or network"),
+        ("h100-1024", ["training.mode=fsdp"], ["training.fsdp_prefetch=2"], "FSDP prefetch"),
+        # pure bf16 gradients are already 2 bytes: a bf16 hook would change nothing
+        ("straggler-failslow", ["training.precision=bf16"], ["bucket_cap_mb=100"], "gradients already 2 bytes"),
+    ],
+)
+def test_default_mitigations_fit_the_scenario(preset, sets, expected, reason):
+    from sim.scenario_file import load_scenario
+    from sim.whatif_defaults import default_tries
+
+    tries, why = default_tries(load_scenario(preset, sets, ranks=32))
+    assert tries == expected
+    assert reason in why
+
+
+def test_whatif_without_try_runs_and_names_them(capsys):
+    argv = ("whatif", "straggler-lemon", "--ranks", "32", "--steps", "20")
+    code, out, _ = in_process(capsys, *argv)
+    assert code == 0
+    assert out.splitlines()[1].startswith("  no --try given: trying rebalance, exclude-slowest (slow GPUs")
+    code, out, _ = in_process(capsys, *argv, "--json")
+    rows = {r["mitigation"]: r for r in json.loads(out)}
+    assert list(rows) == ["nothing", "rebalance", "exclude-slowest"]
+    # A 1.4x lemon: sizing work to speed wins back most of the 1.4x; excluding its node (8 of 32
+    # GPUs) makes the step as fast, on a quarter fewer GPUs.
+    assert rows["rebalance"]["speedup"] > 1.2
+    assert rows["exclude-slowest"]["ranks"] == 24
+    assert rows["exclude-slowest"]["step_time_s"] < rows["nothing"]["step_time_s"] / 1.2
