@@ -187,9 +187,12 @@ def _overlaps(fig) -> list[tuple[str, str]]:
             boxes.append((f"title {a}", ax.title.get_window_extent(renderer)))
         if ax.get_legend() is not None:
             boxes.append((f"axes legend {a}", ax.get_legend().get_window_extent(renderer)))
+        span = ax.get_window_extent(renderer)
         for t, label in enumerate(ax.get_xticklabels()):
-            if label.get_text():
-                boxes.append((f"xtick {a}.{t}", label.get_window_extent(renderer)))
+            box = label.get_window_extent(renderer)
+            # Ticks outside the view limits keep a text but are not drawn.
+            if label.get_text() and label.get_visible() and span.x0 - 1 <= (box.x0 + box.x1) / 2 <= span.x1 + 1:
+                boxes.append((f"xtick {a}.{t}", box))
     hits = []
     for i, (n1, b1) in enumerate(boxes):
         for n2, b2 in boxes[i + 1 :]:
@@ -425,3 +428,45 @@ def test_whatif_without_try_runs_and_names_them(capsys):
     assert rows["rebalance"]["speedup"] > 1.2
     assert rows["exclude-slowest"]["ranks"] == 24
     assert rows["exclude-slowest"]["step_time_s"] < rows["nothing"]["step_time_s"] / 1.2
+
+
+def test_validation_plot_drops_labels_that_would_overlap(monkeypatch, tmp_path):
+    import calibrate.plots as cp
+
+    drawn = []
+    monkeypatch.setattr(cp, "save_png", lambda fig, path, dpi=110: drawn.append(fig))
+    # Ten runs within 2 % of each other (as 10gbit/train-base and -cap5 are): their names collided.
+    rows = [
+        {"name": f"1gbit/train-run{i}", "measured_p50_s": 1.0 + 0.002 * i, "predicted_p50_s": 1.0 + 0.002 * i,
+         "measured_p95_s": 1.05, "predicted_p95_s": 1.05}
+        for i in range(10)
+    ] + [{"name": "200mbit/far", "measured_p50_s": 3.0, "predicted_p50_s": 3.1, "measured_p95_s": 3.2,
+          "predicted_p95_s": 3.3}]  # fmt: skip
+    cp.predicted_vs_measured(rows, 0.02, tmp_path / "v.png")
+    (fig,) = drawn
+    ax = fig.axes[0]
+    visible = [t for t in ax.texts if t.get_visible()]
+    assert 1 <= len(visible) < len(rows) and "200mbit/far" in [t.get_text() for t in visible]
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in visible]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    assert f"{len(rows) - len(visible)} overlapping labels left out" in ax.get_xlabel()
+
+
+def test_calibration_plots_say_what_was_measured(monkeypatch, tmp_path):
+    import calibrate.plots as cp
+    from calibrate.calibration import Calibration
+    from tests.conftest import ROOT
+
+    drawn = []
+
+    def keep(fig, path, dpi=110):
+        fig.canvas.draw()
+        drawn.append(fig)
+
+    monkeypatch.setattr(cp, "save_png", keep)
+    cp.write_calibration_plots(Calibration.read(ROOT / "measurements/validation/calib.json"), tmp_path / "calib")
+    assert len(drawn) == 4
+    for fig in drawn:
+        assert fig._suptitle.get_text() == "calibration measured on cpu, 2 ranks (gloo, DDP)"
+        assert _overlaps(fig) == []
