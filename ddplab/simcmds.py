@@ -243,7 +243,11 @@ def _mode(sc) -> str:
 
 
 def _print_sweep(sc, summaries: list[dict]) -> None:
-    print(f"{sc.name}: {sc.description}")
+    from sim.describe import description_over
+
+    # sc is the first scale's, its description already written for sc.ranks (sim/describe.py).
+    counts = [s["ranks"] for s in summaries]
+    print(f"{sc.name}: {description_over(sc.description, sc.ranks, counts, sc.network.gpus_per_node)}")
     print(f"  {sc.model.preset}{_mode(sc)}, {network_line(sc)}; {sc.steps} steps, seed {sc.seed}")
     print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
     for s in summaries:
