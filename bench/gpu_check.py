@@ -171,7 +171,7 @@ def write_report(s: Setup, rows, plain: Path, log: list[str], wall_s: float, pat
     for label, precision, _compiled, train, v in rows:
         st = steps(train)
         fwd_bwd = median(st, lambda r: r["forward_s"] + r["backward_s"] + r["wait_s"])
-        step = median(st, lambda r: r["total_s"])
+        step = median(st, lambda r: r["step_wall_s"])
         mem = median(st, lambda r: r.get("mem_peak_allocated_bytes"))
         sets = [f"model.preset={s.model}", f"training.seq_len={s.seq}", f"training.micro_batch_size={s.micro_batch}"]
         est = estimate_memory(load_scenario("h100-1024", [*sets, f"training.precision={precision}"], ranks=1))
@@ -183,8 +183,8 @@ def write_report(s: Setup, rows, plain: Path, log: list[str], wall_s: float, pat
             f"  {label:<17} {fwd_bwd:>10.4f} {mfu} {step:>8.4f} {step_mfu} {measured_gib}"
             f" {est.peak_allocated_gib:>8.2f} {v['predicted_p50_s']:>8.4f} {v['error_p50']:>+7.1%}"
         )
-    instrumented = median(steps(rows[1][3]), lambda r: r["total_s"])
-    bare = median(steps(plain), lambda r: r["total_s"])
+    instrumented = median(steps(rows[1][3]), lambda r: r["step_wall_s"])
+    bare = median(steps(plain), lambda r: r["step_wall_s"])
     lines += [
         "#",
         f"# step time predicted from the probe alone (ddplab validate): MAPE {statistics.fmean(errors):.1%}"

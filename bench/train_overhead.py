@@ -5,7 +5,7 @@
 Both arms are `ddplab train` with the same config; the plain arm adds
 `--no-instrument` (no comm hook: DDP's own C++ allreduce; two clock reads per
 step). Runs alternate A B A B ... so drift on a shared machine (other jobs,
-thermal state) falls on both arms alike. Per run: the median `total_s` over its
+thermal state) falls on both arms alike. Per run: the median `step_wall_s` over its
 steps after the warm-up; per pair, overhead = instrumented / plain - 1; the
 headline is the median over pairs, against the 3 % budget (exit 1 above it).
 
@@ -50,10 +50,10 @@ def one_run(out: Path, nproc: int, steps: int, config: list[str], plain: bool) -
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"run failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    # A step ends for everyone at its last allreduce, so every rank's total_s is the step
+    # A step ends for everyone at its last allreduce, so every rank's step_wall_s is the step
     # time; pool them (per step, the slowest rank: what the job experiences).
     ranks = [r.of_type("step") for r in read_run(out, "train")]
-    times = [max(r[i]["total_s"] for r in ranks) for i in range(len(ranks[0]))]
+    times = [max(r[i]["step_wall_s"] for r in ranks) for i in range(len(ranks[0]))]
     return times, ranks[0][-1].get("bucket_count", 0)
 
 

@@ -18,8 +18,14 @@ from sim.plot import save_png
 
 
 def _subplots(*args, figsize, **kw):
-    fig = Figure(figsize=figsize)
+    # Constrained layout keeps titles, labels and outside legends from overlapping.
+    fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.subplots(*args, **kw)
+
+
+def _measured(calib: Calibration) -> str:
+    """What a calibration picture shows: the machines and the mode measured."""
+    return f"calibration measured on {calib.probed_on} ({calib.backend}, DDP)"
 
 
 def save(fig, path: Path) -> None:
@@ -54,7 +60,7 @@ def collectives(calib: Calibration, path: Path) -> None:
         top.legend(fontsize=8)
         bottom.axhline(0, color="k", lw=0.6)
         bottom.set(xscale="log", xlabel="size (bytes)", ylabel="median / fit - 1")
-    fig.tight_layout()
+    fig.suptitle(_measured(calib))
     save(fig, path)
 
 
@@ -79,11 +85,11 @@ def compute(calib: Calibration, path: Path) -> None:
     right.set(
         xlabel="fraction of backward done",
         ylabel="share of parameter tensors ready",
-        title="measured gradient-ready profile (grey: default-cap buckets)",
+        title="measured gradient-ready profile\n(grey: default-cap buckets)",
     )
     if memory:
         _memory(axes[2], memory)
-    fig.tight_layout()
+    fig.suptitle(_measured(calib))
     save(fig, path)
 
 
@@ -114,22 +120,22 @@ def noise(calib: Calibration, path: Path) -> None:
         )
     ax.set(xlabel="compute time / its mean", ylabel="density", title=f"jitter ({len(multipliers)} iterations)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.suptitle(_measured(calib), fontsize="medium")
     save(fig, path)
 
 
 def ranks(calib: Calibration, path: Path) -> None:
     """Per-rank straggler score (fastest median / this median), the 0.75 flag line."""
     rows = sorted(calib.ranks.items())
-    fig, ax = _subplots(figsize=(max(4, 0.5 * len(rows) + 2), 3.2))
+    fig, ax = _subplots(figsize=(max(4.5, 0.5 * len(rows) + 2), 3.6))
     scores = [v.score for _, v in rows]
     colors = ["tab:red" if v.flagged else "tab:blue" for _, v in rows]
     ax.bar([r for r, _ in rows], scores, color=colors)
     ax.axhline(noise_fit.STRAGGLER_SCORE_FLAG, color="k", ls="--", lw=0.8, label="flag below 0.75")
     ax.set(xlabel="rank", ylabel="speed score", ylim=(0, 1.05), title="per-rank compute speed (1 = fastest)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.legend(fontsize=8, loc="outside lower center")  # below the bars, not over one
+    fig.suptitle(_measured(calib), fontsize="small")
     save(fig, path)
 
 
@@ -157,8 +163,11 @@ def predicted_vs_measured(rows: list[dict], mape: float, path: Path) -> None:
     ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="±10 %")
     ax.scatter(m95, p95, marker="^", s=18, color="tab:orange", label="p95")
     ax.scatter(m50, p50, s=22, color="tab:blue", label=f"p50 (MAPE {mape:.1%})")
-    for r in rows:
-        ax.annotate(r["name"], (r["measured_p50_s"], r["predicted_p50_s"]), fontsize=6, alpha=0.7)
+    labels = [
+        ax.annotate(r["name"], (r["measured_p50_s"], r["predicted_p50_s"]), xytext=(4, -3), textcoords="offset points",
+                    fontsize=6, alpha=0.8)
+        for r in rows
+    ]  # fmt: skip
     if hi / lo > 5:  # a wide range reads best on log axes, in plain numbers
         ax.set(xscale="log", yscale="log")
         for axis in (ax.xaxis, ax.yaxis):
@@ -168,8 +177,28 @@ def predicted_vs_measured(rows: list[dict], mape: float, path: Path) -> None:
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (s)")
     ax.set(ylabel="predicted step time (s)", title="validation: prediction vs real DDP runs")
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
+    hidden = _drop_overlapping(fig, labels)
+    if hidden:
+        ax.set_xlabel(f"measured step time (s); {hidden} overlapping labels left out (the table has every run)")
     save(fig, path)
+
+
+def _drop_overlapping(fig, texts) -> int:
+    """Hide each label that would overlap one already kept (in order) or the legend; how many."""
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.axes[0].get_legend()
+    kept = [legend.get_window_extent(renderer)] if legend is not None else []
+    hidden = 0
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        if any(box.overlaps(k) for k in kept):
+            t.set_visible(False)
+            hidden += 1
+        else:
+            kept.append(box)
+    return hidden
 
 
 def stragglers(rep: StragglerReport, path: Path, *, annotate: int = 8) -> Path:
@@ -217,7 +246,7 @@ def stragglers(rep: StragglerReport, path: Path, *, annotate: int = 8) -> Path:
             bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1},
         )
     top.set(ylabel="score (fastest / this)", ylim=(0, 1.08), title="straggler score: fastest median compute / rank's")
-    top.legend(loc="lower right", fontsize=8)
+    top.legend(loc="upper right", fontsize=8, framealpha=1.0)
     top.grid(alpha=0.3, axis="y")
 
     least = rep.least_waiting_rank
@@ -235,7 +264,8 @@ def stragglers(rep: StragglerReport, path: Path, *, annotate: int = 8) -> Path:
     bottom.legend(loc="upper right", fontsize=8)
     bottom.grid(alpha=0.3, axis="y")
     bottom.set_xlim(-0.5 if bars else -n * 0.01, n - 0.5 if bars else n * 1.01)
-    fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps\n{verdict(rep)}", fontsize=9)
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))  # ranks, not 0.25 of one
+    fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps, DDP\n{verdict(rep)}", fontsize=9)
 
     save(fig, path)
     return path

@@ -32,6 +32,9 @@ def read_jsonl(path: Path) -> list[dict]:
             if i == len(lines) - 1:
                 break
             raise ValueError(f"{path}:{i + 1}: not a JSON record") from None
+    for r in out:  # realrun/SCHEMA.md: a step's step_wall_s was total_s in files written before the rename
+        if r.get("type") == "step" and "total_s" in r and "step_wall_s" not in r:
+            r["step_wall_s"] = r.pop("total_s")
     meta = out[0] if out else {}
     if meta.get("type") != "meta" or (meta.get("schema"), meta.get("schema_version")) != (SCHEMA, SCHEMA_VERSION):
         raise ValueError(f"{path}: not a {SCHEMA} v{SCHEMA_VERSION} record file")

@@ -7,7 +7,7 @@ injected straggler) on the calibrated machines (calibrate/apply.py, mode ``all``
 the network the run used). Nothing of the train run's own timing enters the
 prediction. Definitions match on both sides:
 
-- step time: a step's ``total_s`` (mean over ranks), p50 and p95 over the steps
+- step time: a step's ``step_wall_s`` (mean over ranks), p50 and p95 over the steps
   after the first ``WARMUP_STEPS`` (step 0 runs DDP's single bootstrap bucket and
   allocates; step 1 is the first with rebuilt buckets);
 - wait: the time from a rank's last bucket being ready until backward returned
@@ -43,7 +43,7 @@ def _measured(run: Run) -> dict:
         raise ValueError(f"{run.path}: {len(kept)} complete steps after {WARMUP_STEPS} warm-up steps; need 3 or more")
     if "wait_s" not in steps[kept[0]][0]:
         raise ValueError(f"{run.path}: an uninstrumented run (--no-instrument) has no per-step timing to validate")
-    total = np.array([[steps[s][r]["total_s"] for r in range(run.world_size)] for s in kept])
+    total = np.array([[steps[s][r]["step_wall_s"] for r in range(run.world_size)] for s in kept])
     wait = np.array([[steps[s][r]["wait_s"] for r in range(run.world_size)] for s in kept])
     compute = np.array(
         [[steps[s][r]["forward_s"] + steps[s][r]["backward_s"] for r in range(run.world_size)] for s in kept]

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab import commands, runcmds, simcmds
+from ddplab import commands, runcmds, simcmds, traincost
 from realrun.cli import Parser, probe_parser, train_parser
 from workflow import files
 
@@ -27,12 +27,21 @@ def version() -> str:
             return tomllib.load(f)["project"]["version"]
 
 
+# What `ddplab --help` opens with: what the tool does, for someone who has never seen it.
+DESCRIPTION = (
+    "ddplab predicts how fast data-parallel training (PyTorch DDP, FSDP) of a transformer runs on a"
+    " cluster you describe, from a home lab of 2 GPUs to 65,536: step time, where it goes (compute,"
+    " communication, stragglers), memory per GPU, and time and money to train. It also runs real DDP"
+    " jobs on your own machines, measures them, and calibrates the predictions with what it measured."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="ddplab", description=__doc__.splitlines()[0])
+    p = Parser(prog="ddplab", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"ddplab {version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    c = sub.add_parser("cost", help="ring allreduce cost per step on each link (the seed's comm_cost.py)")
+    c = sub.add_parser("cost", help="ring allreduce cost per step on each link, in closed form")
     c.add_argument("--params", default="760M", help="parameters: 124M, 1.3B, 760e6 (K, M, B or G, T: 1e3 to 1e12)")
     c.add_argument(
         "--precision",
@@ -51,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--compute-s", type=float, help="compute time per micro-step, seconds")
     c.add_argument("--grad-accum", type=int, default=1, help="micro-steps per allreduce K")
-    c.add_argument("--json", action="store_true", help="print JSON")
+    c.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: a list, per link: link, link_gbit_s, traffic_bytes, seconds_per_step",
+    )
     c.set_defaults(func=commands.cost)
 
     s = sub.add_parser("simulate", help="simulate DDP steps of a scenario (one scale or a sweep)")
@@ -74,7 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --out, also keep and write every rank's every step (records.npz, what `ddplab stragglers`"
         " reads); memory then grows with ranks x steps",
     )
-    s.add_argument("--json", action="store_true", help="print JSON (a list for a sweep)")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (a list for a sweep): scenario, model, mode, ranks, nodes, steps, seed, step_time_s"
+        " {mean, p5, p50, p95, p99}, compute_s, exposed_comm_s, straggler_wait_s, optimizer_s, dataloader_s,"
+        " comm_s, scaling_efficiency, tokens_per_s, memory_gib, mfu, stack, params, model_shape, to_train"
+        " (with --tokens), ...",
+    )
     s.add_argument(
         "--device-gib",
         type=float,
@@ -94,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
         " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",
     )
+    traincost.add_arguments(s)
     s.set_defaults(func=simcmds.simulate)
 
     k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")
@@ -107,11 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
     k.add_argument("--sizes", default="1M,16M,256M,1G", help="sizes: 1M,16M,1G or a range 8:1G (x2 steps)")
-    k.add_argument("--json", action="store_true", help="print JSON")
+    k.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: a list, per size: op, size_bytes, ranks, algorithm, time_us, algbw_gb_s, busbw_gb_s, why",
+    )
     k.set_defaults(func=commands.collective)
 
     m = sub.add_parser("models", help="model presets (GPT-2, Llama) with parameter counts from the built module")
-    m.add_argument("--json", action="store_true", help="print JSON")
+    m.add_argument(
+        "--json", action="store_true", help="print JSON: a list, per model: model, n_layer, n_embd, n_head, params, ..."
+    )
     m.set_defaults(func=commands.models)
 
     for verb, parent, what in (
@@ -147,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("--job-name", default="ddplab", help="Slurm job name")
     la.add_argument("--time", default="01:00:00", help="Slurm time limit")
     la.add_argument("--exec", action="store_true", help="run this machine's command; exit with its code")
-    la.add_argument("--json", action="store_true", help="print JSON")
+    la.add_argument("--json", action="store_true", help="print JSON: commands (per node), slurm")
     la.add_argument("verb_args", nargs="*", metavar="VERB ARGS", help="after --: realrun verb (default train)")
     la.set_defaults(func=netcmds.launch)
 
@@ -163,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser("scenarios", help="list the scenario presets (--keys: every key a scenario file may set)")
     sc.add_argument("--keys", action="store_true", help="every scenario key with its unit, default and meaning")
-    sc.add_argument("--json", action="store_true", help="print JSON")
+    sc.add_argument("--json", action="store_true", help="print JSON: a list, per preset: name, description, ranks")
     sc.set_defaults(func=commands.scenarios)
     return p
 
@@ -191,7 +218,12 @@ def _add_calibration(sub) -> None:
     )
     va.add_argument("--plot", type=Path, help="predicted-vs-measured PNG (default: validation.png beside --calib)")
     va.add_argument("--seed", type=int, default=0, help="simulation seed")
-    va.add_argument("--json", action="store_true", help="print JSON")
+    va.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, ...), mape, plot;"
+        " with --public a list, per row: what, source, measured, predicted, error, bound, within",
+    )
     va.set_defaults(func=calcmds.validate)
 
     de = sub.add_parser("demo", help="the whole loop here: probe, train, calibrate, validate, simulate, report")

@@ -5,7 +5,7 @@ with ``--out DIR`` also compare.csv, compare.json and compare.png."""
 from pathlib import Path
 from typing import NamedTuple
 
-from ddplab import limits, simcmds
+from ddplab import limits, simcmds, traincost
 from realrun.cli import EpilogFormatter
 from sim.mfu import FLOP_COUNT
 from sim.units import fmt_seconds
@@ -46,7 +46,13 @@ def add_parser(sub) -> None:
         "--ignore-memory", action="store_true", help="simulate set-ups whose memory estimate exceeds the device too"
     )
     c.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
-    c.add_argument("--json", action="store_true", help="print JSON: one object per set-up")
+    c.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: a list, per set-up: name, setup, vs_first {step_time, tokens_per_s} and what"
+        " `simulate --json` prints for it",
+    )
+    traincost.add_arguments(c)
     c.set_defaults(func=compare)
 
 
@@ -88,6 +94,7 @@ def compare(args):
             " h100-1024:network.nics_per_node=4,network.nic_gbit_s=200` (see --help)"
         )
     setups = [parse_setup(t) for t in args.setups]
+    tokens, price = traincost.parse(args)
     seen = set()
     for s in setups:
         if s.name in seen:
@@ -106,6 +113,8 @@ def compare(args):
         {"name": s.name, "setup": s.text, **_row(sc, args.ignore_memory)}
         for s, sc in zip(setups, scenarios, strict=True)
     ]
+    for r in rows:
+        traincost.attach(r, tokens, price)
     first = rows[0]
     for r in rows:
         # An OOM row (not simulated) has no ratio, and with an OOM first row none has.
@@ -147,7 +156,7 @@ CSV_EXTRA = (
 
 def _write(rows: list[dict], out: Path) -> None:
     from sim.export import SUMMARY_COLUMNS, write_csv_atomic
-    from sim.plot import plot_breakdown
+    from sim.plot import plot_breakdown, run_title
     from workflow.files import write_json_atomic
 
     columns = (("name", lambda r: r["name"]), ("setup", lambda r: r["setup"]), *SUMMARY_COLUMNS, *CSV_EXTRA)
@@ -162,8 +171,13 @@ def _write(rows: list[dict], out: Path) -> None:
     if not ran:  # an OOM set-up has no step to draw
         return
     notes = [f"{r['vs_first']['tokens_per_s']:.3f}x tokens/s" if r["vs_first"]["tokens_per_s"] else "" for r in ran]
-    title = "ddplab compare" + (f" (out of memory, not drawn: {', '.join(r['name'] for r in oom)})" if oom else "")
-    plot_breakdown(ran, [r["name"] for r in ran], out / "compare.png", title=title, notes=notes)
+    labels = [f"{r['name']}\n{r['ranks']} ranks, {r['mode'].upper()}" for r in ran]
+    title = "ddplab compare: " + run_title(
+        [r["scenario"] for r in ran], [r["ranks"] for r in ran], [r["mode"] for r in ran]
+    )
+    if oom:
+        title += f" (out of memory, not drawn: {', '.join(r['name'] for r in oom)})"
+    plot_breakdown(ran, labels, out / "compare.png", title=title, notes=notes)
 
 
 def _cell(row: dict, get):
@@ -218,3 +232,6 @@ def _print(rows: list[dict]) -> None:
             print(f"{r['name']:<{width}} " + _print_oom(r))
             continue
         print(f"{r['name']:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
+    for r in rows:
+        for line in traincost.lines(r, indent=f"{r['name']}: "):
+            print(line)

@@ -56,7 +56,12 @@ def add_parser(sub) -> None:
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     g.add_argument("--out", type=Path, metavar="DIR", help="write goodput.csv, goodput.json and goodput.png here")
-    g.add_argument("--json", action="store_true", help="print JSON")
+    g.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: mtbf_h, wall_per_work and goodput {simulated, analytic}, best_interval_min, failures,"
+        " lost_work_h, restart_h, checkpoint_h, ...",
+    )
     g.set_defaults(func=goodput)
 
 

@@ -4,7 +4,7 @@ the memory estimate and the sweep table as people read them, or JSON."""
 import time
 
 from calibrate.calibration import Calibration
-from ddplab import limits
+from ddplab import limits, traincost
 from ddplab.progress import StepProgress, say
 from sim.optimizer import optimizer_basis
 from sim.scenario_file import load_scenario
@@ -16,6 +16,7 @@ def simulate(args):
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
     sets = _device_memory(args)
+    tokens, price = traincost.parse(args)
     # Validate every scale before simulating any, so a bad count fails fast.
     if getattr(args, "calib", None):
         scenarios, provenance = _calibrated_scenarios(args, sets, counts)
@@ -42,6 +43,7 @@ def simulate(args):
         if provenance:
             summary.update(provenance[i - 1])
             _mark_measured(summary)
+        traincost.attach(summary, tokens, price)
         summaries.append(summary)
         if sweep:
             say(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
@@ -58,11 +60,16 @@ def simulate(args):
         return summaries if sweep else summaries[0]
     if sweep:
         _print_sweep(scenarios[0], summaries)
+        for s in summaries:
+            for line in traincost.lines(s, indent=f"  {s['ranks']} ranks: "):
+                print(line)
     elif not simulated:
         _print_out_of_memory(scenarios[0], summaries[0])
         return summaries
     else:
         _print_summary(scenarios[0], summaries[0])
+        for line in traincost.lines(summaries[0]):
+            print(line)
     if provenance:
         _print_parameters(summaries[0])
     if args.out and simulated:
@@ -357,7 +364,11 @@ def _mode(sc) -> str:
 
 
 def _print_sweep(sc, summaries: list[dict]) -> None:
-    print(f"{sc.name}: {sc.description}")
+    from sim.describe import description_over
+
+    # sc is the first scale's, its description already written for sc.ranks (sim/describe.py).
+    counts = [s["ranks"] for s in summaries]
+    print(f"{sc.name}: {description_over(sc.description, sc.ranks, counts, sc.network.gpus_per_node)}")
     print(
         f"  {sc.model.shape.name} ({fmt_count(summaries[0]['params'])} params){_mode(sc)}, {network_line(sc)};"
         f" {sc.steps} steps, seed {sc.seed}"

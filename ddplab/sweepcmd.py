@@ -75,7 +75,12 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--ignore-memory", action="store_true", help="run grid points whose memory estimate exceeds the device too"
     )
-    s.add_argument("--json", action="store_true", help="print JSON: the grid, every run, the aggregated rows")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: grid (scenarios, vary, seeds, ...), runs (one per seed), rows (per grid point: each"
+        " metric's mean, ci95_low, ci95_high)",
+    )
     s.set_defaults(func=sweep)
 
 

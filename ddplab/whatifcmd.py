@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
         default=[],
         metavar="FIX",
         help="rebalance | exclude-slowest | sync-gc | accum=K | KEY=VALUE, or several in one row separated by"
-        " commas (network.nics_per_node=4,network.nic_gbit_s=200); repeatable, a row each",
+        " commas (network.nics_per_node=4,network.nic_gbit_s=200); repeatable, a row each (default: the"
+        " mitigations that fit the scenario, named with the reason)",
     )
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key first")
     w.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
@@ -30,19 +31,29 @@ def add_parser(sub) -> None:
     )
     w.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
     w.add_argument("--out", type=Path, metavar="DIR", help="write whatif.csv, whatif.json and whatif.png here")
-    w.add_argument("--json", action="store_true", help="print JSON")
+    w.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: a list, per row: mitigation, ranks, step_time_s, tokens_per_s, speedup, scaling_efficiency,"
+        " gpu_h_per_btok, restart_s, note, and the step's parts (compute_s, exposed_comm_s, straggler_wait_s, ...)",
+    )
     w.set_defaults(func=whatif)
 
 
 def whatif(args):
-    from sim.scenario_file import scenario_data
+    from sim.plot import run_title
+    from sim.scenario_file import scenario_data, scenario_from_dict
     from sim.whatif import compare, row_scenarios
 
-    if not args.tries:
-        raise ValueError("--try: give at least one mitigation, e.g. --try rebalance --try accum=4")
     if args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {args.usd_per_gpu_hour}")
     data = scenario_data(args.scenario, args.set, ranks=args.ranks, steps=args.steps, seed=args.seed)
+    chosen = None
+    if not args.tries:  # the mitigations that fit what the scenario models (sim/whatif_defaults.py)
+        from sim.whatif_defaults import default_tries
+
+        args.tries, why = default_tries(scenario_from_dict(data))
+        chosen = f"no --try given: trying {', '.join(args.tries)} ({why})"
     # The rows run one after another, each result dropped before the next (ddplab/limits.py).
     limits.check_in_turn(row_scenarios(data, args.tries), "rows", yes=args.yes)
     if args.out:  # fail before simulating, not after
@@ -59,12 +70,15 @@ def whatif(args):
         if args.usd_per_gpu_hour is not None:
             row["usd_per_btok"] = r.gpu_h_per_btok * args.usd_per_gpu_hour if r.gpu_h_per_btok is not None else None
         out.append(row)
+    sc = scenario_from_dict(data)
     if args.out:
-        _write(out, args.out)
+        _write(out, args.out, run_title([sc.name], [r["ranks"] for r in out], [sc.training.mode]))
     if args.json:
         return out
-    name = Path(args.scenario).stem
-    print(f"{name}: {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
+    print(f"{sc.name}: {sc.description}")
+    if chosen:
+        print(f"  {chosen}")
+    print(f"  {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
     usd = args.usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in out))  # a row of several keys is a long name
     print(
@@ -98,7 +112,7 @@ def whatif(args):
     return out
 
 
-def _write(rows: list[dict], out: Path) -> None:
+def _write(rows: list[dict], out: Path, title: str) -> None:
     """What --json prints, as whatif.json and (a column per key) whatif.csv; whatif.png: each
     row's mean step split into its parts, with its throughput against doing nothing."""
     from sim.export import write_csv_atomic
@@ -113,5 +127,6 @@ def _write(rows: list[dict], out: Path) -> None:
         return
     notes = [f"{r['speedup']:.3f}x tokens/s" if r["speedup"] is not None else "" for r in ran]
     oom = [r["mitigation"] for r in rows if r["step_time_s"] is None]
-    title = "ddplab whatif" + (f" (out of memory, not drawn: {', '.join(oom)})" if oom else "")
-    plot_breakdown(ran, [r["mitigation"] for r in ran], out / "whatif.png", title=title, notes=notes)
+    labels = [f"{r['mitigation']}\n{r['ranks']} ranks" for r in ran]
+    title = f"ddplab whatif {title}" + (f" (out of memory, not drawn: {', '.join(oom)})" if oom else "")
+    plot_breakdown(ran, labels, out / "whatif.png", title=title, notes=notes)

@@ -134,7 +134,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nnodes", type=int, default=2, help="machines in the job (default 2)")
     p.add_argument("--nproc-per-node", type=int, default=1, help="processes per machine (default 1)")
     p.add_argument("--timeout-s", type=float, default=3.0, help="TCP connect timeout for the port check")
-    p.add_argument("--json", action="store_true", help="print JSON (keys in realrun/doctor.py)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: interfaces, route, gloo, nccl, port, rendezvous, settings, problems, ...",
+    )
 
 
 def run(args) -> dict:

@@ -178,11 +178,19 @@ def read_records(path: Path) -> RankRecords:
         raise ValueError(
             f"{path}: schema {meta.get('schema')} v{meta.get('schema_version')}, expected {SCHEMA} v{SCHEMA_VERSION}"
         )
-    body = parsed[1:]
+    body = [_renamed(r) for r in parsed[1:]]
     complete = bool(body) and body[-1].get("type") == "complete"
     own = [r["reason"] for r in body if r.get("type") == "error" and r.get("by") != "launcher"]
     launcher = [r["reason"] for r in body if r.get("type") == "error" and r.get("by") == "launcher"]
     return RankRecords(Path(path), meta, body, complete, own[-1] if own else None, launcher[-1] if launcher else None)
+
+
+def _renamed(record: dict) -> dict:
+    """A step record as written now: files from before the rename call ``step_wall_s`` ``total_s``
+    (measurements/ holds such files)."""
+    if record.get("type") == "step" and "total_s" in record and "step_wall_s" not in record:
+        record["step_wall_s"] = record.pop("total_s")
+    return record
 
 
 def rank_file(out_dir: Path, verb: str, rank: int) -> Path:

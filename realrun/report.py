@@ -7,7 +7,7 @@ from statistics import median
 
 from realrun.records import RankRecords, read_run
 
-COLUMNS = ("total_s", "data_s", "forward_s", "backward_s", "wait_s", "optimizer_s")
+COLUMNS = ("step_wall_s", "data_s", "forward_s", "backward_s", "wait_s", "optimizer_s")
 
 
 def _devices(ranks) -> str:

@@ -151,7 +151,7 @@ class Trainer:
             "tokens": self.micro_batch * self.seq_len * a.grad_accum,
             "micro_batch": self.micro_batch,
             "loss": loss_sum.item() / (self.micro_batch * a.grad_accum),
-            "total_s": t_end - t0,
+            "step_wall_s": t_end - t0,
             "mem_peak_allocated_bytes": peak["peak_allocated_bytes"],
             "mem_peak_reserved_bytes": peak["peak_reserved_bytes"],
         }

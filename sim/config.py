@@ -118,8 +118,8 @@ class TrainingConfig:
     backward_prefetch=BACKWARD_PRE with forward_prefetch, or FSDP2's implicit prefetch)."""
     activation_checkpointing: bool = False
     """Recompute each transformer block's forward in its backward: only block inputs are kept
-    (memory estimate); in fsdp mode backward costs one more block forward (the ddp engine
-    does not model the recompute)."""
+    (memory estimate), and backward costs one more forward of every block, in ddp and fsdp
+    mode alike (sim/workload.py, sim/fsdp.py)."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
     seq x seq score matrix for backward (memory estimate only)."""

@@ -74,16 +74,20 @@ def write_summaries(summaries: list[dict], run_dir: Path, *, sweep: bool) -> Non
     body = summaries if sweep else summaries[0]
     # Standard JSON: a NaN (a bug: inputs are checked finite) raises here, not in a reader.
     write_text_atomic(run_dir / "summary.json", json.dumps(body, indent=2, allow_nan=False) + "\n")
-    from sim.plot import plot_breakdown, plot_scaling
+    from sim.plot import plot_breakdown, plot_scaling, run_title
 
     if sweep:
         header = [h for h, _ in SUMMARY_COLUMNS]
         write_csv_atomic(run_dir / "scaling.csv", header, [[f(s) for _, f in SUMMARY_COLUMNS] for s in summaries])
-        plot_scaling(summaries, run_dir / "scaling.png", title=summaries[0]["scenario"])
+        title = run_title(
+            [s["scenario"] for s in summaries], [s["ranks"] for s in summaries], [s["mode"] for s in summaries]
+        )
+        plot_scaling(summaries, run_dir / "scaling.png", title=title)
     else:
         s = summaries[0]
         label = f"{s['ranks']} ranks, {s['steps']} steps, seed {s['seed']}"
-        plot_breakdown([s], [label], run_dir / "breakdown.png", title=f"{s['scenario']}: where a step goes")
+        title = f"{run_title([s['scenario']], [s['ranks']], [s['mode']])}: where a step goes"
+        plot_breakdown([s], [label], run_dir / "breakdown.png", title=title)
 
 
 # A summary as one CSV row (scaling.csv; compare.csv around it): every number the table prints,

@@ -79,6 +79,16 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
     return save_png(fig, path)
 
 
+def run_title(scenarios, ranks, modes) -> str:
+    """What a picture shows, for its title: "h100-1024: 64 ranks, DDP". Rows that differ list each
+    value once, in order ("8/64/1024 ranks")."""
+
+    def once(values) -> list[str]:
+        return list(dict.fromkeys(str(v) for v in values))
+
+    return f"{', '.join(once(scenarios))}: {'/'.join(once(ranks))} ranks, {'/'.join(once(m.upper() for m in modes))}"
+
+
 def save_png(fig, path, dpi: int = 120) -> Path:
     """Written whole (sim/atomic.py): a reader, or a rerun after Ctrl-C, never finds half a PNG.
     Every picture ddplab draws goes through here (calibrate/plots.py too)."""
@@ -129,7 +139,7 @@ def plot_breakdown(rows: list[dict], labels: list[str], path, title: str, notes:
     ax.set_ylabel(f"mean step time ({unit})")
     handles, names = ax.get_legend_handles_labels()
     if one:
-        fig.legend(handles[::-1], names[::-1], loc="outside right upper", fontsize="small")  # top part first
+        fig.legend(handles[::-1], names[::-1], loc="outside right center", fontsize="small")  # top first
     else:
         fig.legend(handles, names, loc="outside lower center", ncols=len(names), fontsize="small")
     ax.set_title(title)

@@ -245,7 +245,23 @@ def apply_overrides(data: dict, overrides=(), **top_level) -> dict:
         else:
             out[path[0]] = value
     out.update({k: v for k, v in top_level.items() if v is not None})
+    _describe_run(data, out)
     return out
+
+
+def _describe_run(data: dict, out: dict) -> None:
+    """A description that names the file's GPU count follows the ranks run (sim/describe.py),
+    unless it was itself overridden."""
+    from sim.config import NetworkConfig
+    from sim.describe import description_at
+
+    file_ranks, ranks, text = data.get("ranks"), out.get("ranks"), out.get("description")
+    network = out.get("network") if isinstance(out.get("network"), dict) else {}
+    per_node = network.get("gpus_per_node", NetworkConfig.gpus_per_node)
+    if text != data.get("description") or not all(isinstance(v, int) and v > 0 for v in (file_ranks, ranks, per_node)):
+        return  # overridden, or a wrong type the dataclasses will name
+    if isinstance(text, str):
+        out["description"] = description_at(text, file_ranks, ranks, per_node)
 
 
 def scenario_data(name_or_path: str, overrides=(), **top_level) -> dict:

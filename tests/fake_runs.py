@@ -173,7 +173,7 @@ def train_run(
         for s in range(steps):
             recs.append(
                 {"type": "step", "step": s, "micro_batch": cfg["micro_batch"], "tokens": 1, "loss": 1.0}
-                | {"total_s": step_s, "data_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "wait_s": wait_s}
+                | {"step_wall_s": step_s, "data_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "wait_s": wait_s}
                 | {"optimizer_s": 0.0}
             )
         _write(run_dir / f"train-rank{rank:04d}.jsonl", recs)

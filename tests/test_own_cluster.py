@@ -137,8 +137,9 @@ def test_from_scratch_file_missing_keys_is_refused_in_one_line(capsys, tmp_path)
     line = refused(capsys, "simulate", str(mine))
     assert line == (
         f"ddplab simulate: error: {mine}: no base, and not set: model.preset or model.hf_config or model.n_layer,"
-        " compute.peak_tflop_s or compute.step_compute_s, compute.hbm_tb_s or compute.optimizer_s, network.nics_per_node,"
-        ' network.nic_gbit_s, noise.distribution (set them, or start from a preset: base = "h100-1024")'
+        " compute.peak_tflop_s or compute.step_compute_s, compute.hbm_tb_s or compute.optimizer_s,"
+        " network.nics_per_node, network.nic_gbit_s, noise.distribution"
+        ' (set them, or start from a preset: base = "h100-1024")'
     )
 
 

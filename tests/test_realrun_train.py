@@ -76,9 +76,9 @@ def test_buckets_are_ddps_buckets(base):
             assert [b["bytes"] for b in s["buckets"]] == expected
             assert [b["comm_bytes"] for b in s["buckets"]] == expected
             for b in s["buckets"]:
-                assert 0 < b["ready_s"] <= b["launch_s"] < b["done_s"] < s["total_s"]
+                assert 0 < b["ready_s"] <= b["launch_s"] < b["done_s"] < s["step_wall_s"]
         # The phases tile the step (a preempted moment between two of them is the rest).
-        covered = [sum(s[k] for k in PHASES) / s["total_s"] for s in steps]
+        covered = [sum(s[k] for k in PHASES) / s["step_wall_s"] for s in steps]
         assert max(covered) <= 1 and statistics.median(covered) > 0.9
         # Overlap: bucket 0 is launched while backward still computes the last bucket's gradients.
         overlapped = [s["buckets"][0]["launch_s"] < s["buckets"][-1]["ready_s"] for s in steps[1:]]
@@ -150,7 +150,7 @@ def test_straggler_burns_compute_and_the_other_rank_waits(tmp_path, base):
 def test_plain_ddp_baseline_records_step_totals(tmp_path):
     p = train(tmp_path, "--steps", "3", "--no-instrument")
     assert p.returncode == 0, p.stderr[-3000:]
-    keys = {"type", "step", "tokens", "micro_batch", "loss", "total_s", "mem_peak_allocated_bytes"}
+    keys = {"type", "step", "tokens", "micro_batch", "loss", "step_wall_s", "mem_peak_allocated_bytes"}
     for steps in steps_of(tmp_path):
         assert [set(s) for s in steps] == [keys | {"mem_peak_reserved_bytes"}] * 3
         assert all(s["mem_peak_allocated_bytes"] is None and s["mem_peak_reserved_bytes"] is None for s in steps)

@@ -103,7 +103,7 @@ def _write_train(run_dir: Path, ranks: list[tuple[tuple[float, float], list[floa
         warm = [(5.0, 5.0, 0.0) if rank == 0 else (fwd, bwd, 1.0)] * 2
         for step, (f, b, w) in enumerate(warm + [(fwd, bwd, w) for w in waits]):
             recs.append(
-                {"type": "step", "step": step, "micro_batch": 1, "tokens": 64, "loss": 1.0, "total_s": f + b + w}
+                {"type": "step", "step": step, "micro_batch": 1, "tokens": 64, "loss": 1.0, "step_wall_s": f + b + w}
                 | {"data_s": 0.0, "forward_s": f, "backward_s": b, "wait_s": w, "optimizer_s": 0.01}
                 | {"throttle_s": 0.0}
             )

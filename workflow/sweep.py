@@ -45,7 +45,7 @@ METRIC_NAMES = (
 _COLUMNS = dict(SUMMARY_COLUMNS)
 METRICS = tuple((name, _COLUMNS[name]) for name in METRIC_NAMES)
 # Identity columns a run's summary carries besides its metrics.
-IDENTITY = ("ranks", "nodes", "steps", "stack")
+IDENTITY = ("ranks", "nodes", "steps", "stack", "mode")
 CONFIDENCE = 0.95
 
 

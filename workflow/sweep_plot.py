@@ -14,7 +14,7 @@ def plot_sweep(rows: list[dict], vary_keys: list[str], path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from sim.plot import save_png
+    from sim.plot import run_title, save_png
 
     first = vary_keys[0] if vary_keys else None
     # Categorical positions: the values as typed (numbers, names, straggler lists alike).
@@ -30,8 +30,8 @@ def plot_sweep(rows: list[dict], vary_keys: list[str], path) -> Path:
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     panels = (
-        ("step_time_mean_s", "mean step time (s)", 1.0),
-        ("scaling_efficiency", "scaling efficiency (%)", 100.0),
+        ("step_time_mean_s", "mean step time (s, axis from 0)", 1.0),
+        ("scaling_efficiency", "scaling efficiency (%, axis from 0)", 100.0),
     )
     axes = fig.subplots(1, 2)
     for ax, (metric, ylabel, scale) in zip(axes, panels, strict=True):
@@ -52,6 +52,8 @@ def plot_sweep(rows: list[dict], vary_keys: list[str], path) -> Path:
             # Points only across scenarios: a line between two presets would read as a trend.
             style = "-" if first else "none"
             ax.errorbar(pos, mean, yerr=err, marker="o", linestyle=style, capsize=4, label=label or None)
+        # From 0: autoscale zooms onto the data, and a 0.3 % difference would fill the panel.
+        ax.set_ylim(0, 105 if metric == "scaling_efficiency" else None)
         ax.set_xticks(range(len(xs)), xs)
         ax.set_xlabel(first or "scenario")
         ax.set_ylabel(ylabel)
@@ -60,5 +62,6 @@ def plot_sweep(rows: list[dict], vary_keys: list[str], path) -> Path:
         axes[0].legend(fontsize=8)
     n = len(rows[0]["seeds"])
     bars = "bars: the 95 % Student-t interval" if n > 1 else "one seed: no interval"
-    fig.suptitle(f"ddplab sweep: mean over {n} seed{'s' * (n != 1)}; {bars}")
+    what = run_title([r["scenario"] for r in rows], [r["ranks"] for r in rows], [r["mode"] for r in rows])
+    fig.suptitle(f"ddplab sweep {what}; mean over {n} seed{'s' * (n != 1)}; {bars}")
     return save_png(fig, path)

@@ -1,0 +1,51 @@
+"""The mitigations `ddplab whatif SCENARIO` tries when no --try is given: those that address what
+the scenario models (sim/whatif.py applies them), with the reason in one line."""
+
+from sim.config import Scenario, parse_stragglers
+
+
+def _ranks(text: str, key: str) -> str:
+    items = parse_stragglers(text, key)
+    return ", ".join(f"rank {r} x{f:g}" for r, f in sorted(items.items()))
+
+
+def default_tries(sc: Scenario) -> tuple[list[str], str]:
+    """(mitigations, why): a persistent slow rank gets rebalance and exclude-slowest; a slow data
+    loader gets the loader repaired, or worked around the same way; unsynchronised pauses get
+    sync-gc; a degraded or jittery network, gradients compressed to bf16 (DDP). A scenario with
+    none of these gets the generic communication knobs, and says so."""
+    tries: list[str] = []
+    why: list[str] = []
+    t = sc.training
+    if sc.stragglers.strip():
+        tries += ["rebalance", "exclude-slowest"]
+        why.append(f"slow GPUs ({_ranks(sc.stragglers, 'stragglers')}): work sized to speed, or a restart without them")
+    if sc.loader_stragglers.strip():
+        tries += ['loader_stragglers=""', "rebalance", "exclude-slowest"]
+        loaders = _ranks(sc.loader_stragglers, "loader_stragglers")
+        why.append(f"slow data loaders ({loaders}): repaired, or worked around by sizing work or a restart")
+    if sc.pauses.every_steps > 0 and not sc.pauses.synchronized:
+        tries.append("sync-gc")
+        why.append("unsynchronised pauses: every rank pausing at the same steps")
+    # DDP's buckets hold gradients in their parameters' dtype: a bf16 hook halves fp32 ones.
+    compressible = t.mode == "ddp" and t.comm_hook == "none" and t.dtypes.grad_bytes == 4
+    if (sc.episodes.comm_per_h > 0 or sc.network.jitter_sigma > 0) and compressible:
+        tries.append("comm_hook=bf16")
+        why.append("a degraded or jittery network: half the bytes on it (bf16 gradients)")
+    tries = list(dict.fromkeys(tries))
+    if tries:
+        return tries, "; ".join(why)
+    lead = []
+    if sc.episodes.compute_per_h > 0 or sc.episodes.diurnal_amplitude > 0:
+        lead.append(
+            "transient compute slowdowns (throttling, diurnal swing) have no fix here: rebalance and exclusion act"
+            " on persistent speeds"
+        )
+    if sc.episodes.comm_per_h > 0 or sc.network.jitter_sigma > 0:
+        lead.append("a degraded or jittery network, with gradients already 2 bytes or no DDP hook to compress them")
+    lead = "; ".join(lead) or "no slow rank, loader, pause or network trouble in this scenario"
+    if t.mode == "ddp":
+        generic = ["bucket_cap_mb=100"] + (["comm_hook=bf16"] if compressible else [])
+        knobs = "bigger buckets" + (", bf16 gradients" if compressible else "")
+        return generic, f"{lead}; the generic DDP communication knobs instead ({knobs})"
+    return [f"training.fsdp_prefetch={t.fsdp_prefetch + 1}"], f"{lead}; one more unit of FSDP prefetch instead"
