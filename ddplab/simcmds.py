@@ -40,6 +40,8 @@ def simulate(args):
         # With --out, ranks.csv carries each rank's median compute, estimated as it runs.
         medians = args.out is not None
         result, summary = run_scale(sc, records=args.records, medians=medians)
+        if sc.episodes.active:
+            summary["episodes"] = _episodes(sc, summary, args.horizon_h)
         if provenance:
             summary.update(provenance[i - 1])
             _mark_measured(summary)
@@ -68,6 +70,8 @@ def simulate(args):
         return summaries
     else:
         _print_summary(scenarios[0], summaries[0])
+        if "episodes" in summaries[0]:
+            _print_episodes(summaries[0]["episodes"])
         for line in traincost.lines(summaries[0]):
             print(line)
     if provenance:
@@ -77,6 +81,37 @@ def simulate(args):
         tables = "records, per-step and per-rank tables" if args.records else "per-step and per-rank tables"
         print(f"{tables}, Chrome trace{plots} in {args.out}/")
     return summaries
+
+
+def _episodes(sc, summary: dict, horizon_h: float) -> dict:
+    """Rare episodes: their expected cost over the horizon (sim/episode_cost.py), and a warning
+    when this run was too short to contain them."""
+    from sim.episode_cost import expected_cost, horizon_warning
+
+    if not (horizon_h > 0 and horizon_h < float("inf")):
+        raise ValueError(f"--horizon-h: must be > 0 and finite, got {horizon_h}")
+    e = expected_cost(sc, horizon_h=horizon_h)
+    return {
+        "horizon_h": horizon_h,
+        "expected_tokens_per_s": e.tokens_per_s,
+        "clear_tokens_per_s": e.clear_tokens_per_s,
+        "cost": e.cost,
+        "cost_sd": e.cost_sd,
+        "comm_share": e.comm_share,
+        "compute_share": e.compute_share,
+        "warning": horizon_warning(sc, summary["step_time_s"]["mean"] * sc.steps),
+    }
+
+
+def _print_episodes(e: dict) -> None:
+    if e["warning"]:
+        print(f"  {e['warning']}")
+    print(
+        f"  episodes         expected over {e['horizon_h']:g} h: {e['expected_tokens_per_s']:,.0f} tokens/s, a cost of"
+        f" {e['cost']:.1%} (+-{1.96 * e['cost_sd']:.1%}, 95 %, over that horizon) against"
+        f" {e['clear_tokens_per_s']:,.0f} without; network degraded {e['comm_share']:.0%} of the time, a rank"
+        f" throttled {e['compute_share']:.0%} (each state's steady step weighed by its share: docs/episodes.md)"
+    )
 
 
 def run_scale(sc, *, records: bool = False, medians: bool = False):
@@ -247,7 +282,11 @@ def _print_summary(sc, s: dict) -> None:
         ("optimizer", s["optimizer_s"]),
         ("dataloader", s["dataloader_s"]),
     ]
-    notes = {"compute (fwd+bwd)": STACK_NOTES[s["stack"]], "optimizer": optimizer_basis(sc)}
+    notes = {
+        "compute (fwd+bwd)": STACK_NOTES[s["stack"]],
+        "optimizer": optimizer_basis(sc),
+        "dataloader": "waiting for batches the DataLoader's workers have not built (docs/loader.md)",
+    }
     for name, value in parts:
         if value > 0 or name.startswith(("compute", "exposed", "straggler")):
             print(f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}  {notes.get(name, '')}".rstrip())

@@ -23,7 +23,12 @@ def add_parser(sub) -> None:
     w.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
     w.add_argument("--steps", type=int, default=300, help="steps per simulation (default 300)")
     w.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
-    w.add_argument("--horizon-h", type=float, default=24.0, help="hours over which a restart is paid (default 24)")
+    w.add_argument(
+        "--horizon-h",
+        type=float,
+        default=24.0,
+        help="hours over which a restart is paid and episodes are expected (default 24)",
+    )
     w.add_argument("--restart-min", type=float, default=10.0, help="restart cost of exclude-slowest (default 10)")
     w.add_argument("--usd-per-gpu-hour", type=float, help="also print cost in dollars per billion tokens")
     w.add_argument(
@@ -78,7 +83,15 @@ def whatif(args):
     print(f"{sc.name}: {sc.description}")
     if chosen:
         print(f"  {chosen}")
-    print(f"  {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
+    episodic = any(r.get("episode_cost") is not None for r in out)
+    if episodic:
+        print(
+            f"  {data.get('steps')} steps per episode state, seed {data.get('seed', 0)}, same jitter draws in every"
+            f" row; each row is expected over {args.horizon_h:g} h, the states (network degraded, a rank throttled,"
+            " the diurnal phase) weighed by their share of time (docs/episodes.md)"
+        )
+    else:
+        print(f"  {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
     usd = args.usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in out))  # a row of several keys is a long name
     print(
@@ -99,6 +112,12 @@ def whatif(args):
             f" {r['scaling_efficiency']:>10.1%} {r['gpu_h_per_btok']:>10.1f}"
             + (f" {r['usd_per_btok']:>9,.2f}" if usd else "")
             + f"  {r['note']}"
+            + (
+                f"{'; ' if r['note'] else ''}episodes cost {r['episode_cost']:.1%} (+-{1.96 * r['episode_cost_sd']:.1%}"
+                f" over {args.horizon_h:g} h, 95 %; {r['clear_tokens_per_s']:,.0f} tokens/s without)"
+                if r.get("episode_cost") is not None
+                else ""
+            )
             + (f" (restart {r['restart_s'] / 60:g} min over {args.horizon_h:g} h)" if r["restart_s"] else "")
             + (f" (memory {r['memory_gib']:.2f} GiB exceeds the device: --ignore-memory)" if r["oom"] else "")
         )

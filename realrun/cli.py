@@ -109,6 +109,16 @@ def _nonnegative_int(text: str) -> int:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number >= 0")
+    return value
+
+
 def parse_sizes(text: str) -> list[int]:
     """``"1K:256M"`` (doubling) or ``"1M,16M"``; binary suffixes as nccl-tests' -b/-e.
     sim/units.py reads the same notation (realrun may not import sim);
@@ -227,6 +237,21 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     )
     p.add_argument("--grad-staging", choices=["none", "cpu"], default="none", help="reduce through CPU tensors")
     p.add_argument("--data", type=Path, help="train on this text file (byte tokens)")
+    p.add_argument(
+        "--loader-workers",
+        type=_nonnegative_int,
+        default=0,
+        help="build batches in a torch DataLoader with this many worker processes; 0 = in the training loop",
+    )
+    p.add_argument(
+        "--loader-prefetch", type=_positive(int), default=2, help="DataLoader prefetch_factor (with --loader-workers)"
+    )
+    p.add_argument(
+        "--loader-delay-ms",
+        type=_nonnegative_float,
+        default=0.0,
+        help="a slow loader: each batch takes this much longer to build (a sleep, as I/O waits)",
+    )
     p.add_argument("--lr", type=_positive(float), default=3e-4, help="AdamW learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order")
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")

@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from realrun import ddp_wrap
 from realrun import dist as rdist
-from realrun.data import Batches
+from realrun.data import Batches, Loader
 from realrun.device import peak_memory, reset_peak
 from realrun.hooks import BucketHook, Clock, inner_hook
 from realrun.lifeline import let_go_reason
@@ -63,6 +63,11 @@ class Trainer:
             vocab_size=model.cfg.vocab_size, seq_len=self.seq_len, seed=args.seed, rank=env.rank,
             data_file=args.data,
         )  # fmt: skip
+        if args.loader_workers or args.loader_delay_ms:
+            self.batches = Loader(
+                self.batches, seed=args.seed, rank=env.rank, batch=self.micro_batch, workers=args.loader_workers,
+                prefetch=args.loader_prefetch, delay_s=args.loader_delay_ms / 1e3,
+            )  # fmt: skip
         self.throttle = None
         for rank, factor in args.straggler:
             if rank == env.rank:

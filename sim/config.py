@@ -202,8 +202,15 @@ class ComputeConfig:
     optimizer_s: float | None = None
     """Optimizer step time of the whole model, the same on every rank, seconds; unset = derived
     from the parameters, the precision's optimizer bytes and hbm_tb_s (sim/optimizer.py)."""
-    dataloader_s: float = 0.0
-    """Data loading time per optimizer step, before the first forward."""
+    dataloader_batch_s: float = 0.0
+    """One loader worker's time to build one micro-batch, seconds (0 = data is free). The
+    loop takes one batch per micro-step from PyTorch's DataLoader (sim/loader.py): it waits
+    only where the workers fall behind compute, or for the first batch."""
+    dataloader_workers: int = 0
+    """DataLoader num_workers: 0 builds each batch in the training loop, blocking (torch's
+    default); W > 0 builds them ahead in W processes."""
+    dataloader_prefetch_factor: int = 2
+    """DataLoader prefetch_factor: batches each worker has queued ahead (torch's default 2)."""
     interference_gamma: float = 0.0
     """Compute slows by (1 + gamma) while a collective runs on the same rank."""
     ready_fractions: dict[str, float] | None = None
@@ -254,8 +261,14 @@ class ComputeConfig:
             )
         if self.optimizer_s is not None:
             _require(self.optimizer_s >= 0, "compute.optimizer_s", self.optimizer_s, "must be >= 0")
-        for key in ("dataloader_s", "interference_gamma"):
+        for key in ("dataloader_batch_s", "dataloader_workers", "interference_gamma"):
             _require(getattr(self, key) >= 0, f"compute.{key}", getattr(self, key), "must be >= 0")
+        _require(
+            self.dataloader_prefetch_factor >= 1,
+            "compute.dataloader_prefetch_factor",
+            self.dataloader_prefetch_factor,
+            "must be >= 1",
+        )
 
     def peak_for(self, dtypes: Precision) -> float:
         """The dense peak the precision's matmuls run at, TFLOP/s."""
@@ -498,7 +511,7 @@ class Scenario:
     stragglers: str = ""
     """Persistent slow ranks, "RANK:SLOWDOWN,...": compute time x SLOWDOWN."""
     loader_stragglers: str = ""
-    """Ranks with a slow dataloader, "RANK:SLOWDOWN,...": that rank's compute.dataloader_s x SLOWDOWN."""
+    """Ranks with a slow dataloader, "RANK:SLOWDOWN,...": that rank's compute.dataloader_batch_s x SLOWDOWN."""
     rebalance: bool = False
     """Size each rank's micro-batch to its persistent speed (work in proportion to speed,
     continuous sizes): every rank then computes base x N / sum(1/s)."""

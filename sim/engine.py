@@ -27,7 +27,7 @@ import simpy
 
 from sim.busy import Busy
 from sim.config import SHARDED_MODES, Scenario
-from sim.episodes import Effects
+from sim.episodes import Effects, Held
 from sim.fsdp import simulate_fsdp
 from sim.noise import multipliers
 from sim.ready import ReadyLines, ReadyTable, Scratch
@@ -65,14 +65,16 @@ class _CommStream:
     """The one FIFO collective stream all ranks share (every collective starts on
     all ranks together, so the per-rank streams move in lockstep)."""
 
-    def __init__(self, env, wl: Workload, n_groups: int, rng: np.random.Generator, sc: Scenario, progress=None):
+    def __init__(
+        self, env, wl: Workload, n_groups: int, rng: np.random.Generator, sc: Scenario, progress=None, held=None
+    ):
         self.env, self.wl, self.n_groups, self.rng, self.sc = env, wl, n_groups, rng, sc
         self.progress = progress  # called (steps done, steps) after each step; it only observes
         # Each step's two events, made when first waited on and dropped once the next step
         # opens: the step's state (its noise, its per-bucket events) never outlives it.
         self._events: dict[tuple[str, int], simpy.Event] = {}
-        needed = Effects.needed(sc.episodes, sc.pauses)
-        self.effects = Effects(sc.episodes, sc.pauses, wl.ranks, sc.seed) if needed else None
+        needed = Effects.needed(sc.episodes, sc.pauses, held)
+        self.effects = Effects(sc.episodes, sc.pauses, wl.ranks, sc.seed, held) if needed else None
 
     def _event(self, kind: str, step: int) -> simpy.Event:
         key = (kind, step)
@@ -183,6 +185,7 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     records: bool = False,
     medians: bool = False,
+    held: Held | None = None,
 ) -> SimResult:
     """Simulate ``sc.steps`` optimizer steps of ``sc.ranks`` ranks.
 
@@ -193,11 +196,19 @@ def simulate(
     called with (steps done, steps) after each step, for the caller's progress line (sim does
     no I/O); it draws nothing, so results are identical with and without it. ``records``: keep
     the (steps, ranks) tables too (memory grows with steps); ``medians``: estimate each rank's
-    median compute as it runs (sim/online.py). Neither changes a number.
+    median compute as it runs (sim/online.py). Neither changes a number. ``held``: one
+    episode state for the whole run instead of the scenario's episodes as they come
+    (sim/episode_cost.py).
     """
     if sc.training.mode in SHARDED_MODES:
         return simulate_fsdp(
-            sc, trace_steps=trace_steps, trace_ranks=trace_ranks, progress=progress, records=records, medians=medians
+            sc,
+            trace_steps=trace_steps,
+            trace_ranks=trace_ranks,
+            progress=progress,
+            records=records,
+            medians=medians,
+            held=held,
         )
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
@@ -208,7 +219,7 @@ def simulate(
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     groups = [slice(a, min(a + group_size, n)) for a in range(0, n, group_size)]
     env = simpy.Environment()
-    comm = _CommStream(env, wl, len(groups), rng, sc, progress)
+    comm = _CommStream(env, wl, len(groups), rng, sc, progress, held)
     rec = Recorder(sc, wl, trace_steps=trace_steps, trace_ranks=trace_ranks, records=records, medians=medians)
     env.process(comm.run(rec))
     for g in groups:

@@ -26,28 +26,41 @@ class StepEffects(NamedTuple):
     pause_s: np.ndarray  # (ranks,) stop-the-world time before this step's first forward
 
 
+class Held(NamedTuple):
+    """One episode state held for a whole run (sim/episode_cost.py weighs such runs by the
+    share of time each state holds): the network degraded or not, one rank throttled or none,
+    and the diurnal swing at one phase (radians) or absent."""
+
+    comm: bool
+    compute_rank: int | None
+    diurnal_phase: float | None
+
+
 class _Poisson:
-    """Episode intervals of one kind, extended on demand up to a time."""
+    """Episode intervals of one kind, extended on demand up to a time; every episode drawn is
+    kept in ``drawn`` (start, end, rank), for a check of what a run contained."""
 
     def __init__(self, rng: np.random.Generator, per_h: float, mean_s: float, ranks: int):
         self.rng, self.rate_s, self.ranks = rng, per_h / 3600.0, ranks
         self.mu = np.log(mean_s) - DURATION_SIGMA**2 / 2  # lognormal with this mean
         self.next_start = rng.exponential(1.0 / self.rate_s) if self.rate_s > 0 else np.inf
         self.live: list[tuple[float, float, int]] = []  # (start, end, rank)
+        self.drawn: list[tuple[float, float, int]] = []
 
     def active(self, t: float) -> list[int]:
         """Ranks hit by an episode covering time t (one entry per episode)."""
         while self.next_start <= t:
             d = float(np.clip(self.rng.lognormal(self.mu, DURATION_SIGMA), *DURATION_RANGE_S))
             self.live.append((self.next_start, self.next_start + d, int(self.rng.integers(self.ranks))))
+            self.drawn.append(self.live[-1])
             self.next_start += self.rng.exponential(1.0 / self.rate_s)
         self.live = [e for e in self.live if e[1] > t]
         return [r for s, _, r in self.live if s <= t]
 
 
 class Effects:
-    def __init__(self, episodes: EpisodesConfig, pauses: PausesConfig, ranks: int, seed: int):
-        self.ep, self.pa, self.ranks = episodes, pauses, ranks
+    def __init__(self, episodes: EpisodesConfig, pauses: PausesConfig, ranks: int, seed: int, held: Held | None = None):
+        self.ep, self.pa, self.ranks, self.held = episodes, pauses, ranks, held
         self.comm = _Poisson(np.random.default_rng([seed, 1]), episodes.comm_per_h, episodes.comm_mean_s, ranks)
         self.compute = _Poisson(
             np.random.default_rng([seed, 2]), episodes.compute_per_h, episodes.compute_mean_s, ranks
@@ -55,19 +68,31 @@ class Effects:
         self.pause_rng = np.random.default_rng([seed, 3])
 
     @staticmethod
-    def needed(episodes: EpisodesConfig, pauses: PausesConfig) -> bool:
-        return episodes.active or pauses.every_steps > 0
+    def needed(episodes: EpisodesConfig, pauses: PausesConfig, held: Held | None = None) -> bool:
+        return episodes.active or pauses.every_steps > 0 or held is not None
 
     def at(self, step: int, t_s: float) -> StepEffects:
         """The effects on the step that starts at simulated time t_s (episodes last minutes
         to hours; a step, seconds: what holds at its start holds for the step)."""
         ep = self.ep
         factor = np.ones(self.ranks)
+        if self.held is not None:
+            return self._held(step)
         for rank in self.compute.active(t_s):
             factor[rank] = ep.compute_slowdown
         if ep.diurnal_amplitude:
             factor *= 1.0 + ep.diurnal_amplitude * np.sin(2 * np.pi * t_s / (ep.diurnal_period_h * 3600.0))
         comm = 1.0 / ep.comm_bandwidth_factor if self.comm.active(t_s) else 1.0
+        return StepEffects(factor, comm, self._pauses(step))
+
+    def _held(self, step: int) -> StepEffects:
+        ep, held = self.ep, self.held
+        factor = np.ones(self.ranks)
+        if held.compute_rank is not None:
+            factor[held.compute_rank] = ep.compute_slowdown
+        if held.diurnal_phase is not None:
+            factor *= 1.0 + ep.diurnal_amplitude * np.sin(held.diurnal_phase)
+        comm = 1.0 / ep.comm_bandwidth_factor if held.comm else 1.0
         return StepEffects(factor, comm, self._pauses(step))
 
     def _pauses(self, step: int) -> np.ndarray:

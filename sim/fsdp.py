@@ -70,7 +70,7 @@ from sim.buckets import Bucket
 from sim.busy import Busy
 from sim.collectives import bus_factor, collective_cost
 from sim.config import Scenario
-from sim.episodes import Effects
+from sim.episodes import Effects, Held
 from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, param_tensors
 from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
 from sim.noise import multipliers
@@ -244,12 +244,19 @@ def _busy(starts: np.ndarray, ends: np.ndarray, two_streams: bool) -> Busy:
 
 
 def simulate_fsdp(
-    sc: Scenario, *, trace_steps: int = 3, trace_ranks=None, progress=None, records=False, medians=False
+    sc: Scenario,
+    *,
+    trace_steps: int = 3,
+    trace_ranks=None,
+    progress=None,
+    records=False,
+    medians=False,
+    held: Held | None = None,
 ) -> SimResult:
     """Simulate ``sc.steps`` FSDP optimizer steps of ``sc.ranks`` ranks (``training.mode`` is
     not read: the caller chose FSDP). The first ``trace_steps`` steps of ``trace_ranks``
     (default: as sim/results.py picks them) are kept as Chrome trace spans. ``progress``,
-    ``records``, ``medians``: as sim/engine.py's simulate()."""
+    ``records``, ``medians``, ``held``: as sim/engine.py's simulate()."""
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_fsdp_workload(sc, rng)
@@ -258,7 +265,8 @@ def simulate_fsdp(
     n, k_micro, steps = sc.ranks, wl.grad_accum, sc.steps
     n_coll, per_micro = len(wl.ops), len(wl.ops) // wl.grad_accum
     gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
-    effects = Effects(sc.episodes, sc.pauses, n, sc.seed) if Effects.needed(sc.episodes, sc.pauses) else None
+    needed = Effects.needed(sc.episodes, sc.pauses, held)
+    effects = Effects(sc.episodes, sc.pauses, n, sc.seed, held) if needed else None
     noise_cfg = sc.noise
     replica = wl.replica_stream
     two_streams = bool(replica.any())

@@ -62,6 +62,10 @@ _REPLACED = {
     f"training.{k}": f"training.precision ({' | '.join(PRECISIONS)}; sim/precision.py)"
     for k in ("grad_bytes_per_param", "param_bytes_per_param", "optimizer_state_bytes_per_param")
 }
+_REPLACED["compute.dataloader_s"] = (
+    "compute.dataloader_batch_s (one worker's time per micro-batch) with compute.dataloader_workers and"
+    " compute.dataloader_prefetch_factor: the loader runs ahead as PyTorch's DataLoader (docs/loader.md)"
+)
 
 
 def _coerce(cls, data: dict, prefix: str) -> dict:

@@ -6,6 +6,8 @@ A mitigation is a named change to the scenario's data:
   exclude-slowest    restart without the slowest rank's node (or the rank, within one
                      node): fewer ranks, and a restart paid once over the horizon
   sync-gc            pauses on every rank at the same steps (PausesConfig.synchronized)
+  fix-loader         every rank's loader at the scenario's healthy speed (no loader_stragglers)
+  workers=N          N DataLoader workers per rank (compute.dataloader_workers)
   accum=K            gradient accumulation K (note: K x the tokens per step)
   KEY=VALUE          any scenario key, as --set (bucket_cap_mb=100, comm_hook=bf16:
                      bare training keys are found in their section)
@@ -24,13 +26,16 @@ import numpy as np
 
 from sim.config import Scenario, parse_stragglers
 from sim.engine import simulate
+from sim.episode_cost import expected_cost
 from sim.memory_fit import fit
 from sim.scenario_file import apply_overrides, scenario_from_dict, split_assignments
 from sim.workload import build_workload
 
-NAMED = ("rebalance", "exclude-slowest", "sync-gc")
+NAMED = ("rebalance", "exclude-slowest", "sync-gc", "fix-loader")
 SECTION_OF = {"bucket_cap_mb": "training", "comm_hook": "training", "grad_accum": "training", "overlap": "training"}
 SECTION_OF |= {"mode": "training", "hsdp_shard_size": "training"}  # --try mode=hsdp
+ALIASES = {"accum": "grad_accum", "workers": "dataloader_workers"}
+SECTION_OF |= {"dataloader_workers": "compute", "dataloader_prefetch_factor": "compute"}
 
 
 class WhatIf(NamedTuple):
@@ -52,8 +57,15 @@ class WhatIf(NamedTuple):
     memory_gib: float = 0.0  # per GPU at the peak (sim/memory_fit.py)
     device_memory_gib: float = 0.0  # compute.device_memory_gib; 0 = not checked
     oom: bool = False  # the peak exceeds the device: not simulated (every number above None) unless ignore_memory
+    # With episodes (sim/episode_cost.py): the numbers above are expected over the horizon, each
+    # episode state weighed by its share of time; this is the throughput they cost, and its sd.
+    episode_cost: float | None = None
+    episode_cost_sd: float | None = None
+    clear_tokens_per_s: float | None = None  # the same row without episodes
 
 
+# The mean step's parts (sim/results.py), per rank; they add up to the step.
+PARTS = ("compute_s", "optimizer_s", "dataloader_s", "exposed_comm_s", "straggler_wait_s")
 # What a row measures; None in a row that is not simulated (out of memory).
 NUMBERS = (
     "step_time_s",
@@ -116,16 +128,18 @@ def _apply_one(data: dict, text: str) -> tuple[dict, float | None, str]:
         return apply_overrides(data, ["rebalance=true"]), 0.0, "work sized to speed (continuous micro-batches)"
     if text == "sync-gc":
         return apply_overrides(data, ["pauses.synchronized=true"]), 0.0, "every rank pauses at the same steps"
+    if text == "fix-loader":
+        return apply_overrides(data, ['loader_stragglers=""']), 0.0, "every loader at the healthy speed"
     if text.startswith("exclude-slowest"):
         removed, what = _slowest_group(sc)
         return _exclude(data, sc, removed), None, f"restart without {what}"
     key, sep, value = text.partition("=")
     if not sep:
         raise ValueError(
-            f"--try: unknown mitigation {text!r} (rebalance, exclude-slowest, sync-gc, accum=K, or KEY=VALUE)"
+            f"--try: unknown mitigation {text!r} (rebalance, exclude-slowest, sync-gc, fix-loader, accum=K,"
+            " workers=N, or KEY=VALUE)"
         )
-    if key == "accum":
-        key = "grad_accum"
+    key = ALIASES.get(key, key)
     full = f"{SECTION_OF[key]}.{key}" if key in SECTION_OF else key
     note = f"{value} x the tokens per step" if key == "grad_accum" else ""
     return apply_overrides(data, [f"{full}={value}"]), 0.0, note
@@ -168,24 +182,33 @@ def _run(name: str, data: dict, restart_s: float, note: str, horizon_h: float, i
     if not (f.fits or ignore_memory):
         unknown = dict.fromkeys(NUMBERS)  # an out-of-memory error has no step time
         return WhatIf(name, sc.ranks, restart_s=restart_s, note=note, **unknown, **memory, oom=True)
-    s = simulate(sc, trace_steps=0).summary()
+    if sc.episodes.active:
+        # Rare episodes: a run of sc.steps would contain none, so each state's steady step,
+        # weighed by its share of the horizon (sim/episode_cost.py).
+        e = expected_cost(sc, horizon_h=horizon_h)
+        s = {k: e.weighted(k) for k in ("step_time_s", *PARTS)}
+        s |= {"tokens_per_s": e.tokens_per_s, "step_time_p95_s": e.percentile_s(95)}
+        episodes = {"episode_cost": e.cost, "episode_cost_sd": e.cost_sd, "clear_tokens_per_s": e.clear_tokens_per_s}
+    else:
+        full = simulate(sc, trace_steps=0).summary()
+        s = {k: full[k] for k in ("tokens_per_s", *PARTS)}
+        s |= {"step_time_s": full["step_time_s"]["mean"], "step_time_p95_s": full["step_time_s"]["p95"]}
+        episodes = {}
+    busy = s["compute_s"] + s["dataloader_s"] + s["optimizer_s"]
     horizon_s = horizon_h * 3600.0
     tokens_per_s = s["tokens_per_s"] * max(0.0, 1.0 - restart_s / horizon_s)
     return WhatIf(
         mitigation=name,
         ranks=sc.ranks,
-        step_time_s=s["step_time_s"]["mean"],
-        step_time_p95_s=s["step_time_s"]["p95"],
+        step_time_s=s["step_time_s"],
+        step_time_p95_s=s["step_time_p95_s"],
         tokens_per_s=tokens_per_s,
-        scaling_efficiency=s["scaling_efficiency"],
+        scaling_efficiency=busy / s["step_time_s"],
         gpu_h_per_btok=sc.ranks * 1e9 / tokens_per_s / 3600.0 if tokens_per_s > 0 else float("inf"),
         restart_s=restart_s,
         note=note,
-        compute_s=s["compute_s"],
-        optimizer_s=s["optimizer_s"],
-        dataloader_s=s["dataloader_s"],
-        exposed_comm_s=s["exposed_comm_s"],
-        straggler_wait_s=s["straggler_wait_s"],
+        **{k: s[k] for k in PARTS},
+        **episodes,
         **memory,
         oom=not f.fits,
     )

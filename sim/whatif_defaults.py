@@ -11,9 +11,10 @@ def _ranks(text: str, key: str) -> str:
 
 def default_tries(sc: Scenario) -> tuple[list[str], str]:
     """(mitigations, why): a persistent slow rank gets rebalance and exclude-slowest; a slow data
-    loader gets the loader repaired, or worked around the same way; unsynchronised pauses get
-    sync-gc; a degraded or jittery network, gradients compressed to bf16 (DDP). A scenario with
-    none of these gets the generic communication knobs, and says so."""
+    loader gets the loader repaired, twice its DataLoader workers, or worked around the same
+    way; unsynchronised pauses get sync-gc; a degraded or jittery network, gradients compressed
+    to bf16 (DDP). A scenario with none of these gets the generic communication knobs, and says
+    so."""
     tries: list[str] = []
     why: list[str] = []
     t = sc.training
@@ -21,9 +22,12 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
         tries += ["rebalance", "exclude-slowest"]
         why.append(f"slow GPUs ({_ranks(sc.stragglers, 'stragglers')}): work sized to speed, or a restart without them")
     if sc.loader_stragglers.strip():
-        tries += ['loader_stragglers=""', "rebalance", "exclude-slowest"]
+        workers = 2 * max(sc.compute.dataloader_workers, 1)
+        tries += ["fix-loader", f"workers={workers}", "rebalance", "exclude-slowest"]
         loaders = _ranks(sc.loader_stragglers, "loader_stragglers")
-        why.append(f"slow data loaders ({loaders}): repaired, or worked around by sizing work or a restart")
+        why.append(
+            f"slow data loaders ({loaders}): repaired, twice the workers, or worked around by sizing work or a restart"
+        )
     if sc.pauses.every_steps > 0 and not sc.pauses.synchronized:
         tries.append("sync-gc")
         why.append("unsynchronised pauses: every rank pausing at the same steps")

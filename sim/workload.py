@@ -10,6 +10,7 @@ from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
 from sim.config import NetworkConfig, Scenario, parse_stragglers
 from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, param_tensors
+from sim.loader import loader_wait_s
 from sim.noise import speed_factors
 from sim.optimizer import optimizer_step_s
 from sim.roofline import micro_step_time, rates
@@ -128,11 +129,31 @@ def measured_ready_order(sc: Scenario) -> list[tuple[str, float]] | None:
     return sorted(((n, measured[n] / last) for n in flop_order), key=lambda item: item[1])
 
 
-def _dataloader_s(sc: Scenario) -> np.ndarray:
-    out = np.full(sc.ranks, sc.compute.dataloader_s)
+def loader_batch_s(sc: Scenario) -> np.ndarray:
+    """Each rank's time for one loader worker to build one micro-batch: the scenario's, times
+    the rank's loader_stragglers slowdown."""
+    out = np.full(sc.ranks, sc.compute.dataloader_batch_s)
     for rank, slowdown in parse_stragglers(sc.loader_stragglers, "loader_stragglers").items():
         out[rank] *= slowdown
     return out
+
+
+def loader_wait_per_step_s(sc: Scenario, batch_s: np.ndarray, micro_s: np.ndarray, gap_s: float) -> np.ndarray:
+    """Each rank's steady wait for its batches per optimizer step (sim/loader.py). The workers
+    build during the rank's K micro-steps and ``gap_s`` after them; the run's first batch, paid
+    once, is not in a step's mean (docs/loader.md)."""
+    if not batch_s.any():
+        return np.zeros(sc.ranks)
+    c = sc.compute
+    wait = loader_wait_s(
+        batch_s,
+        workers=c.dataloader_workers,
+        prefetch_factor=c.dataloader_prefetch_factor,
+        micro_s=micro_s,
+        micro_steps=sc.training.grad_accum,
+        gap_s=gap_s,
+    )
+    return wait.steady_s
 
 
 def _wire_bytes(sc: Scenario, b: Bucket) -> float:
@@ -160,17 +181,6 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
     assert buckets[-1].ready_fraction == 1.0
     factor = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
     fwd_s, bwd_s = micro_step_compute_s(sc)
-    base = fwd_s + bwd_s
-    loader = _dataloader_s(sc)
-    if sc.rebalance:
-        # Work in proportion to speed: rank r's per-step time t_r (its loader and its K
-        # micro-steps, both proportional to its samples) gets a batch share (1/t_r)/mean(1/t),
-        # so every rank takes N / sum(1/t); with loaders idle that is base x N / sum(1/s)
-        # (docs/design.md "Persistent straggler"). Micro-batches are taken as continuous: real ones
-        # round to samples.
-        per_step_s = loader + base * t.grad_accum * factor
-        share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
-        factor, loader = factor * share, loader * share
     recompute = recompute_fraction(sc)
     wire = np.array([_wire_bytes(sc, b) for b in buckets])
     fabric = fabric_for(sc)
@@ -179,6 +189,25 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
     coll += sc.training.compress_s_per_gb * np.array([b.size_bytes for b in buckets]) / 1e9
     if not sc.network.enabled:
         coll = np.zeros_like(coll)
+    optimizer_s = optimizer_step_s(sc)
+    # After its last micro-step a rank's loader keeps building through the optimizer step and
+    # the last bucket's all-reduce, which no backward hides: the gap it catches up in. Other
+    # exposed communication is left out, so a loader near the edge is charged, not hidden.
+    gap_s = optimizer_s + (coll[-1] if len(coll) else 0.0)
+    micro_s = (fwd_s + bwd_s + fwd_s * recompute) * factor
+    batch_s = loader_batch_s(sc)
+    loader = loader_wait_per_step_s(sc, batch_s, micro_s, gap_s)
+    if sc.rebalance:
+        # Work in proportion to speed: rank r's per-step time t_r (its K micro-steps and what
+        # it waits for batches, both proportional to its samples) gets a batch share
+        # (1/t_r)/mean(1/t), so every rank takes N / sum(1/t) (docs/design.md "Persistent
+        # straggler"); its batches shrink with its share, and its wait is found again.
+        # Micro-batches are taken as continuous: real ones round to samples.
+        per_step_s = loader + micro_s * t.grad_accum
+        share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
+        factor = factor * share
+        micro_s, batch_s = micro_s * share, batch_s * share
+        loader = loader_wait_per_step_s(sc, batch_s, micro_s, gap_s)
     return Workload(
         ranks=sc.ranks,
         grad_accum=t.grad_accum,
@@ -187,7 +216,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         forward_s=fwd_s * factor,
         backward_s=(bwd_s + fwd_s * recompute) * factor,
         dataloader_s=loader,
-        optimizer_s=optimizer_step_s(sc),
+        optimizer_s=optimizer_s,
         buckets=buckets,
         ready_fraction=np.array([b.ready_fraction for b in buckets]),
         wire_bytes=wire,

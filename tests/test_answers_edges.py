@@ -396,7 +396,7 @@ def test_step_wall_s_is_read_from_files_written_as_total_s():
     [
         ("straggler-lemon", [], ["rebalance", "exclude-slowest"], "slow GPUs (rank 17 x1.4)"),
         ("straggler-gc", [], ["sync-gc"], "unsynchronised pauses"),
-        ("straggler-dataloader", [], ['loader_stragglers=""', "rebalance", "exclude-slowest"], "slow data loaders"),
+        ("straggler-dataloader", [], ["fix-loader", "workers=8", "rebalance", "exclude-slowest"], "slow data loaders"),
         ("straggler-failslow", [], ["comm_hook=bf16"], "degraded or jittery network"),
         ("straggler-jitter", [], ["comm_hook=bf16"], "degraded or jittery network"),
         ("straggler-throttle", [], ["bucket_cap_mb=100", "comm_hook=bf16"], "transient compute slowdowns"),

@@ -22,12 +22,12 @@ def test_no_overlap_no_noise_is_the_sum_of_parts(ranks, k):
     sc = tiny(
         ranks=ranks,
         training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=k, overlap=False, first_bucket_mb=0.05),
-        compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_s=0.01),
+        compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_batch_s=0.01),
     )
     r = simulate(sc, records=True)
     wl = r.workload
     assert len(wl.buckets) > 1
-    expected = 0.01 + k * 0.3 + wl.collective_s.sum() + 0.02
+    expected = k * 0.01 + k * 0.3 + wl.collective_s.sum() + 0.02  # a blocking loader: one batch per micro-step
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
     # Ring allreduce closed form per bucket: 2(N-1) alpha + 2(N-1)/N S / B.
     alpha, beta = 50e-6, 1e9 / 8 * 0.94
@@ -52,13 +52,13 @@ def test_overlap_pipeline_closed_form(nic_gbit_s):
     # Identical ranks: the last collective ends at max_b(ready_b + sum_{j>=b} T_j).
     sc = tiny(
         training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=2, first_bucket_mb=0.02, bucket_cap_mb=0.1),
-        compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.01, dataloader_s=0.005),
+        compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.01, dataloader_batch_s=0.005),
         network=NetworkConfig(backend="gloo", algorithm="ring", gpus_per_node=1, nic_gbit_s=nic_gbit_s),
     )
     r = simulate(sc, records=True)
     wl = r.workload
     f, b = wl.forward_s[0], wl.backward_s[0]
-    pre = 0.005 + 2 * f + b
+    pre = 2 * 0.005 + 2 * f + b  # two blocking batches, then forward, forward, backward
     ready = pre + b * wl.ready_fraction
     tail = np.cumsum(wl.collective_s[::-1])[::-1]
     expected = np.max(ready + tail) + 0.01
@@ -167,7 +167,7 @@ def test_breakdown_sums_to_step_time_with_everything_on():
         steps=20,
         stragglers="3:1.3",
         training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=2, first_bucket_mb=0.02, bucket_cap_mb=0.1),
-        compute=ComputeConfig(step_compute_s=0.1, optimizer_s=0.01, dataloader_s=0.003, interference_gamma=0.3),
+        compute=ComputeConfig(step_compute_s=0.1, optimizer_s=0.01, dataloader_batch_s=0.003, interference_gamma=0.3),
         network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.2, jitter_sigma=0.1),
         noise=NoiseConfig(distribution="gamma", sigma=0.1, speed_spread_sd=0.02),
     )

@@ -63,7 +63,7 @@ def test_free_network_is_compute_plus_shard_optimizer(checkpointing):
     sc = tiny(
         ranks=ranks,
         training=fsdp(k=k, checkpointing=checkpointing),
-        compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_s=0.01),
+        compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02, dataloader_batch_s=0.01),
         network=NetworkConfig(enabled=False, gpus_per_node=1),
     )
     r = simulate_fsdp(sc, records=True)
@@ -87,7 +87,7 @@ def test_prefetch_0_is_the_sum_of_parts(k, net):
     sc = tiny(
         ranks=ranks,
         training=fsdp(prefetch=0, k=k),
-        compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.02, dataloader_s=0.005),
+        compute=ComputeConfig(step_compute_s=0.2, optimizer_s=0.02, dataloader_batch_s=0.005),
         network=net,
     )
     r = simulate_fsdp(sc, records=True)
@@ -104,7 +104,7 @@ def test_prefetch_0_is_the_sum_of_parts(k, net):
     sizes = np.array([numels[u] * (2.0 if op == "allgather" else 4.0) for op, u in zip(wl.ops, wl.units, strict=True)])
     np.testing.assert_allclose(wl.wire_bytes, sizes, rtol=0)
     np.testing.assert_allclose(wl.collective_s, (ranks - 1) * alpha + (ranks - 1) / ranks * sizes / beta, rtol=1e-12)
-    expected = 0.005 + k * 0.2 + wl.collective_s.sum() + 0.02 / ranks
+    expected = k * 0.005 + k * 0.2 + wl.collective_s.sum() + 0.02 / ranks  # a blocking loader per micro-step
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
     np.testing.assert_allclose(r.comm_busy_s, wl.collective_s.sum(), rtol=REL)
     np.testing.assert_allclose(r.exposed_comm_s, wl.collective_s.sum(), rtol=REL)
@@ -134,7 +134,7 @@ def test_prefetch_hides_compute_when_communication_bound(prefetch, k):
     sc = tiny(
         ranks=ranks,
         training=fsdp(prefetch=prefetch, k=k),
-        compute=ComputeConfig(step_compute_s=1e-3, optimizer_s=0.02, dataloader_s=0.005),
+        compute=ComputeConfig(step_compute_s=1e-3, optimizer_s=0.02, dataloader_batch_s=0.005),
         network=SLOW_NET,
     )
     r = simulate_fsdp(sc, records=True)
@@ -143,7 +143,7 @@ def test_prefetch_hides_compute_when_communication_bound(prefetch, k):
     sh = compute_shares(shape, 64)
     assert wl.collective_s.min() > 10 * (wl.forward_s[0] + wl.backward_s[0])  # communication-bound
     idle = k * wl.forward_s[0] * (sh.block + sh.head)
-    expected = 0.005 + wl.collective_s.sum() + idle + 0.02 / ranks
+    expected = k * 0.005 + wl.collective_s.sum() + idle + 0.02 / ranks  # a blocking loader per micro-step
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
     no_prefetch = simulate_fsdp(dataclasses.replace(sc, training=fsdp(prefetch=0, k=k)), records=True)
     assert r.step_time_s.mean() < no_prefetch.step_time_s.mean()
@@ -238,7 +238,7 @@ def test_everything_on_breakdown_and_seed():
         steps=20,
         stragglers="3:1.3",
         training=fsdp(prefetch=1, k=2, checkpointing=True),
-        compute=ComputeConfig(step_compute_s=0.1, optimizer_s=0.01, dataloader_s=0.003, interference_gamma=0.3),
+        compute=ComputeConfig(step_compute_s=0.1, optimizer_s=0.01, dataloader_batch_s=0.003, interference_gamma=0.3),
         network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.2, jitter_sigma=0.1),
         noise=NoiseConfig(distribution="gamma", sigma=0.1, speed_spread_sd=0.02),
     )

@@ -36,7 +36,7 @@ def test_grouping_with_interference_and_accumulation(group_size):
         steps=8,
         stragglers="5:1.5",
         training=TrainingConfig(micro_batch_size=2, seq_len=64, grad_accum=3, first_bucket_mb=0.02, bucket_cap_mb=0.05),
-        compute=ComputeConfig(step_compute_s=0.05, interference_gamma=0.4, dataloader_s=0.001, optimizer_s=0.0),
+        compute=ComputeConfig(step_compute_s=0.05, interference_gamma=0.4, dataloader_batch_s=0.001, optimizer_s=0.0),
         network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.1, jitter_sigma=0.2),
         noise=NoiseConfig(distribution="lognormal", sigma=0.1, speed_spread_sd=0.05),
     )

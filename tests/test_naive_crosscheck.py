@@ -19,7 +19,7 @@ _spec.loader.exec_module(naive)
     "name,overrides",
     [
         ("h100-1024", ["noise.sigma=0.05", "stragglers=3:1.4"]),
-        ("homelab-1gbe", ["training.grad_accum=3", "compute.dataloader_s=0.2", "noise.distribution=gamma"]),
+        ("homelab-1gbe", ["training.grad_accum=3", "compute.dataloader_batch_s=0.2", "noise.distribution=gamma"]),
         ("mi300x-1024", ["training.overlap=false", "network.jitter_sigma=0.2", "noise.speed_spread_sd=0.05"]),
     ],
 )

@@ -22,7 +22,7 @@ def _scenario(ranks: int, stragglers: str = "", gamma: float = 0.0, **training) 
         compute=ComputeConfig(
             step_compute_s=0.1,
             optimizer_s=0.01,
-            dataloader_s=0.005,
+            dataloader_batch_s=0.005,
             interference_gamma=gamma,
         ),
         training=TrainingConfig(**training),
