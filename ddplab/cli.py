@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=24.0,
         help="with fail-slow, throttling or diurnal episodes: the hours their expected cost is stated over"
-        " (default 24)",
+        " (default 24; --json: the key episodes)",
     )
     s.add_argument(
         "--out",
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print JSON (a list for a sweep): scenario, model, mode, ranks, nodes, steps, seed, step_time_s"
         " {mean, p5, p50, p95, p99}, compute_s, exposed_comm_s, straggler_wait_s, optimizer_s, dataloader_s,"
         " comm_s, scaling_efficiency, tokens_per_s, memory_gib, mfu, stack, params, model_shape, to_train"
-        " (with --tokens), episodes (with episodes: expected cost over --horizon-h), ...",
+        " (with --tokens), ...",
     )
     s.add_argument(
         "--device-gib",

@@ -8,6 +8,7 @@ from ddplab import limits, traincost
 from ddplab.progress import StepProgress, say
 from sim.optimizer import optimizer_basis
 from sim.scenario_file import load_scenario
+from sim.transformer import param_count
 from sim.units import fmt_bytes, fmt_count, fmt_seconds, parse_int_list
 
 
@@ -409,7 +410,7 @@ def _print_sweep(sc, summaries: list[dict]) -> None:
     counts = [s["ranks"] for s in summaries]
     print(f"{sc.name}: {description_over(sc.description, sc.ranks, counts, sc.network.gpus_per_node)}")
     print(
-        f"  {sc.model.shape.name} ({fmt_count(summaries[0]['params'])} params){_mode(sc)}, {network_line(sc)};"
+        f"  {sc.model.shape.name} ({fmt_count(param_count(sc.model.shape))} params){_mode(sc)}, {network_line(sc)};"
         f" {sc.steps} steps, seed {sc.seed}"
     )
     print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))

@@ -103,3 +103,20 @@ def test_simulate_prints_the_expected_cost_and_the_warning(capsys):
     assert code == 0
     assert "too short to contain them" in out
     assert "episodes         expected over 24 h" in out and "network degraded 33% of the time" in out
+
+
+def test_row_4_rebalance_on_failslow_is_no_longer_plain_h100_1024(capsys):
+    """The issue's row 4: `whatif straggler-failslow --try rebalance` printed a "nothing" row
+    identical to plain h100-1024 to the token (300 steps contain no episode). Now it is the
+    expected throughput over the horizon, below the clear job's by the episodes' cost."""
+    import json
+
+    argv = ["--ranks", "64", "--steps", "60", "--json"]
+    code, out, _ = in_process(capsys, "whatif", "straggler-failslow", "--try", "rebalance", *argv)
+    assert code == 0
+    nothing, rebalance = json.loads(out)
+    _, plain_out, _ = in_process(capsys, "whatif", "h100-1024", "--try", "rebalance", *argv)
+    plain = json.loads(plain_out)[0]
+    assert nothing["tokens_per_s"] < 0.995 * plain["tokens_per_s"]
+    assert nothing["clear_tokens_per_s"] == pytest.approx(plain["tokens_per_s"], rel=1e-9)
+    assert rebalance["episode_cost"] > 0.005  # rebalance acts on persistent speeds, not episodes

@@ -191,11 +191,15 @@ def test_h100_64k_is_a_k64_fat_tree():
 @pytest.mark.parametrize("name", ["h100-16k", "h100-64k"])
 def test_big_presets_simulate_a_few_steps(name):
     from sim.engine import simulate
+    from sim.workload import micro_step_compute_s
 
-    summary = simulate(load_scenario(name, ["steps=3"])).summary()
+    sc = load_scenario(name, ["steps=3"])
+    summary = simulate(sc).summary()
     assert summary["ranks"] == load_scenario(name).ranks and summary["steps"] == 3
-    # At least one 0.178 s micro-step, and GPT-2 760M's allreduce mostly hidden: < 0.25 s.
-    assert 0.178 < summary["step_time_s"]["mean"] < 0.25
+    # At least one micro-step of compute (GPT-2 760M, eager: 0.288 s), and its allreduce mostly
+    # hidden, the order statistics of N jittery ranks on top: under 1.25 x the compute.
+    compute_s = sum(micro_step_compute_s(sc))
+    assert compute_s < summary["step_time_s"]["mean"] < 1.25 * compute_s
 
 
 # --- bad values: one line naming the key -----------------------------------------------------

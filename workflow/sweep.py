@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from sim.config import Scenario
 from sim.export import SUMMARY_COLUMNS
+from sim.mfu import compute_basis
 from sim.scenario_file import apply_overrides, scenario_data, scenario_from_dict
 
 # Keys the grid itself owns: the seed is --seeds, so a --set or --vary of it would be ambiguous.
@@ -264,6 +265,7 @@ def _oom_row(b: Built, seeds, verdict: dict) -> dict:
     """A grid point not run: its identity and memory, every metric None."""
     sc = b.scenario
     identity = {"ranks": sc.ranks, "nodes": -(-sc.ranks // sc.network.gpus_per_node), "steps": sc.steps}
+    identity |= {"stack": compute_basis(sc), "mode": sc.training.mode}
     return (
         {"scenario": b.point.label, "vary": dict(b.point.vary)}
         | identity
