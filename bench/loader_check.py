@@ -36,7 +36,7 @@ from sim.loader import loader_wait_s  # noqa: E402
 
 BOUND = 0.15
 WARMUP_STEPS = 4
-CONFIG = ["--model", "gpt2-mini", "--seq-len", "128", "--micro-batch", "4", "--nproc", "2"]
+CONFIG = ["--model", "gpt2-tiny", "--seq-len", "64", "--micro-batch", "32", "--nproc", "2"]  # ~45 ms micro-steps here
 # (workers, prefetch_factor, micro-steps, what b is): b = load x W x c with workers, a fixed
 # delay of ``load`` x c without (blocking: every batch costs b).
 CASES = [
@@ -69,7 +69,7 @@ def step_s(ranks: list[list[dict]]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--out", type=Path, default=ROOT / "measurements" / "loader-check.txt")
     args = ap.parse_args()
     lines = [

@@ -55,7 +55,9 @@ class Loader:
     """Micro-batches from torch's DataLoader: ``workers`` processes, ``prefetch`` batches queued
     each (0 workers: built in the loop, blocking), each batch ``delay_s`` slower to build."""
 
-    def __init__(self, batches: Batches, *, seed: int, rank: int, batch: int, workers: int, prefetch: int, delay_s):
+    def __init__(
+        self, batches: Batches, *, seed: int, rank: int, batch: int, workers: int, prefetch: int, delay_s: float
+    ):
         data = _NumberedBatches(batches, seed=seed, rank=rank, batch=batch, delay_s=delay_s)
         ahead = {"prefetch_factor": prefetch, "persistent_workers": True} if workers else {}
         # batch_size=None: each index is a whole micro-batch, as the simulator counts them.

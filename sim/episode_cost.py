@@ -139,16 +139,16 @@ def throttled_rank(sc: Scenario) -> int:
     return int(np.random.default_rng([sc.seed, 2]).integers(sc.ranks))
 
 
-def expected_cost(sc: Scenario, *, horizon_h: float, run=simulate) -> EpisodeCost:
+def expected_cost(sc: Scenario, *, horizon_h: float) -> EpisodeCost:
     """Each state's steady step over ``sc.steps`` steps (same seed: the same jitter draws in every
     state), weighed by its share of wall time; the cost's spread over ``horizon_h`` hours."""
     ep = sc.episodes
     rank = throttled_rank(sc)
     sts = states(ep, rank)
-    results = {st.held: run(sc, trace_steps=0, held=st.held) for st in sts}
+    results = {st.held: simulate(sc, trace_steps=0, held=st.held) for st in sts}
     summaries = {h: r.summary() for h, r in results.items()}
     clear_held = Held(comm=False, compute_rank=None, diurnal_phase=None)
-    clear = summaries.get(clear_held) or run(sc, trace_steps=0, held=clear_held).summary()
+    clear = summaries.get(clear_held) or simulate(sc, trace_steps=0, held=clear_held).summary()
     tps = {h: s["tokens_per_s"] for h, s in summaries.items()}
     expected = sum(st.share * tps[st.held] for st in sts)
     horizon_s = horizon_h * 3600.0
@@ -159,7 +159,7 @@ def expected_cost(sc: Scenario, *, horizon_h: float, run=simulate) -> EpisodeCos
     ):
         if per_h <= 0:
             continue
-        alone_tps = tps.get(alone) or run(sc, trace_steps=0, held=alone).summary()["tokens_per_s"]
+        alone_tps = tps.get(alone) or simulate(sc, trace_steps=0, held=alone).summary()["tokens_per_s"]
         loss = 1.0 - alone_tps / clear["tokens_per_s"]
         var += loss**2 * per_h / 3600.0 * clipped_duration_moments_s(mean_s)[1] / horizon_s
     return EpisodeCost(
@@ -189,8 +189,11 @@ def horizon_warning(sc: Scenario, simulated_s: float) -> str | None:
     if per_h <= 0 and simulated_s >= ep.diurnal_period_h * 3600.0:
         return None
     minutes = simulated_s / 60.0
-    what = f"episodes start about {per_h:g} times an hour" if per_h > 0 else "the diurnal swing"
+    if per_h > 0:
+        what = f"episodes start about {per_h:g} times an hour, so this run is too short to contain them"
+    else:
+        what = f"the diurnal swing takes {ep.diurnal_period_h:g} h, so this run sees a sliver of it"
     return (
-        f"warning: {sc.steps} steps cover {minutes:.1f} simulated minutes; {what}, so this run is too short to"
-        " contain them: the expected cost below weighs each episode state by its share of time (docs/episodes.md)"
+        f"warning: {sc.steps} steps cover {minutes:.1f} simulated minutes; {what}: the expected cost below"
+        " weighs each episode state by its share of time (docs/episodes.md)"
     )

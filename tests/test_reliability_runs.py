@@ -26,6 +26,13 @@ TINY = ["--model", "gpt2-tiny", "--seq-len", "32", "--micro-batch", "2"]
 FOREVER = ["train", *TINY, "--steps", "1000000"]
 
 
+def _as_a_terminal_job() -> None:
+    """Ctrl-C's default action, as a job started from a terminal has it: a test run started in the
+    background by a shell (`make test &`, nohup) ignores SIGINT, and an ignored signal stays
+    ignored across exec, so ddplab would never see the Ctrl-C this file sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(argv: list[str], log_dir: Path) -> subprocess.Popen:
     """ddplab in a session of its own (as a shell job is), output to files so no pipe fills."""
     return subprocess.Popen(
@@ -34,6 +41,7 @@ def _start(argv: list[str], log_dir: Path) -> subprocess.Popen:
         stdout=open(log_dir / "stdout.txt", "w"),
         stderr=open(log_dir / "stderr.txt", "w"),
         start_new_session=True,
+        preexec_fn=_as_a_terminal_job,
     )
 
 
@@ -142,7 +150,11 @@ def test_ctrl_c_ends_the_run_in_one_line_with_interrupted_records(tmp_path):
     p = _start([*FOREVER, "--nproc", "2", "--out", str(out)], tmp_path)
     _wait_for_records(out, "train", ranks=2, lines=4)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal sends to its foreground job
-    assert p.wait(timeout=30) == 130
+    try:
+        assert p.wait(timeout=30) == 130
+    finally:  # a run that ignored the Ctrl-C must not outlive the test
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
     err = (tmp_path / "stderr.txt").read_text()
     assert err.count("\n") == 1 and err.startswith("ddplab train: interrupted;"), err
     records = read_run(out, "train")
