@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
         action="append",
         default=[],
         metavar="FIX",
-        help="rebalance | exclude-slowest | sync-gc | accum=K | KEY=VALUE, or several in one row separated by"
+        help="rebalance | exclude-slowest | sync-gc | fix-loader | accum=K | workers=N | KEY=VALUE, or several in"
+        " one row separated by"
         " commas (network.nics_per_node=4,network.nic_gbit_s=200); repeatable, a row each (default: the"
         " mitigations that fit the scenario, named with the reason)",
     )
@@ -60,7 +61,7 @@ def whatif(args):
         args.tries, why = default_tries(scenario_from_dict(data))
         chosen = f"no --try given: trying {', '.join(args.tries)} ({why})"
     # The rows run one after another, each result dropped before the next (ddplab/limits.py).
-    limits.check_in_turn(row_scenarios(data, args.tries), "rows", yes=args.yes)
+    limits.check_in_turn(row_scenarios(data, args.tries), "simulations", yes=args.yes)
     if args.out:  # fail before simulating, not after
         args.out.mkdir(parents=True, exist_ok=True)
     rows = compare(

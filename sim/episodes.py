@@ -74,10 +74,10 @@ class Effects:
     def at(self, step: int, t_s: float) -> StepEffects:
         """The effects on the step that starts at simulated time t_s (episodes last minutes
         to hours; a step, seconds: what holds at its start holds for the step)."""
-        ep = self.ep
-        factor = np.ones(self.ranks)
         if self.held is not None:
             return self._held(step)
+        ep = self.ep
+        factor = np.ones(self.ranks)
         for rank in self.compute.active(t_s):
             factor[rank] = ep.compute_slowdown
         if ep.diurnal_amplitude:

@@ -26,7 +26,7 @@ import numpy as np
 
 from sim.config import Scenario, parse_stragglers
 from sim.engine import simulate
-from sim.episode_cost import expected_cost
+from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
 from sim.scenario_file import apply_overrides, scenario_from_dict, split_assignments
 from sim.workload import build_workload
@@ -148,13 +148,24 @@ def _apply_one(data: dict, text: str) -> tuple[dict, float | None, str]:
 def row_scenarios(data: dict, tries: list[str]) -> list[Scenario]:
     """What each row will simulate, to size the comparison before it runs: nothing is drawn or
     allocated per rank. exclude-slowest's row is the base (it has fewer ranks, so costs less):
-    finding its slowest rank draws every rank's speed."""
+    finding its slowest rank draws every rank's speed. A row with episodes simulates each episode
+    state (sim/episode_cost.py), so it stands for as many runs."""
     base = scenario_from_dict(data)
     rows = [base]
     for text in tries:
         kept = [p for p in split_assignments(text, NAMED) if not p.strip().startswith("exclude-slowest")]
         rows.append(scenario_from_dict(apply_mitigation(data, ",".join(kept))[0]) if kept else base)
-    return rows
+    return [sc for row in rows for sc in [row] * runs_per_row(row)]
+
+
+def runs_per_row(sc: Scenario) -> int:
+    """Simulations one row takes (sim/episode_cost.py): one; with episodes, each state's, and with
+    a diurnal swing (whose states all have a phase) the clear job and each kind held alone too."""
+    ep = sc.episodes
+    if not ep.active:
+        return 1
+    alone = 1 + (ep.comm_per_h > 0) + (ep.compute_per_h > 0) if ep.diurnal_amplitude > 0 else 0
+    return len(states(ep, 0)) + alone
 
 
 def compare(

@@ -137,7 +137,10 @@ def test_memory_estimate_bounds_a_measured_run(sets, ranks, steps):
 
 def test_whatif_sizes_every_row_first(capsys, sixteen_gib):
     line = refused(capsys, "whatif", "straggler-lemon", "--try", "rebalance", "--ranks", "100000000")
-    assert "2 rows (the largest: ranks 100000000 x steps 300)" in line and "of memory" in line, line
+    assert "2 simulations (the largest: ranks 100000000 x steps 300)" in line and "of memory" in line, line
+    # With episodes a row simulates each of its states and the clear job (sim/episode_cost.py).
+    line = refused(capsys, "whatif", "straggler-failslow", "--try", "rebalance", "--ranks", "100000000")
+    assert "8 simulations (the largest" in line, line
     # A mitigation that sets the size is sized too.
     line = refused(capsys, "whatif", "straggler-lemon", "--try", "rebalance", "--try", "ranks=80000000")
     assert "ranks 80000000" in line, line
