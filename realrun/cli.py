@@ -99,24 +99,18 @@ def _positive(kind):
     return parse
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0")
-    return value
+def _nonnegative(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = -1
+        if not value >= 0:  # `not >=`: a NaN is refused too
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {what} >= 0")
+        return value
 
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number >= 0")
-    return value
+    return parse
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -195,7 +189,7 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
     # The defaults: a full probe takes ~4-5 min over 1GbE (gloo ~110 MB/s), <1 min on loopback.
     p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1K:256M"), help="1K:256M or 1M,16M")
     p.add_argument("--iters", type=_positive(int), default=20, help="timed iterations per size")
-    p.add_argument("--warmup", type=_nonnegative_int, default=5, help="untimed iterations per size")
+    p.add_argument("--warmup", type=_nonnegative(int), default=5, help="untimed iterations per size")
     p.add_argument("--link-bytes", type=parse_sizes, default=parse_sizes("32M"), help="bytes per TCP throughput test")
     p.add_argument("--model", default="gpt2-tiny", help="preset for the compute and overlap probes")
     p.add_argument("--seq-len", type=_positive(int), help="tokens per sequence (default: the model's context)")
@@ -239,7 +233,7 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     p.add_argument("--data", type=Path, help="train on this text file (byte tokens)")
     p.add_argument(
         "--loader-workers",
-        type=_nonnegative_int,
+        type=_nonnegative(int),
         default=0,
         help="build batches in a torch DataLoader with this many worker processes; 0 = in the training loop",
     )
@@ -248,7 +242,7 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     )
     p.add_argument(
         "--loader-delay-ms",
-        type=_nonnegative_float,
+        type=_nonnegative(float),
         default=0.0,
         help="a slow loader: each batch takes this much longer to build (a sleep, as I/O waits)",
     )

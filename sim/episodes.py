@@ -73,26 +73,22 @@ class Effects:
 
     def at(self, step: int, t_s: float) -> StepEffects:
         """The effects on the step that starts at simulated time t_s (episodes last minutes
-        to hours; a step, seconds: what holds at its start holds for the step)."""
-        if self.held is not None:
-            return self._held(step)
-        ep = self.ep
-        factor = np.ones(self.ranks)
-        for rank in self.compute.active(t_s):
-            factor[rank] = ep.compute_slowdown
-        if ep.diurnal_amplitude:
-            factor *= 1.0 + ep.diurnal_amplitude * np.sin(2 * np.pi * t_s / (ep.diurnal_period_h * 3600.0))
-        comm = 1.0 / ep.comm_bandwidth_factor if self.comm.active(t_s) else 1.0
-        return StepEffects(factor, comm, self._pauses(step))
-
-    def _held(self, step: int) -> StepEffects:
+        to hours; a step, seconds: what holds at its start holds for the step). With a held
+        state, that state instead of the episodes drawn."""
         ep, held = self.ep, self.held
+        if held is not None:
+            throttled = [] if held.compute_rank is None else [held.compute_rank]
+            phase, comm_on = held.diurnal_phase, held.comm
+        else:
+            throttled = self.compute.active(t_s)
+            phase = 2 * np.pi * t_s / (ep.diurnal_period_h * 3600.0) if ep.diurnal_amplitude else None
+            comm_on = bool(self.comm.active(t_s))
         factor = np.ones(self.ranks)
-        if held.compute_rank is not None:
-            factor[held.compute_rank] = ep.compute_slowdown
-        if held.diurnal_phase is not None:
-            factor *= 1.0 + ep.diurnal_amplitude * np.sin(held.diurnal_phase)
-        comm = 1.0 / ep.comm_bandwidth_factor if held.comm else 1.0
+        for rank in throttled:
+            factor[rank] = ep.compute_slowdown
+        if phase is not None:
+            factor *= 1.0 + ep.diurnal_amplitude * np.sin(phase)
+        comm = 1.0 / ep.comm_bandwidth_factor if comm_on else 1.0
         return StepEffects(factor, comm, self._pauses(step))
 
     def _pauses(self, step: int) -> np.ndarray:
