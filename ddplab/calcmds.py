@@ -161,38 +161,48 @@ def validate(args):
 
 
 def _validate_public(args):
-    """The public-record table (calibrate/public.py): measured, predicted, error, bound."""
-    from calibrate.public import public_table
+    """The public-record table (calibrate/public.py): measured, predicted, error, tier, held out."""
+    from calibrate.public import SOURCES, headline, public_table
 
     results = public_table()
     rows = [
         {
             "what": r.row.what,
             "source": r.row.source,
+            "citation": SOURCES[r.row.source][0],
+            "conditions": SOURCES[r.row.source][1],
             "unit": r.row.unit,
-            "measured": [r.row.low, r.row.high],
+            "measured": r.row.measured,
             "predicted": r.predicted,
             "error": r.error,
             "bound": r.row.bound,
+            "tier": r.row.tier,
             "within": r.ok,
+            "held_out": r.row.held_out,
+            "fitted": r.row.fitted,
             "command": r.row.command,
-            "note": r.row.note,
         }
         for r in results
     ]
     if args.json:
         return rows
-    print(f"{'what':<36} {'measured':>12} {'predicted':>10} {'error':>8}  bound")
+    print(f"{'what':<46} {'measured':>15} {'predicted':>10} {'error':>8}  bound  held out")
     for r in results:
-        m = f"{r.row.low:g}" if r.row.low == r.row.high else f"{r.row.low:g}-{r.row.high:g}"
-        bound = "inside" if r.row.bound == 0 else f"{r.row.bound:.0%}"
-        flag = "" if r.ok else "  OUTSIDE"
-        print(f"{r.row.what:<36} {m:>7} {r.row.unit:<4} {r.predicted:>10.4g} {r.error:>+8.1%}  {bound}{flag}")
-    worst = max(results, key=lambda r: abs(r.error))
-    print(
-        f"{sum(r.ok for r in results)} of {len(results)} within their bound; worst {worst.row.what}"
-        f" ({worst.error:+.0%}); commands and sources: ddplab validate --public --json"
-    )
+        flag = "" if r.ok else "  MISS"
+        held = "yes" if r.row.held_out else "fitted"
+        print(
+            f"{r.row.what:<46} {r.row.measured:>10.4g} {r.row.unit:<4} {r.predicted:>10.4g} {r.error:>+8.1%}"
+            f"  {r.row.bound:>4.0%}  {held}{flag}"
+        )
+    h = headline(results)
+    for name in ("held_out", "in_sample"):
+        part = h[name]
+        worst = part["worst"]
+        print(
+            f"{name.replace('_', '-')}: {part['within']} of {part['rows']} rows within their tier, median |error|"
+            f" {part['median_abs_error']:.1%}, worst {worst['what']} ({worst['error']:+.0%})"
+        )
+    print(f"{h['sources']} sources; conditions, citations and commands: ddplab validate --public --json")
     return rows
 
 

@@ -50,6 +50,8 @@ class Fabric:
     cpu_vendor: str = "intel"
     nvls_busbw_gb_s: float = 0.0
     net_hop_us: float = 16.0  # the [network] default (sim/config.py)
+    latency_us: tuple[float, float, float] = (35.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
+    nvls_latency_us: float = 80.0
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py)
 
     @property
@@ -80,6 +82,8 @@ class Fabric:
             cpu_vendor=self.cpu_vendor,
             nvls_busbw_gb_s=self.nvls_busbw_gb_s,
             net_hop_us=self.net_hop_us,
+            latency_us=self.latency_us,
+            nvls_latency_us=self.nvls_latency_us,
             tiers=self.tiers,
         )
 

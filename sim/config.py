@@ -308,8 +308,17 @@ class NetworkConfig:
     nvls_gb_s: float = 0.0
     """NVLink SHARP allreduce bus bandwidth inside a node, GB/s; 0 = no NVLS (no NVSwitch)."""
     net_hop_us: float = 16.0
-    """What each step across nodes adds to the per-hop latencies of tuning.cc (NIC, switches,
-    the proxy thread), microseconds."""
+    """What each step across nodes adds to NVIDIA's measured NET latency (NIC, switches, the
+    proxy thread), microseconds (sim/nccl_time.py)."""
+    latency_ll_us: float = 35.0
+    """NCCL/RCCL: a collective's fixed latency on one node with the LL protocol (launch, first
+    and last step, completion), microseconds; fitted per platform on a one-node curve."""
+    latency_ll128_us: float = 31.5
+    """The same with LL128, microseconds."""
+    latency_simple_us: float = 45.0
+    """The same with Simple, microseconds."""
+    nvls_latency_us: float = 80.0
+    """NVLink SHARP's fixed latency on one node, microseconds."""
     jitter_sigma: float = 0.0
     """Lognormal sigma of a per-collective time multiplier (mean 1)."""
     gpus_per_rack: int = 0
@@ -336,7 +345,8 @@ class NetworkConfig:
         _one_of("network.intra_link", self.intra_link, ("nvlink", "xgmi", "pci"))
         _one_of("network.cpu_vendor", self.cpu_vendor, ("intel", "amd"))
         _require(self.channels >= 1, "network.channels", self.channels, "must be >= 1")
-        for key in ("nvls_gb_s", "net_hop_us"):
+        latencies = ("latency_ll_us", "latency_ll128_us", "latency_simple_us", "nvls_latency_us")
+        for key in ("nvls_gb_s", "net_hop_us", *latencies):
             _require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key), "must be >= 0")
         for key in ("gpus_per_node", "nics_per_node"):
             _require(getattr(self, key) >= 1, f"network.{key}", getattr(self, key), "must be >= 1")

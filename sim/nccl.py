@@ -1,29 +1,14 @@
-"""NCCL's and RCCL's choice of collective algorithm, and what the chosen one costs.
+"""NCCL's and RCCL's choice of collective algorithm, replayed.
 
-Two models on purpose. The library picks among ring, tree (double binary tree across
-nodes), NVLS (NVLink SHARP inside an NVSwitch node) and NVLS-tree (NVLS inside, a tree
-across), each with the LL, LL128 or Simple protocol, by its own cost model
-(src/graph/tuning.cc; constants in sim/tuning_tables.py): a base and per-hop latency, a
-bus bandwidth with per-protocol caps, correction factors, the cheapest wins
-(src/enqueue.cc). ``options`` replays that estimate and ``choose`` the pick. But some of
-its numbers are weights for a choice, not times: RCCL charges a Simple ring 320 us per
-network step, and neither table has the network's own latency in it. So each pair is
-also timed:
-
-  time = base + hops x per-hop latency + network steps x net_hop_us + bytes / bandwidth
-
-- base and per-hop latency: NVIDIA's measured ones (tuning.cc's base latencies and its
-  NVLink, PCI and NET rows), for every platform, xGMI's hops from RCCL's MI300X row;
-- net_hop_us: what each step across nodes costs beyond tuning.cc's NET row (the NIC and
-  switches, the proxy thread posting and polling on both sides), one number per fabric;
-- bandwidth: the fabric's achieved bus bandwidth (the NVLink/xGMI ring, the node's NICs,
-  the slower across nodes; NVLS at its measured rate) through the library's protocol caps
-  and correction factors, which are measurements of what the protocols reach.
-
-Racks and pods above the node (``Platform.tiers``, sim/topology.py; flat unless a scenario
-sets them) add two terms to the prediction only, since the library's model sees nothing above
-the node: tier crossings x ``tier_hop_us`` to the latency, and the NIC side of the bandwidth
-at the top tier's per-flow share (the protocol caps and corrections then apply as before).
+The library picks among ring, tree (double binary tree across nodes), NVLS (NVLink SHARP
+inside an NVSwitch node) and NVLS-tree (NVLS inside, a tree across), each with the LL, LL128
+or Simple protocol, by its own cost model (src/graph/tuning.cc; constants in
+sim/tuning_tables.py): a base and per-hop latency, a bus bandwidth with per-protocol caps,
+correction factors; the cheapest wins (src/enqueue.cc). ``options`` replays that estimate for
+every pair and ``choose`` the pick. The estimate only chooses: some of its numbers are weights,
+not times (RCCL charges a Simple ring 320 us per network step and runs it at 0.1 of its
+bandwidth below 512 MiB, to keep it off those sizes). What the chosen pair costs comes from
+the model's own latency and bandwidth (sim/nccl_time.py), which reads no tuner number.
 
 Everything is per platform in the preset, the same constants at every size and rank
 count; docs/validation-public.md holds the result to published measurements.
@@ -32,10 +17,10 @@ count; docs/validation-public.md holds the result to published measurements.
 import math
 from typing import NamedTuple
 
+from sim.nccl_time import PROTOCOLS, time_pair
 from sim.topology import FLAT, Tiers
-from sim.tuning_tables import NCCL_AMD_HOST_LL_MAX, NCCL_BASE_US, NCCL_HOPS, TABLES, TunerTable
+from sim.tuning_tables import NCCL_AMD_HOST_LL_MAX, TABLES, TunerTable
 
-PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("ring", "tree", "nvls", "nvlstree")
 
 
@@ -50,6 +35,8 @@ class Platform(NamedTuple):
     cpu_vendor: str  # intel | amd: NCCL's multi-node LL ceiling and net overhead follow the host
     nvls_busbw_gb_s: float  # 0 = no NVLink SHARP
     net_hop_us: float
+    latency_us: tuple[float, float, float] = (35.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
+    nvls_latency_us: float = 80.0  # one node
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py); flat by default
 
 
@@ -120,22 +107,20 @@ def _steps(op: str, s: Shape, rccl: bool) -> tuple[int, int]:
     return s.ranks - 1, 0 if s.nodes == 1 else s.nodes - 1
 
 
-def _latency(t: TunerTable, hops, p: Platform, s: Shape, op: str, algo: str, proto: int, net_extra: float, rccl: bool):
-    """Latency of a pair from a hop table: (us, network steps)."""
-    intra = hops.get((p.intra_link, algo), (0.0, 0.0, 0.0))[proto]
-    inter = hops[("net", "tree" if s.ppn == 1 and algo == "ring" else algo)][proto] + net_extra
+def _latency(t: TunerTable, p: Platform, s: Shape, op: str, algo: str, proto: int, rccl: bool) -> float:
+    """The tuner's per-hop latency of a pair (us), its base aside."""
+    intra = t.hop_us.get((p.intra_link, algo), (0.0, 0.0, 0.0))[proto]
+    inter = t.hop_us[("net", "tree" if s.ppn == 1 and algo == "ring" else algo)][proto]
     if algo == "ring":
         steps, net_steps = _steps(op, s, rccl)
         if s.nodes > 1:  # "inter-node rings still have to launch nsteps x net overhead" (tuning.cc)
             intra = max(intra, t.net_overhead_us * (3.0 if proto == 2 else 1.0))
-        return (steps - net_steps) * intra + net_steps * inter, net_steps
+        return (steps - net_steps) * intra + net_steps * inter
     if algo == "tree":
-        net_steps = 2 * _log2i(s.nodes)
-        return 2 * (s.ppn - 1) * intra + net_steps * inter, net_steps
+        return 2 * (s.ppn - 1) * intra + 2 * _log2i(s.nodes) * inter
     if algo == "nvls":
-        return intra, 0
-    net_steps = 2 * _log2i(s.nodes)  # nvlstree
-    return intra + net_steps * inter, net_steps
+        return intra
+    return intra + 2 * _log2i(s.nodes) * inter  # nvlstree
 
 
 def _offered(op: str, algo: str, s: Shape) -> bool:
@@ -149,9 +134,8 @@ def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float
     t = TABLES[p.tuner]
     rccl = t.bw_ratio is not None
     log_size = _log2i(size_bytes / 64.0) if size_bytes >= 64 else -1
-    # NCCL's pick sees the flat fabric (its model has nodes and NICs, nothing above);
-    # the timing runs the NIC side at the top tier's per-flow rate (sim/topology.py).
-    above = p._replace(inter_busbw_gb_s=p.inter_busbw_gb_s * p.tiers.bandwidth_factor(s.nodes, p.inter_busbw_gb_s))
+    # NCCL's pick sees the flat fabric (its model has nodes and NICs, nothing above); the
+    # timing runs the tiers above the node (sim/nccl_time.py, sim/topology.py).
     out = []
     for algo in ALGORITHMS if algorithm == "auto" else (algorithm,):
         if not _offered(op, algo, s):
@@ -160,42 +144,24 @@ def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float
             bus = _busbw(t, p, s, algo, proto)
             if bus <= 0:
                 continue
-            # The tuner's time: its base and hops, its bandwidth through its correction factors.
-            hops, _ = _latency(t, t.hop_us, p, s, op, algo, proto, 0.0, rccl)
-            tuner_lat = t.base_us.get(algo, (0.0, 0.0, 0.0))[proto] + hops
+            # The tuner's estimate: its base and hops, its bandwidth through its correction factors.
+            tuner_lat = t.base_us.get(algo, (0.0, 0.0, 0.0))[proto] + _latency(t, p, s, op, algo, proto, rccl)
             corr = 1.0
             if algo == "tree" and 0 <= log_size:
                 table = t.tree_correction[proto]
                 corr = table[min(log_size, len(table) - 1)] if rccl or log_size < 23 else 1.0
             if algo == "ring" and rccl and s.nodes > 1 and 0 <= log_size:
                 corr = t.ring_correction[proto][min(log_size, 26)]
-            tuner_bw = bus * corr
             if algo == "ring" and proto == 2 and s.nodes > 1 and op == "allreduce":
                 if size_bytes / (p.channels * s.ranks) >= 64:
                     tuner_lat *= t.ring_plateau
-            if tuner_bw <= 0:
+            if bus * corr <= 0:
                 continue
-            transfer_us = bus_factor * size_bytes / (tuner_bw * 1e3)
-            tuner_us = tuner_lat + transfer_us
-            # The prediction: NVIDIA's base and per-hop latencies (xGMI: RCCL's) with each
-            # network step's own cost, at the library's bandwidth and correction factors.
-            hop_lat, net_steps = _latency(t, NCCL_HOPS | _xgmi(t), p, s, op, algo, proto, p.net_hop_us, False)
-            if algo == "ring" and proto == 2 and s.nodes > 1 and op == "allreduce":
-                if size_bytes / (p.channels * s.ranks) >= 64:
-                    hop_lat *= t.ring_plateau
-            latency = NCCL_BASE_US.get(algo, (0.0, 0.0, 0.0))[proto] + hop_lat
-            busbw = tuner_bw if algo in ("ring", "tree") else bus
-            if p.tiers != FLAT:  # the tiers above the node: more hops, a slower top tier
-                latency += p.tiers.extra_us(algo, op, s.nodes)
-                busbw = _busbw(t, above, s, algo, proto) * (corr if algo in ("ring", "tree") else 1.0)
-                transfer_us = bus_factor * size_bytes / (busbw * 1e3)
-            out.append(Option(f"{algo}/{name}", tuner_us, latency, net_steps, busbw, latency + transfer_us))
+            tuner_us = tuner_lat + bus_factor * size_bytes / (bus * corr * 1e3)
+            # The prediction: the model's own latency and bandwidth (sim/nccl_time.py).
+            latency, net_steps, busbw, time_us = time_pair(p, s, op, size_bytes, bus_factor, algo, proto)
+            out.append(Option(f"{algo}/{name}", tuner_us, latency, net_steps, busbw, time_us))
     return out
-
-
-def _xgmi(t: TunerTable) -> dict:
-    """The per-hop latencies of xGMI: RCCL's own (NCCL's table has no xGMI row)."""
-    return {k: v for k, v in t.hop_us.items() if k[0] == "xgmi"}
 
 
 def choose(opts: list[Option]) -> Option:

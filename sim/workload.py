@@ -58,6 +58,8 @@ def fabric_for(sc: Scenario, ranks: int | None = None) -> Fabric:
         cpu_vendor=net.cpu_vendor,
         nvls_busbw_gb_s=net.nvls_gb_s,
         net_hop_us=net.net_hop_us,
+        latency_us=(net.latency_ll_us, net.latency_ll128_us, net.latency_simple_us),
+        nvls_latency_us=net.nvls_latency_us,
         tiers=tiers_for(net),
     )
 

@@ -303,16 +303,16 @@ def mi300x_8b(mode: str, steps: int = 20):
     return simulate(load_scenario("mi300x-1024", [*MI300X_8B, f"training.mode={mode}"], steps=steps))
 
 
-def test_row11_hsdp_beats_fsdp_on_1024_mi300x():
-    """At c448f02 FSDP ran 48.5 % efficient here. FSDP's rings span 1024 ranks: 1023 steps
-    each, ~9 ms of latency per collective under RCCL, 99 collectives a step, and every forward
-    allgather crosses nodes before its block can compute. HSDP's shard rings are 8 ranks in a
-    node; only its allreduces cross nodes, in backward, beside the compute."""
+def test_row11_fsdp_and_hsdp_on_1024_mi300x():
+    """At c448f02 FSDP ran 48.5 % efficient here, and HSDP won by 30 %: most of FSDP's cost was
+    RCCL's selection weights timed as if they were times (a Simple ring at 0.1 of its bandwidth,
+    320 us per network step; issue 23). Timed by the model's own latencies and bandwidths
+    (sim/nccl_time.py), FSDP's 1024-rank allgathers still pay ~4 ms of ring latency each, but
+    hidden behind the blocks' compute as HSDP's node-local shard rings are: both run ~88 %
+    efficient, within 5 % of each other."""
     f, h = mi300x_8b("fsdp").summary(), mi300x_8b("hsdp").summary()
-    assert f["scaling_efficiency"] < 0.6  # the issue's 48.5 %
-    assert h["step_time_s"]["mean"] < 0.7 * f["step_time_s"]["mean"]
-    assert h["exposed_comm_s"] < 0.2 * f["exposed_comm_s"]
-    assert h["scaling_efficiency"] > 0.8
+    assert 0.8 < f["scaling_efficiency"] < 0.95 and 0.8 < h["scaling_efficiency"] < 0.95
+    assert h["step_time_s"]["mean"] == pytest.approx(f["step_time_s"]["mean"], rel=0.05)
 
 
 def test_row11_bytes_across_nodes_per_step_fsdp_vs_hsdp():
@@ -354,6 +354,8 @@ def test_compare_and_sweep_run_hsdp(capsys, command, tmp_path):
     if command == "compare":
         f, h = json.loads(out)
         assert (f["mode"], h["mode"]) == ("fsdp", "hsdp") and h["optimizer_s"] > f["optimizer_s"]
-    else:  # two shard sizes: shards of two nodes put the shard rings on the NICs
+    else:  # two shard sizes: shards of two nodes put the shard rings on the NICs, a different cost.
+        # On MI300X not a slower one: across nodes xGMI carries 7/8 of a GPU's ring traffic and the
+        # NICs (376 GB/s) outrun the one-node xGMI ring (336; sim/nccl_time.py).
         runs = {r["vary"]["training.hsdp_shard_size"]: r for r in json.loads(out)["runs"] if r["seed"] == 0}
-        assert runs["16"]["exposed_comm_s"] > runs["8"]["exposed_comm_s"]
+        assert runs["16"]["exposed_comm_s"] != pytest.approx(runs["8"]["exposed_comm_s"], rel=0.05)

@@ -38,13 +38,6 @@ def test_every_existing_preset_keeps_its_bucket_costs(name):
     assert base.algorithms == explicit.algorithms
 
 
-def test_pinned_values_from_before_the_tiers():
-    # Computed with the code before sim/topology.py existed: the flat model is unchanged.
-    h100 = fabric_for(load_scenario("h100-1024"))
-    assert collective_cost("allreduce", 2**28, h100).time_s == pytest.approx(1968.1e-6, abs=0.05e-6)
-    assert collective_cost("allreduce", 2**20, h100).time_s == pytest.approx(385.5e-6, abs=0.05e-6)
-
-
 # --- closed forms ----------------------------------------------------------------------------
 
 R_NIC = 400 / 8 * 0.94  # GB/s: one 400G NIC at h100-1024's achieved 94 %
