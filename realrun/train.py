@@ -131,6 +131,8 @@ class Trainer:
                 t2 = self.now()
                 self.enter("backward")
                 backward(loss, self.scaler)
+                if self.throttle is not None:
+                    self.throttle.backward_end()
                 t3 = self.now()
             loss_sum += per_seq.detach().float().sum()
             data_s, forward_s = data_s + t1 - t, forward_s + t2 - t1
