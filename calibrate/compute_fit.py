@@ -116,8 +116,22 @@ def normalised_compute(samples: ComputeSamples) -> dict[int, np.ndarray]:
     return out
 
 
+def normalised_by_micro_batch(samples: ComputeSamples) -> dict[int, np.ndarray]:
+    """Per micro-batch size, every rank's forward + backward over its (rank, size) mean: the
+    jitter at that size alone."""
+    sizes = sorted({b for d in samples.by_rank.values() for b in d})
+    out = {}
+    for b in sizes:
+        parts = [d[b].sum(axis=1) / d[b].sum(axis=1).mean() for d in samples.by_rank.values() if b in d]
+        out[b] = np.concatenate(parts)
+    return out
+
+
 def optimizer_s(runs: list[Run]) -> tuple[float, int] | None:
-    """The slowest rank's median AdamW step (the step waits for it), and the sample count."""
+    """The slowest rank's median optimizer record (the step waits for it), and the sample count.
+    Probes since 2026-12 record there all of a training step outside forward and backward
+    (AdamW, zero_grad, the data, the loss's sync; realrun/probe_compute.py); earlier ones, the
+    AdamW step alone, repeated on fixed gradients."""
     per_rank = defaultdict(list)
     for run in runs:
         for rank in run.records:
