@@ -170,7 +170,7 @@ def _print_links(links, nbytes: int, allreduce) -> dict:
 def _print_compute(args, means, recipe: Recipe) -> None:
     compiled = "compiled (nn.Module.compile)" if recipe.compile else "eager"
     print(f"# compute: {args.model}, seq_len {args.seq_len}, precision {recipe.precision.name}, {compiled},")
-    steps = f"mean of {args.iters} steps after {args.warmup} warm-up"
+    steps = f"mean of {args.iters} steps per size after {args.warmup} warm-up, sizes in turn"
     print(f"#   training's path (DDP over this rank alone), rank 0, {steps};")
     print("#   peak = most bytes held by tensors in those steps, optimizer state included ('-': CPU)")
     print(

@@ -99,11 +99,17 @@ def compute(env: DistEnv, a, writer, recipe: Recipe) -> dict:
         trainer.train_step()
     out = {"forward_s": {}, "backward_s": {}, "peak_allocated_bytes": {}}
     rest = []
-    for b in a.micro_batches:
-        trainer.micro_batch = b
-        for _ in range(a.warmup):
-            trainer.train_step()
-        recs = [trainer.train_step() for _ in range(a.iters)]
+    # The sizes take turns, step by step, so each size's samples span the same stretch of time:
+    # on a box whose speed drifts over minutes, blocks of one size each put one size in a slow
+    # minute and the next in a fast one (the sitting of 2026-12-01, docs/validation.md).
+    steps = {b: [] for b in a.micro_batches}
+    for turn in range(a.warmup + a.iters):
+        for b in a.micro_batches:
+            trainer.micro_batch = b
+            r = trainer.train_step()
+            if turn >= a.warmup:
+                steps[b].append(r)
+    for b, recs in steps.items():
         shape = {"model": a.model, "micro_batch": b, "seq_len": a.seq_len, "tokens": b * a.seq_len}
         for i, r in enumerate(recs):
             # Backward as the rank lives it with no peer: to its last bucket ready, then DDP's

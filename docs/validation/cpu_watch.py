@@ -7,7 +7,8 @@ Every ``every_s`` seconds, one JSON line: the time; ``busy_cpu_s``, the box's us
 CPU seconds since the last line (/proc/stat, processes that came and went included);
 ``ours_cpu_s``, those of PID's tree (the measurement; its processes alive at both ends);
 ``foreign_cpu_s``, those of the processes outside it, with the three largest by command
-line. Stops when PID exits. Reads /proc only; nothing is changed.
+line; ``steal_cpu_s``, what the hypervisor took (/proc/stat steal). Stops when PID exits.
+Reads /proc only; nothing is changed.
 """
 
 import argparse
@@ -35,9 +36,11 @@ def _procs() -> dict[int, tuple[int, float, str]]:
     return out
 
 
-def _busy_s() -> float:
-    user, nice, system = (int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:4])
-    return (user + nice + system) / TICK_S
+def _busy_s() -> tuple[float, float]:
+    """(user + nice + system, steal) CPU seconds of the whole box so far: steal is the time the
+    hypervisor ran something else while this VM wanted to run."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+    return (f[0] + f[1] + f[2]) / TICK_S, f[7] / TICK_S
 
 
 def _tree(root: int, procs: dict) -> set[int]:
@@ -68,7 +71,8 @@ def main() -> None:
             mine = sum(s for pid, s in used.items() if pid in ours and pid in last)
             used = {pid: s for pid, s in used.items() if pid not in ours and s > 0}
             top = sorted(used, key=used.get, reverse=True)[:3]
-            line = {"t_unix": round(time.time(), 3), "busy_cpu_s": round(busy - last_busy, 3)}
+            line = {"t_unix": round(time.time(), 3), "busy_cpu_s": round(busy[0] - last_busy[0], 3)}
+            line["steal_cpu_s"] = round(busy[1] - last_busy[1], 3)
             line |= {"ours_cpu_s": round(mine, 3), "foreign_cpu_s": round(sum(used.values()), 3)}
             line["top"] = [[round(used[p], 3), now[p][2]] for p in top]
             f.write(json.dumps(line) + "\n")
