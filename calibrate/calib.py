@@ -212,8 +212,8 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> Calibra
 
 def _optimizer_source(runs: list[Run]) -> str:
     if all("adamw_s" in r for run in runs for r in run.of("optimizer")):
-        return "slowest rank's median of a training step outside forward and backward (AdamW, zero_grad, data)"
-    return "slowest rank's median AdamW step (repeated on fixed gradients: a probe from before 2026-12)"
+        return "slowest rank's mean of a training step outside forward and backward (AdamW, zero_grad, data)"
+    return "slowest rank's mean AdamW step (repeated on fixed gradients: a probe from before 2026-12)"
 
 
 def _rank_noise(x: np.ndarray) -> RankNoise:

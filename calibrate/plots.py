@@ -193,8 +193,9 @@ def step_distributions(rows: list[dict], path: Path) -> None:
     fig, axes = _subplots(nrows, cols, figsize=(3.0 * cols, 2.3 * nrows), squeeze=False)
     for ax, r in zip(axes.flat, rows, strict=False):
         meas = np.sort(r["measured_step_s"])
-        ax.step(meas, np.arange(1, len(meas) + 1) / len(meas), where="post", color="tab:blue", lw=1.2,
-                label=f"measured ({len(meas)})")  # fmt: skip
+        n = len(meas)  # the ECDF rises from 0 at the fastest step to 1 at the slowest
+        ax.step(np.r_[meas[0], meas], np.arange(n + 1) / n, where="post", color="tab:blue", lw=1.2,
+                label=f"measured ({n})")  # fmt: skip
         q = np.asarray(r["predicted_quantiles_s"])
         ax.plot(q, (np.arange(len(q)) + 0.5) / len(q), color="tab:orange", lw=1.2,
                 label=f"simulated ({r['simulated_steps']})")  # fmt: skip

@@ -180,10 +180,11 @@ def compare(measured: np.ndarray, predicted: np.ndarray) -> dict:
 
 def summarise(rows: list[dict]) -> dict:
     """Over runs: MAPEs, the mean signed p50 error with how many runs are over and under
-    (and the two-sided sign test's p-value against no bias), how many pass KS, how many
-    have autocorrelated steps."""
+    (and the two-sided sign test's p-value against no bias), the same for the mean step, how
+    many pass KS, how many have autocorrelated steps."""
     errs = [r["error_p50"] for r in rows]
     over, under = int(sum(e > 0 for e in errs)), int(sum(e < 0 for e in errs))
+    means = [r["error_mean"] for r in rows]
     return {
         "mape": float(np.mean(np.abs(errs))),
         "mape_p95": float(np.mean([abs(r["error_p95"]) for r in rows])),
@@ -193,6 +194,11 @@ def summarise(rows: list[dict]) -> dict:
         "under": under,
         # With no bias each run is over or under as a coin falls: P(a split this uneven or more).
         "sign_test_p": float(binomtest(over, over + under).pvalue) if over + under else 1.0,
+        # The same for the mean step time (less sensitive than the median to a lumpy distribution).
+        "mape_mean": float(np.mean(np.abs(means))),
+        "mean_error_mean": float(np.mean(means)),
+        "over_mean": int(sum(e > 0 for e in means)),
+        "under_mean": int(sum(e < 0 for e in means)),
         "ks_mean": float(np.mean([r["ks"] for r in rows])),
         "ks_max": float(max(r["ks"] for r in rows)),
         "ks_alpha": KS_ALPHA,

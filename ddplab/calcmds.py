@@ -179,6 +179,10 @@ def validate(args):
         f" {_p_value(out['sign_test_p'])}); p95 MAPE {out['mape_p95']:.1%}, p99 MAPE {out['mape_p99']:.1%}"
     )
     print(
+        f"step time mean: MAPE {out['mape_mean']:.1%}; mean signed error {out['mean_error_mean']:+.2%},"
+        f" {out['over_mean']} over and {out['under_mean']} under"
+    )
+    print(
         f"distribution: {out['ks_pass']} of {n} runs pass the two-sample KS test at p >= {out['ks_alpha']:g}"
         f" ({measured} measured against {out['rows'][0]['simulated_steps']} simulated steps; distance mean"
         f" {out['ks_mean']:.2f}, max {out['ks_max']:.2f}); {out['autocorrelated']} of {n} with lag-1"

@@ -104,13 +104,14 @@ def test_lag1_autocorrelation():
 def test_summary_counts_signs_and_passes():
     rows = [
         {"name": f"r{i}", "error_p50": e, "error_p95": 0.0, "error_p99": 0.0, "ks": 0.1, "ks_p": p}
-        | {"lag1": lag, "steps": 100}
+        | {"lag1": lag, "steps": 100, "error_mean": -e / 2}
         for i, (e, p, lag) in enumerate([(0.01, 0.5, 0.0), (0.02, 0.04, 0.3), (0.03, 0.05, 0.1), (-0.03, 0.9, 0.0)])
     ]
     s = summarise(rows)
     assert (s["over"], s["under"]) == (3, 1)
     assert s["mean_error_p50"] == pytest.approx(0.0075) and s["mape"] == pytest.approx(0.0225)
     assert s["sign_test_p"] == pytest.approx(10 / 16)  # P(3 or more of 4 on one side) = 2 x 5/16
+    assert (s["over_mean"], s["under_mean"]) == (1, 3) and s["mean_error_mean"] == pytest.approx(-0.00375)
     assert s["ks_pass"] == 3  # ks_p >= 0.05, the boundary included
     assert s["autocorrelated"] == 1  # lag1 above 2/sqrt(100) = 0.2
     assert s["worst"] in ("r2", "r3")
