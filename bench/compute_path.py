@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--micro-batches", default="2,4,8")
     ap.add_argument("--iters", type=int, default=30, help="timed steps per arm and micro-batch")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--comm-hook", default="none", help="the training arm's comm hook (fp16: its casts too)")
     ap.add_argument("--json", type=Path, help="write every timed step here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -69,7 +70,7 @@ def worker(a) -> int:
         + ["--micro-batches", a.micro_batches, "--iters", str(a.iters), "--warmup", str(a.warmup)]
     )
     recipe = Recipe.for_run(args, env.device)
-    trainer = training_path(env, args, recipe, args.micro_batches[0])
+    trainer = training_path(env, args, recipe, args.micro_batches[0], comm_hook=a.comm_hook)
     for _ in range(2):  # DDP's bootstrap step and the step that rebuilds its buckets
         trainer.train_step()
     bare = model_for(args.model, env, args.seed, recipe)
@@ -126,7 +127,10 @@ def worker(a) -> int:
 def report(a, every) -> None:
     rows = [r for e in every for r in e["rows"]]
     sizes = sorted({r["micro_batch"] for r in rows})
-    print(f"# {a.model} seq {a.seq_len}, 2 ranks x {a.iters} steps per arm and micro-batch, mean over ranks (ms)")
+    print(
+        f"# {a.model} seq {a.seq_len}, training arm's comm hook {a.comm_hook}, 2 ranks x {a.iters} steps per arm"
+        " and micro-batch, mean over ranks (ms)"
+    )
     print(f"{'mb':>3} {'arm':<9} " + " ".join(f"{p:>14}" for p in PARTS))
     summary = {}
     for b in sizes:

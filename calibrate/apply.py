@@ -20,7 +20,8 @@ its reason (``Applied.withheld``; `simulate --calib` prints them and puts them i
   on a GPU's SMs), so it needs the same backend and a GPU probe: a CPU calibration's gamma
   (0.19-1.00 here) on H100s added +9-17 % compute to a preset that states none (issue 22).
   Neither does jitter measured on a CPU transfer to a GPU cluster:
-  a CPU's step-to-step spread is the OS scheduler's (sd ~4 % on the 2-core CI box),
+  a CPU's step-to-step spread is the OS scheduler's and the hypervisor's (sd 1-7 % on the 2-core
+  CI box on 2026-11-29, 14-16 % on 2026-12-02; docs/validation.md),
   a GPU's is its kernels' (sd 0.35 % per step on an H200 at micro-batch 8,
   docs/references.md "Measured on one NVIDIA H200"); at 1024 ranks the step waits
   for the slowest draw, so the CPU's tail would be presented as an H100's.

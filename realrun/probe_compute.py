@@ -9,6 +9,7 @@ gradient and each bucket is ready within backward, so the simulator's bucket-rea
 profile can be measured instead of assumed from FLOP counts.
 """
 
+import argparse
 import math
 import statistics
 import time
@@ -69,18 +70,29 @@ def _own_group(env: DistEnv):
     return groups[env.rank]
 
 
-def training_path(env: DistEnv, a, recipe: Recipe, micro_batch: int):
+def training_path(env: DistEnv, a, recipe: Recipe, micro_batch: int, comm_hook: str = "none"):
     """realrun/train.py's Trainer, default bucket cap and no comm hook, reducing over a group
     of this rank alone: each step runs the whole of a training step (DDP's forward, its
     autograd hooks copying gradients into buckets, the timing comm hook, the mean's divide,
     the allreduce call, the copy back into .grad, the loss's sync, AdamW, zero_grad) with
-    nothing to exchange."""
-    from realrun.cli import train_parser
+    nothing to exchange. ``comm_hook``: the compression hook's own work too (bench only)."""
     from realrun.train import Trainer
 
-    argv = ["--out", str(a.out), "--model", a.model, "--seq-len", str(a.seq_len), "--seed", str(a.seed)]
-    argv += ["--micro-batch", str(micro_batch), "--timeout-s", str(a.timeout_s)]
-    return Trainer(train_parser().parse_args(argv), env, recipe, group=_own_group(env))
+    return Trainer(training_args(a, micro_batch, comm_hook), env, recipe, group=_own_group(env))
+
+
+def training_args(a, micro_batch: int, comm_hook: str = "none") -> argparse.Namespace:
+    """The Trainer's arguments: the probe's model, sequence, seed and timeout, and `ddplab
+    train`'s defaults for the rest (realrun/cli.py train_parser, not imported here: it imports
+    this module; tests/test_realrun_probe.py checks the two agree)."""
+    from realrun.train import DEFAULT_BUCKET_CAP_MB
+
+    return argparse.Namespace(
+        out=a.out, model=a.model, seq_len=a.seq_len, seed=a.seed, micro_batch=micro_batch, timeout_s=a.timeout_s,
+        comm_hook=comm_hook, micro_batch_per_rank=None, grad_accum=1, bucket_cap_mb=DEFAULT_BUCKET_CAP_MB,
+        no_overlap=False, grad_staging="none", data=None, loader_workers=0, loader_delay_ms=0.0, loader_prefetch=2,
+        lr=3e-4, straggler=[], no_instrument=False, fault=[], save_grads=False,
+    )  # fmt: skip
 
 
 def compute(env: DistEnv, a, writer, recipe: Recipe) -> dict:

@@ -330,3 +330,20 @@ def test_unknown_model_fails_before_launching(ddplab, tmp_path):
     assert code == 2 and "unknown preset 'gpt2-huge'" in err
     code, _, err = ddplab("probe", "--out", str(tmp_path), "--seq-len", "65")
     assert code == 2 and "exceeds gpt2-tiny's context 64" in err
+
+
+def test_the_compute_probe_trains_with_train_defaults():
+    """The probe's Trainer (realrun/probe_compute.py training_args) takes `ddplab train`'s own
+    defaults for everything it does not set, and every argument the Trainer reads."""
+    from argparse import Namespace
+
+    from realrun.cli import train_parser
+    from realrun.probe_compute import training_args
+
+    probe = Namespace(out="o", model="gpt2-mini", seq_len=128, seed=3, timeout_s=60.0)
+    mine = vars(training_args(probe, micro_batch=4))
+    argv = ["--out", "o", "--model", "gpt2-mini", "--seq-len", "128", "--seed", "3", "--timeout-s", "60"]
+    train = vars(train_parser().parse_args(argv))
+    launch_only = {"backend", "device", "precision", "compile", "force", "steps"}  # run() and the recipe read these
+    assert set(mine) == set(train) - launch_only
+    assert all(mine[k] == train[k] for k in mine if k != "out") and str(mine["out"]) == str(train["out"])
