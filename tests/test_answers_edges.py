@@ -474,5 +474,6 @@ def test_calibration_plots_say_what_was_measured(monkeypatch, tmp_path):
     cp.write_calibration_plots(Calibration.read(ROOT / "measurements/validation/calib.json"), tmp_path / "calib")
     assert len(drawn) == 4
     for fig in drawn:
-        assert fig._suptitle.get_text() == "calibration measured on cpu, 2 ranks (gloo, DDP)"
+        # The probes of 2026-12-02 name the CPU (realrun/device.py device_info).
+        assert fig._suptitle.get_text() == "calibration measured on Intel(R) Xeon(R) Processor, 2 ranks (gloo, DDP)"
         assert _overlaps(fig) == []
