@@ -99,8 +99,8 @@ def compute(env: DistEnv, a, writer, recipe: Recipe) -> dict:
     """Forward, backward and the rest of a training step per micro-batch size, timed on
     training's own path (``training_path``) so that what the calibration calls compute is
     what a training step spends outside communication. Until 2026-12 this timed a bare local
-    copy (``bare_step``) and missed 2-3 % of a step (docs/validation.md "Compute on training's
-    path"; bench/compute_path.py measures the difference). Returns this rank's means:
+    copy (``bare_step``) and missed ~29 ms a step, 2.8-4.4 % (docs/validation.md "The -2.5 %
+    compute bias"; bench/compute_path.py measures the difference). Returns this rank's means:
     {"forward_s": {B: s}, "backward_s": {B: s}, "peak_allocated_bytes": {B: bytes or None},
     "optimizer_s": s, "params": n}."""
     trainer = training_path(env, a, recipe, a.micro_batches[0])

@@ -2,7 +2,7 @@
 # The measurements behind docs/validation.md, in one sitting: on the emulated two-host home lab
 # (`ddplab netlab`, root), per link rate one probe (what calibrate reads) and then that rate's
 # training runs (what validate compares against; the calibration never sees them). Ten
-# configurations of 102 steps each (validate drops the first 2), about 45 minutes on a 2-core box.
+# configurations of 102 steps each (validate drops the first 2), about 50 minutes on a 2-core box.
 #
 #   bash docs/validation/measure.sh [OUT]      (default measurements/validation)
 #
