@@ -133,7 +133,7 @@ CLASSES: list[tuple[re.Pattern, Class]] = [
         re.compile(r"\bddplab calibrate\b"),
         Class("slow", None, False, "fits three committed probe runs with bootstrap intervals"),
     ),
-    (re.compile(r"\bddplab validate\b"), Class("slow", None, False, "predicts sixteen committed training runs")),
+    (re.compile(r"\bddplab validate\b"), Class("slow", None, False, "predicts the committed training runs")),
     (
         re.compile(r"\bddplab doctor\b"),
         Class("this-machine", None, False, "prints the README machine's own interfaces, route and hostname"),

@@ -20,7 +20,8 @@ its reason (``Applied.withheld``; `simulate --calib` prints them and puts them i
   on a GPU's SMs), so it needs the same backend and a GPU probe: a CPU calibration's gamma
   (0.19-1.00 here) on H100s added +9-17 % compute to a preset that states none (issue 22).
   Neither does jitter measured on a CPU transfer to a GPU cluster:
-  a CPU's step-to-step spread is the OS scheduler's (sd ~4 % on the 2-core CI box),
+  a CPU's step-to-step spread is the OS scheduler's and the hypervisor's (sd 1-7 % on the 2-core
+  CI box on 2026-11-29, 14-16 % on 2026-12-02; docs/validation.md),
   a GPU's is its kernels' (sd 0.35 % per step on an H200 at micro-batch 8,
   docs/references.md "Measured on one NVIDIA H200"); at 1024 ranks the step waits
   for the slowest draw, so the CPU's tail would be presented as an H100's.
@@ -34,6 +35,8 @@ fixed MFU; across sequence lengths the same way.
 import re
 from pathlib import Path
 from typing import NamedTuple
+
+import numpy as np
 
 from calibrate.calibration import Calibration, Network
 from calibrate.refusal import scenario_or_refusal
@@ -50,6 +53,8 @@ REPORTED = (
     ("network.nic_gbit_s", "link rate"),
     ("network.nic_efficiency", "stack efficiency"),
     ("network.gloo_hop_latency_us", "gloo hop latency"),
+    ("network.jitter_sigma", "collective jitter sigma"),
+    ("network.jitter_samples", "collective jitter, measured"),
     ("compute.step_compute_s", "compute per micro-step"),
     ("compute.peak_tflop_s", "peak FLOP/s"),
     ("compute.mfu", "MFU"),
@@ -145,6 +150,11 @@ def apply_calibration(
         reason = f"a CPU's scheduler jitter: {_gpus(sc)} keep their own"
         hold("noise.distribution", noise.distribution, reason)
         hold("noise.sigma", noise.sigma, reason)
+    elif mode == "all" and (sized := _noise_at_size(sc, calib)):
+        b, x = sized
+        put("noise.distribution", "empirical", f"the {len(x)} compute iterations at micro-batch {b}, resampled")
+        put("noise.samples", list(x), f"normalised compute iterations at micro-batch {b}")
+        put("noise.sigma", float(np.std(x)), f"sd of those samples (not used); every size's: {noise.sigma:.4f}")
     elif noise.distribution == "empirical":
         why_empirical = (
             noise.chosen_because or f"{noise.best_fit} rejected: KS {noise.ks:.3f} > {noise.ks_critical_1pct:.3f}"
@@ -206,6 +216,16 @@ def apply_calibration(
     return Applied(data, measured, mode, why, withheld)
 
 
+def _noise_at_size(sc, calib: Calibration) -> tuple[int, list[float]] | None:
+    """(micro-batch, its multipliers) when the probe timed this scenario's model, sequence and
+    micro-batch: jitter differs by size (calibration.py Noise), and on the measured machines the
+    run's own size says it best. None otherwise (the fit over every size stands)."""
+    by_size = calib.noise.multipliers_by_micro_batch or {}
+    b = sc.training.micro_batch_size
+    same = same_as_preset(sc.model.shape, calib.compute.model) and calib.compute.seq_len == sc.seq_len
+    return (b, by_size[b]) if same and b in by_size else None
+
+
 def _gpus(sc) -> str:
     """E.g. "h100-1024's h100 GPUs": every scenario describes accelerators, its class named or not."""
     return " ".join(x for x in (f"{sc.name}'s", sc.compute.device_class, "GPUs") if x)
@@ -253,7 +273,7 @@ def _compute_value(sc, calib: Calibration) -> tuple[str, float]:
     """The compute key and value mode ``device`` would set (for what shape mode leaves out)."""
     c = calib.compute
     if same_as_preset(sc.model.shape, c.model) and c.seq_len == sc.seq_len:
-        return "compute.step_compute_s", c.step_s.seconds(sc.training.micro_batch_size * sc.seq_len)
+        return "compute.step_compute_s", c.step_s.at(sc.training.micro_batch_size * sc.seq_len)[0]
     return "compute.mfu", c.achieved_tflop_s.value / sc.compute.peak_for(sc.training.dtypes)
 
 
@@ -263,9 +283,10 @@ def _apply_compute(data, sc, calib: Calibration, put) -> None:
     c = calib.compute
     tokens = sc.training.micro_batch_size * sc.seq_len
     if same_as_preset(sc.model.shape, c.model) and c.seq_len == sc.seq_len:
-        step = c.step_s.seconds(tokens)
-        put("compute.step_compute_s", step, f"affine fit in tokens at {tokens}, R^2 {c.step_s.r2:.4f}")
-        put("compute.backward_fraction", c.backward_s.seconds(tokens) / step, "backward / (forward + backward) fits")
+        step, how = c.step_s.at(tokens)
+        put("compute.step_compute_s", step, how)
+        backward, how = c.backward_s.at(tokens)
+        put("compute.backward_fraction", backward / step, f"backward / (forward + backward), {how}")
     else:
         _set(data, "compute.step_compute_s", None)
         achieved = c.achieved_tflop_s.value
@@ -302,6 +323,10 @@ def _apply_measured_network(label: str, net: Network, put) -> None:
     put("network.nic_gbit_s", net.link_gbit_s.value, f"{label}: raw TCP, {net.link_gbit_s.samples} transfers")
     ar = net.allreduce
     put("network.gloo_hop_latency_us", ar.hop_latency_us, f"{label}: allreduce alpha / 2(n-1), {ar.samples} iterations")
+    j = net.allreduce_jitter
+    if j is not None:
+        put("network.jitter_samples", list(j.multipliers), f"{label}: {len(j.multipliers)} {j.source}")
+        put("network.jitter_sigma", 0.0, f"{label}: the measured jitter_samples instead")
 
 
 def _toml_comments(path: Path) -> dict[str, str]:
@@ -352,6 +377,10 @@ def provenance(sc, measured: dict[str, str], scenario_path: Path) -> list[dict]:
             continue
         if key == "compute.ready_fractions":
             value = "measured" if value else "from FLOP counts (sim/gpt2.py)"
+        if key == "network.jitter_samples":
+            if not value:
+                continue
+            value = f"{len(value)} multipliers, sd {float(np.std(value)):.4f}"
         origin = measured.get(key) or f"assumed: {comments.get(key, scenario_path.name)}"
         rows.append({"key": key, "meaning": meaning, "value": value, "source": origin})
     return rows

@@ -16,6 +16,7 @@ from calibrate.calibration import (
     Achieved,
     Calibration,
     Collective,
+    CommJitter,
     Compute,
     Gamma,
     Measured,
@@ -28,6 +29,11 @@ from calibrate.calibration import (
 from calibrate.devices import device_class
 from calibrate.records import Run, collective_times, link_gbit_s, read_run
 from sim.gpt2 import flops_per_token, model_shape
+
+# Collective jitter is taken from the sizes whose time is mostly transfer: DDP's buckets that
+# matter are MiBs (25 MiB by default, 63 MB for gpt2-mini's last), and below a few MiB the
+# emulator's token bucket and the scheduler shape the time (docs/validation.md).
+JITTER_FROM_BYTES = 4 << 20
 
 
 def _need(value, run_or_what, kind: str, part: str):
@@ -82,6 +88,7 @@ def _network(run: Run, rng: np.random.Generator) -> Network:
         )
     gamma = _need(compute_fit.interference_gamma([run]), run.path, "overlap", "overlap")
     allreduce = collectives["allreduce"].fit
+    jitter = _comm_jitter(collectives["allreduce"].times_s)
     return Network(
         run=str(run.path),
         collectives=collectives,
@@ -102,6 +109,22 @@ def _network(run: Run, rng: np.random.Generator) -> Network:
         stack_efficiency=Measured(
             value=allreduce.busbw_gb_s * 8.0 / link[0], source="fitted allreduce busbw / raw TCP link rate"
         ),
+        allreduce_jitter=jitter,
+    )
+
+
+def _comm_jitter(times: dict[int, list[float]]) -> CommJitter | None:
+    """Every timed allreduce from JITTER_FROM_BYTES up over its size's median; None when the
+    sweep stopped below that size or timed fewer than 8 such calls."""
+    big = [np.asarray(t, float) / np.median(t) for size, t in sorted(times.items()) if size >= JITTER_FROM_BYTES]
+    x = np.concatenate(big) if big else np.array([])
+    if len(x) < 8:
+        return None
+    return CommJitter(
+        multipliers=[round(float(v), 6) for v in x],
+        from_bytes=JITTER_FROM_BYTES,
+        sd=float(np.std(x)),
+        source=f"allreduce time / its size's median, {len(big)} sizes from {JITTER_FROM_BYTES >> 20} MiB up",
     )
 
 
@@ -160,7 +183,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> Calibra
                 at_tokens=top_tokens,
                 source="model FLOPs per token (sim/gpt2.py) x tokens / fitted step time, fastest rank",
             ),
-            optimizer_s=Measured(value=opt[0], samples=opt[1], source="slowest rank's median AdamW step"),
+            optimizer_s=Measured(value=opt[0], samples=opt[1], source=_optimizer_source(runs)),
             ready_fractions=ReadyProfile(value=ready[0], samples=ready[1], source="grad_ready, mean over ranks"),
             buckets_default_cap=compute_fit.bucket_profile(runs),
             memory=compute_fit.memory_fit(runs),
@@ -177,11 +200,20 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> Calibra
             candidates=candidates,
             multipliers=[round(float(x), 6) for x in multipliers],
             chosen_because=chosen_because,
+            multipliers_by_micro_batch={
+                b: [round(float(v), 6) for v in x] for b, x in compute_fit.normalised_by_micro_batch(samples).items()
+            },
         ),
         ranks={
             r: RankSpeed(**v, noise=_rank_noise(per_rank[r])) for r, v in noise_fit.straggler_scores(factors).items()
         },
     )
+
+
+def _optimizer_source(runs: list[Run]) -> str:
+    if all("adamw_s" in r for run in runs for r in run.of("optimizer")):
+        return "slowest rank's mean of a training step outside forward and backward (AdamW, zero_grad, data)"
+    return "slowest rank's mean AdamW step (repeated on fixed gradients: a probe from before 2026-12)"
 
 
 def _rank_noise(x: np.ndarray) -> RankNoise:

@@ -28,6 +28,24 @@ class AffineFit(NamedTuple):
     def seconds(self, tokens: float) -> float:
         return self.intercept_s + self.per_token_s * tokens
 
+    def at(self, tokens: float) -> tuple[float, str]:
+        """(seconds, how): the measured means themselves where the probe timed this many tokens,
+        straight between the two nearest measured sizes inside their range, the affine fit
+        outside it. Time per token falls as the matrices grow (gpt2-mini on the 2-core box:
+        the fit missed its own points by -1.5 % at 256 tokens and +1.8 % at 1024), so between
+        and at measured sizes the measurements predict better than the line through them."""
+        pts = sorted(self.points)
+        xs = [x for x, _ in pts]
+        if len(pts) < 2 or not xs[0] <= tokens <= xs[-1]:
+            return self.seconds(tokens), f"affine fit in tokens at {tokens:g} (R^2 {self.r2:.4f})"
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+            if tokens == x0 or tokens == x1:
+                return (y0 if tokens == x0 else y1), f"measured at {tokens:g} tokens"
+            if x0 < tokens < x1:
+                y = y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+                return y, f"between the measured {x0} and {x1} tokens"
+        raise AssertionError("unreachable: tokens lies in the measured range")
+
 
 class CollectiveFit(NamedTuple):
     """An alpha-beta fit of one collective at one world size (calibrate/collective_fit.py)."""
@@ -88,6 +106,18 @@ class Collective:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CommJitter:
+    """How a collective's time varies from one call to the next on this network: every timed
+    allreduce from ``from_bytes`` up over its size's median (the collective fit is of medians,
+    so the simulator resamples these as they are)."""
+
+    multipliers: list[float]
+    from_bytes: int
+    sd: float
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Network:
     """One measured network (a lab link rate, or a run directory's name on real machines)."""
 
@@ -98,6 +128,7 @@ class Network:
     rtt_p50_us: Measured | None = None
     interference_gamma: Gamma
     stack_efficiency: Measured  # fitted allreduce busbw / raw link rate
+    allreduce_jitter: CommJitter | None = None  # files from before 2026-12 have none
 
     @property
     def allreduce(self) -> CollectiveFit:
@@ -167,6 +198,10 @@ class Noise:
     candidates: list[NoiseCandidate]  # best AIC first
     multipliers: list[float]
     chosen_because: str | None = None  # why ``distribution`` is not ``best_fit`` (calibrate/noise_fit.py choose)
+    # The same multipliers per micro-batch size (over that size's own mean): jitter is not one
+    # multiplier at every size (sd 5-8 % at 1 sequence, ~1 % at 2-8 on the 2-core box), so on
+    # the measured machines the simulator draws from the run's own size (calibrate/apply.py).
+    multipliers_by_micro_batch: dict[int, list[float]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -116,15 +116,31 @@ def normalised_compute(samples: ComputeSamples) -> dict[int, np.ndarray]:
     return out
 
 
+def normalised_by_micro_batch(samples: ComputeSamples) -> dict[int, np.ndarray]:
+    """Per micro-batch size, every rank's forward + backward over its (rank, size) mean: the
+    jitter at that size alone."""
+    sizes = sorted({b for d in samples.by_rank.values() for b in d})
+    out = {}
+    for b in sizes:
+        parts = [d[b].sum(axis=1) / d[b].sum(axis=1).mean() for d in samples.by_rank.values() if b in d]
+        out[b] = np.concatenate(parts)
+    return out
+
+
 def optimizer_s(runs: list[Run]) -> tuple[float, int] | None:
-    """The slowest rank's median AdamW step (the step waits for it), and the sample count."""
+    """The slowest rank's mean optimizer record (the step waits for it), and the sample count.
+    Probes since 2026-12 record there all of a training step outside forward and backward
+    (AdamW, zero_grad, the data, the loss's sync; realrun/probe_compute.py); earlier ones, the
+    AdamW step alone, repeated on fixed gradients. The mean, not the median: the simulator adds
+    this constant to every step, so the mean step comes out right only with the mean (on a box
+    whose speed drifts the two differ by several %; docs/validation.md)."""
     per_rank = defaultdict(list)
     for run in runs:
         for rank in run.records:
             per_rank[rank] += [r["optimizer_s"] for r in run.of("optimizer", rank)]
     if not per_rank:
         return None
-    return max(float(np.median(v)) for v in per_rank.values()), sum(len(v) for v in per_rank.values())
+    return max(float(np.mean(v)) for v in per_rank.values()), sum(len(v) for v in per_rank.values())
 
 
 def ready_profile(runs: list[Run]) -> tuple[dict[str, float], int] | None:
@@ -163,8 +179,10 @@ def interference_gamma(runs: list[Run]) -> tuple[float, int] | None:
 
 
 def memory_fit(runs: list[Run]) -> Memory | None:
-    """Rank 0's peak allocated device memory: per micro-batch size of the compute probe (a local
-    copy with AdamW's state, no DDP), fitted affine in tokens, and one real DDP training step's
+    """Rank 0's peak allocated device memory: per micro-batch size of the compute probe (since
+    2026-12 a training step over a one-rank group, DDP's buckets included; before, a local copy
+    with AdamW's state; only the per-token slope is used), fitted affine in tokens, and one real
+    DDP training step's
     peak (the bucket profile's last step, optimizer included). None without device statistics
     (CPU probes record none)."""
     points = {}

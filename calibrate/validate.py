@@ -7,21 +7,27 @@ injected straggler) on the calibrated machines (calibrate/apply.py, mode ``all``
 the network the run used). Nothing of the train run's own timing enters the
 prediction. Definitions match on both sides:
 
-- step time: a step's ``step_wall_s`` (mean over ranks), p50 and p95 over the steps
+- step time: a step's ``step_wall_s`` (mean over ranks), p50, p95 and p99 over the steps
   after the first ``WARMUP_STEPS`` (step 0 runs DDP's single bootstrap bucket and
-  allocates; step 1 is the first with rebuilt buckets);
+  allocates; step 1 is the first with rebuilt buckets), each the same percentile
+  (numpy's linear interpolation) on both sides;
 - wait: the time from a rank's last bucket being ready until backward returned
   (realrun's ``wait_s``; sim's exposed comm + straggler wait), mean over ranks;
 - exposed comm: the least-waiting rank's wait (the slowest rank waits only for
   communication it could not hide); straggler wait: mean wait - that;
-- the distribution: the p95 error beside the p50's, and the two-sample Kolmogorov-Smirnov
-  distance between the measured and the simulated step times.
+- the distribution: the p95 and p99 errors beside the p50's, and the two-sample
+  Kolmogorov-Smirnov test between the measured and the simulated step times
+  (scipy.stats.ks_2samp: the distance ``ks`` and its p-value ``ks_p``; a run passes at
+  ``ks_p >= KS_ALPHA``). The test takes steps as independent draws; the measured steps'
+  lag-1 autocorrelation ``lag1`` says how far they are not (slow stretches on a shared
+  box), and the plain p-value is reported as it is (docs/validation.md says what
+  autocorrelation does to it).
 """
 
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import ks_2samp
+from scipy.stats import binomtest, ks_2samp
 
 from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
@@ -30,7 +36,25 @@ from calibrate.refusal import scenario_or_refusal
 from scenarios import load_models
 
 WARMUP_STEPS = 2
-SIM_STEPS = 400  # enough for a stable p95 of the simulated distribution
+# Simulated steps per run: the predicted distribution's sample. Five times or more the measured
+# runs' ~100 steps, so the two-sample test is nearly the one-sample test against the model
+# itself, and the simulated p99 rests on 20 steps above it.
+SIM_STEPS = 2000
+KS_ALPHA = 0.05  # a run's step times pass the two-sample KS test at ks_p >= 5 %
+PERCENTILES = (50, 95, 99)
+
+
+def percentiles(step_s: np.ndarray) -> dict[str, float]:
+    """{"p50_s": ..., "p95_s": ..., "p99_s": ...}: the same definition on both sides."""
+    return {f"p{q}_s": float(np.percentile(step_s, q)) for q in PERCENTILES}
+
+
+def lag1_autocorrelation(x: np.ndarray) -> float:
+    """r1 = sum (x_t - m)(x_t+1 - m) / sum (x_t - m)^2 (Box & Jenkins' estimator); about
+    -1/n +- 1/sqrt(n) for independent steps, so above 2/sqrt(n) the steps come in stretches."""
+    d = np.asarray(x, float) - np.mean(x)
+    den = float(np.sum(d * d))
+    return float(np.sum(d[:-1] * d[1:]) / den) if den > 0 else 0.0
 
 
 def _measured(run: Run) -> dict:
@@ -52,8 +76,9 @@ def _measured(run: Run) -> dict:
     return {
         "steps": len(kept),
         "step_s": step_s,
-        "p50_s": float(np.percentile(step_s, 50)),
-        "p95_s": float(np.percentile(step_s, 95)),
+        **percentiles(step_s),
+        "mean_s": float(step_s.mean()),
+        "lag1": lag1_autocorrelation(step_s),
         "wait_s": float(wait.mean()),
         "exposed_comm_s": float(wait.min(axis=1).mean()),
         "straggler_wait_s": float((wait.mean(axis=1) - wait.min(axis=1)).mean()),
@@ -102,13 +127,14 @@ def scenario_for(run: Run, calib: Calibration, calib_path: str, *, seed: int) ->
     applied = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all")
     data = applied.data
     # Per-rank work: the measured speed factor, times the injected straggler's burn, times
-    # this rank's share of micro-batch compute (uneven micro-batches, at the affine fit).
+    # this rank's share of micro-batch compute (uneven micro-batches, as apply_calibration
+    # takes compute: measured means where probed, the affine fit outside).
     fit = calib.compute.step_s
     factors = {r: v.speed_factor for r, v in calib.ranks.items()}
     for rank, factor in cfg.get("straggler") or []:
         factors[rank] = factors.get(rank, 1.0) * factor
     for rank, mb in enumerate(per_rank):
-        factors[rank] = factors.get(rank, 1.0) * fit.seconds(mb * seq) / fit.seconds(base_mb * seq)
+        factors[rank] = factors.get(rank, 1.0) * fit.at(mb * seq)[0] / fit.at(base_mb * seq)[0]
     data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if r < run.world_size)
     scenario_or_refusal(data, applied.measured, calib, calib_path, can_set=False)  # names the file and the fix
     return data, label
@@ -128,8 +154,8 @@ def _predicted(data: dict) -> dict:
     wait = res.exposed_comm_s + res.straggler_wait_s  # (steps, ranks)
     return {
         "step_s": res.step_time_s,
-        "p50_s": s["step_time_s"]["p50"],
-        "p95_s": s["step_time_s"]["p95"],
+        **percentiles(res.step_time_s),
+        "mean_s": float(np.mean(res.step_time_s)),
         "wait_s": float(wait.mean()),
         "exposed_comm_s": float(wait.min(axis=1).mean()),
         "straggler_wait_s": float((wait.mean(axis=1) - wait.min(axis=1)).mean()),
@@ -137,8 +163,53 @@ def _predicted(data: dict) -> dict:
     }
 
 
+def compare(measured: np.ndarray, predicted: np.ndarray) -> dict:
+    """Per-run distribution numbers of measured against simulated step times: the signed
+    errors of p50, p95, p99 and the mean (predicted / measured - 1), and the two-sample
+    KS distance and p-value."""
+    m, p = percentiles(measured), percentiles(predicted)
+    out = {f"error_p{q}": p[f"p{q}_s"] / m[f"p{q}_s"] - 1.0 for q in PERCENTILES}
+    out["error_mean"] = float(np.mean(predicted) / np.mean(measured) - 1.0)
+    # The whole distribution, not only its middle: the two-sample Kolmogorov-Smirnov test
+    # (PRISM, arXiv 2510.15596, reports the distance, 20.8 % at 64k GPUs; the p-value says
+    # whether a distance that size is what two samples of one distribution show at these n).
+    ks = ks_2samp(measured, predicted)
+    out["ks"], out["ks_p"] = float(ks.statistic), float(ks.pvalue)
+    return out
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Over runs: MAPEs, the mean signed p50 error with how many runs are over and under
+    (and the two-sided sign test's p-value against no bias), the same for the mean step, how
+    many pass KS, how many have autocorrelated steps."""
+    errs = [r["error_p50"] for r in rows]
+    over, under = int(sum(e > 0 for e in errs)), int(sum(e < 0 for e in errs))
+    means = [r["error_mean"] for r in rows]
+    return {
+        "mape": float(np.mean(np.abs(errs))),
+        "mape_p95": float(np.mean([abs(r["error_p95"]) for r in rows])),
+        "mape_p99": float(np.mean([abs(r["error_p99"]) for r in rows])),
+        "mean_error_p50": float(np.mean(errs)),
+        "over": over,
+        "under": under,
+        # With no bias each run is over or under as a coin falls: P(a split this uneven or more).
+        "sign_test_p": float(binomtest(over, over + under).pvalue) if over + under else 1.0,
+        # The same for the mean step time (less sensitive than the median to a lumpy distribution).
+        "mape_mean": float(np.mean(np.abs(means))),
+        "mean_error_mean": float(np.mean(means)),
+        "over_mean": int(sum(e > 0 for e in means)),
+        "under_mean": int(sum(e < 0 for e in means)),
+        "ks_mean": float(np.mean([r["ks"] for r in rows])),
+        "ks_max": float(max(r["ks"] for r in rows)),
+        "ks_alpha": KS_ALPHA,
+        "ks_pass": int(sum(r["ks_p"] >= KS_ALPHA for r in rows)),
+        "autocorrelated": int(sum(r["lag1"] > 2 / np.sqrt(r["steps"]) for r in rows)),
+        "worst": max(rows, key=lambda r: abs(r["error_p50"]))["name"],
+    }
+
+
 def validate(calib: Calibration, calib_path: str, paths: list[Path], *, seed: int = 0, progress=None) -> dict:
-    """{"mape": fraction, "mape_p95": fraction, "rows": [...]}; refuses calibration runs."""
+    """{"rows": [...], and summarise()'s keys}; refuses calibration runs."""
     used = {Path(p).resolve() for p in calib.runs}
     runs = []
     for p in paths:
@@ -162,25 +233,19 @@ def validate(calib: Calibration, calib_path: str, paths: list[Path], *, seed: in
         data, label = scenario_for(run, calib, calib_path, seed=seed)
         m, p = _measured(run), _predicted(data)
         row = {"run": str(run.path), "name": f"{run.path.parent.name}/{run.path.name}", "network": label}
-        row["steps"] = m["steps"]
-        for key in ("p50_s", "p95_s", "wait_s", "exposed_comm_s", "straggler_wait_s", "compute_s"):
+        row["steps"], row["simulated_steps"] = m["steps"], len(p["step_s"])
+        keys = ("p50_s", "p95_s", "p99_s", "mean_s", "wait_s", "exposed_comm_s", "straggler_wait_s", "compute_s")
+        for key in keys:
             row[f"predicted_{key}"] = p[key]
             row[f"measured_{key}"] = m[key]
-        row["error_p50"] = p["p50_s"] / m["p50_s"] - 1.0
-        row["error_p95"] = p["p95_s"] / m["p95_s"] - 1.0
-        # The whole distribution, not only its middle: the two-sample Kolmogorov-Smirnov distance
-        # between the measured and the simulated step times (PRISM, arXiv 2510.15596, reports
-        # 20.8 % at 64k GPUs).
-        row["ks"] = float(ks_2samp(m["step_s"], p["step_s"]).statistic)
+        row |= compare(m["step_s"], p["step_s"])
+        row["lag1"] = m["lag1"]
+        row["ks_alpha"] = KS_ALPHA
+        row["measured_step_s"] = [float(x) for x in m["step_s"]]  # the sample the test saw
+        # The simulated distribution in 100 numbers (its 0.5th, 1.5th, ... 99.5th percentiles),
+        # for the CDF plot; the test itself took all SIM_STEPS.
+        row["predicted_quantiles_s"] = [float(x) for x in np.percentile(p["step_s"], np.arange(0.5, 100, 1.0))]
         rows.append(row)
         if progress:
             progress(f"[{i}/{len(runs)}] {row['name']}: predicted p50 {p['p50_s']:.3f} s, measured {m['p50_s']:.3f} s")
-    return {
-        "calib": calib_path,
-        "mape": float(np.mean([abs(r["error_p50"]) for r in rows])),
-        "mape_p95": float(np.mean([abs(r["error_p95"]) for r in rows])),
-        "ks_mean": float(np.mean([r["ks"] for r in rows])),
-        "ks_max": float(max(r["ks"] for r in rows)),
-        "worst": max(rows, key=lambda r: abs(r["error_p50"]))["name"],
-        "rows": rows,
-    }
+    return {"calib": calib_path, **summarise(rows), "rows": rows}

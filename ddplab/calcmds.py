@@ -39,6 +39,8 @@ def calibrate(args):
 
 
 def print_calibration(c: Calibration) -> None:
+    import numpy as np
+
     compiled = ", torch.compile" if c.compiled else ""
     cls = f"; GPU class {c.device_class}" if c.device_class else ""
     print(f"calibration of {len(c.runs)} probe run(s): {c.probed_on}, {c.backend}, {c.precision}{compiled}{cls}")
@@ -110,6 +112,16 @@ def print_calibration(c: Calibration) -> None:
     else:
         verdict = f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
     print(f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {best.aic:.0f}; {others}): {verdict}")
+    if nz.multipliers_by_micro_batch:
+        sizes = ", ".join(f"{b}: {np.std(x):.4f}" for b, x in sorted(nz.multipliers_by_micro_batch.items()))
+        print(f"          sd by micro-batch {sizes} (on the measured machines the simulator draws the run's own size)")
+    for label, n in sorted(c.networks.items()):
+        j = n.allreduce_jitter
+        if j is not None:
+            print(
+                f"comm      {label} allreduce jitter sd {j.sd:.4f} over the median ({len(j.multipliers)} calls from"
+                f" {fmt_bytes(j.from_bytes)} up; p99 x{np.percentile(j.multipliers, 99):.3f}; resampled as measured)"
+            )
     ranks = "  ".join(
         f"rank {r}: x{v.speed_factor:.3f}{' FLAGGED' if v.flagged else ''}"
         f" (jitter {v.noise.best_fit} sd {v.noise.sd:.3f})"
@@ -118,12 +130,16 @@ def print_calibration(c: Calibration) -> None:
     print(f"ranks     {ranks}  (straggler flag: score = fastest/this < 0.75)")
 
 
+def _p_value(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
+
+
 def _flop_rate(tflop_s: float) -> str:
     return f"{tflop_s:.4g} TFLOP/s" if tflop_s >= 1 else f"{tflop_s * 1e3:.3g} GFLOP/s"
 
 
 def validate(args):
-    from calibrate.plots import predicted_vs_measured
+    from calibrate.plots import predicted_vs_measured, step_distributions
     from calibrate.validate import validate as run
 
     if args.public:
@@ -137,25 +153,40 @@ def validate(args):
     plot.parent.mkdir(parents=True, exist_ok=True)  # as calibrate's -o and simulate's --out
     out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else say)
     predicted_vs_measured(out["rows"], out["mape"], plot)
-    out["plot"] = str(plot)
+    cdf = plot.with_name(f"{plot.stem}-cdf.png")
+    step_distributions(out["rows"], cdf)
+    out["plot"], out["plot_cdf"] = str(plot), str(cdf)
     if args.json:
         return out
     print(
-        f"{'run':<28} {'p50 pred':>9} {'p50 meas':>9} {'err':>7} {'p95 pred':>9} {'p95 meas':>9} {'p95 err':>7}"
-        f" {'KS':>5} {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9} {'cmp meas':>9}"
+        f"{'run':<26} {'p50 pred':>9} {'p50 meas':>9} {'p50 err':>7} {'p95 err':>7} {'p99 err':>7}"
+        f" {'KS':>5} {'KS p':>6} {'lag1':>5} {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9} {'cmp meas':>9}"
     )
     for r in out["rows"]:
         print(
-            f"{r['name']:<28} {fmt_seconds(r['predicted_p50_s']):>9} {fmt_seconds(r['measured_p50_s']):>9}"
-            f" {r['error_p50']:>+7.1%} {fmt_seconds(r['predicted_p95_s']):>9} {fmt_seconds(r['measured_p95_s']):>9}"
-            f" {r['error_p95']:>+7.1%} {r['ks']:>5.2f}"
+            f"{r['name']:<26} {fmt_seconds(r['predicted_p50_s']):>9} {fmt_seconds(r['measured_p50_s']):>9}"
+            f" {r['error_p50']:>+7.1%} {r['error_p95']:>+7.1%} {r['error_p99']:>+7.1%}"
+            f" {r['ks']:>5.2f} {_p_value(r['ks_p']):>6} {r['lag1']:>+5.2f}"
             f" {fmt_seconds(r['predicted_wait_s']):>9} {fmt_seconds(r['measured_wait_s']):>9}"
             f" {fmt_seconds(r['predicted_compute_s']):>9} {fmt_seconds(r['measured_compute_s']):>9}"
         )
+    n = len(out["rows"])
+    steps = sorted({r["steps"] for r in out["rows"]})
+    measured = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
     print(
-        f"median step time MAPE {out['mape']:.1%} over {len(out['rows'])} runs (worst {out['worst']});"
-        f" p95 MAPE {out['mape_p95']:.1%}; KS distance mean {out['ks_mean']:.2f}, max {out['ks_max']:.2f};"
-        f" plot {plot}"
+        f"step time p50: MAPE {out['mape']:.1%} over {n} runs (worst {out['worst']}); mean signed error"
+        f" {out['mean_error_p50']:+.2%}, {out['over']} over and {out['under']} under (sign test p"
+        f" {_p_value(out['sign_test_p'])}); p95 MAPE {out['mape_p95']:.1%}, p99 MAPE {out['mape_p99']:.1%}"
+    )
+    print(
+        f"step time mean: MAPE {out['mape_mean']:.1%}; mean signed error {out['mean_error_mean']:+.2%},"
+        f" {out['over_mean']} over and {out['under_mean']} under"
+    )
+    print(
+        f"distribution: {out['ks_pass']} of {n} runs pass the two-sample KS test at p >= {out['ks_alpha']:g}"
+        f" ({measured} measured against {out['rows'][0]['simulated_steps']} simulated steps; distance mean"
+        f" {out['ks_mean']:.2f}, max {out['ks_max']:.2f}); {out['autocorrelated']} of {n} with lag-1"
+        f" autocorrelation above 2/sqrt(steps); plots {plot}, {cdf}"
     )
     return out
 

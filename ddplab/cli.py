@@ -228,7 +228,8 @@ def _add_calibration(sub) -> None:
     va.add_argument(
         "--json",
         action="store_true",
-        help="print JSON: rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, ...), mape, plot;"
+        help="print JSON: rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, error_p95, error_p99,"
+        " ks, ks_p, lag1, ...), mape, mean_error_p50, over, under, ks_pass, plot;"
         " with --public a list, per row: what, source, measured, predicted, error, bound, within",
     )
     va.set_defaults(func=calcmds.validate)

@@ -170,8 +170,9 @@ def _print_links(links, nbytes: int, allreduce) -> dict:
 def _print_compute(args, means, recipe: Recipe) -> None:
     compiled = "compiled (nn.Module.compile)" if recipe.compile else "eager"
     print(f"# compute: {args.model}, seq_len {args.seq_len}, precision {recipe.precision.name}, {compiled},")
-    print(f"#   local copy (no DDP), rank 0, mean of {args.iters} iterations after {args.warmup} warm-up;")
-    print("#   peak = most bytes held by tensors in those iterations, optimizer state included ('-': CPU)")
+    steps = f"mean of {args.iters} steps per size after {args.warmup} warm-up, sizes in turn"
+    print(f"#   training's path (DDP over this rank alone), rank 0, {steps};")
+    print("#   peak = most bytes held by tensors in those steps, optimizer state included ('-': CPU)")
     print(
         f"# {'micro_batch':>11} {'tokens':>8} {'forward(ms)':>11} {'backward(ms)':>12} {'tokens/s':>10}"
         f" {'peak(GiB)':>9}"
@@ -182,7 +183,10 @@ def _print_compute(args, means, recipe: Recipe) -> None:
         shown = "-" if peak is None else f"{peak / 2**30:.2f}"
         print(f"  {b:>11} {tokens:>8} {fwd * 1e3:>11.2f} {bwd * 1e3:>12.2f} {tokens / (fwd + bwd):>10.0f} {shown:>9}")
     kind = "fused" if recipe.fused else "for-loop"
-    print(f"# optimizer: AdamW ({kind}) step over {means['params']:,} parameters: {means['optimizer_s'] * 1e3:.2f} ms")
+    print(
+        f"# optimizer: AdamW ({kind}) over {means['params']:,} parameters, with the rest of the step outside"
+        f" forward and backward: {means['optimizer_s'] * 1e3:.2f} ms"
+    )
     print("#", flush=True)
 
 

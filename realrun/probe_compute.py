@@ -1,12 +1,15 @@
 """Compute probes: forward/backward and optimizer time, the bucket-ready profile of a
 real DDP backward, and the overlap interference factor gamma (docs/design.md "Overlap interference").
 
-Each rank times its own local copy (no DDP) for the compute times, so they hold no
-communication; the bucket profile wraps a copy in DDP and records, from hooks,
-when each gradient and each bucket is ready within backward, so the simulator's
-bucket-ready profile can be measured instead of assumed from FLOP counts.
+Each rank times compute on training's own path: realrun/train.py's Trainer with DDP
+reducing over a process group of that rank alone, so the times hold all of a training
+step's own work (DDP's bucket copies, the comm hook, AdamW) and no communication. The
+bucket profile wraps a copy in DDP over every rank and records, from hooks, when each
+gradient and each bucket is ready within backward, so the simulator's bucket-ready
+profile can be measured instead of assumed from FLOP counts.
 """
 
+import argparse
 import math
 import statistics
 import time
@@ -60,48 +63,107 @@ def _batch(batches: Batches, size: int, device):
     return tuple(t.to(device).contiguous() for t in batches.next(size))
 
 
+def _own_group(env: DistEnv):
+    """A process group of this rank alone. Every rank creates every such group, in the same
+    order (torch.distributed.new_group is collective over the default group)."""
+    groups = [dist.new_group([r]) for r in range(env.world_size)]
+    return groups[env.rank]
+
+
+def training_path(env: DistEnv, a, recipe: Recipe, micro_batch: int, comm_hook: str = "none"):
+    """realrun/train.py's Trainer, default bucket cap and no comm hook, reducing over a group
+    of this rank alone: each step runs the whole of a training step (DDP's forward, its
+    autograd hooks copying gradients into buckets, the timing comm hook, the mean's divide,
+    the allreduce call, the copy back into .grad, the loss's sync, AdamW, zero_grad) with
+    nothing to exchange. ``comm_hook``: the compression hook's own work too (bench only)."""
+    from realrun.train import Trainer
+
+    return Trainer(training_args(a, micro_batch, comm_hook), env, recipe, group=_own_group(env))
+
+
+def training_args(a, micro_batch: int, comm_hook: str = "none") -> argparse.Namespace:
+    """The Trainer's arguments: the probe's model, sequence, seed and timeout, and `ddplab
+    train`'s defaults for the rest (realrun/cli.py train_parser, not imported here: it imports
+    this module; tests/test_realrun_probe.py checks the two agree)."""
+    from realrun.train import DEFAULT_BUCKET_CAP_MB
+
+    return argparse.Namespace(
+        out=a.out, model=a.model, seq_len=a.seq_len, seed=a.seed, micro_batch=micro_batch, timeout_s=a.timeout_s,
+        comm_hook=comm_hook, micro_batch_per_rank=None, grad_accum=1, bucket_cap_mb=DEFAULT_BUCKET_CAP_MB,
+        no_overlap=False, grad_staging="none", data=None, loader_workers=0, loader_delay_ms=0.0, loader_prefetch=2,
+        lr=3e-4, straggler=[], no_instrument=False, fault=[], save_grads=False,
+    )  # fmt: skip
+
+
 def compute(env: DistEnv, a, writer, recipe: Recipe) -> dict:
-    """Forward and backward per micro-batch size, then the optimizer's step. Returns this
-    rank's means: {"forward_s": {B: s}, "backward_s": {B: s}, "peak_allocated_bytes": {B:
-    bytes or None}, "optimizer_s": s, "params": n}."""
-    model = model_for(a.model, env, a.seed, recipe)
-    opt, scaler = recipe.optimizer(model.parameters(), 1e-4), recipe.scaler()
-    batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
-    # One untimed training step first: AdamW allocates its two state tensors per parameter
-    # in its first step, so from here on memory holds what a training step's does.
-    backward(_loss(model, _batch(batches, a.micro_batches[0], env.device), recipe)[1], scaler)
+    """Forward, backward and the rest of a training step per micro-batch size, timed on
+    training's own path (``training_path``) so that what the calibration calls compute is
+    what a training step spends outside communication. Until 2026-12 this timed a bare local
+    copy (``bare_step``) and missed ~29 ms a step, 2.8-4.4 % (docs/validation.md "The -2.5 %
+    compute bias"; bench/compute_path.py measures the difference). Returns this rank's means:
+    {"forward_s": {B: s}, "backward_s": {B: s}, "peak_allocated_bytes": {B: bytes or None},
+    "optimizer_s": s, "params": n}."""
+    trainer = training_path(env, a, recipe, a.micro_batches[0])
+    # Step 0 runs DDP's bootstrap bucket order; buckets are rebuilt at step 1's forward.
+    # Both untimed, as AdamW's first step allocates its state.
+    for step in range(2):
+        trainer.step = step
+        trainer.train_step()
+    out = {"forward_s": {}, "backward_s": {}, "peak_allocated_bytes": {}}
+    rest = []
+    # The sizes take turns, step by step, so each size's samples span the same stretch of time:
+    # on a box whose speed drifts over minutes, blocks of one size each put one size in a slow
+    # minute and the next in a fast one (the sitting of 2026-12-01, docs/validation.md).
+    steps = {b: [] for b in a.micro_batches}
+    for turn in range(a.warmup + a.iters):
+        for b in a.micro_batches:
+            trainer.micro_batch = b
+            r = trainer.train_step()
+            if turn >= a.warmup:
+                steps[b].append(r)
+    for b, recs in steps.items():
+        shape = {"model": a.model, "micro_batch": b, "seq_len": a.seq_len, "tokens": b * a.seq_len}
+        for i, r in enumerate(recs):
+            # Backward as the rank lives it with no peer: to its last bucket ready, then DDP's
+            # divide, hook and copy back (what a training run's record counts as wait).
+            bwd = r["backward_s"] + r["wait_s"]
+            writer.write(
+                {"type": "compute", **shape, "forward_s": r["forward_s"], "backward_s": bwd,
+                 "backward_ready_s": r["backward_s"], "iter": i}
+            )  # fmt: skip
+            # The rest of the step: data, the optimizer and zero_grad, the loss's sync.
+            rest.append(r["step_wall_s"] - r["forward_s"] - bwd)
+            writer.write(
+                {"type": "optimizer", "params": _params(trainer), "optimizer_s": rest[-1],
+                 "adamw_s": r["optimizer_s"], "micro_batch": b, "iter": i}
+            )  # fmt: skip
+        peaks = [r["mem_peak_allocated_bytes"] for r in recs]
+        reserved = [r["mem_peak_reserved_bytes"] for r in recs]
+        peak = {
+            "peak_allocated_bytes": None if None in peaks else max(peaks),
+            "peak_reserved_bytes": None if None in reserved else max(reserved),
+        }
+        writer.write({"type": "compute_memory", **{k: shape[k] for k in ("micro_batch", "seq_len", "tokens")}, **peak})
+        out["forward_s"][b] = statistics.fmean(r["forward_s"] for r in recs)
+        out["backward_s"][b] = statistics.fmean(r["backward_s"] + r["wait_s"] for r in recs)
+        out["peak_allocated_bytes"][b] = peak["peak_allocated_bytes"]
+    out["params"] = _params(trainer)
+    out["optimizer_s"] = statistics.fmean(rest)
+    return out
+
+
+def _params(trainer) -> int:
+    return sum(p.numel() for p in trainer.ddp.module.parameters())
+
+
+def bare_step(model, opt, batch, recipe: Recipe, scaler) -> tuple[float, float, float]:
+    """(forward_s, backward_s, optimizer_s) of a local copy, no DDP: what the compute probe
+    timed until 2026-12, kept for bench/compute_path.py's comparison."""
+    fwd, bwd = _fwd_bwd(model, batch, recipe, scaler)
+    t0 = now(recipe.device)
     optimizer_step(opt, scaler)
     opt.zero_grad(set_to_none=True)
-    out = {"forward_s": {}, "backward_s": {}, "peak_allocated_bytes": {}}
-    for b in a.micro_batches:
-        batch = _batch(batches, b, env.device)
-        for _ in range(a.warmup):
-            _fwd_bwd(model, batch, recipe, scaler)
-        reset_peak(env.device)
-        times = [_fwd_bwd(model, batch, recipe, scaler) for _ in range(a.iters)]
-        shape = {"model": a.model, "micro_batch": b, "seq_len": a.seq_len, "tokens": b * a.seq_len}
-        for i, (fwd, bwd) in enumerate(times):
-            writer.write({"type": "compute", **shape, "forward_s": fwd, "backward_s": bwd, "iter": i})
-        peak = peak_memory(env.device)
-        writer.write({"type": "compute_memory", **{k: shape[k] for k in ("micro_batch", "seq_len", "tokens")}, **peak})
-        out["forward_s"][b] = statistics.fmean(t[0] for t in times)
-        out["backward_s"][b] = statistics.fmean(t[1] for t in times)
-        out["peak_allocated_bytes"][b] = peak["peak_allocated_bytes"]
-    out["params"] = sum(p.numel() for p in model.parameters())
-    # fp16-amp: scaler.step unscales the gradients in place, so repeated steps would shrink
-    # them 1/scale-fold each time into denormals (slow on CPUs): restore them, untimed.
-    grads = [p.grad.clone() for p in model.parameters()] if scaler is not None else []
-    optimizer_step(opt, scaler)  # warm-up on this size's gradients
-    steps = []
-    for i in range(a.iters):
-        for p, g in zip(model.parameters(), grads, strict=False):
-            p.grad.copy_(g)
-        t0 = now(env.device)
-        optimizer_step(opt, scaler)
-        steps.append(now(env.device) - t0)
-        writer.write({"type": "optimizer", "params": out["params"], "optimizer_s": steps[-1], "iter": i})
-    out["optimizer_s"] = statistics.fmean(steps)
-    return out
+    return fwd, bwd, now(recipe.device) - t0
 
 
 class _Marks:

@@ -40,7 +40,11 @@ class Terminated(Exception):
 
 
 class Trainer:
-    def __init__(self, args, env: rdist.DistEnv, recipe: Recipe):
+    """One rank's training loop. ``group``: the process group DDP and its comm hook reduce over
+    (default: every rank); the compute probe passes a group of this rank alone, so a step runs
+    all of training's code with nothing to exchange (realrun/probe_compute.py)."""
+
+    def __init__(self, args, env: rdist.DistEnv, recipe: Recipe, group=None):
         self.args, self.env, self.recipe = args, env, recipe
         self.step = -1
         self.enter("setup")
@@ -76,7 +80,7 @@ class Trainer:
         # bucket_cap_mb is left unset; any value passed, even 25, makes every bucket that size.
         # sim/buckets.py models exactly this rule, so pass the cap only when it is not 25.
         cap = {} if args.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB else {"bucket_cap_mb": args.bucket_cap_mb}
-        self.ddp = ddp_wrap.wrap(model, env, **cap)
+        self.ddp = ddp_wrap.wrap(model, env, process_group=group, **cap)
         self.opt = recipe.optimizer(self.ddp.parameters(), args.lr)
         self.scaler = recipe.scaler()
         self.instrument = not args.no_instrument
@@ -85,7 +89,7 @@ class Trainer:
         # MPS over gloo: every bucket goes through a CPU copy (realrun/ddp_wrap.py).
         staging = "cpu" if ddp_wrap.needs_staging(env) else args.grad_staging
         if self.instrument or args.comm_hook != "none" or args.no_overlap or staging != "none":
-            inner, state = inner_hook(args.comm_hook, staging)
+            inner, state = inner_hook(args.comm_hook, staging, group)
             # torch's PowerSGD hook issues its P and Q allreduces from future callbacks; on gloo
             # those run on worker threads in completion order, so with several buckets in flight
             # the ranks issue collectives in different orders and gloo aborts on a size mismatch
@@ -127,6 +131,8 @@ class Trainer:
                 t2 = self.now()
                 self.enter("backward")
                 backward(loss, self.scaler)
+                if self.throttle is not None:
+                    self.throttle.backward_end()
                 t3 = self.now()
             loss_sum += per_seq.detach().float().sum()
             data_s, forward_s = data_s + t1 - t, forward_s + t2 - t1

@@ -321,6 +321,9 @@ class NetworkConfig:
     """NVLink SHARP's fixed latency on one node, microseconds."""
     jitter_sigma: float = 0.0
     """Lognormal sigma of a per-collective time multiplier (mean 1)."""
+    jitter_samples: list[float] | None = None
+    """Measured per-collective time multipliers over the median time, resampled as they are (the
+    collective model is fitted to medians); `ddplab calibrate` writes them. Instead of jitter_sigma."""
     gpus_per_rack: int = 0
     """GPUs under one rack (ToR) switch, a multiple of gpus_per_node; 0 = no rack tier (sim/topology.py)."""
     gpus_per_pod: int = 0
@@ -366,6 +369,14 @@ class NetworkConfig:
             "must be >= 0",
         )
         _require(self.jitter_sigma >= 0, "network.jitter_sigma", self.jitter_sigma, "must be >= 0")
+        if self.jitter_samples is not None:
+            n = len(self.jitter_samples)
+            _require(n >= 8, "network.jitter_samples", f"{n} values", "needs at least 8 samples")
+            bad = [x for x in self.jitter_samples if not x > 0]
+            _require(not bad, "network.jitter_samples", bad[:1], "every multiplier must be > 0")
+            _require(
+                self.jitter_sigma == 0, "network.jitter_sigma", self.jitter_sigma, "set it or jitter_samples, not both"
+            )
         self._check_tiers()  # after gpus_per_node, which the tier sizes are multiples of
 
     def _check_tiers(self):

@@ -29,7 +29,7 @@ from sim.busy import Busy
 from sim.config import SHARDED_MODES, Scenario
 from sim.episodes import Effects, Held
 from sim.fsdp import simulate_fsdp
-from sim.noise import multipliers
+from sim.noise import comm_multipliers, multipliers
 from sim.ready import ReadyLines, ReadyTable, Scratch
 from sim.results import Recorder, SimResult
 from sim.workload import Workload, build_workload
@@ -91,13 +91,13 @@ class _CommStream:
 
     def run(self, rec: Recorder):
         env, wl, nb = self.env, self.wl, len(self.wl.buckets)
-        noise_cfg, jitter_sigma = self.sc.noise, self.sc.network.jitter_sigma
+        noise_cfg, net = self.sc.noise, self.sc.network
         t0 = 0.0
         for step in range(self.sc.steps):
             # Draw order is fixed (noise then jitter), whatever the grouping.
             shape = (wl.ranks, wl.grad_accum)
             noise = multipliers(self.rng, noise_cfg.distribution, noise_cfg.sigma, shape, noise_cfg.samples)
-            jitter = multipliers(self.rng, "lognormal", jitter_sigma, nb)
+            jitter = comm_multipliers(self.rng, net.jitter_sigma, net.jitter_samples, nb)
             pause = None
             if self.effects:  # episodes and pauses: their own generators (sim/episodes.py)
                 fx = self.effects.at(step, t0)

@@ -73,7 +73,7 @@ from sim.config import Scenario
 from sim.episodes import Effects, Held
 from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, param_tensors
 from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
-from sim.noise import multipliers
+from sim.noise import comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
 from sim.workload import build_workload
@@ -277,7 +277,7 @@ def simulate_fsdp(
     for step in range(steps):
         # Draw order as sim/engine.py: the step's noise, then its jitter.
         noise = multipliers(rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples)
-        jitter = multipliers(rng, "lognormal", sc.network.jitter_sigma, n_coll)
+        jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, n_coll)
         t = t0 + wl.dataloader_s
         work = np.zeros(n)  # compute per rank this step
         coll_wait = np.zeros(n)

@@ -31,6 +31,14 @@ def multipliers(rng: np.random.Generator, distribution: str, sigma: float, size,
     raise ValueError(f"noise.distribution: unknown {distribution!r}")
 
 
+def comm_multipliers(rng: np.random.Generator, sigma: float, samples, size) -> np.ndarray:
+    """Per-collective time multipliers: measured ones (over the median) resampled as they are,
+    or lognormal with this sigma, mean 1 (none at sigma 0: no draw is made)."""
+    if samples:
+        return rng.choice(np.asarray(samples, dtype=float), size=size)
+    return multipliers(rng, "lognormal", sigma, size)
+
+
 def speed_factors(rng: np.random.Generator, ranks: int, spread_sd: float, stragglers: dict[int, float]) -> np.ndarray:
     """Persistent per-rank compute-time factors: a lognormal spread (identical GPUs
     differ by ~1.2 % sd, Sinha et al. arXiv 2208.11035) times explicit stragglers."""

@@ -163,17 +163,20 @@ def train_run(
     world: int = 2,
     steps: int = 10,
     rate: str | None = "1gbit",
+    step_times: list[float] | None = None,
 ) -> Path:
-    """A train run in which every step took ``step_s`` (and waited ``wait_s``) on every rank."""
+    """A train run in which every step took ``step_s`` (and waited ``wait_s``) on every rank;
+    ``step_times``: step s took step_times[s] instead (``steps`` is then its length)."""
+    step_times = list(step_times) if step_times is not None else [step_s] * steps
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = {"model": "gpt2-tiny", "seq_len": 64, "micro_batch": 4, "grad_accum": 1, "bucket_cap_mb": 25.0}
     cfg |= {"comm_hook": "none", "no_overlap": False, "straggler": [], "micro_batch_per_rank": None} | config
     for rank in range(world):
         recs = [_meta("train", rank, world, cfg)]
-        for s in range(steps):
+        for s, wall_s in enumerate(step_times):
             recs.append(
                 {"type": "step", "step": s, "micro_batch": cfg["micro_batch"], "tokens": 1, "loss": 1.0}
-                | {"step_wall_s": step_s, "data_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "wait_s": wait_s}
+                | {"step_wall_s": wall_s, "data_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "wait_s": wait_s}
                 | {"optimizer_s": 0.0}
             )
         _write(run_dir / f"train-rank{rank:04d}.jsonl", recs)

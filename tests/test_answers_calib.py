@@ -173,7 +173,9 @@ def test_validate_names_the_file_and_the_fix_too(noisy):
 
     d, run = noisy
     calib = calibrate([run])
-    stale = dataclasses.replace(calib, noise=dataclasses.replace(calib.noise, distribution="normal", sigma=0.289))
+    # As calibrate wrote it before 2026-12: no per-size multipliers, so the pooled fit applies.
+    noise = dataclasses.replace(calib.noise, distribution="normal", sigma=0.289, multipliers_by_micro_batch=None)
+    stale = dataclasses.replace(calib, noise=noise)
     train = read_run(run)  # validate reads a train run's config; the probe's meta serves here
     train.config.update({"model": "gpt2-tiny", "micro_batch": 2})
     with pytest.raises(ValueError) as e:
@@ -188,7 +190,7 @@ def test_calibrate_checks_every_value_it_writes_against_the_simulator(cpu_calib)
     _, calib = cpu_calib
     check_admitted(calib, "calib.json")  # the real one passes
     step = calib.compute.step_s
-    slow_backward = AffineFit(step.intercept_s * 2, step.per_token_s * 2, step.r2, step.points)
+    slow_backward = AffineFit(step.intercept_s * 2, step.per_token_s * 2, step.r2, [(t, 2 * s) for t, s in step.points])
     bad = dataclasses.replace(calib, compute=dataclasses.replace(calib.compute, backward_s=slow_backward))
     with pytest.raises(ValueError, match=r"^out/calib.json: the calibration would be refused by simulate and validate:"
                        r" compute.backward_fraction: must be in \(0, 1\), got 2"):  # fmt: skip

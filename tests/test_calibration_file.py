@@ -12,7 +12,9 @@ from fake_runs import probe_run
 from calibrate.calib import calibrate
 from calibrate.calibration import Calibration
 
-OLD = ROOT / "measurements" / "validation" / "calib.json"  # written before --precision existed
+# measurements/validation/calib.json as committed on 2026-11-29: written before --precision,
+# the per-size jitter and the collective jitter existed.
+OLD = ROOT / "tests" / "calib-2026-11-29.json"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,8 @@ def test_a_file_from_before_precision_reads_with_its_defaults():
     assert "precision" not in data and "memory" not in data["compute"]
     c = Calibration.read(OLD)
     assert (c.precision, c.compiled, c.compute.memory, c.device_class) == ("fp32", False, None, None)
+    assert c.noise.multipliers_by_micro_batch is None
+    assert all(n.allreduce_jitter is None for n in c.networks.values())
     assert (
         c.networks["1gbit"].allreduce.busbw_gb_s == data["networks"]["1gbit"]["collectives"]["allreduce"]["busbw_gb_s"]
     )

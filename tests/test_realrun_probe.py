@@ -187,8 +187,11 @@ def test_compute_time_grows_with_micro_batch(full):
             assert all(x["forward_s"] > 0 and x["backward_s"] > 0 for x in mine)
             mean[b] = statistics.fmean(x["forward_s"] + x["backward_s"] for x in mine)
         assert mean[32] > mean[1], mean
+        # Timed on training's path: every timed step's optimizer (and the rest outside forward
+        # and backward), per micro-batch size; AdamW alone is within it.
         opt = by_type(r, "optimizer")
-        assert len(opt) == ITERS and all(x["optimizer_s"] > 0 for x in opt)
+        assert len(opt) == ITERS * len(MICRO_BATCHES) and all(0 < x["adamw_s"] < x["optimizer_s"] for x in opt)
+        assert all(x["backward_ready_s"] < x["backward_s"] for x in recs)  # DDP's divide and copy back follow
         assert opt[0]["params"] == sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
 
 
@@ -266,7 +269,7 @@ def test_one_rank_skips_what_needs_a_peer(tmp_path):
     mem = by_type(r, "compute_memory")
     assert [(m["micro_batch"], m["seq_len"], m["tokens"]) for m in mem] == [(1, 16, 16), (2, 16, 32)]
     assert all(m["peak_allocated_bytes"] is None and m["peak_reserved_bytes"] is None for m in mem)
-    assert len(by_type(r, "compute")) == 2 * 2 and len(by_type(r, "optimizer")) == 2
+    assert len(by_type(r, "compute")) == 2 * 2 and len(by_type(r, "optimizer")) == 2 * 2
     (ddp,) = by_type(r, "ddp_memory")
     grad_bytes = 4 * sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
     assert ddp["grad_dtype"] == "float32" and ddp["buckets"] == 1 and ddp["tokens"] == 32
@@ -327,3 +330,20 @@ def test_unknown_model_fails_before_launching(ddplab, tmp_path):
     assert code == 2 and "unknown preset 'gpt2-huge'" in err
     code, _, err = ddplab("probe", "--out", str(tmp_path), "--seq-len", "65")
     assert code == 2 and "exceeds gpt2-tiny's context 64" in err
+
+
+def test_the_compute_probe_trains_with_train_defaults():
+    """The probe's Trainer (realrun/probe_compute.py training_args) takes `ddplab train`'s own
+    defaults for everything it does not set, and every argument the Trainer reads."""
+    from argparse import Namespace
+
+    from realrun.cli import train_parser
+    from realrun.probe_compute import training_args
+
+    probe = Namespace(out="o", model="gpt2-mini", seq_len=128, seed=3, timeout_s=60.0)
+    mine = vars(training_args(probe, micro_batch=4))
+    argv = ["--out", "o", "--model", "gpt2-mini", "--seq-len", "128", "--seed", "3", "--timeout-s", "60"]
+    train = vars(train_parser().parse_args(argv))
+    launch_only = {"backend", "device", "precision", "compile", "force", "steps"}  # run() and the recipe read these
+    assert set(mine) == set(train) - launch_only
+    assert all(mine[k] == train[k] for k in mine if k != "out") and str(mine["out"]) == str(train["out"])

@@ -138,8 +138,16 @@ def test_straggler_burns_compute_and_the_other_rank_waits(tmp_path, base):
     p = train(tmp_path, "--steps", "12", "--straggler", "1:2.0")
     assert p.returncode == 0, p.stderr[-3000:]
     fast, slow = steps_of(tmp_path)
-    assert med(slow, fwd_bwd) / med(fast, fwd_bwd) > 1.5
-    assert med(slow, lambda s: s["throttle_s"]) > 0 and all(s["throttle_s"] == 0 for s in fast)
+    # The slow rank burns (F - 1) x its own compute: forward and backward tiled in spans (CPU
+    # seconds, so a preemption is not burned again). Against its own compute, as the other
+    # rank's core may be shared with other work on a small box.
+    burned = med(slow, lambda s: s["throttle_s"])
+    assert 0.8 < burned / (med(slow, fwd_bwd) - burned) < 1.2
+    # Across ranks only the order is checked: gpt2-tiny's ~20 ms of compute swings by more than
+    # a tenth with the test suite's own load; on gpt2-mini over netlab 1:2 measured 1.88x the
+    # other rank's compute and 1:1.5 1.48x (docs/validation.md).
+    assert med(slow, fwd_bwd) > med(fast, fwd_bwd)
+    assert all(s["throttle_s"] == 0 for s in fast)
     # Bulk-synchronous: rank 0 now waits for rank 1's extra compute in its allreduces.
     extra_s = med(slow, fwd_bwd) - med(fast, fwd_bwd)
     base_wait_s = med(steps_of(base[0])[0], lambda s: s["wait_s"])

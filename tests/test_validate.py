@@ -7,10 +7,19 @@ import json
 import numpy as np
 import pytest
 from fake_runs import probe_run, train_run
+from scipy.stats import ks_2samp
 
 from calibrate.calib import calibrate
 from calibrate.records import read_run
-from calibrate.validate import scenario_for
+from calibrate.validate import (
+    SIM_STEPS,
+    WARMUP_STEPS,
+    _predicted,
+    compare,
+    lag1_autocorrelation,
+    scenario_for,
+    summarise,
+)
 from sim.scenario_file import scenario_from_dict
 from sim.workload import build_workload
 
@@ -57,6 +66,90 @@ def test_prediction_is_the_closed_form_and_error_is_measured(calib_file, tmp_pat
     assert path.with_name("validation.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_ks_p_is_the_exact_two_sample_p_value():
+    """Two samples of 5 that do not overlap: D = 1, and under the null every one of the
+    C(10, 5) = 252 orderings of the 10 pooled values is equally likely; 2 of them (all of one
+    sample below all of the other, either way round) reach D = 1, so p = 2/252 exactly."""
+    out = compare(np.arange(1.0, 6.0), np.arange(6.0, 11.0))
+    assert out["ks"] == 1.0
+    assert out["ks_p"] == pytest.approx(2 / 252, rel=1e-9)
+    same = compare(np.arange(1.0, 101.0), np.arange(1.0, 101.0))
+    assert same["ks"] == 0.0 and same["ks_p"] == 1.0
+    # One sample the other shifted by half its range: D = 0.5 (the ECDFs part for 50 of 100).
+    half = compare(np.arange(100.0), np.arange(100.0) + 50)
+    assert half["ks"] == pytest.approx(0.5) and half["ks_p"] < 1e-5
+
+
+def test_p99_error_is_the_ratio_of_99th_percentiles():
+    """Only the two largest predicted steps differ (doubled): the p50 and p95 errors are 0,
+    and the p99 error is 198.02 / 99.01 - 1 = 1 exactly (numpy's linear interpolation at
+    rank 0.99 x 99 = 98.01 on both sides), not the max's or the p95's."""
+    measured = np.arange(1.0, 101.0)
+    predicted = measured.copy()
+    predicted[-2:] *= 2
+    out = compare(measured, predicted)
+    assert out["error_p50"] == 0.0 and out["error_p95"] == 0.0
+    assert np.percentile(predicted, 99) == pytest.approx(198.02) and np.percentile(measured, 99) == pytest.approx(99.01)
+    assert out["error_p99"] == pytest.approx(1.0)
+    assert out["error_mean"] == pytest.approx((measured.sum() + 199) / measured.sum() - 1)
+
+
+def test_lag1_autocorrelation():
+    # d = -2 -1 0 1 2: sum of neighbour products 2 + 0 + 0 + 2 = 4 over sum of squares 10.
+    assert lag1_autocorrelation(np.array([1.0, 2, 3, 4, 5])) == pytest.approx(0.4)
+    assert lag1_autocorrelation(np.array([1.0, -1] * 50)) == pytest.approx(-0.99)
+    assert lag1_autocorrelation(np.ones(10)) == 0.0  # no spread: no correlation to speak of
+
+
+def test_summary_counts_signs_and_passes():
+    rows = [
+        {"name": f"r{i}", "error_p50": e, "error_p95": 0.0, "error_p99": 0.0, "ks": 0.1, "ks_p": p}
+        | {"lag1": lag, "steps": 100, "error_mean": -e / 2}
+        for i, (e, p, lag) in enumerate([(0.01, 0.5, 0.0), (0.02, 0.04, 0.3), (0.03, 0.05, 0.1), (-0.03, 0.9, 0.0)])
+    ]
+    s = summarise(rows)
+    assert (s["over"], s["under"]) == (3, 1)
+    assert s["mean_error_p50"] == pytest.approx(0.0075) and s["mape"] == pytest.approx(0.0225)
+    assert s["sign_test_p"] == pytest.approx(10 / 16)  # P(3 or more of 4 on one side) = 2 x 5/16
+    assert (s["over_mean"], s["under_mean"]) == (1, 3) and s["mean_error_mean"] == pytest.approx(-0.00375)
+    assert s["ks_pass"] == 3  # ks_p >= 0.05, the boundary included
+    assert s["autocorrelated"] == 1  # lag1 above 2/sqrt(100) = 0.2
+    assert s["worst"] in ("r2", "r3")
+
+
+def test_distribution_numbers_through_the_command(calib_file, tmp_path, ddplab):
+    """validate --json and its table: per run ks, ks_p (ks_2samp of the measured steps after
+    warm-up against the simulated ones), p50/p95/p99 errors, lag1; the summary over runs."""
+    path, calib, _ = calib_file
+    expect = _closed_form_no_overlap(calib)
+    rng = np.random.default_rng(1)
+    times = list(expect * rng.lognormal(0.0, 0.01, 40))
+    run = train_run(tmp_path / "1gbit" / "train-d", config={"no_overlap": True}, step_s=0, step_times=times)
+    code, out, err = ddplab("validate", "--calib", str(path), str(run), "--json")
+    assert code == 0, err
+    v = json.loads(out)
+    row = v["rows"][0]
+    assert row["steps"] == 40 - WARMUP_STEPS and row["measured_step_s"] == pytest.approx(times[WARMUP_STEPS:])
+    assert row["simulated_steps"] == SIM_STEPS == len(row["predicted_quantiles_s"]) * 20
+    predicted = _predicted(scenario_for(read_run(run), calib, str(path), seed=0)[0])["step_s"]
+    assert len(predicted) == SIM_STEPS
+    ks = ks_2samp(times[WARMUP_STEPS:], predicted)
+    assert (row["ks"], row["ks_p"]) == (pytest.approx(ks.statistic), pytest.approx(ks.pvalue))
+    for q in (50, 95, 99):
+        want = np.percentile(predicted, q) / np.percentile(times[WARMUP_STEPS:], q) - 1
+        assert row[f"error_p{q}"] == pytest.approx(want)
+    assert row["lag1"] == pytest.approx(lag1_autocorrelation(np.array(times[WARMUP_STEPS:])))
+    assert v["ks_pass"] == (ks.pvalue >= 0.05) and v["mean_error_p50"] == pytest.approx(row["error_p50"])
+    assert v["over"] + v["under"] == 1
+    assert path.with_name("validation-cdf.png").read_bytes()[:4] == b"\x89PNG"
+    code, text, err = ddplab("validate", "--calib", str(path), str(run))
+    assert code == 0, err
+    head = text.splitlines()[0].split()
+    assert {"p99", "KS", "lag1"} <= set(head) and "KS p" in text.splitlines()[0]
+    assert f"{v['ks_pass']} of 1 runs pass the two-sample KS test at p >= 0.05" in text
+    assert f"({row['steps']} measured against {SIM_STEPS} simulated steps" in text
+
+
 def test_run_configuration_reaches_the_simulator(calib_file, tmp_path):
     path, calib, _ = calib_file
     cfg = {"bucket_cap_mb": 0.1, "grad_accum": 3, "comm_hook": "fp16", "straggler": [[1, 2.0]], "micro_batch": 2}
@@ -66,13 +159,17 @@ def test_run_configuration_reaches_the_simulator(calib_file, tmp_path):
     t = sc.training
     assert (t.bucket_cap_mb, t.grad_accum, t.comm_hook, t.micro_batch_size, t.overlap) == (0.1, 3, "fp16", 2, True)
     fit = calib.compute.step_s
-    assert sc.compute.step_compute_s == pytest.approx(fit.intercept_s + fit.per_token_s * 2 * 64)
+    # 2 x 64 tokens were probed: the measured mean there, not the affine fit's value.
+    assert sc.compute.step_compute_s == pytest.approx(dict(fit.points)[128])
+    assert sc.compute.step_compute_s != pytest.approx(fit.seconds(128), rel=1e-6)
+    # ... and the jitter of that size's own iterations.
+    assert sc.noise.distribution == "empirical" and sc.noise.samples == calib.noise.multipliers_by_micro_batch[2]
     assert sc.straggler_map[1] == pytest.approx(2.0 * calib.ranks[1].speed_factor, rel=1e-5)
-    # Uneven micro-batches: the smaller rank's work is its share of the affine fit.
+    # Uneven micro-batches: the smaller rank's work is its share, at the measured sizes.
     data, _ = scenario_for(
         read_run(train_run(tmp_path / "u", config={"micro_batch_per_rank": [4, 1]}, step_s=1.0)), calib, "c", seed=0
     )
-    share = (fit.intercept_s + fit.per_token_s * 64) / (fit.intercept_s + fit.per_token_s * 256)
+    share = dict(fit.points)[64] / dict(fit.points)[256]
     assert scenario_from_dict(data).straggler_map[1] == pytest.approx(share * calib.ranks[1].speed_factor, rel=1e-5)
 
 
