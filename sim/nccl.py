@@ -35,8 +35,8 @@ class Platform(NamedTuple):
     cpu_vendor: str  # intel | amd: NCCL's multi-node LL ceiling and net overhead follow the host
     nvls_busbw_gb_s: float  # 0 = no NVLink SHARP
     net_hop_us: float
-    latency_us: tuple[float, float, float] = (35.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
-    nvls_latency_us: float = 80.0  # one node
+    latency_us: tuple[float, float, float]  # one node, (LL, LL128, Simple)
+    nvls_latency_us: float  # one node
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py); flat by default
 
 

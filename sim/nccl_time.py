@@ -74,10 +74,9 @@ def ring_steps(op: str, ranks: int, nodes: int) -> tuple[int, int]:
     return phases * (ranks - 1), 0 if nodes == 1 else phases * (nodes - 1)
 
 
-def busbw_gb_s(p, s, algo: str, proto: int, nic_gb_s: float | None = None) -> float:
-    """The bus bandwidth the bytes of this pair move at (GB/s); ``nic_gb_s``: the node's NIC
-    side (default the platform's, flat)."""
-    nic = p.inter_busbw_gb_s if nic_gb_s is None else nic_gb_s
+def busbw_gb_s(p, s, algo: str, proto: int, nic: float) -> float:
+    """The bus bandwidth the bytes of this pair move at (GB/s); ``nic``: the node's NIC side
+    after the tiers above the node."""
     intra = p.intra_busbw_gb_s
     if s.nodes > 1 and s.ppn > 1:
         intra = intra * s.ppn / (s.ppn - 1)  # one of a node's ppn ring edges is a NIC's
