@@ -1,6 +1,7 @@
-"""Published collective curves, transcribed: (size in bytes, out-of-place time in us, out-of-place
-busbw in GB/s), every size the source prints. Conditions and citations: calibrate/public.py
-``SOURCES`` and docs/validation-public.md. Numbers as printed; nothing here is computed."""
+"""Published measurements, transcribed. Collective curves: (size in bytes, out-of-place time in
+us, out-of-place busbw in GB/s), every size the source prints. Training tables: the columns each
+names, as printed. Conditions and citations: calibrate/public.py ``SOURCES`` and
+docs/validation-public.md. Numbers as printed; nothing here is computed."""
 
 # togethercomputer/together-nccl-tests, benchmarks/H100/results/20260305_220043: one node of
 # 8 x H100 80GB HBM3, NCCL 2.26.2, one process driving 8 GPUs (-g 8), float, NCCL_ALGO=RING.
@@ -230,3 +231,125 @@ AAC11_MI325X_RING = {
     4: ((4294967296, 23904.0, 348.12), (8589934592, 47563.0, 349.92), (17179869184, 94942.0, 350.59)),
     8: ((4294967296, 24572.0, 344.13), (8589934592, 48321.0, 349.98), (17179869184, 96405.0, 350.84)),
 }
+
+# mosaicml/llm-foundry scripts/train/benchmarking/README.md (last changed in commit 4952183,
+# 2024-04-22): MPT pre-training throughput on the MosaicML platform, Composer FSDP, flash
+# attention, no torch.compile, 12 steps per configuration. The rule, fixed before any row was
+# predicted: every row at seq 2048 with FULL_SHARD and bf16 or amp_bf16 precision (82 rows);
+# SHARD_GRAD_OP (ZeRO-2) and amp_fp8 rows are left out because ddplab models neither. Columns
+# as printed: (section: h100 | a100-80gb | a100-40gb, model, # GPUs, micro-batch, grad accum,
+# global batch in tokens, throughput in tokens/s, precision, activation checkpointing).
+LLM_FOUNDRY = (
+    ("h100", "70b", 512, 8, 1, 8388608, 515636, "amp_bf16", True),
+    ("h100", "70b", 256, 8, 1, 4194304, 265149, "amp_bf16", True),
+    ("h100", "70b", 128, 8, 1, 2097152, 135490, "amp_bf16", True),
+    ("h100", "30b", 512, 8, 1, 8388608, 1083366, "amp_bf16", True),
+    ("h100", "30b", 256, 8, 1, 4194304, 550022, "amp_bf16", True),
+    ("h100", "30b", 128, 8, 1, 2097152, 281491, "amp_bf16", True),
+    ("h100", "13b", 512, 16, 1, 16777216, 2535811, "amp_bf16", True),
+    ("h100", "13b", 256, 16, 1, 8388608, 1277214, "amp_bf16", True),
+    ("h100", "13b", 128, 16, 1, 4194304, 650264, "amp_bf16", True),
+    ("h100", "7b", 512, 6, 1, 6291456, 4951479, "amp_bf16", False),
+    ("h100", "7b", 256, 6, 1, 3145728, 2590548, "amp_bf16", False),
+    ("h100", "7b", 128, 6, 1, 1572864, 1340830, "amp_bf16", False),
+    ("h100", "70b", 64, 8, 4, 4194304, 66523, "amp_bf16", True),
+    ("h100", "70b", 32, 2, 16, 2097152, 28242, "amp_bf16", True),
+    ("h100", "30b", 32, 14, 3, 2752512, 73860, "amp_bf16", True),
+    ("h100", "30b", 16, 10, 3, 983040, 36209, "amp_bf16", True),
+    ("h100", "30b", 8, 3, 21, 1032192, 16022, "amp_bf16", True),
+    ("h100", "13b", 64, 2, 1, 262144, 307209, "amp_bf16", False),
+    ("h100", "13b", 32, 2, 1, 131072, 153960, "amp_bf16", False),
+    ("h100", "13b", 16, 2, 1, 65536, 76280, "amp_bf16", False),
+    ("h100", "13b", 8, 2, 1, 32768, 38336, "amp_bf16", False),
+    ("h100", "7b", 8, 6, 1, 98304, 85144, "amp_bf16", False),
+    ("h100", "3b", 64, 6, 3, 2359296, 1441663, "amp_bf16", False),
+    ("h100", "3b", 32, 6, 3, 1179648, 736701, "amp_bf16", False),
+    ("h100", "3b", 16, 10, 3, 983040, 386285, "amp_bf16", False),
+    ("h100", "1b", 64, 20, 1, 2621440, 2841754, "amp_bf16", False),
+    ("h100", "1b", 32, 20, 1, 1310720, 1444183, "amp_bf16", False),
+    ("h100", "1b", 16, 20, 1, 655360, 736596, "amp_bf16", False),
+    ("h100", "1b", 8, 14, 1, 229376, 363645, "amp_bf16", False),
+    ("h100", "760m", 32, 24, 1, 1572864, 2175091, "amp_bf16", False),
+    ("h100", "760m", 16, 24, 1, 786432, 1096819, "amp_bf16", False),
+    ("h100", "760m", 8, 24, 2, 786432, 505177, "amp_bf16", False),
+    ("a100-80gb", "70b", 64, 8, 4, 4194304, 26274, "bf16", True),
+    ("a100-80gb", "70b", 32, 2, 16, 2097152, 11962, "bf16", True),
+    ("a100-80gb", "30b", 8, 3, 21, 1032192, 7330, "amp_bf16", True),
+    ("a100-80gb", "13b", 8, 2, 3, 98304, 18097, "amp_bf16", False),
+    ("a100-80gb", "7b", 8, 6, 2, 196608, 37130, "amp_bf16", False),
+    ("a100-80gb", "3b", 8, 10, 2, 327680, 86491, "amp_bf16", False),
+    ("a100-80gb", "1b", 8, 14, 4, 917504, 164109, "amp_bf16", False),
+    ("a100-80gb", "760m", 8, 24, 2, 786432, 259472, "amp_bf16", False),
+    ("a100-80gb", "350m", 8, 32, 2, 1048576, 470263, "amp_bf16", False),
+    ("a100-80gb", "125m", 8, 40, 2, 1310720, 1142641, "amp_bf16", False),
+    ("a100-80gb", "125m", 8, 32, 2, 1048576, 1133901, "amp_bf16", False),
+    ("a100-40gb", "70b", 128, 4, 1, 1048576, 48194, "bf16", True),
+    ("a100-40gb", "70b", 64, 2, 1, 262144, 17672, "bf16", True),
+    ("a100-40gb", "30b", 128, 6, 1, 1572864, 110803, "bf16", True),
+    ("a100-40gb", "30b", 32, 4, 1, 262144, 27431, "bf16", True),
+    ("a100-40gb", "13b", 128, 16, 1, 4194304, 252444, "bf16", True),
+    ("a100-40gb", "13b", 64, 16, 1, 2097152, 126479, "bf16", True),
+    ("a100-40gb", "13b", 32, 14, 1, 917504, 63946, "bf16", True),
+    ("a100-40gb", "13b", 16, 10, 1, 327680, 31900, "bf16", True),
+    ("a100-40gb", "13b", 8, 4, 16, 1048576, 13347, "bf16", True),
+    ("a100-40gb", "7b", 128, 18, 1, 4718592, 463749, "bf16", True),
+    ("a100-40gb", "7b", 64, 18, 1, 2359296, 234614, "bf16", True),
+    ("a100-40gb", "7b", 32, 18, 1, 1179648, 119202, "bf16", True),
+    ("a100-40gb", "7b", 16, 16, 1, 524288, 58322, "bf16", True),
+    ("a100-40gb", "7b", 8, 12, 4, 786432, 29436, "bf16", True),
+    ("a100-40gb", "3b", 128, 6, 1, 1572864, 1220885, "bf16", False),
+    ("a100-40gb", "3b", 64, 6, 1, 786432, 623167, "bf16", False),
+    ("a100-40gb", "3b", 32, 6, 1, 393216, 317261, "bf16", False),
+    ("a100-40gb", "3b", 16, 5, 1, 163840, 156013, "bf16", False),
+    ("a100-40gb", "3b", 8, 5, 8, 655360, 80520, "bf16", False),
+    ("a100-40gb", "1b", 128, 10, 1, 2621440, 2386897, "bf16", False),
+    ("a100-40gb", "1b", 64, 10, 1, 1310720, 1216104, "bf16", False),
+    ("a100-40gb", "1b", 32, 10, 1, 655360, 497782, "bf16", False),
+    ("a100-40gb", "1b", 16, 8, 1, 262144, 305372, "bf16", False),
+    ("a100-40gb", "1b", 8, 8, 8, 1048576, 154171, "bf16", False),
+    ("a100-40gb", "760m", 128, 12, 1, 3145728, 3704382, "bf16", False),
+    ("a100-40gb", "760m", 64, 12, 1, 1572864, 1878030, "bf16", False),
+    ("a100-40gb", "760m", 32, 12, 1, 786432, 948745, "bf16", False),
+    ("a100-40gb", "760m", 16, 12, 1, 393216, 473723, "bf16", False),
+    ("a100-40gb", "760m", 8, 12, 4, 786432, 241389, "bf16", False),
+    ("a100-40gb", "350m", 128, 18, 1, 4718592, 6647647, "bf16", False),
+    ("a100-40gb", "350m", 64, 18, 1, 2359296, 3372118, "bf16", False),
+    ("a100-40gb", "350m", 32, 18, 1, 1179648, 1721978, "bf16", False),
+    ("a100-40gb", "350m", 16, 18, 1, 589824, 886622, "bf16", False),
+    ("a100-40gb", "350m", 8, 16, 4, 1048576, 447963, "bf16", False),
+    ("a100-40gb", "125m", 128, 26, 1, 6815744, 15863837, "bf16", False),
+    ("a100-40gb", "125m", 64, 26, 1, 3407872, 8015010, "bf16", False),
+    ("a100-40gb", "125m", 32, 26, 1, 1703936, 4067922, "bf16", False),
+    ("a100-40gb", "125m", 16, 26, 1, 851968, 2088560, "bf16", False),
+    ("a100-40gb", "125m", 8, 26, 3, 1277952, 1090678, "bf16", False),
+)
+
+# MPT shapes, scripts/train/yamls/pretrain/mpt-<model>.yaml at llm-foundry 8c8dd48: (n_layers,
+# d_model, n_heads); every one has expansion_ratio 4, vocab_size 50368 and max_seq_len 2048.
+MPT_SHAPES = {
+    "125m": (12, 768, 12),
+    "350m": (24, 1024, 16),
+    "760m": (24, 1536, 12),
+    "1b": (24, 2048, 16),
+    "3b": (32, 2560, 20),
+    "7b": (32, 4096, 32),
+    "13b": (40, 5120, 40),
+    "30b": (48, 7168, 56),
+    "70b": (80, 8192, 64),
+}
+
+# pytorch/torchtitan: Llama 3 / 3.1 with FSDP2 alone, tokens/s per GPU as printed, local batch,
+# seq 8192 (the train_configs' seq_len at the commits that ran them; the tables do not print it),
+# activation checkpointing as printed: (table, model, GPUs, local batch, compiled, AC, TPS/GPU).
+# benchmarks/llama3_h100_202412_torchtitan.md Tables 1 and 3 (torchtitan 9dec370); the Float8 rows
+# are left out (ddplab models no FP8). docs/performance.md at 4d88a8a, "Llama 3 performance
+# numbers" (64 x A100 80GB); its "selective layer" row is left out beside the "selective op" one,
+# which the same page says its loss curves ran.
+TORCHTITAN = (
+    ("h100-2412", "llama3-8b", 8, 2, False, "selective", 5762),
+    ("h100-2412", "llama3-8b", 8, 2, True, "selective", 6667),
+    ("h100-2412", "llama3-8b", 128, 2, False, "selective", 5605),
+    ("h100-2412", "llama3-8b", 128, 2, True, "selective", 6514),
+    ("a100-2412", "llama3-8b", 64, 1, False, "selective op", 2973),
+    ("a100-2412", "llama3-70b", 64, 1, False, "full", 331),
+)

@@ -233,6 +233,9 @@ def _validate_public(args):
             f"{name.replace('_', '-')}: {part['within']} of {part['rows']} rows within their tier, median |error|"
             f" {part['median_abs_error']:.1%}, worst {worst['what']} ({worst['error']:+.0%})"
         )
+    print(
+        "held-out by source: " + ", ".join(f"{k} {v['within']}/{v['rows']}" for k, v in h["held_out_by_source"].items())
+    )
     print(f"{h['sources']} sources; conditions, citations and commands: ddplab validate --public --json")
     return rows
 
