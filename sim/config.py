@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from sim.gpt2 import GPT2Shape
 from sim.model_source import SHAPE_KEYS, resolve_model
-from sim.precision import PRECISIONS, Precision, precision_dtypes
+from sim.precision import PRECISIONS, Precision, precision_dtypes, sharded
 from sim.topology import PLACEMENTS
 from sim.tuning_tables import TABLES
 
@@ -159,8 +159,10 @@ class TrainingConfig:
 
     @property
     def dtypes(self) -> Precision:
-        """Bytes per element of each kind of tensor under ``precision``."""
-        return precision_dtypes(self.precision)
+        """Bytes per element of each kind of tensor under ``precision`` (and, sharded, FSDP's
+        mixed precision: sim/precision.py)."""
+        dtypes = precision_dtypes(self.precision)
+        return sharded(dtypes) if self.mode in SHARDED_MODES else dtypes
 
 
 @dataclass(kw_only=True)

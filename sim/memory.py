@@ -145,7 +145,7 @@ def logits_bytes(shape: TransformerShape, seq_len: int, micro_batch: int, dtypes
 
 def weight_copy_bytes(shape: TransformerShape, dtypes: Precision) -> float:
     """Autocast's 16-bit copies of the matmul weights (four per block, and the output layer)."""
-    if not dtypes.autocast:
+    if not dtypes.weight_casts:
         return 0.0
     return (shape.n_layer * shape.block_matmul_numel + shape.embedding_numel) * dtypes.compute_bytes
 

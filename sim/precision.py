@@ -20,8 +20,12 @@ Why, from PyTorch itself:
   fp32 (CUDA autocast's fp32 op list), so the residual stream stays fp32.
 - AdamW's exp_avg and exp_avg_sq take the parameter's dtype (torch.optim.AdamW): 8 bytes per
   fp32 parameter, 4 per bf16 one. Pure bf16 keeps no fp32 master copy.
-- FSDP's mixed precision (torchtitan's default: parameters in bf16, gradients reduced in fp32)
-  allgathers the compute dtype and reduce-scatters the gradient dtype (sim/fsdp.py).
+- FSDP's mixed precision (FSDP2's MixedPrecisionPolicy, FSDP1's MixedPrecision, with
+  param_dtype the compute dtype and reduce_dtype fp32: torchtitan's default, Composer's
+  "DEFAULT") allgathers the compute dtype and reduce-scatters the gradient dtype (sim/fsdp.py).
+  The module then holds 16-bit parameters, so no op casts a weight and the embedding's output,
+  and with it the residual stream, is 16-bit; the fp32 master weights and AdamW's state stay in
+  the shards (``sharded``, which training.mode fsdp and hsdp apply).
 """
 
 from typing import NamedTuple
@@ -44,10 +48,10 @@ class Precision(NamedTuple):
     """16-bit weight copies for the forward; log_softmax and the loss in fp32."""
     peak: str
     """Which tensor peak the matmuls run at: bf16 | tf32 | fp32 (compute.peak_*_tflop_s)."""
-
-    @property
-    def residual_bytes(self) -> int:
-        return self.param_bytes
+    residual_bytes: int
+    """The residual stream's dtype: the embedding output's, kept by autocast's fp32 layer norms."""
+    weight_casts: bool
+    """Each op casts its weight to 16 bits (autocast over fp32 parameters), and keeps the copy."""
 
     @property
     def loss_bytes(self) -> int:
@@ -56,12 +60,18 @@ class Precision(NamedTuple):
 
 
 _TABLE = {
-    "fp32": Precision("fp32", 4, 4, 4, 8, False, "fp32"),
-    "tf32": Precision("tf32", 4, 4, 4, 8, False, "tf32"),
-    "bf16-amp": Precision("bf16-amp", 4, 2, 4, 8, True, "bf16"),
-    "fp16-amp": Precision("fp16-amp", 4, 2, 4, 8, True, "bf16"),
-    "bf16": Precision("bf16", 2, 2, 2, 4, False, "bf16"),
+    "fp32": Precision("fp32", 4, 4, 4, 8, False, "fp32", 4, False),
+    "tf32": Precision("tf32", 4, 4, 4, 8, False, "tf32", 4, False),
+    "bf16-amp": Precision("bf16-amp", 4, 2, 4, 8, True, "bf16", 4, True),
+    "fp16-amp": Precision("fp16-amp", 4, 2, 4, 8, True, "bf16", 4, True),
+    "bf16": Precision("bf16", 2, 2, 2, 4, False, "bf16", 2, False),
 }
+
+
+def sharded(p: Precision) -> Precision:
+    """The same precision under FSDP's mixed precision (module docstring): 16-bit parameters in
+    the module, so a 16-bit residual stream and no weight casts; the rest unchanged."""
+    return p._replace(residual_bytes=p.compute_bytes, weight_casts=False)
 
 
 def precision_dtypes(name: str) -> Precision:

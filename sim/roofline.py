@@ -126,10 +126,11 @@ def _linear(
     ]
     if bias:
         bwd.append(_mem(name + ".bias_grad", True, t * d_out * c))
-    if p.autocast:  # weight (and bias) cast to 16 bits for the forward, their gradients back to fp32
+    if p.weight_casts:  # weight (and bias) cast to 16 bits for the forward
         fwd.append(_mem(name + ".weight_cast", False, d_in * d_out * (w + c)))
         if bias:
             fwd.append(_mem(name + ".bias_cast", False, 0.0))
+    if p.autocast:  # the 16-bit weight gradient back to the parameters' (FSDP: the reduce) dtype
         bwd.append(_mem(name + ".wgrad_cast", True, d_in * d_out * (c + w)))
         if bias:
             bwd.append(_mem(name + ".bgrad_cast", True, 0.0))
@@ -219,8 +220,9 @@ def head_kernels(shape: TransformerShape, tokens: float, p: Precision) -> list[K
     ln_f, ln_f_bwd = _norm("ln_f", t, d, p, shape.biases)
     fwd += ln_f
     fwd.append(_matmul("lm_head", False, t, d, v, c))
-    if p.autocast:
+    if p.weight_casts:
         fwd.append(_mem("lm_head.weight_cast", False, v * d * (w + c)))
+    if p.autocast:
         fwd.append(_mem("logits.cast_fp32", False, t * v * (c + loss)))
     fwd += [_mem("log_softmax", False, 3.0 * t * v * loss), _mem("nll_loss", False, 0.0)]
     bwd = [

@@ -158,8 +158,9 @@ def test_row2_llama_8b_on_256_h100s_names_its_stack_and_mfu(capsys):
     for s in (eager, compiled):
         assert s["mfu"] == pytest.approx(expected_mfu(s, "llama3-8b", 8192, 1), rel=1e-9)
     assert (eager["stack"], compiled["stack"]) == ("eager", "compiled")
-    # The 0.798 s micro-step the issue quotes was the fused roofline; eager is slower.
-    assert compiled["compute_s"] == pytest.approx(0.798, rel=0.03)
+    # The issue quoted 0.798 s, the fused roofline under autocast's weight casts and an fp32
+    # residual stream; FSDP's mixed precision has neither (sim/precision.py sharded): 0.761 s.
+    assert compiled["compute_s"] == pytest.approx(0.761, rel=0.03)
     assert eager["compute_s"] > 1.2 * compiled["compute_s"] and eager["mfu"] < compiled["mfu"]
     code, out, _ = in_process(capsys, *argv)
     assert "stack eager" in out and "MFU              " in out
