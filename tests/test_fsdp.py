@@ -13,6 +13,7 @@ from sim.engine import simulate
 from sim.fsdp import build_fsdp_workload, simulate_fsdp, unit_numels
 from sim.gpt2 import backward_ops, compute_shares, model_shape, param_count
 from sim.optimizer import optimizer_step_s
+from sim.roofline import block_kernels
 from sim.scenario_file import load_scenario
 from sim.workload import build_workload
 
@@ -327,3 +328,29 @@ def test_fsdp_trace_spans_and_timeline(tmp_path):
         comm = [e for e in events if e["pid"] == r and e["tid"] == 1]
         assert len(comm) == 2 * len(build_fsdp_workload(sc, np.random.default_rng(0)).ops)
     assert plot_timeline(res, tmp_path / "t.png", "fsdp").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fsdp_mixed_precision_holds_bf16_parameters_in_the_module():
+    """Under FSDP's mixed precision (param_dtype bf16, reduce_dtype fp32) the module computes
+    with bf16 parameters: no op casts a weight, the residual stream is bf16, and the weight
+    gradients are still cast to fp32 for the reduce-scatter. DDP under autocast keeps both."""
+    ddp = load_scenario("h100-1024", ["training.precision=bf16-amp"]).training.dtypes
+    fsdp = load_scenario("h100-1024", ["training.precision=bf16-amp", "training.mode=fsdp"]).training.dtypes
+    hsdp = load_scenario("h100-1024", ["training.precision=bf16-amp", "training.mode=hsdp"]).training.dtypes
+    assert (ddp.residual_bytes, ddp.weight_casts) == (4, True)
+    assert (fsdp.residual_bytes, fsdp.weight_casts) == (2, False) == (hsdp.residual_bytes, hsdp.weight_casts)
+    # What does not change: fp32 master weights and AdamW state, fp32 reduce, the fp32 loss.
+    for field in ("param_bytes", "compute_bytes", "grad_bytes", "optimizer_state_bytes", "loss_bytes"):
+        assert getattr(fsdp, field) == getattr(ddp, field), field
+    shape = load_scenario("h100-1024").model.shape
+    names = {p: {k.name for k in block_kernels(shape, 2048, 2048.0, p)} for p in (ddp, fsdp)}
+    assert "attn.c_attn.weight_cast" in names[ddp] and "attn.c_attn.weight_cast" not in names[fsdp]
+    assert "attn.c_attn.wgrad_cast" in names[fsdp]
+    residual = {
+        p: next(k for k in block_kernels(shape, 2048, 2048.0, p) if k.name == "residual_add") for p in (ddp, fsdp)
+    }
+    # t d (2 r + c): two residual-dtype reads/writes and one compute-dtype operand
+    assert residual[ddp].bytes == 2048 * 1536 * (2 * 4 + 2) and residual[fsdp].bytes == 2048 * 1536 * (2 * 2 + 2)
+    # Pure bf16 is already what FSDP's mixed precision makes of it.
+    bf16 = load_scenario("h100-1024", ["training.precision=bf16", "training.mode=fsdp"]).training.dtypes
+    assert bf16 == load_scenario("h100-1024", ["training.precision=bf16"]).training.dtypes
