@@ -350,8 +350,9 @@ def _toml_comments(path: Path) -> dict[str, str]:
     return out
 
 
-def provenance(sc, measured: dict[str, str], scenario_path: Path) -> list[dict]:
-    """Every reported parameter of the scenario with its value and origin."""
+def provenance(sc, measured: dict[str, str], scenario_path: Path, typed: frozenset[str] = frozenset()) -> list[dict]:
+    """Every reported parameter of the scenario with its value and origin: the user's --set
+    (``typed``), else the calibration (``measured``), else the scenario file's comment."""
     comments = _toml_comments(scenario_path) if scenario_path.suffix == ".toml" else {}
     data = {
         "network": sc.network,
@@ -381,7 +382,10 @@ def provenance(sc, measured: dict[str, str], scenario_path: Path) -> list[dict]:
             if not value:
                 continue
             value = f"{len(value)} multipliers, sd {float(np.std(value)):.4f}"
-        origin = measured.get(key) or f"assumed: {comments.get(key, scenario_path.name)}"
+        if key in typed:
+            origin = "set: --set on the command line"
+        else:
+            origin = measured.get(key) or f"assumed: {comments.get(key, scenario_path.name)}"
         rows.append({"key": key, "meaning": meaning, "value": value, "source": origin})
     return rows
 
@@ -393,6 +397,7 @@ class Calibrated(NamedTuple):
     why: str
     withheld: list[dict]
     path: Path  # the scenario file
+    typed: frozenset[str]  # the keys the user's --set gave
 
 
 def load_for_simulation(
@@ -415,10 +420,10 @@ def load_for_simulation(
         kept = [item for item in data["stragglers"].split(",") if item and int(item.split(":")[0]) < ranks]
         data["stragglers"] = ",".join(kept)
     data = apply_overrides(data, overrides)
-    typed = {text.partition("=")[0].strip() for text in overrides}
+    typed = frozenset(text.partition("=")[0].strip() for text in overrides)
     measured = {k: v for k, v in measured.items() if k not in typed}
     withheld = [w for w in withheld if w["key"] not in typed]  # the user's value is used anyway
-    return Calibrated(data, measured, used, why, withheld, scenario_path(name_or_path))
+    return Calibrated(data, measured, used, why, withheld, scenario_path(name_or_path), typed)
 
 
 def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -> str | None:
@@ -453,5 +458,5 @@ def calibrated_scenario(
     sc = scenario_or_refusal(cal.data, cal.measured, calib, calib_path, can_set=True)
     return sc, {
         "calibration": {"file": calib_path, "mode": cal.mode, "why": cal.why, "withheld": cal.withheld},
-        "parameters": provenance(sc, cal.measured, cal.path),
+        "parameters": provenance(sc, cal.measured, cal.path, cal.typed),
     }

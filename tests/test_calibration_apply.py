@@ -84,8 +84,10 @@ def test_cluster_takes_only_shape_parameters(calib_file, ddplab):
     assert held["network.nic_gbit_s"]["value"] == 0.96
     assert held["stragglers"]["value"] == f"1:{calib.ranks[1].speed_factor:.4g}"
     assert "noise.sigma" not in held  # the user's --set noise.sigma decides it, so nothing is left out
-    # What the user types wins over the calibration, and is then not called measured.
-    assert p["noise.sigma"]["value"] == 0.02 and p["noise.sigma"]["source"].startswith("assumed")
+    # What the user types wins over the calibration, and the table credits the user: not the
+    # calibration, and not the preset file's comment (issue 27).
+    assert p["noise.sigma"]["value"] == 0.02 and p["noise.sigma"]["source"] == "set: --set on the command line"
+    assert p["noise.distribution"]["source"].startswith("assumed")  # a key not typed keeps its origin
     assert p["stragglers"]["value"] == "" and p["stragglers"]["source"].startswith("assumed")
 
 
