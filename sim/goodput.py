@@ -29,8 +29,9 @@ import numpy as np
 import simpy
 
 from sim.checkpointing import check_minutes
+from sim.episodes import DURATION_RANGE_S, DURATION_SIGMA
 
-STALL_SIGMA = 1.2  # log-sd of stall durations, as sim/episodes.py's fail-slows
+STALL_SIGMA = DURATION_SIGMA  # log-sd of stall durations: sim/episodes.py's fail-slows
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -353,9 +354,9 @@ def fail_slow_episodes(
     *,
     mean_gap_min: float,
     mean_duration_min: float = 24.0,
-    min_duration_min: float = 0.5,
-    max_duration_min: float = 600.0,
-    sigma: float = 1.5,
+    min_duration_min: float = DURATION_RANGE_S[0] / 60.0,
+    max_duration_min: float = DURATION_RANGE_S[1] / 60.0,
+    sigma: float = DURATION_SIGMA,
     rate_range: tuple[float, float] = (0.5, 0.8),
 ) -> Callable[[np.random.Generator], Iterator[SlowEpisode]]:
     """Fail-slow episodes as docs/references.md "Stragglers and failures" describes them (Alibaba Falcon):
