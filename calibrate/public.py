@@ -94,6 +94,15 @@ SOURCES = {
         " Llama 3 8B (selective op AC) and 70B (full AC) on 64 A100 80GB, local batch 1; seq 8192 from the"
         " train_configs at those commits; step time = local batch x 8192 / TPS per GPU",
     ),
+    "megatron-table1": (
+        "Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM'"
+        " (SC21, arXiv 2104.04473), Table 1; micro-batch, virtual stages and DDP from NVIDIA/Megatron-LM"
+        " examples/sc21/run_table_1.sh",
+        "GPT, seq 2048, vocabulary 51,200, on Selene: DGX A100 80GB nodes, NVLink3 through NVSwitch, 8 x 200 Gb/s"
+        " HDR InfiniBand per node (the a100-8 preset's fabric); fp16 mixed precision, full activation"
+        " recomputation, Megatron's fused kernels; achieved teraFLOP/s per GPU = 96 B s l h^2 (1 + s/6h +"
+        " V/16lh) / (step time x GPUs), the paper's count",
+    ),
 }
 
 
@@ -203,7 +212,32 @@ def _rows() -> list[Row]:
     )  # fmt: skip
     rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY]
     rows += [_torchtitan_row(*r) for r in data.TORCHTITAN]
+    rows += [_megatron_row(*r) for r in data.MEGATRON_TABLE1]
     return rows
+
+
+def _megatron_row(name, heads, hidden, layers, tp, pp, gpus, batch, tflop_s, micro_batch, per_virtual, ddp) -> Row:
+    """One row of Megatron-LM's Table 1 as the a100-8 preset sees it. Every row enters (the rule,
+    fixed before predicting); the acceptance bar of issue 28 is the rows from 18B up. Describes
+    the job only: its shape, TP/PP/DP, micro-batch and accumulation (batch / (micro-batch x DP)),
+    interleaving where the script sets it, fp16 mixed precision, full recomputation, unfused
+    attention (2021: no FlashAttention), Megatron's fused kernels (stack compiled), and its DDP:
+    torch's overlaps buckets with backward, Megatron's "local" reduces after the pipeline."""
+    dp = gpus // (tp * pp)
+    v = layers // pp // per_virtual if per_virtual else 1
+    sets = [
+        f"model.name=gpt-{name.lower()}", "model.layout=gpt2", f"model.n_layer={layers}", f"model.n_embd={hidden}",
+        f"model.n_head={heads}", "model.block_size=2048", "model.vocab_size=51200", "training.seq_len=2048",
+        f"training.micro_batch_size={micro_batch}", f"training.grad_accum={batch // (micro_batch * dp)}",
+        f"training.tp={tp}", f"training.pp={pp}", "training.precision=fp16-amp",
+        "training.activation_checkpointing=full", "training.fused_attention=false",
+        f"training.overlap={'true' if ddp == 'torch' else 'false'}", "compute.stack=compiled",
+    ]  # fmt: skip
+    if v > 1:
+        sets += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={v}"]
+    what = f"Megatron-LM GPT {name} on {gpus} x A100 80GB (tp {tp}, pp {pp}, dp {dp}), TFLOP/s per GPU"
+    command = f"ddplab simulate a100-8 --ranks {gpus} --steps {FSDP_STEPS} " + " ".join(f"--set {x}" for x in sets)
+    return Row(what, "megatron-table1", "TFLOP/s", float(tflop_s), command, "step")
 
 
 def _simulate_row(what: str, source: str, step_s: float, preset: str, ranks: int, sets: list[str]) -> Row:
@@ -334,8 +368,28 @@ def predict(row: Row) -> float:
     from sim.engine import simulate
 
     steps = int(words[words.index("--steps") + 1])
-    result = simulate(load_scenario(preset, sets, ranks=ranks, steps=steps), trace_steps=0)
-    return result.summary()["step_time_s"]["mean"]
+    sc = load_scenario(preset, sets, ranks=ranks, steps=steps)
+    if sc.training.tp * sc.training.pp > 1:  # as `ddplab simulate` does: sim/parallel3d.py
+        import numpy as np
+
+        from sim.parallel3d import simulate_3d
+
+        step_s = simulate_3d(sc, np.random.default_rng(sc.seed)).step_s
+    else:
+        step_s = simulate(sc, trace_steps=0).summary()["step_time_s"]["mean"]
+    if row.unit == "TFLOP/s":
+        return _megatron_tflop_s(sc, step_s)
+    return step_s
+
+
+def _megatron_tflop_s(sc, step_s: float) -> float:
+    """Achieved TFLOP/s per GPU as Narayanan et al. 2021 count it (sim/parallel3d.py)."""
+    from sim.parallel3d import megatron_flops_per_step
+
+    shape, t = sc.model.shape, sc.training
+    batch = sc.dp * t.grad_accum * t.micro_batch_size
+    flops = megatron_flops_per_step(shape.n_layer, shape.n_embd, shape.vocab_size, sc.seq_len, batch)
+    return flops / step_s / sc.ranks / 1e12
 
 
 def evaluate(row: Row) -> Result:

@@ -646,7 +646,6 @@ class Scenario:
 
     def _check_model_parallel(self):
         t, g, shape = self.training, self.network.gpus_per_node, self.model.shape
-        _require(self.ranks % (t.tp * t.pp) == 0, "ranks", self.ranks, f"must be a multiple of tp x pp ({t.tp * t.pp})")
         _require(t.tp <= g and g % t.tp == 0, "training.tp", t.tp, f"must divide network.gpus_per_node ({g})")
         _require(shape.n_head % t.tp == 0, "training.tp", t.tp, f"must divide model.n_head ({shape.n_head})")
         if shape.n_kv_head is not None and t.tp <= shape.n_kv_head:
@@ -656,6 +655,7 @@ class Scenario:
         _require(
             shape.n_layer >= chunks, "training.pp", t.pp, f"x pp_virtual_stages exceeds model.n_layer ({shape.n_layer})"
         )
+        _require(self.ranks % (t.tp * t.pp) == 0, "ranks", self.ranks, f"must be a multiple of tp x pp ({t.tp * t.pp})")
 
     @property
     def dp(self) -> int:
