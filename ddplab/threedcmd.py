@@ -46,6 +46,8 @@ def fits(sc, step: Step3D, ignore: bool) -> bool:
 
 
 def simulate(args, scenarios) -> list[dict]:
+    if args.out or args.records:
+        raise ValueError("--out, --records: tp/pp scenarios write no tables or traces yet; use --json")
     out = []
     for sc in scenarios:
         step, s = run(sc)

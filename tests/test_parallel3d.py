@@ -163,3 +163,23 @@ def test_simulate_cli_runs_the_3d_model(capsys):
     assert s["layout"] == {"tp": 8, "pp": 2, "dp": 4, "virtual_stages": 1, "micro_batches": 8, "schedule": "1f1b"}
     assert s["straggler"]["stages"] == [0] and s["straggler"]["cost_s"] > 0
     assert "assumed" in s
+
+
+def test_selective_keeps_all_but_the_attention_core_in_ddp_memory():
+    from sim.memory import GIB, attention_core_bytes, estimate_memory
+
+    none = estimate_memory(_sc("training.activation_checkpointing=none"))
+    sel = estimate_memory(_sc("training.activation_checkpointing=selective"))
+    full = estimate_memory(_sc("training.activation_checkpointing=full"))
+    sc = _sc()
+    core = sc.model.shape.n_layer * attention_core_bytes(sc.model.shape, 4096, 1, sc.training.dtypes, True)
+    assert none.activations_gib - sel.activations_gib == pytest.approx(core / GIB, rel=1e-12)
+    assert full.activations_gib < sel.activations_gib
+
+
+def test_3d_simulate_refuses_out_in_one_line(tmp_path, capsys):
+    from ddplab.cli import main
+
+    sets = [x for s in [*BASE, "training.tp=8"] for x in ("--set", s)]
+    assert main(["simulate", "h100-1024", "--ranks", "64", "--out", str(tmp_path), *sets]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
