@@ -142,6 +142,10 @@ class TrainingConfig:
     (Megatron's, pp_virtual_stages model chunks per stage; needs grad_accum a multiple of pp)."""
     pp_virtual_stages: int = 1
     """interleaved: model chunks per stage (Narayanan et al. 2021's v); 1 otherwise."""
+    pp_layers: list[int] | None = None
+    """Blocks per model chunk, in order (pp x pp_virtual_stages numbers summing to model.n_layer),
+    to place them by hand (e.g. fewer on the first and last stages, which hold the embedding and
+    the output layer); unset = even, the remainder to the middle chunks (sim/parallel3d.py)."""
 
     @property
     def effective_first_bucket_mb(self) -> float:
@@ -656,6 +660,12 @@ class Scenario:
             shape.n_layer >= chunks, "training.pp", t.pp, f"x pp_virtual_stages exceeds model.n_layer ({shape.n_layer})"
         )
         _require(self.ranks % (t.tp * t.pp) == 0, "ranks", self.ranks, f"must be a multiple of tp x pp ({t.tp * t.pp})")
+        if t.pp_layers is not None:
+            n = t.pp * (t.pp_virtual_stages if t.pp_schedule == "interleaved" else 1)
+            layers = t.pp_layers
+            ok = isinstance(layers, list) and all(isinstance(x, int) and x >= 0 for x in layers)
+            _require(ok and len(layers) == n, "training.pp_layers", layers, f"must be {n} counts >= 0 (pp x chunks)")
+            _require(sum(layers) == shape.n_layer, "training.pp_layers", layers, f"must sum to {shape.n_layer}")
 
     @property
     def dp(self) -> int:

@@ -187,7 +187,7 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     kw = {"tp": lay.tp, "sequence_parallel": t.sequence_parallel and lay.tp > 1, "fabric": tp_fabric}
     blk = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, **kw)
     head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, **kw)
-    sizes = chunk_layers(shape.n_layer, lay.pp * lay.v)
+    sizes = list(t.pp_layers) if t.pp_layers is not None else chunk_layers(shape.n_layer, lay.pp * lay.v)
     fwd = np.zeros((lay.pp, lay.v))
     bwd = np.zeros((lay.pp, lay.v))
     comm = np.zeros(lay.pp)

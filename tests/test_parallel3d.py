@@ -183,3 +183,17 @@ def test_3d_simulate_refuses_out_in_one_line(tmp_path, capsys):
     sets = [x for s in [*BASE, "training.tp=8"] for x in ("--set", s)]
     assert main(["simulate", "h100-1024", "--ranks", "64", "--out", str(tmp_path), *sets]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_pp_layers_place_blocks_by_hand():
+    even = _sc("training.pp=4", "training.grad_accum=8")
+    hand = _sc("training.pp=4", "training.grad_accum=8", "training.pp_layers=[7,9,9,7]")
+    ce, ch = step_costs(even, layout(even)), step_costs(hand, layout(hand))
+    assert ce.layers == [8, 8, 8, 8] and ch.layers == [7, 9, 9, 7]
+    block = (ce.forward_s[1, 0] - ce.forward_s[1, 0] / 8 * 7) * 1.0
+    assert ch.forward_s[1, 0] == pytest.approx(ce.forward_s[1, 0] + block, rel=1e-9)
+    # Lighter end stages even out the output layer's weight: the busiest stage is less busy.
+    assert (ch.forward_s + ch.backward_s).max() < (ce.forward_s + ce.backward_s).max()
+    for bad in ("[8,8,8]", "[8,8,8,9]", "[8,8,-1,17]"):
+        with pytest.raises(ValueError, match="^training.pp_layers"):
+            _sc("training.pp=4", "training.grad_accum=8", f"training.pp_layers={bad}")
