@@ -197,6 +197,8 @@ class TrainingConfig:
         if self.tp * self.pp > 1:
             why = "hsdp with tp or pp is not modelled (ddp or fsdp)"
             _require(self.mode != "hsdp", "training.mode", self.mode, why)
+            why = "powersgd with tp or pp is not modelled (none, fp16 or bf16)"
+            _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
         if self.mode in SHARDED_MODES:

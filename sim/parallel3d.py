@@ -54,7 +54,10 @@ from sim.tp import block_time, head_time
 from sim.workload import fabric_for
 
 MIB = float(1 << 20)
-ASSUMED = "persistent GPU speeds only: per-micro-step noise, loader and episodes are not drawn (sim/parallel3d.py)"
+ASSUMED = (
+    "persistent GPU speeds only: per-micro-step noise, loader, episodes and compute.interference_gamma"
+    " are not applied (sim/parallel3d.py)"
+)
 SIMPLE = 2  # the Simple protocol's column in sim/nccl_time.py's hop latencies
 
 
@@ -209,8 +212,10 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         if t.mode == "fsdp":
             dp_s[i], last[i] = bucketed_s("reduce_scatter", params[i] * dt.grad_bytes, fabric, cap)
             gather[i] = bucketed_s("allgather", params[i] * dt.compute_bytes, fabric, cap)[0]
-        else:
-            dp_s[i], last[i] = bucketed_s("allreduce", params[i] * dt.grad_bytes, fabric, cap)
+        else:  # a fp16/bf16 comm hook puts 2 bytes per gradient on the wire, and pays its casts
+            wire = 2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes
+            dp_s[i], last[i] = bucketed_s("allreduce", params[i] * wire, fabric, cap)
+            dp_s[i] += t.compress_s_per_gb * params[i] * dt.grad_bytes / 1e9
     tie = 0.0
     if lay.pp > 1 and shape.tied_embeddings:
         pair = dataclasses.replace(fabric_for(sc, ranks=2), gpus_per_node=1)

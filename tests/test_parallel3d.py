@@ -197,3 +197,12 @@ def test_pp_layers_place_blocks_by_hand():
     for bad in ("[8,8,8]", "[8,8,8,9]", "[8,8,-1,17]"):
         with pytest.raises(ValueError, match="^training.pp_layers"):
             _sc("training.pp=4", "training.grad_accum=8", f"training.pp_layers={bad}")
+
+
+def test_a_16_bit_comm_hook_halves_the_dp_reduction_bytes():
+    plain = _sc("training.pp=2", "training.grad_accum=4", "training.precision=bf16-amp")
+    hook = _sc("training.pp=2", "training.grad_accum=4", "training.precision=bf16-amp", "training.comm_hook=bf16")
+    cp, ch = step_costs(plain, layout(plain)), step_costs(hook, layout(hook))
+    assert (ch.dp_s < cp.dp_s).all()
+    with pytest.raises(ValueError, match="^training.comm_hook"):
+        _sc("training.pp=2", "training.grad_accum=4", "training.comm_hook=powersgd")
