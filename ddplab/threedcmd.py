@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from sim.parallel3d import ASSUMED, Step3D, group_factors, layout, simulate_3d
+from sim.parallel3d import ASSUMED, Step3D, layout, simulate_3d
 from sim.units import fmt_seconds
 
 
@@ -18,12 +18,9 @@ def run(sc) -> tuple[Step3D, dict]:
     """The step and its summary; with stragglers, the same job without them beside it."""
     step = simulate_3d(sc, np.random.default_rng(sc.seed))
     s = step.summary() | {"scenario": sc.name, "model": sc.model.shape.name, "ranks": sc.ranks, "mode": _mode(sc)}
-    if sc.straggler_map:
-        calm = dataclasses.replace(sc, stragglers="")
+    if sc.straggler_map:  # the same draws without the stragglers (they scale after the draw)
         lay = layout(sc)
-        base = simulate_3d(
-            sc, np.random.default_rng(sc.seed), factors=group_factors(calm, lay, np.random.default_rng(sc.seed))
-        )
+        base = simulate_3d(dataclasses.replace(sc, stragglers=""), np.random.default_rng(sc.seed))
         stages = sorted({lay.stage_of(r) for r in sc.straggler_map})
         s["straggler"] = {
             "ranks": sorted(sc.straggler_map),

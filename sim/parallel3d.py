@@ -28,9 +28,11 @@ A step, on each of the dp pipelines (replicas):
 Persistent slowness (``stragglers``, ``noise.speed_spread_sd``) scales a GPU's compute; a TP
 group runs at its slowest member (its collectives are synchronous), so the stage of that
 pipeline is slowed, the pipeline replay carries the delay to the stages that wait on it, and
-the data-parallel reduction carries it to every other pipeline. Assumed: per-micro-step noise
-(``noise.sigma``), loader and episodes are not drawn here (persistent speeds are); the output
-says so.
+the data-parallel reduction carries it to every other pipeline. Per-micro-step noise
+(``noise.distribution``, ``noise.sigma``) is drawn per GPU for every forward and backward of
+every micro-batch, and a TP group's operation takes its slowest GPU's draw; one step is drawn
+(its many micro-batches average it). Assumed: loader waits, episodes and compute interference
+are not applied here; the output says so.
 """
 
 import dataclasses
@@ -45,7 +47,7 @@ from sim.gpt2 import flops_per_token, param_count
 from sim.memory import CUDA_CONTEXT_GIB
 from sim.memory3d import StageMemory, layer_terms, stage_memory
 from sim.nccl_time import INTRA_HOP_US, NET_HOP_US
-from sim.noise import speed_factors
+from sim.noise import multipliers, speed_factors
 from sim.optimizer import adamw_step_s
 from sim.pipeline import bubble_fraction, in_flight_closed_form, run_pipeline
 from sim.precision import Precision, sharded
@@ -54,10 +56,7 @@ from sim.tp import block_time, head_time
 from sim.workload import fabric_for
 
 MIB = float(1 << 20)
-ASSUMED = (
-    "persistent GPU speeds only: per-micro-step noise, loader, episodes and compute.interference_gamma"
-    " are not applied (sim/parallel3d.py)"
-)
+ASSUMED = "one step drawn; loader waits, episodes and compute.interference_gamma are not applied (sim/parallel3d.py)"
 SIMPLE = 2  # the Simple protocol's column in sim/nccl_time.py's hop latencies
 
 
@@ -308,6 +307,17 @@ def group_factors(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.nda
     return out
 
 
+def op_noise(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray | None:
+    """(dp, pp, operations per stage) multipliers: each GPU's per-micro-step draw, the TP group
+    waiting for its slowest; None without noise."""
+    n = sc.noise
+    if n.distribution == "none" or (n.distribution != "empirical" and n.sigma == 0.0):
+        return None
+    ops = 2 * lay.m * lay.v
+    draws = multipliers(rng, n.distribution, n.sigma, (lay.dp, lay.pp, lay.tp, ops), n.samples)
+    return draws.max(axis=2)
+
+
 def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMemory]:
     t, shape = sc.training, sc.model.shape
     dt = dtypes_3d(sc)
@@ -329,17 +339,19 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
     return out
 
 
-def simulate_3d(sc: Scenario, rng: np.random.Generator, *, factors: np.ndarray | None = None) -> Step3D:
-    """One step of ``sc`` (module docstring). ``factors`` (dp, pp) overrides the drawn speeds."""
+def simulate_3d(sc: Scenario, rng: np.random.Generator | None, *, factors: np.ndarray | None = None) -> Step3D:
+    """One step of ``sc`` (module docstring). ``factors`` (dp, pp) overrides the drawn speeds;
+    ``rng`` None draws nothing (identical GPUs, no noise: the planner's replay)."""
     lay = layout(sc)
     costs = step_costs(sc, lay)
     factors = group_factors(sc, lay, rng) if factors is None else factors
     overlap, fsdp = sc.training.overlap, sc.training.mode == "fsdp"
     start = costs.gather_s / np.array([max(1, sum(costs.layers[g] for g in range(i, len(costs.layers), lay.pp)))
                                        for i in range(lay.pp)]) if overlap else costs.gather_s  # fmt: skip
+    noise = op_noise(sc, lay, rng) if rng is not None else None
     runs = {}
     for j in range(lay.dp):
-        key = tuple(factors[j])
+        key = (j,) if noise is not None else tuple(factors[j])
         if key not in runs:  # identical pipelines replay identically
             f = factors[j][:, None]
             runs[key] = run_pipeline(
@@ -351,6 +363,7 @@ def simulate_3d(sc: Scenario, rng: np.random.Generator, *, factors: np.ndarray |
                 costs.backward_s * f,
                 costs.p2p_s,
                 start_s=start if fsdp else None,
+                op_noise=None if noise is None else noise[j],
             )
     # Each stage's reduction waits for that stage in every pipeline.
     end = np.max([r.stage_end_s for r in runs.values()], axis=0)

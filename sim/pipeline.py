@@ -88,11 +88,12 @@ def run_pipeline(
     backward_s: np.ndarray,
     p2p_s: float,
     start_s: np.ndarray | None = None,
+    op_noise: np.ndarray | None = None,
 ) -> PipelineRun:
     """Replay the schedule. ``forward_s[i, c]`` and ``backward_s[i, c]``: stage i's chunk c, one
     micro-batch (a slow GPU's factor already in its stage's row); ``p2p_s``: one activation (or
     gradient) send between consecutive stages; ``start_s[i]``: when stage i may begin (FSDP's
-    first gather)."""
+    first gather); ``op_noise[i, k]``: a multiplier on stage i's k-th operation's time."""
     chunks = v if schedule == "interleaved" else 1
     n_virtual = p * chunks
     lists = [stage_ops(schedule, p, m, v, i) for i in range(p)]
@@ -124,6 +125,8 @@ def run_pipeline(
                     dur = backward_s[i, op.chunk]
                 if np.isnan(ready):
                     break  # its input has not been produced yet: another stage must run first
+                if op_noise is not None:
+                    dur *= op_noise[i, ptr[i]]
                 start = max(free[i], ready)
                 end = start + dur
                 if op.kind == F:

@@ -35,7 +35,7 @@ def test_tp1_pp1_compute_is_todays_micro_step():
 
 
 def test_tp1_pp1_step_is_compute_plus_the_ddp_reduction():
-    sc = _sc("training.overlap=false", "noise.speed_spread_sd=0", ranks=16)
+    sc = _sc("training.overlap=false", "noise.speed_spread_sd=0", "noise.distribution=none", ranks=16)
     step = simulate_3d(sc, np.random.default_rng(0))
     c = step_costs(sc, layout(sc))
     want = c.forward_s.sum() + c.backward_s.sum() + c.dp_s[0] + c.optimizer_s[0]
@@ -64,7 +64,13 @@ def test_megatron_issues_two_collectives_per_block_each_way():
 
 
 def test_a_straggler_is_charged_to_its_stage_and_delays_every_pipeline():
-    sets = ("training.tp=8", "training.pp=4", "training.grad_accum=16", "noise.speed_spread_sd=0")
+    sets = (
+        "training.tp=8",
+        "training.pp=4",
+        "training.grad_accum=16",
+        "noise.speed_spread_sd=0",
+        "noise.distribution=none",
+    )
     calm = simulate_3d(_sc(*sets, ranks=128), np.random.default_rng(0))
     lay = calm.layout
     rank = 2 * lay.tp * lay.dp + 3 * lay.tp + 5  # stage 2, replica 3, TP position 5
@@ -206,3 +212,12 @@ def test_a_16_bit_comm_hook_halves_the_dp_reduction_bytes():
     assert (ch.dp_s < cp.dp_s).all()
     with pytest.raises(ValueError, match="^training.comm_hook"):
         _sc("training.pp=2", "training.grad_accum=4", "training.comm_hook=powersgd")
+
+
+def test_per_micro_step_noise_waits_for_each_tp_groups_slowest_gpu():
+    sets = ("training.tp=8", "training.pp=4", "training.grad_accum=16", "noise.speed_spread_sd=0")
+    quiet = simulate_3d(_sc(*sets, "noise.distribution=none", ranks=128), np.random.default_rng(0))
+    noisy = [simulate_3d(_sc(*sets, "noise.sigma=0.05", ranks=128), np.random.default_rng(s)) for s in (0, 0, 1)]
+    assert noisy[0].step_s == noisy[1].step_s != noisy[2].step_s  # the seed decides every draw
+    # Mean-1 draws, but each operation waits for the slowest of 8: the step is slower.
+    assert all(n.step_s > quiet.step_s for n in noisy)
