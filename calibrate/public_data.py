@@ -353,3 +353,34 @@ TORCHTITAN = (
     ("a100-2412", "llama3-8b", 64, 1, False, "selective op", 2973),
     ("a100-2412", "llama3-70b", 64, 1, False, "full", 331),
 )
+
+# Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+# Megatron-LM" (SC21, arXiv 2104.04473), Table 1: weak scaling of GPT models on Selene (DGX A100
+# 80GB nodes) at seq 2048, vocabulary 51,200, full activation recomputation. Columns as printed:
+# (model, attention heads, hidden size, layers, tensor-parallel size, pipeline-parallel size, GPUs,
+# batch size, achieved teraFLOP/s per GPU). Beside them, from the paper's own run script
+# (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh): micro-batch size, layers per virtual stage
+# (0 = no interleaving) and the data-parallel implementation ("torch" DDP, or Megatron's "local").
+MEGATRON_TABLE1 = (
+    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16, 0, "torch"),
+    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16, 0, "torch"),
+    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16, 0, "torch"),
+    ("18B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 0, "torch"),
+    ("39B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 0, "local"),
+    ("76B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 5, "local"),
+    ("145B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 5, "local"),
+    ("310B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 3, "local"),
+    ("530B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 1, "local"),
+    ("1T", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 0, "local"),
+)
+
+# Grattafiori et al. 2024 ("The Llama 3 Herd of Models", arXiv 2407.21783), Table 4: Llama 3
+# 405B pre-training on H100s, the rows without context parallelism. Columns as printed: (GPUs,
+# TP, CP, PP, DP, sequence length, batch size per DP, tokens per batch, TFLOP/s per GPU, BF16
+# MFU). Model shape from its Table 3.
+LLAMA3_405B_SHAPE = {"n_layer": 126, "n_embd": 16384, "n_head": 128, "n_kv_head": 8, "ffn_hidden": 53248,
+                     "vocab_size": 128256}  # fmt: skip
+LLAMA3_TABLE4 = (
+    (8192, 8, 1, 16, 64, 8192, 32, "16M", 430, 0.43),
+    (16384, 8, 1, 16, 128, 8192, 16, "16M", 400, 0.41),
+)

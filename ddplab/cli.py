@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab import commands, runcmds, simcmds, traincost
+from ddplab import commands, plancmd, runcmds, simcmds, traincost
 from realrun.cli import Parser, probe_parser, train_parser
 from workflow import files
 
@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     traincost.add_arguments(s)
     s.set_defaults(func=simcmds.simulate)
+
+    plancmd.add_arguments(sub)
 
     k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")
     k.add_argument("scenario", help="preset name (see `ddplab scenarios`) or a .toml file")

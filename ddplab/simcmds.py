@@ -4,7 +4,7 @@ the memory estimate and the sweep table as people read them, or JSON."""
 import time
 
 from calibrate.calibration import Calibration
-from ddplab import limits, traincost
+from ddplab import limits, threedcmd, traincost
 from ddplab.progress import StepProgress, say
 from sim.optimizer import optimizer_basis
 from sim.scenario_file import load_scenario
@@ -25,6 +25,8 @@ def simulate(args):
         scenarios = [load_scenario(args.scenario, sets, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
         provenance = None
     sweep = args.sweep_ranks is not None
+    if any(threedcmd.is_3d(sc) for sc in scenarios):  # tensor or pipeline parallel: sim/parallel3d.py
+        return threedcmd.simulate(args, scenarios)
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")
     _check_size(args, scenarios)

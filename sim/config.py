@@ -22,6 +22,8 @@ NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 STACKS = ("eager", "compiled")  # compute.stack: what runs the step (sim/roofline.py)
 SHARDED_MODES = ("fsdp", "hsdp")  # training.mode values that run sim/fsdp.py's per-unit model
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")  # training.pp_schedule (sim/pipeline.py)
+RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
 
@@ -116,13 +118,34 @@ class TrainingConfig:
     fsdp_prefetch: int = 1
     """fsdp, hsdp: units whose allgather is issued ahead of the unit computing (0 = none, 1 = FSDP's
     backward_prefetch=BACKWARD_PRE with forward_prefetch, or FSDP2's implicit prefetch)."""
-    activation_checkpointing: bool = False
-    """Recompute each transformer block's forward in its backward: only block inputs are kept
-    (memory estimate), and backward costs one more forward of every block, in ddp and fsdp
-    mode alike (sim/workload.py, sim/fsdp.py)."""
+    activation_checkpointing: bool | str = False
+    """none | selective | full (true = full, false = none). full: recompute each transformer
+    block's forward in its backward: only block inputs are kept (memory estimate), and backward
+    costs one more forward of every block, in ddp and fsdp mode alike (sim/workload.py,
+    sim/fsdp.py). selective: Megatron's (Korthikanti et al. 2022): only attention's core (the
+    scores, softmax and weighted sum) is recomputed, so its s x s tensors are not kept; sim/fsdp.py
+    has no selective path and recomputes it as full."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
     seq x seq score matrix for backward (memory estimate only)."""
+    tp: int = 1
+    """Tensor-parallel ranks (Megatron-style, inside one node): each block's matmuls sharded
+    over them, two allreduces per block in forward and two in backward (sim/tp.py)."""
+    sequence_parallel: bool = False
+    """With tp > 1: Megatron's sequence parallelism, norms and dropout sharded along the sequence;
+    each allreduce becomes an allgather and a reduce-scatter, activations all / tp (sim/tp.py)."""
+    pp: int = 1
+    """Pipeline stages; the blocks split evenly, the embedding on the first, the output layer and
+    loss on the last; grad_accum micro-batches per step flow through them (sim/pipeline.py)."""
+    pp_schedule: str = "1f1b"
+    """gpipe (every forward, then every backward) | 1f1b (PipeDream-Flush) | interleaved
+    (Megatron's, pp_virtual_stages model chunks per stage; needs grad_accum a multiple of pp)."""
+    pp_virtual_stages: int = 1
+    """interleaved: model chunks per stage (Narayanan et al. 2021's v); 1 otherwise."""
+    pp_layers: list[int] | None = None
+    """Blocks per model chunk, in order (pp x pp_virtual_stages numbers summing to model.n_layer),
+    to place them by hand (e.g. fewer on the first and last stages, which hold the embedding and
+    the output layer); unset = even, the remainder to the middle chunks (sim/parallel3d.py)."""
 
     @property
     def effective_first_bucket_mb(self) -> float:
@@ -146,6 +169,36 @@ class TrainingConfig:
             "must be >= 0",
         )
         _one_of("training.mode", self.mode, ("ddp", "fsdp", "hsdp"))
+        if isinstance(self.activation_checkpointing, str):
+            _one_of("training.activation_checkpointing", self.activation_checkpointing, RECOMPUTE + (True, False))
+            # Strings none and full are the booleans every existing reader tests; selective stays.
+            self.activation_checkpointing = {"none": False, "full": True}.get(
+                self.activation_checkpointing, self.activation_checkpointing
+            )
+        else:
+            _one_of("training.activation_checkpointing", self.activation_checkpointing, (True, False))
+        for key in ("tp", "pp", "pp_virtual_stages"):
+            _require(getattr(self, key) >= 1, f"training.{key}", getattr(self, key), "must be >= 1")
+        _one_of("training.pp_schedule", self.pp_schedule, PP_SCHEDULES)
+        if self.pp_virtual_stages > 1:
+            _require(
+                self.pp_schedule == "interleaved",
+                "training.pp_virtual_stages",
+                self.pp_virtual_stages,
+                'needs training.pp_schedule = "interleaved"',
+            )
+        if self.pp_schedule == "interleaved" and self.pp > 1:
+            _require(
+                self.grad_accum % self.pp == 0,
+                "training.grad_accum",
+                self.grad_accum,
+                f"the interleaved schedule needs a multiple of training.pp ({self.pp})",
+            )
+        if self.tp * self.pp > 1:
+            why = "hsdp with tp or pp is not modelled (ddp or fsdp)"
+            _require(self.mode != "hsdp", "training.mode", self.mode, why)
+            why = "powersgd with tp or pp is not modelled (none, fp16 or bf16)"
+            _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
         if self.mode in SHARDED_MODES:
@@ -156,6 +209,12 @@ class TrainingConfig:
                 self.comm_hook,
                 f"{self.mode} mode models no DDP comm hook (training.precision sets the reduce dtype)",
             )
+
+    @property
+    def recompute(self) -> str:
+        """none | selective | full."""
+        c = self.activation_checkpointing
+        return c if isinstance(c, str) else ("full" if c else "none")
 
     @property
     def dtypes(self) -> Precision:
@@ -176,6 +235,9 @@ class ComputeConfig:
     """Dense TF32 tensor peak, TFLOP/s (training.precision = tf32)."""
     peak_fp32_tflop_s: float = 66.9
     """fp32 peak without tensor cores, TFLOP/s (training.precision = fp32)."""
+    peak_fp8_tflop_s: float = 1978.9
+    """Dense FP8 tensor peak, TFLOP/s (training.precision = fp8): H100 SXM 1,978.9 (NVIDIA's
+    datasheet: 3,958 with sparsity)."""
     hbm_tb_s: float = 3.35
     """Device memory bandwidth, TB/s (the roofline's memory-bound kernels, the optimizer step)."""
     stack: str = "eager"
@@ -239,7 +301,7 @@ class ComputeConfig:
         if self.ready_fractions is not None:
             for name, frac in self.ready_fractions.items():
                 _require(0 <= frac <= 1, f"compute.ready_fractions.{name}", frac, "must be in [0, 1]")
-        for key in ("peak_tflop_s", "peak_tf32_tflop_s", "peak_fp32_tflop_s", "hbm_tb_s"):
+        for key in ("peak_tflop_s", "peak_tf32_tflop_s", "peak_fp32_tflop_s", "peak_fp8_tflop_s", "hbm_tb_s"):
             _require(getattr(self, key) > 0, f"compute.{key}", getattr(self, key), "must be > 0")
         if self.mfu is not None:
             _require(0 < self.mfu <= 1, "compute.mfu", self.mfu, "must be in (0, 1]")
@@ -274,7 +336,8 @@ class ComputeConfig:
 
     def peak_for(self, dtypes: Precision) -> float:
         """The dense peak the precision's matmuls run at, TFLOP/s."""
-        return {"bf16": self.peak_tflop_s, "tf32": self.peak_tf32_tflop_s, "fp32": self.peak_fp32_tflop_s}[dtypes.peak]
+        peaks = {"bf16": self.peak_tflop_s, "tf32": self.peak_tf32_tflop_s, "fp32": self.peak_fp32_tflop_s}
+        return (peaks | {"fp8": self.peak_fp8_tflop_s})[dtypes.peak]
 
 
 @dataclass(kw_only=True)
@@ -526,7 +589,7 @@ class Scenario:
     description: str = ""
     """One line for `ddplab scenarios` and the summary's first line."""
     ranks: int = 8
-    """Data-parallel ranks (GPUs)."""
+    """GPUs: data-parallel ranks, x training.tp x training.pp when those are set."""
     steps: int = 100
     """Optimizer steps to simulate."""
     seed: int = 0
@@ -558,6 +621,7 @@ class Scenario:
             self.ranks,
             f"must be <= or a multiple of network.gpus_per_node ({g})",
         )
+        self._check_model_parallel()
         if self.training.mode == "hsdp":  # the default (a node, or every rank) always passes
             s = self.shard_size
             _require(self.ranks % s == 0, "training.hsdp_shard_size", s, f"must divide ranks ({self.ranks})")
@@ -585,6 +649,30 @@ class Scenario:
                 f"{rank}:{self.straggler_map[rank]}",
                 f"rank out of range for {self.ranks} ranks",
             )
+
+    def _check_model_parallel(self):
+        t, g, shape = self.training, self.network.gpus_per_node, self.model.shape
+        _require(t.tp <= g and g % t.tp == 0, "training.tp", t.tp, f"must divide network.gpus_per_node ({g})")
+        _require(shape.n_head % t.tp == 0, "training.tp", t.tp, f"must divide model.n_head ({shape.n_head})")
+        if shape.n_kv_head is not None and t.tp <= shape.n_kv_head:
+            why = f"must divide model.n_kv_head ({shape.n_kv_head})"
+            _require(shape.n_kv_head % t.tp == 0, "training.tp", t.tp, why)
+        chunks = t.pp * t.pp_virtual_stages
+        _require(
+            shape.n_layer >= chunks, "training.pp", t.pp, f"x pp_virtual_stages exceeds model.n_layer ({shape.n_layer})"
+        )
+        _require(self.ranks % (t.tp * t.pp) == 0, "ranks", self.ranks, f"must be a multiple of tp x pp ({t.tp * t.pp})")
+        if t.pp_layers is not None:
+            n = t.pp * (t.pp_virtual_stages if t.pp_schedule == "interleaved" else 1)
+            layers = t.pp_layers
+            ok = isinstance(layers, list) and all(isinstance(x, int) and x >= 0 for x in layers)
+            _require(ok and len(layers) == n, "training.pp_layers", layers, f"must be {n} counts >= 0 (pp x chunks)")
+            _require(sum(layers) == shape.n_layer, "training.pp_layers", layers, f"must sum to {shape.n_layer}")
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks: ranks / (tp x pp)."""
+        return self.ranks // (self.training.tp * self.training.pp)
 
     @property
     def straggler_map(self) -> dict[int, float]:

@@ -119,6 +119,16 @@ def block_activation_bytes(
     return s * b * (h * 2 * r + saved * c + stats + attention) + rope
 
 
+def attention_core_bytes(
+    shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision, fused_attention: bool
+) -> float:
+    """What selective recomputation does not keep per block: the attention core's own saved
+    tensors (block_activation_bytes' attention term): the log-sum-exp when fused, else the
+    softmax probabilities and the scaled queries."""
+    s, b, a, h, c = seq_len, micro_batch, shape.n_head, shape.n_embd, dtypes.compute_bytes
+    return s * b * (a * FP32 if fused_attention else a * s * c + h * c)
+
+
 def activation_bytes(
     shape: TransformerShape,
     seq_len: int,
@@ -158,8 +168,10 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
     numels = unit_numels(shape)
     params = float(numels.sum())
     act = activation_bytes(
-        shape, seq, t.micro_batch_size, dt, checkpointing=t.activation_checkpointing, fused_attention=t.fused_attention
+        shape, seq, t.micro_batch_size, dt, checkpointing=t.recompute == "full", fused_attention=t.fused_attention
     )
+    if t.recompute == "selective":  # attention's core recomputed: its saved tensors are not kept
+        act -= shape.n_layer * attention_core_bytes(shape, seq, t.micro_batch_size, dt, t.fused_attention)
     logits = logits_bytes(shape, seq, t.micro_batch_size, dt)
     buckets = unsharded = copies = 0.0
     if t.mode in SHARDED_MODES:

@@ -9,6 +9,7 @@ The five ways PyTorch users train (the names `ddplab train --precision` takes):
 | `bf16-amp` | 4              | 2 (autocast)    | 4                       | 4 + 4      | bf16        |
 | `fp16-amp` | 4              | 2 (autocast)    | 4                       | 4 + 4      | bf16 (same) |
 | `bf16`     | 2              | 2               | 2                       | 2 + 2      | bf16        |
+| `fp8`      | 4              | 2 (fp8 in GEMM) | 4                       | 4 + 4      | fp8         |
 
 Why, from PyTorch itself:
 - Autocast (torch.amp, "Automatic Mixed Precision") leaves parameters in fp32 and casts each
@@ -30,7 +31,7 @@ Why, from PyTorch itself:
 
 from typing import NamedTuple
 
-PRECISIONS = ("fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
+PRECISIONS = ("fp32", "tf32", "bf16-amp", "bf16", "fp16-amp", "fp8")
 
 
 class Precision(NamedTuple):
@@ -65,6 +66,10 @@ _TABLE = {
     "bf16-amp": Precision("bf16-amp", 4, 2, 4, 8, True, "bf16", 4, True),
     "fp16-amp": Precision("fp16-amp", 4, 2, 4, 8, True, "bf16", 4, True),
     "bf16": Precision("bf16", 2, 2, 2, 4, False, "bf16", 2, False),
+    # Transformer Engine's FP8 recipe over bf16-amp: the linear layers' matmuls at the FP8 peak
+    # with fp32 master weights, bf16 activations and gradients' communication unchanged; the
+    # scaling's cast kernels are sim/roofline.py's (fp8_casts).
+    "fp8": Precision("fp8", 4, 2, 4, 8, True, "fp8", 4, True),
 }
 
 

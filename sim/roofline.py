@@ -134,11 +134,35 @@ def _linear(
         bwd.append(_mem(name + ".wgrad_cast", True, d_in * d_out * (c + w)))
         if bias:
             bwd.append(_mem(name + ".bgrad_cast", True, 0.0))
+    if p.peak == "fp8":
+        f8, b8 = fp8_casts(name, t, d_in, d_out, c)
+        fwd += f8
+        bwd += b8
     # DDP copies each gradient into its flat bucket (gradient_as_bucket_view=False).
     bwd.append(_mem(name + ".bucket_copy", True, 2.0 * d_in * d_out * w))
     if bias:
         bwd.append(_mem(name + ".bias_bucket_copy", True, 0.0))
     return fwd, bwd
+
+
+FP8_BYTES = 1
+
+
+def fp8_casts(name: str, t: float, d_in: int, d_out: int, c: int) -> tuple[list[Kernel], list[Kernel]]:
+    """What FP8 adds to one linear layer, as NVIDIA Transformer Engine's FP8 recipe runs it
+    (its "Using FP8 with Transformer Engine" primer: per-tensor scaling factors from a history
+    of absolute maxima, "delayed scaling"): before each FP8 GEMM its 16-bit operands are cast
+    to FP8 together with the transpose the backward GEMMs need (a fused cast-transpose that
+    also records the amax). Forward: the input (t x d_in) and the weight; backward: the output
+    gradient (t x d_out). Each reads c bytes an element and writes the FP8 copy and its
+    transpose. The GEMMs' outputs and everything outside the linear layers stay 16-bit, and
+    so does communication."""
+    out = 2 * FP8_BYTES
+    fwd = [
+        _mem(name + ".fp8_cast_input", False, t * d_in * (c + out)),
+        _mem(name + ".fp8_cast_weight", False, d_in * d_out * (c + out)),
+    ]
+    return fwd, [_mem(name + ".fp8_cast_grad", True, t * d_out * (c + out))]
 
 
 def _norm(name: str, t: float, d: int, p: Precision, bias: bool = True) -> tuple[list[Kernel], list[Kernel]]:

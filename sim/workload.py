@@ -85,9 +85,20 @@ def recompute_fraction(sc: Scenario) -> float:
     """The share of a forward that backward runs again. Activation checkpointing reruns every
     block's forward inside backward (torch.utils.checkpoint; Chen et al. 2016): backward grows by
     the blocks' share of the forward (FSDP does the same per block)."""
-    if not sc.training.activation_checkpointing:
+    recompute = sc.training.recompute
+    if recompute == "none":
         return 0.0
-    return sc.model.shape.n_layer * compute_shares(sc.model.shape, sc.seq_len).block
+    shares = compute_shares(sc.model.shape, sc.seq_len)
+    if recompute == "selective":  # Megatron's: attention's core (QK^T, AV) alone runs again
+        return sc.model.shape.n_layer * selective_share(sc.model.shape, sc.seq_len, shares)
+    return sc.model.shape.n_layer * shares.block
+
+
+def selective_share(shape, seq_len: int, shares) -> float:
+    """One block's attention core (4 s d FLOPs per token: QK^T and AV) as a share of the forward,
+    in compute_shares' units (Korthikanti et al. 2022, Sec. 5: selective recomputation)."""
+    block = 2.0 * shape.block_matmul_numel + 4.0 * seq_len * shape.n_embd
+    return shares.block * 4.0 * seq_len * shape.n_embd / block
 
 
 def micro_step_compute_s(sc: Scenario) -> tuple[float, float]:

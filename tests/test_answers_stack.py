@@ -246,9 +246,9 @@ def test_cost_says_which_precision_and_keeps_the_seeds_arithmetic(capsys):
     assert out.splitlines()[0].startswith("Ring allreduce of 7.6e+08 params x 2 B (bf16 gradients) = 1.52 GB")
     code, out, _ = in_process(capsys, "cost", "--precision", "bf16-amp")
     assert "x 4 B (bf16-amp gradients) = 3.04 GB" in out.splitlines()[0]
-    code, _, err = in_process(capsys, "cost", "--precision", "fp8")
+    code, _, err = in_process(capsys, "cost", "--precision", "fp4")
     assert code == 2
-    assert err.strip().endswith("--precision: must be one of fp32, tf32, bf16-amp, bf16, fp16-amp, got 'fp8'")
+    assert err.strip().endswith("--precision: must be one of fp32, tf32, bf16-amp, bf16, fp16-amp, fp8, got 'fp4'")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -278,7 +278,7 @@ def test_1024_ranks_100_steps_fast():
     [
         ("training.mode=zero3", "training.mode"),
         ("training.fsdp_prefetch=-1", "training.fsdp_prefetch"),
-        ("training.precision=fp8", "training.precision"),
+        ("training.precision=fp4", "training.precision"),
         ("training.param_bytes_per_param=2", "training.param_bytes_per_param: replaced by training.precision"),
     ],
 )

@@ -28,7 +28,7 @@ def test_tiers_are_the_ones_written_down():
         "latency": 0.30, "small": 0.20, "multi-node": 0.20, "step": 0.20, "one-node": 0.10, "nic-bound": 0.10
     }  # fmt: skip
     for row in ROWS:
-        if row.unit == "s":
+        if row.unit in ("s", "TFLOP/s", "MFU"):  # a step time, or its inverse (TFLOP/s per GPU, MFU)
             assert row.tier == "step", row.what
             continue
         words = row.command.split()
@@ -71,9 +71,9 @@ def test_headline_counts_held_out_rows_apart(results):
     assert h["held_out"]["within"] == sum(r.ok for r in held)
     assert sum(b["rows"] for b in h["held_out_by_source"].values()) == len(held)
     assert sum(b["within"] for b in h["held_out_by_source"].values()) == h["held_out"]["within"]
-    # The state measured when the table was last grown (docs/validation-public.md): 188 of 248
-    # held-out rows within their tier, median 5.6 %. A change that loses held-out rows fails here.
-    assert h["held_out"]["within"] >= 188
+    # The state measured when the table was last grown (docs/validation-public.md): 195 of 260
+    # held-out rows within their tier, median 5.7 %. A change that loses held-out rows fails here.
+    assert h["held_out"]["within"] >= 195
     assert h["held_out"]["median_abs_error"] <= 0.06
 
 

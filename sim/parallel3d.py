@@ -1,0 +1,409 @@
+"""One training step of a 3D-parallel job: tensor parallelism inside a node (sim/tp.py), a
+pipeline of stages (sim/pipeline.py, replayed event by event), data parallelism over the rest.
+
+Layout, as Megatron-LM lays ranks out (its initialize_model_parallel): tensor-parallel groups
+are tp consecutive ranks; a pipeline stage is tp x dp consecutive ranks; the data-parallel
+group of a GPU is the ranks with its stage and its TP position, tp apart; pipeline neighbours
+are tp x dp ranks apart, so on different nodes once tp x dp fills a node.
+
+A step, on each of the dp pipelines (replicas):
+
+1. the schedule runs grad_accum micro-batches through the stages; each stage's forward and
+   backward per micro-batch is its layers' block time (compute + exposed TP collectives) plus
+   the embedding on the first stage and the output layer and loss on the last; a send between
+   stages is the activation, b s h 16-bit values, over the link between their GPUs (with
+   tp > 1 Megatron sends 1/tp of it and allgathers it inside the node: the scatter-gather
+   optimisation of Narayanan et al. 2021, Sec. 4.1);
+2. each stage's gradients are reduced over its data-parallel group (dp ranks, one per node when
+   tp x pp fills the node, each GPU on its own NIC: the concurrent groups of a node share its
+   NICs, as sim/hsdp.py's replica groups do). The reduction waits for the slowest replica's
+   stage. With training.overlap, bucket all-reduces run under the last micro-batch's backward
+   (DDP's hooks; Megatron's ``--overlap-grad-reduce``); without, after it (Megatron-LM 2021's
+   "local" DDP). fsdp: the stage's 16-bit weights are allgathered once before the first
+   forward (prefetched layer by layer behind it when overlapping) and gradients reduce-scattered
+   after the last backward;
+3. a tied embedding spread over the first and last stages allreduces its gradient between them;
+4. the optimizer steps the GPU's parameters (its shard under fsdp).
+
+Persistent slowness (``stragglers``, ``noise.speed_spread_sd``) scales a GPU's compute; a TP
+group runs at its slowest member (its collectives are synchronous), so the stage of that
+pipeline is slowed, the pipeline replay carries the delay to the stages that wait on it, and
+the data-parallel reduction carries it to every other pipeline. Per-micro-step noise
+(``noise.distribution``, ``noise.sigma``) is drawn per GPU for every forward and backward of
+every micro-batch, and a TP group's operation takes its slowest GPU's draw; one step is drawn
+(its many micro-batches average it). Assumed: loader waits, episodes and compute interference
+are not applied here; the output says so.
+"""
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.collectives import Fabric, collective_cost
+from sim.config import Scenario
+from sim.gpt2 import flops_per_token, param_count
+from sim.memory import CUDA_CONTEXT_GIB
+from sim.memory3d import StageMemory, layer_terms, stage_memory
+from sim.nccl_time import INTRA_HOP_US, NET_HOP_US
+from sim.noise import multipliers, speed_factors
+from sim.optimizer import adamw_step_s
+from sim.pipeline import bubble_fraction, in_flight_closed_form, run_pipeline
+from sim.precision import Precision, sharded
+from sim.roofline import rates
+from sim.tp import block_time, head_time
+from sim.workload import fabric_for
+
+MIB = float(1 << 20)
+ASSUMED = "one step drawn; loader waits, episodes and compute.interference_gamma are not applied (sim/parallel3d.py)"
+SIMPLE = 2  # the Simple protocol's column in sim/nccl_time.py's hop latencies
+
+
+class Layout(NamedTuple):
+    tp: int
+    pp: int
+    dp: int
+    v: int  # model chunks per stage (interleaved), else 1
+    m: int  # micro-batches per step per pipeline (grad_accum)
+    schedule: str
+
+    def stage_of(self, rank: int) -> int:
+        return rank // (self.tp * self.dp)
+
+    def replica_of(self, rank: int) -> int:
+        return (rank % (self.tp * self.dp)) // self.tp
+
+
+def layout(sc: Scenario) -> Layout:
+    t = sc.training
+    v = t.pp_virtual_stages if t.pp_schedule == "interleaved" else 1
+    schedule = t.pp_schedule if t.pp > 1 else "1f1b"
+    return Layout(t.tp, t.pp, sc.dp, v, t.grad_accum, schedule)
+
+
+def chunk_layers(n_layer: int, chunks: int) -> list[int]:
+    """Blocks per virtual stage: even, the remainder to the middle chunks first (the first holds
+    the embedding, the last the output layer and loss)."""
+    base, extra = divmod(n_layer, chunks)
+    sizes = [base] * chunks
+    order = sorted(range(chunks), key=lambda g: (g in (0, chunks - 1), abs(g - (chunks - 1) / 2)))
+    for g in order[:extra]:
+        sizes[g] += 1
+    return sizes
+
+
+def dtypes_3d(sc: Scenario) -> Precision:
+    """Megatron's mixed precision: the module holds 16-bit weights (no autocast weight casts, a
+    16-bit residual stream), the optimizer the precision's master copy: sim/precision.py's
+    ``sharded`` arrangement, whatever training.mode."""
+    return sharded(sc.training.dtypes)
+
+
+def stage_params(sc: Scenario, lay: Layout, sizes: list[int]) -> np.ndarray:
+    """Parameters on one GPU of each stage: the stage's blocks' matmuls and their split biases
+    / tp, norms (and row-split biases) whole; the vocabulary-parallel embedding / tp on the
+    first stage, the output layer / tp on the last (a tied one as a copy there, Megatron)."""
+    shape = sc.model.shape
+    d = shape.n_embd
+    norms = (4 if shape.biases else 2) * d
+    split_bias = (shape.qkv_dim if shape.qkv_bias else 0) + (shape.fc_dim if shape.biases else 0)
+    row_bias = 2 * d if shape.biases else 0
+    block = (shape.block_matmul_numel + split_bias) / lay.tp + norms + row_bias
+    out = np.zeros(lay.pp)
+    for g, n in enumerate(sizes):
+        out[g % lay.pp] += n * block
+    out[0] += shape.embedding_numel / lay.tp + (shape.block_size * d if shape.learned_positions else 0)
+    out[-1] += shape.embedding_numel / lay.tp + (2 if shape.biases else 1) * d  # output layer, ln_f
+    if lay.pp == 1 and shape.tied_embeddings:
+        out[0] -= shape.embedding_numel / lay.tp  # one table serves both ends
+    return out
+
+
+def dp_fabric(sc: Scenario, lay: Layout) -> Fabric:
+    """Where one data-parallel group reduces (module docstring): its ranks per node, and its
+    share of the node's NICs with the other groups reducing at the same time."""
+    g = sc.network.gpus_per_node
+    per_node = min(lay.dp, max(1, g // lay.tp))
+    sharing = g // per_node if sc.ranks > g else 1
+    full = fabric_for(sc, ranks=lay.dp)
+    return dataclasses.replace(full, gpus_per_node=per_node, inter_busbw_gb_s=full.inter_busbw_gb_s / sharing)
+
+
+def bucketed_s(op: str, size_bytes: float, fabric: Fabric, cap_mb: float) -> tuple[float, float]:
+    """(all buckets, the last bucket) of a collective over ``size_bytes`` in buckets of the
+    DDP cap, seconds."""
+    if size_bytes <= 0 or fabric.ranks == 1:
+        return 0.0, 0.0
+    n = max(1, math.ceil(size_bytes / (cap_mb * MIB)))
+    one = collective_cost(op, size_bytes / n, fabric).time_s
+    return n * one, one
+
+
+def p2p_s(sc: Scenario, lay: Layout, dt: Precision) -> float:
+    """One activation send between consecutive stages (module docstring)."""
+    if lay.pp == 1:
+        return 0.0
+    net, t = sc.network, sc.training
+    size = t.micro_batch_size * sc.seq_len * sc.model.shape.n_embd * dt.compute_bytes
+    cross_node = lay.tp * lay.dp >= net.gpus_per_node
+    fabric = fabric_for(sc)
+    if cross_node:  # rail-optimised: each GPU sends through its own NIC
+        bw = fabric.inter_busbw_gb_s / net.gpus_per_node * 1e9
+        latency = (net.net_hop_us + NET_HOP_US["ring"][SIMPLE]) * 1e-6
+    else:
+        bw = fabric.intra_busbw_gb_s * 1e9
+        latency = INTRA_HOP_US[net.intra_link][SIMPLE] * 1e-6
+    if lay.tp > 1 and cross_node:  # scatter-gather: 1/tp each over the network, then an allgather
+        gather = collective_cost("allgather", size, fabric_for(sc, ranks=lay.tp)).time_s
+        return latency + size / lay.tp / bw + gather
+    return latency + size / bw
+
+
+class StepCosts(NamedTuple):
+    """What one step costs before any GPU's speed is applied."""
+
+    forward_s: np.ndarray  # (pp, v) one micro-batch
+    backward_s: np.ndarray  # (pp, v)
+    tp_comm_s: np.ndarray  # (pp,) exposed TP collectives per micro-batch (forward + backward)
+    p2p_s: float
+    dp_s: np.ndarray  # (pp,) the data-parallel reduction of the stage's gradients
+    dp_last_bucket_s: np.ndarray  # (pp,)
+    gather_s: np.ndarray  # (pp,) fsdp's allgather of the stage's weights before the first forward
+    tie_s: float  # the tied embedding's allreduce between the first and last stages
+    optimizer_s: np.ndarray  # (pp,)
+    params: np.ndarray  # (pp,) on one GPU of each stage
+    layers: list[int]  # per virtual stage
+
+
+def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
+    c, t, shape = sc.compute, sc.training, sc.model.shape
+    if c.step_compute_s is not None or c.mfu is not None:
+        raise ValueError(
+            "compute.mfu: tensor and pipeline parallelism time each kernel by the roofline (unset compute.mfu"
+            " and compute.step_compute_s)"
+        )
+    dt = dtypes_3d(sc)
+    r = rates(c, dt)
+    tp_fabric = fabric_for(sc, ranks=lay.tp)
+    kw = {"tp": lay.tp, "sequence_parallel": t.sequence_parallel and lay.tp > 1, "fabric": tp_fabric}
+    blk = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, **kw)
+    head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, **kw)
+    sizes = list(t.pp_layers) if t.pp_layers is not None else chunk_layers(shape.n_layer, lay.pp * lay.v)
+    fwd = np.zeros((lay.pp, lay.v))
+    bwd = np.zeros((lay.pp, lay.v))
+    comm = np.zeros(lay.pp)
+    for g, n in enumerate(sizes):
+        i, chunk = g % lay.pp, g // lay.pp
+        fwd[i, chunk] = n * blk.forward_s
+        bwd[i, chunk] = n * blk.backward_s
+        comm[i] += n * (blk.forward_comm_s + blk.backward_comm_s)
+    fwd[0, 0] += head.embedding_forward_s
+    bwd[0, 0] += head.embedding_backward_s
+    fwd[-1, -1] += head.output_forward_s
+    bwd[-1, -1] += head.output_backward_s
+    params = stage_params(sc, lay, sizes)
+    fabric = dp_fabric(sc, lay)
+    cap = t.bucket_cap_mb
+    dp_s, last = np.zeros(lay.pp), np.zeros(lay.pp)
+    gather = np.zeros(lay.pp)
+    for i in range(lay.pp):
+        if t.mode == "fsdp":
+            dp_s[i], last[i] = bucketed_s("reduce_scatter", params[i] * dt.grad_bytes, fabric, cap)
+            gather[i] = bucketed_s("allgather", params[i] * dt.compute_bytes, fabric, cap)[0]
+        else:  # a fp16/bf16 comm hook puts 2 bytes per gradient on the wire, and pays its casts
+            wire = 2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes
+            dp_s[i], last[i] = bucketed_s("allreduce", params[i] * wire, fabric, cap)
+            dp_s[i] += t.compress_s_per_gb * params[i] * dt.grad_bytes / 1e9
+    tie = 0.0
+    if lay.pp > 1 and shape.tied_embeddings:
+        pair = dataclasses.replace(fabric_for(sc, ranks=2), gpus_per_node=1)
+        tie = collective_cost("allreduce", shape.embedding_numel / lay.tp * dt.grad_bytes, pair).time_s
+    if not sc.network.enabled:
+        comm[:] = 0.0
+        dp_s[:], last[:], gather[:] = 0.0, 0.0, 0.0
+        tie = 0.0
+    shard = lay.dp if t.mode == "fsdp" else 1
+    opt = np.array([adamw_step_s(n / shard, dt, c.hbm_tb_s) for n in params])
+    if c.optimizer_s is not None:  # the whole model's, given: each GPU its share
+        opt = c.optimizer_s * params / param_count(shape) / shard
+    return StepCosts(
+        fwd, bwd, comm, p2p_s(sc, lay, dt) if sc.network.enabled else 0.0, dp_s, last, gather, tie, opt, params, sizes
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Step3D:
+    """One simulated step of a 3D-parallel job."""
+
+    layout: Layout
+    step_s: float
+    pipeline_s: float  # the slowest pipeline's makespan
+    dp_exposed_s: float  # what the data-parallel reduction adds after the slowest stage's backward
+    optimizer_s: float
+    bubble_fraction: float  # closed form for equal stages
+    idle_fraction: np.ndarray  # (pp,) each stage's idle share of the slowest pipeline's makespan
+    tp_comm_s: float  # exposed TP collectives per step on the busiest stage
+    p2p_s: float  # one send
+    tokens_per_step: int
+    model_flops_per_step: float  # 6N + 12 L d T per token
+    peak_tflop_s: float
+    memory: list[StageMemory]
+    slowest_stage: int  # the stage whose group is slowest (the straggler's, when there is one)
+    stage_factor: np.ndarray  # (dp, pp) each TP group's compute-time factor
+    costs: StepCosts
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.tp * self.layout.pp * self.layout.dp
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_s
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops_per_step / self.step_s / self.gpus / (self.peak_tflop_s * 1e12)
+
+    @property
+    def peak_memory_gib(self) -> float:
+        return max(s.total_gib for s in self.memory)
+
+    def summary(self) -> dict:
+        lay = self.layout
+        return {
+            "layout": {
+                "tp": lay.tp,
+                "pp": lay.pp,
+                "dp": lay.dp,
+                "virtual_stages": lay.v,
+                "micro_batches": lay.m,
+                "schedule": lay.schedule,
+            },  # fmt: skip
+            "step_time_s": self.step_s,
+            "pipeline_s": self.pipeline_s,
+            "dp_exposed_s": self.dp_exposed_s,
+            "optimizer_s": self.optimizer_s,
+            "bubble_fraction": self.bubble_fraction,
+            "stage_idle_fraction": [float(x) for x in self.idle_fraction],
+            "tp_comm_exposed_s": self.tp_comm_s,
+            "p2p_send_s": self.p2p_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "peak_memory_gib": self.peak_memory_gib,
+            "memory_gib_by_stage": [round(s.total_gib, 3) for s in self.memory],
+            "slowest_stage": self.slowest_stage,
+            "assumed": ASSUMED,
+        }
+
+
+def group_factors(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray:
+    """(dp, pp): each TP group's compute-time factor, its slowest GPU's."""
+    per_gpu = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
+    out = np.zeros((lay.dp, lay.pp))
+    for rank, f in enumerate(per_gpu):
+        j, i = lay.replica_of(rank), lay.stage_of(rank)
+        out[j, i] = max(out[j, i], f)
+    return out
+
+
+def op_noise(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray | None:
+    """(dp, pp, operations per stage) multipliers: each GPU's per-micro-step draw, the TP group
+    waiting for its slowest; None without noise."""
+    n = sc.noise
+    if n.distribution == "none" or (n.distribution != "empirical" and n.sigma == 0.0):
+        return None
+    ops = 2 * lay.m * lay.v
+    draws = multipliers(rng, n.distribution, n.sigma, (lay.dp, lay.pp, lay.tp, ops), n.samples)
+    return draws.max(axis=2)
+
+
+def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMemory]:
+    t, shape = sc.training, sc.model.shape
+    dt = dtypes_3d(sc)
+    terms = layer_terms(shape, sc.seq_len, t.micro_batch_size, dt, fused_attention=t.fused_attention, dropout=False)
+    out = []
+    for i in range(lay.pp):
+        layers = sum(costs.layers[g] for g in range(i, lay.pp * lay.v, lay.pp))
+        chunks_in_flight = in_flight_closed_form(lay.schedule, lay.pp, lay.m, lay.v, i)
+        per_chunk = layers / lay.v
+        out.append(
+            stage_memory(
+                stage=i, params=costs.params[i], dtypes=dt, mode=t.mode, dp=lay.dp, layers=layers,
+                in_flight_layers=chunks_in_flight * per_chunk, terms=terms, tp=lay.tp,
+                sequence_parallel=t.sequence_parallel and lay.tp > 1, recompute=t.recompute, shape=shape,
+                seq_len=sc.seq_len, micro_batch=t.micro_batch_size, first=i == 0, last=i == lay.pp - 1,
+                cuda_context_gib=CUDA_CONTEXT_GIB,
+            )
+        )  # fmt: skip
+    return out
+
+
+def simulate_3d(sc: Scenario, rng: np.random.Generator | None, *, factors: np.ndarray | None = None) -> Step3D:
+    """One step of ``sc`` (module docstring). ``factors`` (dp, pp) overrides the drawn speeds;
+    ``rng`` None draws nothing (identical GPUs, no noise: the planner's replay)."""
+    lay = layout(sc)
+    costs = step_costs(sc, lay)
+    factors = group_factors(sc, lay, rng) if factors is None else factors
+    overlap, fsdp = sc.training.overlap, sc.training.mode == "fsdp"
+    start = costs.gather_s / np.array([max(1, sum(costs.layers[g] for g in range(i, len(costs.layers), lay.pp)))
+                                       for i in range(lay.pp)]) if overlap else costs.gather_s  # fmt: skip
+    noise = op_noise(sc, lay, rng) if rng is not None else None
+    runs = {}
+    for j in range(lay.dp):
+        key = (j,) if noise is not None else tuple(factors[j])
+        if key not in runs:  # identical pipelines replay identically
+            f = factors[j][:, None]
+            runs[key] = run_pipeline(
+                lay.schedule,
+                lay.pp,
+                lay.m,
+                lay.v,
+                costs.forward_s * f,
+                costs.backward_s * f,
+                costs.p2p_s,
+                start_s=start if fsdp else None,
+                op_noise=None if noise is None else noise[j],
+            )
+    # Each stage's reduction waits for that stage in every pipeline.
+    end = np.max([r.stage_end_s for r in runs.values()], axis=0)
+    last_start = np.max([r.last_backward_start_s for r in runs.values()], axis=0)
+    if overlap:
+        done = np.maximum(end + costs.dp_last_bucket_s, last_start + costs.dp_s)
+    else:
+        done = end + costs.dp_s
+    done[0] += costs.tie_s
+    done[-1] += costs.tie_s
+    slow_key = max(runs, key=lambda k: runs[k].makespan_s)
+    slow = runs[slow_key]
+    pipeline_s = max(r.makespan_s for r in runs.values())
+    finish = float(np.max(done + costs.optimizer_s))
+    t = sc.training
+    tokens = lay.dp * lay.m * t.micro_batch_size * sc.seq_len
+    return Step3D(
+        layout=lay,
+        step_s=finish,
+        pipeline_s=pipeline_s,
+        dp_exposed_s=float(np.max(done)) - pipeline_s,
+        optimizer_s=float(costs.optimizer_s.max()),
+        bubble_fraction=bubble_fraction(lay.schedule, lay.pp, lay.m, lay.v),
+        idle_fraction=slow.idle_s / slow.makespan_s,
+        tp_comm_s=float(costs.tp_comm_s.max() * lay.m),
+        p2p_s=costs.p2p_s,
+        tokens_per_step=tokens,
+        model_flops_per_step=flops_per_token(sc.model.shape, sc.seq_len) * tokens,
+        peak_tflop_s=sc.compute.peak_for(t.dtypes),
+        memory=memory_by_stage(sc, lay, costs),
+        slowest_stage=int(np.argmax(np.max(factors, axis=0))),
+        stage_factor=factors,
+        costs=costs,
+    )
+
+
+def megatron_flops_per_step(n_layer: int, hidden: int, vocab: int, seq_len: int, global_batch: int) -> float:
+    """FLOPs per step as Narayanan et al. 2021 count them (Sec. 5.1, their eq. 3), for a GPT
+    model trained with full activation recomputation (one more forward in every backward):
+    96 B s l h^2 (1 + s / (6 h) + V / (16 l h)). Their achieved TFLOP/s per GPU is this over
+    the step time and the GPU count."""
+    b, s, ell, h = global_batch, seq_len, n_layer, hidden
+    return 96.0 * b * s * ell * h * h * (1.0 + s / (6.0 * h) + vocab / (16.0 * ell * h))

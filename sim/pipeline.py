@@ -1,0 +1,158 @@
+"""Pipeline parallelism, event by event: the order each stage runs its micro-batches' forwards
+and backwards in (``training.pp_schedule``), and when each runs, given what it waits for.
+
+Schedules (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", Sec. 2.2):
+
+- gpipe (Huang et al. 2019): every micro-batch's forward, then every backward. Each stage
+  holds all m micro-batches' activations at once.
+- 1f1b (PipeDream-Flush): stage i runs min(p - i - 1, m) forwards to fill the pipeline, then
+  alternates one forward and one backward, then drains; stage i holds at most p - i
+  micro-batches. Same bubble as GPipe: (p - 1) / (m + p - 1) of the step for equal stages.
+- interleaved: each stage holds v model chunks (virtual stages g = chunk x p + stage, so a
+  micro-batch crosses the p stages v times); Megatron's order walks micro-batches in groups of
+  p through one chunk after another, warms up with 2 (p - i - 1) + (v - 1) p forwards, then
+  alternates. The bubble shrinks to (p - 1) / (v m + p - 1); the first stage holds
+  (1 + (p - 1) / (p v)) of a stage's activations for p micro-batches (Korthikanti et al. 2022,
+  Sec. 4.2.3).
+
+The event model: every operation starts when its stage is free and its input has arrived
+(the previous virtual stage's forward, plus the point-to-point send between GPUs; a backward
+needs the next virtual stage's backward, the last one its own forward). Each stage runs its
+list in order, as Megatron's does, so a slow stage delays every stage that waits on it, and
+the makespan, each stage's idle time and where it idled come out of the replay rather than a
+formula. ``bubble_fraction`` gives the closed forms the replay is held to in tests.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+F, B = "F", "B"
+
+
+class Op(NamedTuple):
+    kind: str  # F | B
+    micro_batch: int
+    chunk: int  # model chunk on this stage (0 unless interleaved)
+
+
+def stage_ops(schedule: str, p: int, m: int, v: int, stage: int) -> list[Op]:
+    """The operations stage ``stage`` of ``p`` runs, in order, for ``m`` micro-batches."""
+    if schedule == "gpipe":
+        return [Op(F, j, 0) for j in range(m)] + [Op(B, j, 0) for j in range(m)]
+    if schedule == "1f1b":
+        v = 1
+    total = m * v
+
+    def nth(k: int, backward: bool) -> Op:
+        group, within = divmod(k, p * v)
+        chunk = (k // p) % v
+        mb = group * p + within % p
+        return Op(B, mb, v - 1 - chunk) if backward else Op(F, mb, chunk)
+
+    if schedule == "1f1b":
+        warm = min(p - stage - 1, m)
+    else:  # Megatron's interleaved warm-up (schedules.py, forward_backward_pipelining_with_interleaving)
+        warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    ops = [nth(k, False) for k in range(warm)]
+    for j in range(total - warm):
+        ops += [nth(warm + j, False), nth(j, True)]
+    ops += [nth(j, True) for j in range(total - warm, total)]
+    return ops
+
+
+def bubble_fraction(schedule: str, p: int, m: int, v: int = 1) -> float:
+    """The idle share of a step of equal stages without communication: (p - 1) / (m + p - 1)
+    for GPipe and 1F1B, (p - 1) / (v m + p - 1) interleaved (Narayanan et al. 2021, Sec. 2.2)."""
+    chunks = v if schedule == "interleaved" else 1
+    return (p - 1) / (chunks * m + p - 1)
+
+
+class PipelineRun(NamedTuple):
+    makespan_s: float
+    stage_end_s: np.ndarray  # (p,) when each stage's last backward ends
+    last_backward_start_s: np.ndarray  # (p,) when it started
+    busy_s: np.ndarray  # (p,) compute time on each stage
+    idle_s: np.ndarray  # (p,) makespan - busy: the bubble, and waiting on a slower stage
+    peak_in_flight: np.ndarray  # (p,) most chunk-micro-batches whose activations a stage held at once
+    ops: int
+
+
+def run_pipeline(
+    schedule: str,
+    p: int,
+    m: int,
+    v: int,
+    forward_s: np.ndarray,
+    backward_s: np.ndarray,
+    p2p_s: float,
+    start_s: np.ndarray | None = None,
+    op_noise: np.ndarray | None = None,
+) -> PipelineRun:
+    """Replay the schedule. ``forward_s[i, c]`` and ``backward_s[i, c]``: stage i's chunk c, one
+    micro-batch (a slow GPU's factor already in its stage's row); ``p2p_s``: one activation (or
+    gradient) send between consecutive stages; ``start_s[i]``: when stage i may begin (FSDP's
+    first gather); ``op_noise[i, k]``: a multiplier on stage i's k-th operation's time."""
+    chunks = v if schedule == "interleaved" else 1
+    n_virtual = p * chunks
+    lists = [stage_ops(schedule, p, m, v, i) for i in range(p)]
+    ptr = [0] * p
+    free = np.zeros(p) if start_s is None else np.array(start_s, dtype=float)
+    busy = np.zeros(p)
+    in_flight = np.zeros(p, dtype=int)
+    peak = np.zeros(p, dtype=int)
+    last_b_start = np.zeros(p)
+    f_end = np.full((m, n_virtual), np.nan)
+    b_end = np.full((m, n_virtual), np.nan)
+    remaining = sum(len(x) for x in lists)
+    total = remaining
+    while remaining:
+        progressed = False
+        for i in range(p):
+            ops = lists[i]
+            while ptr[i] < len(ops):
+                op = ops[ptr[i]]
+                g = op.chunk * p + i
+                if op.kind == F:
+                    ready = 0.0 if g == 0 else f_end[op.micro_batch, g - 1] + p2p_s
+                    dur = forward_s[i, op.chunk]
+                elif g == n_virtual - 1:
+                    ready = f_end[op.micro_batch, g]  # the loss is on this stage
+                    dur = backward_s[i, op.chunk]
+                else:
+                    ready = b_end[op.micro_batch, g + 1] + p2p_s
+                    dur = backward_s[i, op.chunk]
+                if np.isnan(ready):
+                    break  # its input has not been produced yet: another stage must run first
+                if op_noise is not None:
+                    dur *= op_noise[i, ptr[i]]
+                start = max(free[i], ready)
+                end = start + dur
+                if op.kind == F:
+                    f_end[op.micro_batch, g] = end
+                    in_flight[i] += 1
+                    peak[i] = max(peak[i], in_flight[i])
+                else:
+                    b_end[op.micro_batch, g] = end
+                    in_flight[i] -= 1
+                    last_b_start[i] = start
+                free[i] = end
+                busy[i] += dur
+                ptr[i] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"pipeline schedule {schedule} deadlocked (p={p}, m={m}, v={v})")
+    makespan = float(free.max())
+    return PipelineRun(makespan, free.copy(), last_b_start, busy, makespan - busy, peak, total)
+
+
+def in_flight_closed_form(schedule: str, p: int, m: int, v: int, stage: int) -> int:
+    """Chunk-micro-batches stage ``stage`` holds at its peak: m (GPipe), min(p - stage, m)
+    (1F1B), min(2 (p - stage - 1) + (v - 1) p + 1, v m) interleaved (Megatron's warm-up + 1)."""
+    if schedule == "gpipe":
+        return m
+    if schedule == "1f1b":
+        return min(p - stage, m)
+    return min(2 * (p - stage - 1) + (v - 1) * p + 1, v * m)

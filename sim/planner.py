@@ -1,0 +1,140 @@
+"""Search TP x PP x DP (x micro-batch, schedule, recompute, mode) for the layouts of a model
+on a cluster that fit in memory, and rank them by predicted step time (`ddplab plan`).
+
+Two passes, so thousands of layouts take seconds:
+
+1. every layout's costs (sim/parallel3d.py ``step_costs``: per-stage compute from the roofline,
+   TP and DP collectives, sends) and memory per stage (sim/memory3d.py, closed forms), and an
+   analytical step time: the busiest stage's m micro-batches, plus the fill and drain of the
+   others, (p - 1) / v stage times and 2 (p - 1) sends, plus the exposed DP reduction and the
+   optimizer. Layouts that do not fit are dropped here.
+2. the ``finalists`` fastest by that estimate are replayed event by event (``simulate_3d``,
+   identical GPUs) and ranked by the replay.
+
+The grid: tp over the divisors of the node's GPU count that divide the heads, pp over the
+divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
+divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 and 4 chunks
+where the layers allow, recompute none, selective and full, ddp and fsdp over the DP group.
+Sequence parallelism is on whenever tp > 1 (in this model it moves the same bytes and only
+removes work and memory). GPipe is left out: its bubble is 1F1B's and it holds more.
+"""
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.config import Scenario
+from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs
+
+MICRO_BATCHES = (1, 2, 4, 8)
+RECOMPUTES = ("none", "selective", "full")
+MODES = ("ddp", "fsdp")
+VIRTUAL = (2, 4)
+
+
+class Candidate(NamedTuple):
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    grad_accum: int
+    schedule: str
+    virtual: int
+    recompute: str
+    mode: str
+
+    def sets(self) -> list[str]:
+        """The --set keys that give this layout to `ddplab simulate`."""
+        out = [
+            f"training.tp={self.tp}", f"training.pp={self.pp}", f"training.micro_batch_size={self.micro_batch}",
+            f"training.grad_accum={self.grad_accum}", f"training.activation_checkpointing={self.recompute}",
+            f"training.mode={self.mode}", f"training.sequence_parallel={'true' if self.tp > 1 else 'false'}",
+        ]  # fmt: skip
+        if self.schedule == "interleaved":
+            out += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={self.virtual}"]
+        return out
+
+
+class Scored(NamedTuple):
+    candidate: Candidate
+    estimate_s: float  # pass 1
+    memory_gib: float  # the fullest stage's GPU
+    step: Step3D | None  # pass 2 (finalists only)
+
+    @property
+    def step_s(self) -> float:
+        return self.step.step_s if self.step is not None else self.estimate_s
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def grid(base: Scenario, gpus: int, global_batch: int) -> list[Candidate]:
+    shape, g = base.model.shape, base.network.gpus_per_node
+    out = []
+    for tp in (d for d in _divisors(g) if shape.n_head % d == 0 and (shape.n_kv_head < d or shape.n_kv_head % d == 0)):
+        for pp in (d for d in _divisors(shape.n_layer) if gpus % (tp * d) == 0):
+            dp = gpus // (tp * pp)
+            for b in MICRO_BATCHES:
+                if global_batch % (dp * b):
+                    continue
+                m = global_batch // (dp * b)
+                schedules = [("1f1b", 1)]
+                if pp > 1 and m % pp == 0:
+                    schedules += [("interleaved", v) for v in VIRTUAL if shape.n_layer % (pp * v) == 0]
+                for sched, v in schedules:
+                    for rc in RECOMPUTES:
+                        for mode in MODES if dp > 1 else ("ddp",):
+                            out.append(Candidate(tp, pp, dp, b, m, sched, v, rc, mode))
+    return out
+
+
+def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
+    t = dataclasses.replace(
+        base.training,
+        tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch, grad_accum=c.grad_accum,
+        pp_schedule=c.schedule if c.pp > 1 else "1f1b", pp_virtual_stages=c.virtual,
+        activation_checkpointing=c.recompute, mode=c.mode, sequence_parallel=c.tp > 1,
+        comm_hook="none",
+    )  # fmt: skip
+    return dataclasses.replace(base, ranks=gpus, training=t, stragglers="", loader_stragglers="")
+
+
+def estimate(sc: Scenario) -> tuple[float, float]:
+    """(analytical step time, the fullest GPU's memory) of one layout (module docstring)."""
+    lay = layout(sc)
+    c = step_costs(sc, lay)
+    stage = c.forward_s.sum(axis=1) + c.backward_s.sum(axis=1)
+    fill = (lay.pp - 1) / lay.v * float(stage.mean()) + 2 * (lay.pp - 1) * c.p2p_s
+    pipeline = lay.m * float(stage.max()) + fill + float(c.gather_s.max())
+    if sc.training.overlap:
+        last = c.backward_s.sum(axis=1) / lay.v
+        dp = float(np.max(np.maximum(c.dp_last_bucket_s, c.dp_s - last)))
+    else:
+        dp = float(c.dp_s.max())
+    memory = max(m.total_gib for m in memory_by_stage(sc, lay, c))
+    return pipeline + dp + 2 * c.tie_s + float(c.optimizer_s.max()), memory
+
+
+def plan(base: Scenario, gpus: int, global_batch: int, *, finalists: int = 12) -> tuple[list[Scored], int]:
+    """(the fitting layouts, fastest first: finalists replayed, the rest by estimate; how many
+    layouts were considered)."""
+    device = base.compute.device_memory_gib
+    candidates = grid(base, gpus, global_batch)
+    scored = []
+    for c in candidates:
+        sc = scenario_for(base, c, gpus)
+        est, mem = estimate(sc)
+        if device and mem > device:
+            continue
+        scored.append(Scored(c, est, mem, None))
+    scored.sort(key=lambda s: s.estimate_s)
+    ones = lambda c: np.ones((c.dp, c.pp))  # noqa: E731  identical GPUs: the layout's own speed
+    top = [
+        s._replace(step=simulate_3d(scenario_for(base, s.candidate, gpus), None, factors=ones(s.candidate)))
+        for s in scored[:finalists]
+    ]
+    top.sort(key=lambda s: s.step_s)
+    return top + scored[finalists:], len(candidates)

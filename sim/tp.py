@@ -1,0 +1,148 @@
+"""Tensor parallelism, Megatron-style: one block's compute and communication on each of the
+``training.tp`` GPUs of a tensor-parallel group (inside one node).
+
+Shoeybi et al. 2019 ("Megatron-LM", Sec. 3) split a block's matmuls so that a block needs two
+collectives in its forward and two in its backward: the QKV and first MLP matmuls are split by
+columns (each GPU computes its heads and its slice of the MLP's hidden units), the attention
+output and second MLP matmuls by rows, whose partial sums are allreduced (forward: after
+attention and after the MLP, operator g; backward: the input gradients before the QKV and first
+MLP matmuls, operator f). Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2) replaces
+each allreduce with a reduce-scatter and an allgather of the same bytes, and splits the norms,
+the residual adds and dropout along the sequence, so those run on 1/tp of the tokens too.
+
+What runs where, per block and micro-batch, under the roofline (sim/roofline.py):
+
+- matmuls, attention, RoPE, the activation function and their weight-gradient work: 1/tp of the
+  work (heads and hidden units split); their bytes are scaled by 1/tp as well, which undercounts
+  the replicated input read of a column-split matmul (at these sizes the matmuls are
+  compute-bound, so the time does not move).
+- layer norms and residual adds: the whole t x d on every GPU, or 1/tp with sequence parallelism.
+- the output layer and the loss: vocabulary-parallel (Megatron's VocabParallelEmbedding and
+  parallel cross-entropy), 1/tp of the T x vocab work; the final norm as the block norms.
+
+The collectives are exposed: Megatron-LM (2021) issues them on the compute stream, between the
+matmuls that need their result, so nothing hides them (Narayanan et al. 2021, Sec. 3.2).
+Recomputation reruns the forward, collectives included, in the backward (full); selective
+recomputation reruns only attention's core, which has none.
+"""
+
+from typing import NamedTuple
+
+from sim.collectives import Fabric, collective_cost
+from sim.gpt2 import TransformerShape
+from sim.precision import Precision
+from sim.roofline import ATTENTION, Kernel, Rates, block_kernels, head_kernels, kernel_time_s
+
+# Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
+_REPLICATED = ("ln_", "residual")
+# The embedding's kernels (the first pipeline stage holds it); the rest of head_kernels is the
+# final norm, output layer and loss (the last stage).
+_EMBEDDING = ("wte.lookup", "wpe.", "wte.embedding_bwd", "wte.bucket_copy")
+
+
+def shard_kernel(k: Kernel, tp: int, sequence_parallel: bool) -> Kernel:
+    """One kernel as each of ``tp`` GPUs runs it (module docstring)."""
+    if tp == 1 or (k.name.startswith(_REPLICATED) and not sequence_parallel):
+        return k
+    return k._replace(flops=k.flops / tp, bytes=k.bytes / tp)
+
+
+class BlockTime(NamedTuple):
+    """One block, one micro-batch, on one GPU of the TP group, seconds."""
+
+    forward_compute_s: float
+    backward_compute_s: float  # without recomputation
+    recompute_s: float  # what backward adds for training.activation_checkpointing
+    forward_comm_s: float  # the forward's two allreduces (or allgathers + reduce-scatters)
+    backward_comm_s: float  # the backward's, plus the forward's again under full recomputation
+
+    @property
+    def forward_s(self) -> float:
+        return self.forward_compute_s + self.forward_comm_s
+
+    @property
+    def backward_s(self) -> float:
+        return self.backward_compute_s + self.recompute_s + self.backward_comm_s
+
+
+def tp_collective_s(size_bytes: float, fabric: Fabric, sequence_parallel: bool) -> float:
+    """One of the block's four synchronisations: an allreduce of the t x d activation, or with
+    sequence parallelism the reduce-scatter and the allgather that replace it."""
+    if fabric.ranks == 1:
+        return 0.0
+    if sequence_parallel:
+        return (
+            collective_cost("reduce_scatter", size_bytes, fabric).time_s
+            + collective_cost("allgather", size_bytes, fabric).time_s
+        )
+    return collective_cost("allreduce", size_bytes, fabric).time_s
+
+
+def block_time(
+    shape: TransformerShape,
+    seq_len: int,
+    micro_batch: int,
+    p: Precision,
+    r: Rates,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    recompute: str,
+    fabric: Fabric,
+) -> BlockTime:
+    tokens = float(micro_batch * seq_len)
+    fwd = bwd = core = 0.0
+    for k in block_kernels(shape, seq_len, tokens, p):
+        t = kernel_time_s(shard_kernel(k, tp, sequence_parallel), r)
+        if k.backward:
+            bwd += t
+        else:
+            fwd += t
+            if k.kind == ATTENTION:
+                core += t
+    # Each synchronisation moves the t x d activation in the compute dtype. With sequence
+    # parallelism the pair of collectives also replaces the allreduce (operator g) and the
+    # identity (operator f), so the count is the same: two in forward, two in backward.
+    per_sync = tp_collective_s(tokens * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
+    fwd_comm = 2 * per_sync
+    recompute_s = {"none": 0.0, "selective": core, "full": fwd}[recompute]
+    bwd_comm = 2 * per_sync + (fwd_comm if recompute == "full" else 0.0)
+    return BlockTime(fwd, bwd, recompute_s, fwd_comm, bwd_comm)
+
+
+class HeadTime(NamedTuple):
+    """The embedding (first stage) and the final norm, output layer and loss (last stage), one
+    micro-batch on one GPU of the TP group, seconds, communication included: the embedding's
+    allreduce of its partial lookups (forward) and the output layer's input-gradient allreduce
+    (backward), t x d each (vocabulary-parallel layers, Megatron)."""
+
+    embedding_forward_s: float
+    embedding_backward_s: float
+    output_forward_s: float
+    output_backward_s: float
+
+
+def head_time(
+    shape: TransformerShape,
+    seq_len: int,
+    micro_batch: int,
+    p: Precision,
+    r: Rates,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    fabric: Fabric,
+) -> HeadTime:
+    tokens = float(micro_batch * seq_len)
+    times = {"ef": 0.0, "eb": 0.0, "of": 0.0, "ob": 0.0}
+    for k in head_kernels(shape, tokens, p):
+        # The vocabulary-parallel output layer and loss split T x vocab; ln_f is a block norm.
+        sharded = shard_kernel(k, tp, sequence_parallel) if k.name.startswith("ln_f") else _vocab_shard(k, tp)
+        key = ("e" if k.name.startswith(_EMBEDDING) else "o") + ("b" if k.backward else "f")
+        times[key] += kernel_time_s(sharded, r)
+    sync = tp_collective_s(tokens * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
+    return HeadTime(times["ef"] + sync, times["eb"], times["of"], times["ob"] + sync)
+
+
+def _vocab_shard(k: Kernel, tp: int) -> Kernel:
+    return k._replace(flops=k.flops / tp, bytes=k.bytes / tp) if tp > 1 else k

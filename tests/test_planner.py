@@ -1,0 +1,58 @@
+"""`ddplab plan` (sim/planner.py): what it returns fits, its best is the grid's best within
+10 %, and llama3-70b on h100-1024 plans in seconds."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from sim.parallel3d import simulate_3d
+from sim.planner import estimate, grid, plan, scenario_for
+from sim.scenario_file import load_scenario
+
+
+@pytest.fixture(scope="module")
+def small():
+    return load_scenario("h100-1024", ["model.preset=llama3-8b", "training.seq_len=4096"])
+
+
+def test_best_is_within_10_percent_of_the_whole_grid_replayed(small):
+    gpus, batch = 32, 64
+    ranked, considered = plan(small, gpus, batch, finalists=4)
+    device = small.compute.device_memory_gib
+    best = np.inf
+    for c in grid(small, gpus, batch):
+        sc = scenario_for(small, c, gpus)
+        if estimate(sc)[1] > device:
+            continue
+        best = min(best, simulate_3d(sc, None, factors=np.ones((c.dp, c.pp))).step_s)
+    assert considered == len(grid(small, gpus, batch)) > 50
+    assert ranked[0].step is not None
+    assert ranked[0].step_s <= 1.10 * best
+    assert all(s.memory_gib <= device for s in ranked)
+    replayed = [s.step_s for s in ranked if s.step is not None]
+    assert replayed == sorted(replayed)
+
+
+def test_the_estimate_tracks_the_replay(small):
+    ranked, _ = plan(small, 32, 64, finalists=6)
+    for s in ranked[:6]:
+        assert s.estimate_s == pytest.approx(s.step.step_s, rel=0.10)
+
+
+def test_llama3_70b_on_h100_1024_plans_in_seconds(capsys):
+    from ddplab.cli import main
+
+    t = time.perf_counter()
+    assert main(["plan", "llama3-70b", "h100-1024", "--json", "--top", "3"]) == 0
+    assert time.perf_counter() - t < 30
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"] == 1024 and out["seq_len"] == 8192 and out["fitting"] > 10
+    best = out["layouts"][0]
+    assert best["tp"] * best["pp"] * best["dp"] == 1024 and best["memory_gib"] <= 79.65
+    assert 0 < best["mfu"] < 1 and best["replayed"]
+    # Its keys reproduce it through `ddplab simulate`.
+    sc = load_scenario("h100-1024", ["model.preset=llama3-70b", "training.seq_len=0", *best["sets"]], ranks=1024)
+    step = simulate_3d(sc, None, factors=np.ones((best["dp"], best["pp"])))
+    assert step.step_s == pytest.approx(best["step_time_s"], rel=1e-12)
