@@ -361,6 +361,8 @@ TORCHTITAN = (
 # batch size, achieved teraFLOP/s per GPU). Beside them, from the paper's own run script
 # (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh): micro-batch size, layers per virtual stage
 # (0 = no interleaving) and the data-parallel implementation ("torch" DDP, or Megatron's "local").
+# The printed columns equal, in every row, an independent transcription of the table
+# (SotaroKaneda/MLCarbon data/megatron_table.csv, commit 69070b2).
 MEGATRON_TABLE1 = (
     ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16, 0, "torch"),
     ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16, 0, "torch"),
