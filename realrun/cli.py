@@ -14,7 +14,10 @@ PROBE_PARTS = ("collectives", "link", "compute", "overlap")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 # realrun/precision.py's names; repeated here so that importing this module stays torch-free.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
-MAX_SIZE_BYTES = 1 << 50  # sim/units.py's bound, held equal by tests/test_twins.py
+MAX_SIZE_BYTES = 1 << 50
+# `train --profile` (realrun/profiling.py): step 0 runs before DDP rebuilds its buckets by size
+# (one bucket of every gradient) and step 1 is the profiler's warm-up, so tracing starts at 2.
+FIRST_PROFILED_STEP = 2  # sim/units.py's bound, held equal by tests/test_twins.py
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -250,6 +253,15 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order")
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
     p.add_argument("--no-instrument", action="store_true", help="plain DDP, no timing hooks (overhead baseline)")
+    p.add_argument(
+        "--profile",
+        type=_positive(int),
+        nargs="?",
+        const=3,
+        metavar="STEPS",
+        help="write a PyTorch profiler (Kineto) trace per rank of STEPS steps (default 3, after 2 warm-up"
+        " steps) beside the records, trace-rankNNNN.json.gz (`ddplab calibrate` reads them; docs/traces.md)",
+    )
     _add_numerics(p)
 
     # Test-only, hidden: inject a fault; save step 0's batches, weights and reduced gradients.
@@ -282,6 +294,11 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
         raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {context}")
     if verb == "train" and args.grad_staging == "cpu" and args.comm_hook == "powersgd":
         raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
+    if verb == "train" and getattr(args, "profile", None) and args.steps < FIRST_PROFILED_STEP + args.profile:
+        raise ValueError(
+            f"--profile {args.profile}: needs --steps >= {FIRST_PROFILED_STEP + args.profile}"
+            f" (profiling starts at step {FIRST_PROFILED_STEP}, after DDP's bucket rebuild)"
+        )
     if verb == "train" and args.compile and args.bucket_cap_mb < 1.0:
         # Under compile, dynamo's DDPOptimizer splits the graph at DDP's bucket cap and asserts
         # that its first bucket, fixed at c10d's 1 MiB, is no larger than the others
