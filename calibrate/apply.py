@@ -106,7 +106,9 @@ def choose_mode(sc: Scenario, calib: Calibration, mode: str) -> tuple[str, str]:
         and sc.ranks == calib.world_size
     )
     mismatch = _device_mismatch(sc, calib)
-    if mode == "all" and not calib.networks and sc.ranks > 1:
+    # A calibration from traces measures no link (calibrate/trace_calib.py): on its own machines
+    # its compute, jitter and ranks apply and the network stays the scenario's.
+    if mode == "all" and not calib.networks and sc.ranks > 1 and calib.trace is None:
         raise ValueError(
             "--calib-mode all: the calibration measured no network (a one-rank probe); use device or shape"
         )
@@ -172,7 +174,7 @@ def apply_calibration(
         label, net = calib.network(None)
     _apply_network_shape(sc, calib, mode, label, net, put, hold)
     same_model = same_as_preset(sc.model.shape, c.model)
-    if same_model:
+    if same_model and c.ready_fractions.value:  # a trace's buckets that match no DDP layout carry none
         put("compute.ready_fractions", dict(c.ready_fractions.value), f"grad_ready of {c.model}")
     else:
         hold(
