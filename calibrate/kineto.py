@@ -252,7 +252,7 @@ class _Reader:
                 # (an invalid file must not be read whole into memory looking for an end).
                 if len(self.buf) - self.pos < MAX_VALUE_CHARS and self.more():
                     continue
-                if self.eof:
+                if self.eof and (e.pos >= len(self.buf.rstrip()) or e.msg.startswith("Unterminated")):
                     raise TraceError(f"{self.path}: the JSON ends mid-value (truncated?)") from None
                 raise TraceError(f"{self.path}: not valid JSON ({e.msg})") from None
             # A number that ends exactly at the buffer's end may go on in the next chunk.

@@ -178,7 +178,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
         # each other (gpt2-tiny's 66-82 KB buckets) pin neither the latency nor the bandwidth.
         if len({s.bytes for s in of_op}) >= 3 and spread >= 4 and len({s.ranks for s in of_op}) == 1:
             times = {}
-            for r, f in ranks.items():
+            for f in ranks.values():
                 for st in f.steps:
                     for c in st.collectives:
                         if c.op == op and c.bytes:
