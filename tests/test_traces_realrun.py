@@ -1,0 +1,90 @@
+"""`ddplab train --profile` then `ddplab calibrate` on its traces (CPU, 2 ranks, gloo, gpt2-tiny):
+the trace and the same run's step records agree on compute within 5 %, on the bucket count and
+the bucket sizes exactly. One run of 7 steps (~20 s, most of it starting torch)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from calibrate import compute_fit
+from calibrate.kineto import read_trace
+from calibrate.trace_fit import fit_traces
+from realrun.records import read_run
+
+SEQ_LEN, MICRO, PROFILED = 64, 8, 5
+ARGS = (
+    *("--model", "gpt2-tiny", "--seq-len", str(SEQ_LEN), "--micro-batch", str(MICRO)),
+    *("--bucket-cap-mb", "0.05", "--data", str(ROOT / "README.md"), "--steps", str(2 + PROFILED)),
+)
+
+
+def ddplab(*args, timeout=240):
+    cmd = [sys.executable, "-m", "ddplab", *map(str, args)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profiled")
+    p = ddplab("train", "--nproc", "2", "--out", out, *ARGS, "--profile", str(PROFILED))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+def test_train_profile_refuses_too_few_steps(tmp_path):
+    p = ddplab("train", "--nproc", "2", "--out", tmp_path / "x", "--steps", "4", "--profile", "3")
+    assert p.returncode == 2 and "--profile 3: needs --steps >= 5" in p.stderr
+
+
+def test_trace_and_records_of_one_run_agree(profiled):
+    traces = sorted(profiled.glob("trace-rank*.json.gz"))
+    assert [t.name for t in traces] == ["trace-rank0000.json.gz", "trace-rank0001.json.gz"]
+    fit = fit_traces([read_trace(t) for t in traces])
+    records = {r.meta["rank"]: {s["step"]: s for s in r.of_type("step")} for r in read_run(profiled, "train")}
+    trace_by_rank, records_by_rank = {}, {}
+    for rank, f in fit.ranks.items():
+        assert [s.step for s in f.steps] == list(range(2, 2 + PROFILED))  # ProfilerStep#k is step k
+        assert f.provenance == f"measured in trace-rank{rank:04d}.json.gz, rank {rank}, steps 2-6"
+        rows_t, rows_r = [], []
+        for s in f.steps:
+            rec = records[rank][s.step]
+            # Bucket count exactly; sizes exactly, in the order DDP issued them (bucket index order).
+            assert len(s.buckets) == rec["bucket_count"] == 7
+            assert [b.bytes for b in s.buckets] == [b["bytes"] for b in rec["buckets"]]
+            assert all(c.bytes in {b["bytes"] for b in rec["buckets"]} for c in s.collectives)
+            rows_t.append((s.forward_s, s.backward_s))
+            rows_r.append((rec["forward_s"], rec["backward_s"]))
+        trace_by_rank[rank] = {MICRO: np.array(rows_t)}
+        records_by_rank[rank] = {MICRO: np.array(rows_r)}
+        # Per step, forward + backward (the records time it from the comm hook, the trace from
+        # the ops), within 5 %.
+        t_sum, r_sum = np.array(rows_t).sum(axis=1), np.array(rows_r).sum(axis=1)
+        assert np.max(np.abs(t_sum / r_sum - 1)) < 0.05, (t_sum, r_sum)
+    # The compute fit calibrate makes (compute_fit's speed factors, then the speed-1 mean per
+    # micro-step) from either source agrees within 5 %.
+    fits = {}
+    for name, by_rank in (("trace", trace_by_rank), ("records", records_by_rank)):
+        samples = compute_fit.ComputeSamples("gpt2-tiny", SEQ_LEN, by_rank, [])
+        fits[name] = compute_fit.fit_compute(samples, compute_fit.speed_factors(samples))
+    for part in ("step", "forward", "backward"):
+        t, r = getattr(fits["trace"], part).points[0][1], getattr(fits["records"], part).points[0][1]
+        assert abs(t / r - 1) < 0.05, (part, t, r)
+
+
+def test_calibrate_writes_the_trace_calibration(profiled, tmp_path):
+    out = tmp_path / "calib.json"
+    p = ddplab("calibrate", *sorted(profiled.glob("trace-rank*.json.gz")), "-o", out)
+    assert p.returncode == 0, p.stderr[-3000:]
+    c = json.loads(out.read_text())
+    assert c["world_size"] == 2 and c["backend"] == "gloo" and c["device"] == "cpu" and c["precision"] == "fp32"
+    assert c["compute"]["model"] == "gpt2-tiny" and c["compute"]["step_s"]["points"][0][0] == MICRO * SEQ_LEN
+    # The traced buckets are DDP's layout of gpt2-tiny at 50 KB: each parameter gets its bucket's time.
+    assert len(c["compute"]["ready_fractions"]["value"]) == 28
+    assert [b["bytes"] for b in c["trace"]["buckets"]] == [66304, 66560, 67072, 66304, 66560, 67072, 82432]
+    assert c["trace"]["ranks"]["1"]["provenance"] == "measured in trace-rank0001.json.gz, rank 1, steps 2-6"
+    assert 0 <= c["trace"]["straggler_cost"]["value"] < 1
+    assert "source    rank 0: measured in trace-rank0000.json.gz, rank 0, steps 2-6" in p.stdout
