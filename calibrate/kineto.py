@@ -344,7 +344,9 @@ def _take(e: dict, t: RankTrace) -> None:
     args = e.get("args") or {}
     if cat == "gpu_user_annotation":  # the GPU timeline's copies of CPU annotations: the CPU's count
         return
-    if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+    # cuda_sync: a stream blocked on an event (Kineto's "Stream Sync" / "Event Sync" on the GPU
+    # timeline); HTA counts it as GPU time of the kind "other", and so does this reader.
+    if cat in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"):
         if not isinstance(args.get("stream"), int) or args.get("stream") < 0:
             return
         kind = kernel_kind(name)

@@ -293,7 +293,7 @@ def _hta_totals(ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> HtaTotals 
         idle_time_us=span - length(every),
         compute_time_us=length(comp),
         comm_time_us=comm_len,
-        overlap_ratio=overlap(comm, comp) / comm_len if comm_len else 0.0,
+        overlap_ratio=float(overlap(comm, comp) / comm_len) if comm_len else 0.0,
     )
 
 
