@@ -25,6 +25,7 @@ The HTA figures (``HtaTotals``) repeat HTA's whole-trace definitions (temporal b
 communication/computation overlap) so tests/test_traces_public.py can hold them within 1 %.
 """
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,10 +138,6 @@ class RankFit:
         )
 
 
-def _spans(pairs: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
-    return sorted((s, e) for s, e in pairs if lo <= s < hi)
-
-
 def fit_rank(t: RankTrace, rank: int) -> RankFit:
     """Per-step times of one rank's trace."""
     if not t.steps:
@@ -164,15 +161,22 @@ def fit_rank(t: RankTrace, rank: int) -> RankFit:
 
 
 def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
-    bwd = np.frombuffer(t.backward_ops, dtype=np.float64).reshape(-1, 2) if len(t.backward_ops) else np.zeros((0, 2))
+    bwd = _sorted_pairs(t.backward_ops)
+    fwd_all, opt_all = sorted(t.forward), sorted(t.optimizer)
+    issues = sorted(t.issues, key=lambda c: c.ts)
+    executed_all = sorted(t.executed, key=lambda c: c.ts)
+    issue_ts, executed_ts = [c.ts for c in issues], [c.ts for c in executed_all]
     for n, ts, dur in used:
         hi = ts + dur
-        fwd = _spans(t.forward, ts, hi)
-        ops = bwd[(bwd[:, 0] >= ts) & (bwd[:, 0] < hi)]
-        opt = _spans(t.optimizer, ts, hi)
+        fwd, opt = _in(fwd_all, ts, hi), _in(opt_all, ts, hi)
+        ops = bwd[np.searchsorted(bwd[:, 0], ts) : np.searchsorted(bwd[:, 0], hi)]
         start = fwd[0][0] if fwd else (float(ops[:, 0].min()) if len(ops) else ts)
         fwd_end = fwd[-1][1] if fwd else start
-        grads = [c for c in t.issues if fwd_end <= c.ts < hi and c.op == "allreduce"]
+        grads = [
+            c
+            for c in issues[bisect.bisect_left(issue_ts, fwd_end) : bisect.bisect_left(issue_ts, hi)]
+            if c.op == "allreduce"
+        ]
         if opt:  # gradient all-reduces are issued before the optimizer runs
             grads = [c for c in grads if c.ts < opt[0][0]]
         if grads:
@@ -185,7 +189,7 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
         compute = (end - start) * US
         # gloo's worker threads take collectives from one queue in the order issued, so the k-th
         # to start is the k-th issued (the c10d call's own shapes are a TensorList, dtype unnamed).
-        executed = sorted((c for c in t.executed if ts <= c.ts < hi), key=lambda c: c.ts)
+        executed = executed_all[bisect.bisect_left(executed_ts, ts) : bisect.bisect_left(executed_ts, hi)]
         comm = union(np.array([c.ts for c in executed]), np.array([c.ts + c.dur for c in executed]))
         window = (np.array([start]), np.array([end]))
         sizes = [c.bytes for c in executed if c.op == "allreduce"]
@@ -218,59 +222,61 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
     kind = np.frombuffer(t.gpu_kind, dtype=np.int8)
     corr = np.frombuffer(t.gpu_corr, dtype=np.int64)
     lc, lts = t.launches()
-    idx = np.searchsorted(lc, corr)
-    idx_c = np.minimum(idx, max(len(lc) - 1, 0))
-    found = (len(lc) > 0) & (lc[idx_c] == corr) if len(lc) else np.zeros(len(corr), bool)
-    launch = np.where(found, lts[idx_c] if len(lts) else 0.0, np.nan)
-    if not found.any():
+    if len(lc):
+        idx = np.minimum(np.searchsorted(lc, corr), len(lc) - 1)
+        found = lc[idx] == corr
+        launch = np.where(found, lts[idx], np.inf)
+    else:
+        found, launch = np.zeros(len(corr), bool), np.full(len(corr), np.inf)
         fit.notes.append("no kernel launches (correlation) in the trace: kernels not tied to steps")
     # HTA's totals: kernels launched before the last profiled step began (all, with one step).
-    last_start = steps[-1][1]
-    keep = found & (launch < last_start) if len(steps) >= 2 else np.ones(len(gts), bool)
+    keep = found & (launch < steps[-1][1]) if len(steps) >= 2 else np.ones(len(gts), bool)
     fit.hta = _hta_totals(gts[keep], gend[keep], kind[keep])
-    bwd = np.frombuffer(t.backward_ops, dtype=np.float64).reshape(-1, 2) if len(t.backward_ops) else np.zeros((0, 2))
+    # Kernels by launch time, so each step (and each span in it) is a slice: a 1 GB trace has
+    # millions of kernels and thousands of steps.
+    order = np.argsort(launch, kind="stable")
+    launch, gts, gend, kind, corr = launch[order], gts[order], gend[order], kind[order], corr[order]
+    bwd = _sorted_pairs(t.backward_ops)
+    fwd_all, opt_all = sorted(t.forward), sorted(t.optimizer)
     comm_by_corr = {c.correlation: c for c in t.executed if c.where == "gpu"}
+
+    def part(lo: float, hi: float, which=COMPUTE):
+        a, b = np.searchsorted(launch, [lo, hi])
+        m = kind[a:b] == which
+        return union(gts[a:b][m], gend[a:b][m])
+
     for n, ts, dur in used:
         hi = ts + dur
-        in_step = found & (launch >= ts) & (launch < hi)
-        comp = in_step & (kind == COMPUTE)
-        comm_mask = in_step & (kind == COMM)
-        comp_iv = union(gts[comp], gend[comp])
-        comm_iv = union(gts[comm_mask], gend[comm_mask])
-        fwd = _spans(t.forward, ts, hi)
-        opt = _spans(t.optimizer, ts, hi)
-        ops = bwd[(bwd[:, 0] >= ts) & (bwd[:, 0] < hi)]
+        comp_iv, comm_iv = part(ts, hi), part(ts, hi, COMM)
+        fwd, opt = _in(fwd_all, ts, hi), _in(opt_all, ts, hi)
+        ops = bwd[np.searchsorted(bwd[:, 0], ts) : np.searchsorted(bwd[:, 0], hi)]
 
-        def within(spans, mask=comp):
-            m = np.zeros(len(gts), bool)
-            for s, e in spans:
-                m |= (launch >= s) & (launch < e)
-            m &= mask
-            return length(union(gts[m], gend[m])) * US
+        def within(spans):
+            ivs = [part(s, e) for s, e in spans]
+            return length(union(np.concatenate([x[0] for x in ivs]), np.concatenate([x[1] for x in ivs]))) * US
 
         bwd_span = [(float(ops[:, 0].min()), float(ops[:, 1].max()))] if len(ops) else []
-        forward = within(fwd) if fwd else None
-        backward = within(bwd_span) if bwd_span else None
         grads = []
         if bwd_span:
             b0, b1 = bwd_span[0]
-            m = comm_mask & (launch >= b0) & (launch <= b1)
-            for c in sorted((comm_by_corr.get(int(x)) for x in corr[m]), key=lambda c: c.ts if c else 0):
+            a, b = np.searchsorted(launch, [b0, b1], side="left")[0], np.searchsorted(launch, b1, side="right")
+            for k in range(a, b):
+                c = comm_by_corr.get(int(corr[k])) if kind[k] == COMM else None
                 if c is not None and c.op == "allreduce":
-                    lt = launch[corr == c.correlation][0]
-                    grads.append(Bucket(bytes=c.bytes, ready_fraction=min(max((lt - b0) / (b1 - b0), 0.0), 1.0)))
+                    grads.append(Bucket(c.bytes, min(max((launch[k] - b0) / (b1 - b0), 0.0), 1.0)))
+        a, b = np.searchsorted(launch, [ts, hi])
         calls = [
             CollectiveCall(c.op, c.bytes, c.group or world, c.dur * US)
-            for x in corr[comm_mask]
-            if (c := comm_by_corr.get(int(x))) is not None
+            for x, k in zip(corr[a:b], kind[a:b], strict=True)
+            if k == COMM and (c := comm_by_corr.get(int(x))) is not None
         ]
         fit.steps.append(
             StepFit(
                 step=n,
                 step_s=dur * US,
                 compute_s=length(comp_iv) * US,
-                forward_s=forward,
-                backward_s=backward,
+                forward_s=within(fwd) if fwd else None,
+                backward_s=within(bwd_span) if bwd_span else None,
                 optimizer_s=within(opt) if opt else None,
                 comm_s=length(comm_iv) * US,
                 overlap_s=overlap(comm_iv, comp_iv) * US,
@@ -278,6 +284,17 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
                 collectives=calls,
             )
         )
+
+
+def _sorted_pairs(buf) -> np.ndarray:
+    """(start, end) rows sorted by start, from a flat array of start, end, start, end, ..."""
+    x = np.frombuffer(buf, dtype=np.float64).reshape(-1, 2) if len(buf) else np.zeros((0, 2))
+    return x[np.argsort(x[:, 0], kind="stable")]
+
+
+def _in(spans: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The spans of a sorted list that start in [lo, hi)."""
+    return spans[bisect.bisect_left(spans, (lo, -np.inf)) : bisect.bisect_left(spans, (hi, -np.inf))]
 
 
 def _hta_totals(ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> HtaTotals | None:
