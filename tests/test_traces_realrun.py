@@ -60,10 +60,11 @@ def test_trace_and_records_of_one_run_agree(profiled):
             rows_r.append((rec["forward_s"], rec["backward_s"]))
         trace_by_rank[rank] = {MICRO: np.array(rows_t)}
         records_by_rank[rank] = {MICRO: np.array(rows_r)}
-        # Per step, forward + backward (the records time it from the comm hook, the trace from
-        # the ops), within 5 %.
+        # Per step, forward + backward: the records time its end in the comm hook, the trace at
+        # the all-reduce the hook then issues. Typically 0.03 % apart; on the 2-core box a thread
+        # preempted between the two moves one step now and then (by 4 ms, +10 %, once in 3 runs).
         t_sum, r_sum = np.array(rows_t).sum(axis=1), np.array(rows_r).sum(axis=1)
-        assert np.max(np.abs(t_sum / r_sum - 1)) < 0.05, (t_sum, r_sum)
+        assert np.median(np.abs(t_sum / r_sum - 1)) < 0.01, (t_sum, r_sum)
     # The compute fit calibrate makes (compute_fit's speed factors, then the speed-1 mean per
     # micro-step) from either source agrees within 5 %.
     fits = {}
@@ -73,6 +74,8 @@ def test_trace_and_records_of_one_run_agree(profiled):
     for part in ("step", "forward", "backward"):
         t, r = getattr(fits["trace"], part).points[0][1], getattr(fits["records"], part).points[0][1]
         assert abs(t / r - 1) < 0.05, (part, t, r)
+    t, r = fits["trace"].step.points[0][1], fits["records"].step.points[0][1]
+    print(f"compute per micro-step of the speed-1 rank: trace {t * 1e3:.3f} ms, records {r * 1e3:.3f} ms ({t / r - 1:+.2%})")
 
 
 def test_calibrate_writes_the_trace_calibration(profiled, tmp_path):
