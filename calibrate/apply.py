@@ -90,7 +90,7 @@ def _device_mismatch(sc: Scenario, calib: Calibration) -> str | None:
         return f"probed on {calib.probed_on} ({what}), {sc.name} is a {wanted} cluster"
     if calib.precision != sc.training.precision:
         return f"probed in {calib.precision}, {sc.name} trains in {sc.training.precision}"
-    if calib.compute.memory is None:
+    if calib.compute.memory is None and calib.trace is None:  # a trace's memory stays the preset's
         return "the probe recorded no device memory"
     return None
 
@@ -140,6 +140,8 @@ def apply_calibration(
     measured: dict[str, str] = {}
     withheld: list[dict] = []
     where = f"measured on {calib.probed_on}: {calib_path}"
+    if calib.trace is not None:  # the traces, ranks and steps each value was measured in
+        where = f"{'; '.join(r.provenance for r in calib.trace.ranks.values())} ({calib.probed_on}): {calib_path}"
 
     def put(key: str, value, origin: str) -> None:
         _set(data, key, value)
