@@ -76,7 +76,8 @@ def test_trace_and_records_of_one_run_agree(profiled):
         assert abs(t / r - 1) < 0.05, (part, t, r)
     t, r = fits["trace"].step.points[0][1], fits["records"].step.points[0][1]
     print(
-        f"compute per micro-step of the speed-1 rank: trace {t * 1e3:.3f} ms, records {r * 1e3:.3f} ms ({t / r - 1:+.2%})"
+        f"compute per micro-step of the speed-1 rank: trace {t * 1e3:.3f} ms,"
+        f" records {r * 1e3:.3f} ms ({t / r - 1:+.2%})"
     )
 
 
