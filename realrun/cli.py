@@ -14,10 +14,7 @@ PROBE_PARTS = ("collectives", "link", "compute", "overlap")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 # realrun/precision.py's names; repeated here so that importing this module stays torch-free.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
-MAX_SIZE_BYTES = 1 << 50
-# `train --profile` (realrun/profiling.py): step 0 runs before DDP rebuilds its buckets by size
-# (one bucket of every gradient) and step 1 is the profiler's warm-up, so tracing starts at 2.
-FIRST_PROFILED_STEP = 2  # sim/units.py's bound, held equal by tests/test_twins.py
+MAX_SIZE_BYTES = 1 << 50  # sim/units.py's bound, held equal by tests/test_twins.py
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -294,6 +291,8 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
         raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {context}")
     if verb == "train" and args.grad_staging == "cpu" and args.comm_hook == "powersgd":
         raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
+    from realrun.profiling import FIRST_PROFILED_STEP
+
     if verb == "train" and getattr(args, "profile", None) and args.steps < FIRST_PROFILED_STEP + args.profile:
         raise ValueError(
             f"--profile {args.profile}: needs --steps >= {FIRST_PROFILED_STEP + args.profile}"

@@ -12,10 +12,10 @@ the same steps can be compared one to one (tests/test_traces_realrun.py).
 import json
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile, schedule
-
-from realrun.cli import FIRST_PROFILED_STEP
+# Step 0 runs before DDP rebuilds its buckets by size (one bucket of every gradient) and step 1
+# is the profiler's warm-up, so tracing starts at 2. Torch is imported where the profiler starts:
+# realrun/cli.py, torch-free, checks --steps against this before any process starts.
+FIRST_PROFILED_STEP = 2
 
 
 def trace_path(out: Path, rank: int) -> Path:
@@ -25,7 +25,9 @@ def trace_path(out: Path, rank: int) -> Path:
 class StepProfiler:
     """``torch.profiler.profile`` on the training loop's schedule; ``step(k)`` after step k."""
 
-    def __init__(self, out: Path, rank: int, active: int, meta: dict, device: torch.device):
+    def __init__(self, out: Path, rank: int, active: int, meta: dict, device):
+        from torch.profiler import ProfilerActivity, profile, schedule
+
         self.path = trace_path(out, rank)
         self.meta = meta
         activities = [ProfilerActivity.CPU]
