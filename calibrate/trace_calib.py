@@ -24,8 +24,12 @@ from calibrate.calibration import (
     Achieved,
     BucketReady,
     Calibration,
+    Collective,
+    CollectiveFit,
     Compute,
+    Gamma,
     Measured,
+    Network,
     Noise,
     RankNoise,
     RankSpeed,
@@ -38,6 +42,7 @@ from calibrate.devices import device_class
 from calibrate.kineto import TraceError, read_trace
 from calibrate.trace_fit import TraceFit, fit_traces
 from sim.buckets import build_buckets
+from sim.collectives import bus_factor
 from sim.gpt2 import flops_per_token, model_shape
 
 MIN_JITTER_SAMPLES = 8  # noise_fit.fit_noise's floor
@@ -125,7 +130,10 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             f"{n_samples} profiled rank-steps ({len(ranks)} rank(s) x steps): the jitter fit needs at least"
             f" {MIN_JITTER_SAMPLES}; profile more steps (train --profile N, or the schedule's active=N)"
         )
-    absent: list[str] = ["raw link rate and interference probe: a trace times the job, not the link (networks empty)"]
+    absent: list[str] = [
+        "raw link rate and interference probe: a trace times the job, not the link (the network `trace` is the"
+        " gradient all-reduces as the job ran them)"
+    ]
     device, info, dev_absent = _device(fit)
     absent += dev_absent
     split = all(s.forward_s is not None and s.backward_s is not None for f in ranks.values() for s in f.steps)
@@ -184,6 +192,9 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
                         if c.op == op and c.bytes:
                             times.setdefault(c.bytes, []).append(c.seconds)
             alpha_beta[op] = collective_fit.fit_collective(op, of_op[0].ranks, times, rng=rng)
+    networks = _trace_network(fit, where)
+    if not networks:
+        absent.append("the gradient all-reduces' sizes and times: no network (the scenario's stays)")
     comm = sum(s.comm_s for f in ranks.values() for s in f.steps)
     over = sum(s.overlap_s for f in ranks.values() for s in f.steps)
     slow, slow_factor = fit.slowest_rank()
@@ -223,7 +234,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     )
     best = candidates[0]
     name = (info or {}).get("name")
-    return Calibration(
+    calib = Calibration(
         created_unix=time.time(),
         command=command,
         seed=seed,
@@ -235,7 +246,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
         device_class=device_class(name),
         precision=job.precision,
         compiled=bool((next(iter(fit.traces.values())).meta.get("ddplab") or {}).get("compile", False)),
-        networks={},
+        networks=networks,
         compute=Compute(
             model=job.model,
             seq_len=job.seq_len,
@@ -272,6 +283,129 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
         },
         trace=trace,
     )
+    return _tune_network(calib, fit, job, where)
+
+
+TRACE_NETWORK = "trace"
+TUNE_STEPS = 300  # simulated steps per trial: the mean wait to ~1 %
+
+
+def _tune_network(calib: Calibration, fit: TraceFit, job: JobShape, where: str) -> Calibration:
+    """The trace network's busbw set so that the simulator, on the traced job with every other
+    value of this calibration, waits after backward as long as the trace did (realrun's
+    ``wait_s``; the mean over rank-steps). The all-reduces' own spans overstate the transfer:
+    on gloo they include waiting for the peer and, with two worker threads, each other; what the
+    step pays is the wait. Bisection in log busbw (the wait falls as busbw grows); the median-rate
+    guess stays, with the reason, when the simulator refuses the job or the wait is 0."""
+    from dataclasses import replace
+
+    from calibrate.apply import apply_calibration
+    from sim.engine import simulate
+    from sim.scenario_file import scenario_from_dict
+
+    if TRACE_NETWORK not in calib.networks:
+        return calib
+    target = float(np.mean([s.wait_s for f in fit.ranks.values() for s in f.steps]))
+    guess = calib.networks[TRACE_NETWORK].allreduce.busbw_gb_s
+    data = {
+        "name": "calibrate:trace",
+        "ranks": calib.world_size,
+        "steps": TUNE_STEPS,
+        "model": {"preset": job.model},
+        "training": {
+            "micro_batch_size": job.micro_batch,
+            "seq_len": job.seq_len,
+            "grad_accum": job.grad_accum,
+            "bucket_cap_mb": job.bucket_cap_mb or 25.0,
+            "precision": job.precision,
+        },
+        "network": {"backend": calib.backend, "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+        "noise": {},
+        "compute": {},
+    }
+
+    def wait_at(busbw: float) -> float:
+        trial = _with_busbw(calib, busbw, "")
+        d = apply_calibration(data, trial, calib_path="trace", network=TRACE_NETWORK, mode="all").data
+        res = simulate(scenario_from_dict(d), trace_steps=0, records=True)
+        return float((res.exposed_comm_s + res.straggler_wait_s).mean())
+
+    try:
+        if target <= 0:
+            raise ValueError("no wait after backward in the trace")
+        lo, hi = np.log(guess / 100), np.log(guess * 100)
+        if not wait_at(np.exp(hi)) <= target <= wait_at(np.exp(lo)):
+            raise ValueError("the traced wait lies outside 1/100-100x the median rate")
+        for _ in range(14):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if wait_at(np.exp(mid)) > target else (lo, mid)
+        busbw = float(np.exp((lo + hi) / 2))
+        how = (
+            f"set so the simulated wait after backward equals the traced {target * 1e3:.3f} ms (mean over"
+            f" rank-steps; bisection, {TUNE_STEPS} simulated steps a trial); the median rate per step was"
+            f" {guess:.4g} GB/s"
+        )
+    except ValueError as e:
+        return replace(calib, trace=replace(calib.trace, absent=[*calib.trace.absent, f"busbw tuning: {e}"]))
+    return _with_busbw(calib, busbw, how)
+
+
+def _with_busbw(calib: Calibration, busbw: float, how: str) -> Calibration:
+    from dataclasses import replace
+
+    net = calib.networks[TRACE_NETWORK]
+    coll = net.collectives["allreduce"]
+    fit = coll.fit._replace(busbw_gb_s=busbw)
+    link = replace(
+        net.link_gbit_s, value=busbw * 8, source=f"not probed: {how}, x 8" if how else net.link_gbit_s.source
+    )
+    net = replace(net, collectives={"allreduce": replace(coll, fit=fit)}, link_gbit_s=link)
+    return replace(calib, networks={TRACE_NETWORK: net})
+
+
+def _trace_network(fit: TraceFit, where: str, tune=None, how: str = "") -> dict[str, Network]:
+    """The job's gradient all-reduces as one measured network: the serial-equivalent bus
+    bandwidth of every rank-step (bytes of its gradient all-reduces x bus factor / the union of
+    its communication time, the median over rank-steps) with no latency term: what the
+    simulator's one-at-a-time ring needs to spend the traced time. No link was probed: the link
+    rate is set so that link x stack efficiency (1) is that busbw. Gamma is 0: the traced
+    compute ran with the communication in flight, so its interference is in it already."""
+    world = fit.world_size
+    rates, times = [], {}
+    for f in fit.ranks.values():
+        for s in f.steps:
+            sizes = [b.bytes for b in s.buckets]
+            if not sizes or any(not b for b in sizes) or s.comm_s <= 0:
+                continue
+            rates.append(sum(sizes) * bus_factor("allreduce", world) / s.comm_s / 1e9)
+            for c in s.collectives:
+                if c.op == "allreduce" and c.bytes:
+                    times.setdefault(c.bytes, []).append(c.seconds)
+    if world < 2 or not rates:
+        return {}
+    busbw = float(np.median(rates))
+    lo, hi = (float(x) for x in np.percentile(rates, [2.5, 97.5]))
+    if tune is not None:
+        busbw = tune(busbw)
+    samples = sum(len(v) for v in times.values())
+    fit_ = CollectiveFit(
+        op="allreduce", ranks=world, sizes=len(times), samples=samples, alpha_s=0.0, alpha_ci_s=(0.0, 0.0),
+        busbw_gb_s=busbw, busbw_ci_gb_s=(lo, hi), hop_latency_us=0.0, r2_log=0.0,  # no line fitted: no R^2
+    )  # fmt: skip
+    source = how or f"gradient all-reduce bytes x bus factor / communication time per step, median of {len(rates)}"
+    return {
+        TRACE_NETWORK: Network(
+            run=where,
+            collectives={"allreduce": Collective(fit=fit_, holdout_rel_err={}, times_s=dict(sorted(times.items())))},
+            collectives_sched="other (the traced job's own)",
+            link_gbit_s=Measured(value=busbw * 8, samples=len(rates), source=f"not probed: {source}, x 8"),
+            interference_gamma=Gamma(
+                value=0.0, raw=0.0, samples=len(rates), source="in the traced compute already (communication in flight)"
+            ),
+            stack_efficiency=Measured(value=1.0, source="not probed: the link rate is the traced busbw"),
+            allreduce_jitter=None,
+        )
+    }
 
 
 def _trace_rank(f) -> TraceRank:

@@ -97,6 +97,9 @@ class StepFit:
     overlap_s: float  # communication while compute runs
     buckets: list[Bucket]
     collectives: list[CollectiveCall]
+    # From the end of backward compute (the last gradient all-reduce issued) to the end of the
+    # last one: realrun's ``wait_s`` (realrun/train.py), what validate compares.
+    wait_s: float = 0.0
 
     @property
     def exposed_comm_s(self) -> float:
@@ -212,6 +215,14 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
                 overlap_s=overlap(comm, window) * US,
                 buckets=buckets,
                 collectives=[CollectiveCall(c.op, c.bytes, c.group or world, c.dur * US) for c in executed],
+                # Backward returns after the last all-reduce and DDP's own finalisation (on a loaded
+                # box, ms more: 14 ms of rank 0's step 2 in tests/test_traces_realrun.py's run); the
+                # optimizer starts right after, so its start ends the wait when annotated.
+                wait_s=max(
+                    (opt[0][0] if opt else max([c.ts + c.dur for c in executed if c.op == "allreduce"] + [end])) - end,
+                    0.0,
+                )
+                * US,
             )
         )
 
