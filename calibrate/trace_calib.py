@@ -8,8 +8,8 @@ bus bandwidth of the job's own collectives, overlap, exposed communication, the 
 what-if). Every value names its source: "measured in <trace>, rank r, steps a-b".
 
 What a trace does not say is named in ``trace.absent``: a raw link rate and the interference
-probe (so ``networks`` stays empty: a calibration from traces carries compute, jitter and the
-ranks' speeds, as a one-rank probe does, and its collectives in ``trace``), and, unless the job
+probe (the one network, ``trace``, is the job's all-reduces as they ran, its busbw set so the
+simulator waits after backward as the trace did: ``_tune_network``), and, unless the job
 added them (``train --profile`` does, realrun/profiling.py), the model, tokens and precision,
 which the caller then passes (``--model``, ``--seq-len``, ``--micro-batch``, ``--precision``).
 """

@@ -267,14 +267,21 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
             return length(union(np.concatenate([x[0] for x in ivs]), np.concatenate([x[1] for x in ivs]))) * US
 
         bwd_span = [(float(ops[:, 0].min()), float(ops[:, 1].max()))] if len(ops) else []
-        grads = []
+        grads, wait = [], 0.0
         if bwd_span:
             b0, b1 = bwd_span[0]
             a, b = np.searchsorted(launch, [b0, b1], side="left")[0], np.searchsorted(launch, b1, side="right")
+            grad_end = -np.inf
             for k in range(a, b):
                 c = comm_by_corr.get(int(corr[k])) if kind[k] == COMM else None
                 if c is not None and c.op == "allreduce":
                     grads.append(Bucket(c.bytes, min(max((launch[k] - b0) / (b1 - b0), 0.0), 1.0)))
+                    grad_end = max(grad_end, gend[k])
+            # On the GPU the step waits from backward's last compute kernel to its last gradient
+            # all-reduce kernel (the optimizer's kernels queue behind it).
+            m = kind[a:b] == COMPUTE
+            if grads and m.any():
+                wait = max(float(grad_end - gend[a:b][m].max()), 0.0) * US
         a, b = np.searchsorted(launch, [ts, hi])
         calls = [
             CollectiveCall(c.op, c.bytes, c.group or world, c.dur * US)
@@ -293,6 +300,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
                 overlap_s=overlap(comm_iv, comp_iv) * US,
                 buckets=grads,
                 collectives=calls,
+                wait_s=wait,
             )
         )
 

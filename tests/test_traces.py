@@ -97,6 +97,7 @@ def test_synthetic_gpu_trace_fits_its_own_kernel_times(two_ranks):
         assert s.overlap_s == pytest.approx(1500e-6, rel=1e-12)  # the 1500 us kernel inside 5200-8200
         assert s.exposed_comm_s == pytest.approx(1500e-6, rel=1e-12)
         assert [(b.bytes, b.ready_fraction) for b in s.buckets] == [(4 * MIB, 0.5)]  # issued at 5000 of 3000-7000
+        assert s.wait_s == pytest.approx(600e-6, rel=1e-12)  # backward's last kernel ends 7600, the all-reduce 8200
     (size,) = fit.size_bandwidth()
     assert (size.op, size.bytes, size.ranks, size.calls) == ("allreduce", 4 * MIB, 2, 4)
     assert size.busbw_gb_s == pytest.approx(4 * MIB * 2 * 1 / 2 / 3000e-6 / 1e9, rel=1e-12)
