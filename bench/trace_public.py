@@ -42,7 +42,9 @@ def hta_figures(path: Path) -> dict:
         names = a.t.symbol_table.get_sym_table()
         gpu = df[df["stream"].ne(-1)].copy()
         comm = merge_kernel_intervals(gpu[gpu["name"].apply(lambda i: is_comm_kernel(names[i]))].copy())
-        steps = df[df["stream"].eq(-1) & df["name"].apply(lambda i: names[i].startswith("ProfilerStep"))]
+        # The CPU's ProfilerStep, not the GPU timeline's copy (gpu_user_annotation, also stream -1 in HTA).
+        cpu = df["cat"].apply(lambda i: names[i] != "gpu_user_annotation")
+        steps = df[df["stream"].eq(-1) & cpu & df["name"].apply(lambda i: names[i].startswith("ProfilerStep"))]
         return {
             "kernel_time_us": float(tb["kernel_time(us)"]),
             "compute_time_us": float(tb["compute_time(us)"]),
@@ -76,7 +78,8 @@ def main(argv: list[str]) -> int:
         print(
             f"{head}; step {step_ms:.3f} ms; kernel {h.kernel_time_us:.0f} us, compute {h.compute_time_us:.0f},"
             f" comm {h.comm_time_us:.0f}, idle {h.idle_time_us:.0f}, overlap {h.overlap_ratio:.2%};"
-            f" {len(sizes)} collective sizes" + (f" ({sizes[0][1]}-{sizes[-1][1]} B)" if sizes else "")
+            f" {len(sizes)} collective sizes"
+            + (f" ({min(b for _, b in sizes)}-{max(b for _, b in sizes)} B)" if sizes else "")
         )
         if with_hta:
             try:
