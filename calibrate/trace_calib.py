@@ -121,6 +121,9 @@ def calibrate_traces(
 def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "") -> Calibration:
     from scenarios import load_models
 
+    for flag, v in (("--seq-len", job.seq_len), ("--micro-batch", job.micro_batch)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{flag}: {v!r}: expected a positive integer")
     if job.model not in load_models():
         raise ValueError(f"--model: {job.model!r} is not a preset here (ddplab scenarios lists them)")
     ranks = fit.ranks

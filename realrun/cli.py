@@ -254,9 +254,9 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
         "--profile",
         type=_positive(int),
         nargs="?",
-        const=3,
+        const=5,  # 2 ranks x 5 steps: past the 8 rank-steps calibrate's jitter fit needs
         metavar="STEPS",
-        help="write a PyTorch profiler (Kineto) trace per rank of STEPS steps (default 3, after 2 warm-up"
+        help="write a PyTorch profiler (Kineto) trace per rank of STEPS steps (default 5, after 2 warm-up"
         " steps) beside the records, trace-rankNNNN.json.gz (`ddplab calibrate` reads them; docs/traces.md)",
     )
     _add_numerics(p)
