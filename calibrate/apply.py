@@ -90,7 +90,7 @@ def _device_mismatch(sc: Scenario, calib: Calibration) -> str | None:
         return f"probed on {calib.probed_on} ({what}), {sc.name} is a {wanted} cluster"
     if calib.precision != sc.training.precision:
         return f"probed in {calib.precision}, {sc.name} trains in {sc.training.precision}"
-    if calib.compute.memory is None:
+    if calib.compute.memory is None and calib.trace is None:  # a trace's memory stays the preset's
         return "the probe recorded no device memory"
     return None
 
@@ -106,7 +106,9 @@ def choose_mode(sc: Scenario, calib: Calibration, mode: str) -> tuple[str, str]:
         and sc.ranks == calib.world_size
     )
     mismatch = _device_mismatch(sc, calib)
-    if mode == "all" and not calib.networks and sc.ranks > 1:
+    # A calibration from traces measures no link (calibrate/trace_calib.py): on its own machines
+    # its compute, jitter and ranks apply and the network stays the scenario's.
+    if mode == "all" and not calib.networks and sc.ranks > 1 and calib.trace is None:
         raise ValueError(
             "--calib-mode all: the calibration measured no network (a one-rank probe); use device or shape"
         )
@@ -138,6 +140,8 @@ def apply_calibration(
     measured: dict[str, str] = {}
     withheld: list[dict] = []
     where = f"measured on {calib.probed_on}: {calib_path}"
+    if calib.trace is not None:  # the traces, ranks and steps each value was measured in
+        where = f"{'; '.join(r.provenance for r in calib.trace.ranks.values())} ({calib.probed_on}): {calib_path}"
 
     def put(key: str, value, origin: str) -> None:
         _set(data, key, value)
@@ -172,7 +176,7 @@ def apply_calibration(
         label, net = calib.network(None)
     _apply_network_shape(sc, calib, mode, label, net, put, hold)
     same_model = same_as_preset(sc.model.shape, c.model)
-    if same_model:
+    if same_model and c.ready_fractions.value:  # a trace's buckets that match no DDP layout carry none
         put("compute.ready_fractions", dict(c.ready_fractions.value), f"grad_ready of {c.model}")
     else:
         hold(

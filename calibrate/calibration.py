@@ -222,6 +222,55 @@ class RankSpeed:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TraceRank:
+    """One rank's profiled steps (calibrate/trace_fit.py): per step, in step order."""
+
+    trace: str
+    provenance: str  # "measured in <trace>, rank r, steps a-b"
+    gpu: bool
+    steps: list[int]
+    step_s: list[float]
+    compute_s: list[float]
+    forward_s: list[float] | None = None  # None: not annotated in the trace
+    backward_s: list[float] | None = None
+    optimizer_s: list[float] | None = None
+    comm_s: list[float]
+    exposed_comm_s: list[float]
+    overlap_s: list[float]
+    bucket_count: int  # gradient all-reduces per step (the median step's)
+    jitter_sd: float  # sd of compute / this rank's mean
+    hta: dict[str, float] | None = None  # Holistic Trace Analysis' whole-trace figures, same definitions
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceCollectiveSize:
+    op: str
+    bytes: int
+    ranks: int
+    calls: int
+    median_s: float
+    busbw_gb_s: float  # bytes x bus factor / median time
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceSource:
+    """What a calibration from profiler traces measured beyond the probe's fields
+    (`ddplab calibrate TRACE...`; docs/traces.md)."""
+
+    traces: list[str]
+    absent: list[str]  # what the traces do not say, each with what was done instead
+    ranks: dict[int, TraceRank]
+    buckets: list[BucketReady]  # rank 0's gradient all-reduces in issue order, mean over steps
+    collectives: list[TraceCollectiveSize]
+    alpha_beta: dict[str, CollectiveFit]  # per op, where the trace has >= 3 sizes
+    overlap_fraction: Measured  # communication during compute / communication
+    exposed_comm_s: Measured  # per step, the slowest rank's mean
+    slowest_rank: int
+    slowest_factor: float  # its median compute / the median rank's
+    straggler_cost: Measured  # 1 - time at the median speed / measured time
+
+
+@dataclass(frozen=True, kw_only=True)
 class Calibration:
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
@@ -241,6 +290,7 @@ class Calibration:
     noise: Noise
     ranks: dict[int, RankSpeed]
     plots: list[str] = field(default_factory=list)
+    trace: TraceSource | None = None  # a calibration from profiler traces (docs/traces.md)
 
     @property
     def probed_on(self) -> str:

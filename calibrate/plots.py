@@ -79,7 +79,8 @@ def compute(calib: Calibration, path: Path) -> None:
     left.set(xlabel="tokens per micro-step", ylabel="seconds (speed-1 rank, mean)", title=f"{c.model}, seq {c.seq_len}")
     left.legend(fontsize=8)
     fractions = np.sort(np.array(list(c.ready_fractions.value.values())))
-    right.step(fractions / fractions.max(), np.arange(1, len(fractions) + 1) / len(fractions), where="post")
+    if len(fractions):  # a trace whose buckets match no DDP layout of the model carries none
+        right.step(fractions / fractions.max(), np.arange(1, len(fractions) + 1) / len(fractions), where="post")
     for b in c.buckets_default_cap:
         right.axvline(b.ready_fraction, color="0.7", lw=0.8)
     right.set(

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from calibrate.calibration import Calibration
-from ddplab.progress import StatusLine, say
+from ddplab.progress import StatusLine, StepProgress, say
 from sim.units import fmt_bytes, fmt_seconds
 from workflow.files import write_json_atomic
 
@@ -25,8 +25,14 @@ def calibrate(args):
 
     _check_output(args.output)
     command = " ".join(["ddplab", *args.argv])
-    say(f"calibrate: fitting {len(args.runs)} probe run(s)")
-    calib = fit(args.runs, seed=args.seed, command=command)
+    traces = [p for p in args.runs if p.name.endswith((".json", ".json.gz")) and not p.is_dir()]
+    if traces and len(traces) != len(args.runs):
+        raise ValueError("calibrate: give probe run directories or profiler traces, not both in one call")
+    if traces:
+        calib = _calibrate_traces(args, traces, command)
+    else:
+        say(f"calibrate: fitting {len(args.runs)} probe run(s)")
+        calib = fit(args.runs, seed=args.seed, command=command)
     check_admitted(calib, str(args.output))  # before any file is written
     pngs = write_calibration_plots(calib, args.output.with_suffix(""))
     calib = replace(calib, plots=[p.name for p in pngs])
@@ -34,8 +40,62 @@ def calibrate(args):
     if args.json:
         return calib.to_json()
     print_calibration(calib)
+    if calib.trace is not None:
+        print_trace(calib)
     print(f"wrote {args.output} and {', '.join(p.name for p in pngs)}")
     return calib.to_json()
+
+
+def _calibrate_traces(args, traces: list[Path], command: str) -> Calibration:
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    say(f"calibrate: reading {len(traces)} profiler trace(s)")
+    # Bytes of each file read so far: silent for a small trace, a line per quarter for a large one.
+    progress = StepProgress("calibrate: reading traces")
+    given = JobShape(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, precision=args.precision)
+    return calibrate_traces(traces, given=given, seed=args.seed, command=command, progress=progress)
+
+
+def print_trace(c: Calibration) -> None:
+    """What only a trace shows: per rank, its steps' breakdown; the job's collectives; overlap,
+    the slowest rank and what stragglers cost; what the trace does not say."""
+    import numpy as np
+
+    t = c.trace
+
+    def ms(xs) -> str:
+        return f"{np.mean(xs) * 1e3:8.3f}" if xs else "  absent"
+
+    print(f"{'trace':<10} {'rank':>4} {'steps':>7} {'step ms':>8} {'compute':>8} {'fwd':>8} {'bwd':>8} {'optim':>8}"
+          f" {'comm':>8} {'exposed':>8} {'buckets':>7} {'jitter':>6}")  # fmt: skip
+    for r, x in sorted(t.ranks.items()):
+        steps = f"{x.steps[0]}-{x.steps[-1]}"
+        print(
+            f"{'':<10} {r:>4} {steps:>7} {ms(x.step_s)} {ms(x.compute_s)} {ms(x.forward_s)} {ms(x.backward_s)}"
+            f" {ms(x.optimizer_s)} {ms(x.comm_s)} {ms(x.exposed_comm_s)} {x.bucket_count:>7} {x.jitter_sd:>6.3f}"
+        )
+    for r, x in sorted(t.ranks.items()):
+        print(f"source    rank {r}: {x.provenance}")
+    if t.buckets:
+        sizes = ", ".join(f"{fmt_bytes(b.bytes)} at {b.ready_fraction:.2f}" for b in t.buckets)
+        print(f"buckets   {len(t.buckets)} gradient all-reduces per step (size at fraction of backward): {sizes}")
+    for s in t.collectives:
+        print(
+            f"collective {s.op} {fmt_bytes(s.bytes)} on {s.ranks} ranks: {s.calls} calls, median"
+            f" {fmt_seconds(s.median_s)}, busbw {s.busbw_gb_s:.4g} GB/s"
+        )
+    for op, f in sorted(t.alpha_beta.items()):
+        print(f"alpha-beta {op}: alpha {fmt_seconds(f.alpha_s)}, busbw {f.busbw_gb_s:.4g} GB/s ({f.sizes} sizes)")
+    print(
+        f"overlap   {t.overlap_fraction.value:.1%} of communication ran during compute; exposed"
+        f" {fmt_seconds(t.exposed_comm_s.value)} per step (slowest rank)"
+    )
+    print(
+        f"stragglers slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute);"
+        f" every rank at the median speed: {t.straggler_cost.value:.1%} less time ({t.straggler_cost.source})"
+    )
+    for a in t.absent:
+        print(f"absent    {a}")
 
 
 def print_calibration(c: Calibration) -> None:
@@ -43,8 +103,11 @@ def print_calibration(c: Calibration) -> None:
 
     compiled = ", torch.compile" if c.compiled else ""
     cls = f"; GPU class {c.device_class}" if c.device_class else ""
-    print(f"calibration of {len(c.runs)} probe run(s): {c.probed_on}, {c.backend}, {c.precision}{compiled}{cls}")
-    if not c.networks:
+    what = "profiler trace(s)" if c.trace is not None else "probe run(s)"
+    print(f"calibration of {len(c.runs)} {what}: {c.probed_on}, {c.backend}, {c.precision}{compiled}{cls}")
+    if not c.networks and c.trace is not None:
+        print("networks  none: a trace times the job's own collectives (below), not the link beneath them")
+    elif not c.networks:
         print(
             "networks  none measured (one rank, or a probe without --parts collectives,link,overlap):"
             " this calibration carries compute, memory and jitter (simulate --calib-mode device or shape)"

@@ -207,8 +207,21 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_calibration(sub) -> None:
     from ddplab import calcmds
 
-    ca = sub.add_parser("calibrate", help="fit probe runs to simulation parameters: calib.json and plots")
-    ca.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="probe run directories")
+    ca = sub.add_parser(
+        "calibrate", help="fit probe runs or profiler traces to simulation parameters: calib.json and plots"
+    )
+    ca.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR|TRACE",
+        help="probe run directories, or PyTorch profiler traces (.json/.json.gz, one per rank; docs/traces.md)",
+    )
+    tr = ca.add_argument_group("traces without ddplab's metadata (a `train --profile` trace carries these)")
+    tr.add_argument("--model", help="the traced job's model preset (scenarios/models.toml)")
+    tr.add_argument("--seq-len", type=int, help="its tokens per sequence")
+    tr.add_argument("--micro-batch", type=int, help="its sequences per rank per micro-step")
+    tr.add_argument("--precision", help="its precision (fp32, bf16-amp, ...)")
     ca.add_argument("-o", "--output", type=Path, default=Path("calib.json"), help="calib.json path (plots beside)")
     ca.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     ca.add_argument("--json", action="store_true", help="print calib.json's content")

@@ -250,6 +250,15 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order")
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
     p.add_argument("--no-instrument", action="store_true", help="plain DDP, no timing hooks (overhead baseline)")
+    p.add_argument(
+        "--profile",
+        type=_positive(int),
+        nargs="?",
+        const=5,  # 2 ranks x 5 steps: past the 8 rank-steps calibrate's jitter fit needs
+        metavar="STEPS",
+        help="write a PyTorch profiler (Kineto) trace per rank of STEPS steps (default 5, after 2 warm-up"
+        " steps) beside the records, trace-rankNNNN.json.gz (`ddplab calibrate` reads them; docs/traces.md)",
+    )
     _add_numerics(p)
 
     # Test-only, hidden: inject a fault; save step 0's batches, weights and reduced gradients.
@@ -282,6 +291,13 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
         raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {context}")
     if verb == "train" and args.grad_staging == "cpu" and args.comm_hook == "powersgd":
         raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
+    from realrun.profiling import FIRST_PROFILED_STEP
+
+    if verb == "train" and getattr(args, "profile", None) and args.steps < FIRST_PROFILED_STEP + args.profile:
+        raise ValueError(
+            f"--profile {args.profile}: needs --steps >= {FIRST_PROFILED_STEP + args.profile}"
+            f" (profiling starts at step {FIRST_PROFILED_STEP}, after DDP's bucket rebuild)"
+        )
     if verb == "train" and args.compile and args.bucket_cap_mb < 1.0:
         # Under compile, dynamo's DDPOptimizer splits the graph at DDP's bucket cap and asserts
         # that its first bucket, fixed at c10d's 1 MiB, is no larger than the others

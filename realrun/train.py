@@ -30,6 +30,7 @@ from realrun.lifeline import let_go_reason
 from realrun.model import build
 from realrun.recipe import Recipe, backward, optimizer_step
 from realrun.records import RecordWriter, one_line, rank_file
+from realrun.runfolder import RUN_ID_ENV
 from realrun.throttle import Throttle
 
 DEFAULT_BUCKET_CAP_MB = 25.0
@@ -242,13 +243,19 @@ def run(args) -> int:
             raise Terminated()
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    trainer = None
+    trainer = profiler = None
     try:
         trainer = Trainer(args, env, recipe)
+        if args.profile:
+            profiler = _profiler(args, env, recipe, trainer)
         for step in range(args.steps):
             trainer.step = step
             trainer.inject_fault()
             writer.write(trainer.train_step())
+            if profiler is not None:
+                profiler.step(step)
+        if profiler is not None:
+            profiler.stop()
     except (Exception, Terminated) as err:
         closing = True
         if trainer is None:
@@ -271,6 +278,26 @@ def run(args) -> int:
     gc.collect()
     dist.destroy_process_group()
     return 0
+
+
+def _profiler(args, env: rdist.DistEnv, recipe: Recipe, trainer: Trainer):
+    """The --profile trace's writer, with what calibrate reads beside the events (docs/traces.md)."""
+    from realrun.profiling import StepProfiler
+
+    meta = {
+        "run_id": os.environ.get(RUN_ID_ENV) or os.environ.get("TORCHELASTIC_RUN_ID"),
+        "rank": env.rank,
+        "world_size": env.world_size,
+        "backend": env.backend,
+        "device": str(env.device),
+        **recipe.meta(),
+        "model": args.model,
+        "seq_len": trainer.seq_len,
+        "micro_batch": trainer.micro_batch,
+        "grad_accum": args.grad_accum,
+        "bucket_cap_mb": args.bucket_cap_mb,
+    }
+    return StepProfiler(args.out, env.rank, args.profile, meta, env.device)
 
 
 def _first_line(err: BaseException) -> str:
