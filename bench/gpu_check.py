@@ -11,7 +11,10 @@ Per configuration, each a real `ddplab` command (printed as it runs):
   memory, the bucket-ready profile (one rank: no collectives, link or overlap);
 - `train --nproc 1` at micro-batch 8;
 - `calibrate` of the probe, and `validate` of the train run from that calibration alone;
-and for bf16-amp the same train run with --no-instrument (what the timing hooks cost).
+and for bf16-amp the same train run with --no-instrument (what the timing hooks cost), and
+once more with `--profile`: its Kineto traces calibrated (`calibrate TRACE...`, docs/traces.md)
+and applied to the preset of the GPU's class (`simulate PRESET --calib`, mode device), whose
+compute must cite the trace.
 
 Reported: forward + backward per micro-step and its MFU (6N + 12 L d T FLOPs per token
 against the GPU class's dense bf16 peak, from the preset naming that class), the whole
@@ -136,12 +139,36 @@ def main() -> int:
     plain = args.out / "bf16-amp-plain"
     bf16_flags = ["--precision", "bf16-amp", "--micro-batch", str(s.micro_batch), "--steps", "20"]
     run(["train", *s.common(), *bf16_flags, "--no-instrument", "--out", str(plain), "--force"], log, args.timeout_s)
-    report = write_report(s, rows, plain, log, time.perf_counter() - started, args.report)
+    traced = trace_check(s, args.out, log, args.timeout_s)
+    report = write_report(s, rows, plain, log, time.perf_counter() - started, args.report, traced)
     print(report.read_text())
     return 0
 
 
-def write_report(s: Setup, rows, plain: Path, log: list[str], wall_s: float, path: Path | None) -> Path:
+def trace_check(s: Setup, out: Path, log: list[str], timeout_s: float) -> list[str]:
+    """bf16-amp with --profile; its traces calibrated, and the calibration applied to the preset
+    of this GPU's class in device mode. Report lines: the mode and where compute came from."""
+    traced = out / "bf16-amp-trace"
+    # One rank: 8 profiled steps, the jitter fit's minimum of rank-steps.
+    flags = ["--precision", "bf16-amp", "--micro-batch", str(s.micro_batch), "--steps", "12", "--profile", "8"]
+    run(["train", *s.common(), *flags, "--out", str(traced), "--force"], log, timeout_s)
+    calib = out / "calib-trace.json"
+    run(["calibrate", *map(str, sorted(traced.glob("trace-rank*.json*"))), "-o", str(calib)], log, timeout_s)
+    name = (read_run(traced, "train").device_info or {}).get("name") or "cpu"
+    preset = peak_tflop_s(device_class(name))
+    if preset is None:
+        return [f"# trace calibration: {calib} (no preset of {name}'s class to apply it to)"]
+    cmd = ["simulate", preset[1], "--ranks", "64", "--steps", "5", "--calib", str(calib), "--json"]
+    summary = json.loads(run(cmd, log, timeout_s))
+    sources = {p["key"]: p["source"] for p in summary["parameters"] if p["key"].startswith("compute.")}
+    lines = [f"# trace calibration applied to {preset[1]}: mode {summary['calibration']['mode']}"]
+    lines += [f"#   {k}: {v}" for k, v in sorted(sources.items())]
+    return lines
+
+
+def write_report(
+    s: Setup, rows, plain: Path, log: list[str], wall_s: float, path: Path | None, traced: list[str]
+) -> Path:
     meta = read_run(rows[0][3], "train")
     info = meta.device_info or {}
     name = info.get("name") or "cpu"
@@ -193,6 +220,8 @@ def write_report(s: Setup, rows, plain: Path, log: list[str], wall_s: float, pat
         f" (median step {instrumented:.4f} s instrumented, {bare:.4f} s with --no-instrument; budget 3 %)",
         "# fwd+bwd: forward + backward + DDP's wait per micro-step (median over steps after the warm-up);",
         "# peak: torch.cuda.max_memory_allocated of a training step; sim: sim/memory.py's estimate of it",
+        "#",
+        *traced,
         "#",
         *log,
     ]

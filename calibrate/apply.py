@@ -40,7 +40,7 @@ import numpy as np
 
 from calibrate.calibration import Calibration, Network
 from calibrate.refusal import scenario_or_refusal
-from sim.config import Scenario
+from sim.config import MIN_SAMPLES, Scenario
 from sim.gpt2 import model_shape, param_count
 from sim.memory import GIB
 from sim.model_source import same_as_preset
@@ -223,11 +223,12 @@ def apply_calibration(
 def _noise_at_size(sc, calib: Calibration) -> tuple[int, list[float]] | None:
     """(micro-batch, its multipliers) when the probe timed this scenario's model, sequence and
     micro-batch: jitter differs by size (calibration.py Noise), and on the measured machines the
-    run's own size says it best. None otherwise (the fit over every size stands)."""
+    run's own size says it best. None otherwise, or with too few iterations at that size to
+    resample (the fit over every size stands)."""
     by_size = calib.noise.multipliers_by_micro_batch or {}
     b = sc.training.micro_batch_size
     same = same_as_preset(sc.model.shape, calib.compute.model) and calib.compute.seq_len == sc.seq_len
-    return (b, by_size[b]) if same and b in by_size else None
+    return (b, by_size[b]) if same and len(by_size.get(b, ())) >= MIN_SAMPLES else None
 
 
 def _gpus(sc) -> str:

@@ -21,6 +21,9 @@ from sim.tuning_tables import TABLES
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 STACKS = ("eager", "compiled")  # compute.stack: what runs the step (sim/roofline.py)
+# Measured multipliers resampled as they are (noise.samples, network.jitter_samples): fewer
+# than this is not a distribution to draw from.
+MIN_SAMPLES = 8
 SHARDED_MODES = ("fsdp", "hsdp")  # training.mode values that run sim/fsdp.py's per-unit model
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")  # training.pp_schedule (sim/pipeline.py)
 RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
@@ -436,7 +439,7 @@ class NetworkConfig:
         _require(self.jitter_sigma >= 0, "network.jitter_sigma", self.jitter_sigma, "must be >= 0")
         if self.jitter_samples is not None:
             n = len(self.jitter_samples)
-            _require(n >= 8, "network.jitter_samples", f"{n} values", "needs at least 8 samples")
+            _require(n >= MIN_SAMPLES, "network.jitter_samples", f"{n} values", f"needs at least {MIN_SAMPLES} samples")
             bad = [x for x in self.jitter_samples if not x > 0]
             _require(not bad, "network.jitter_samples", bad[:1], "every multiplier must be > 0")
             _require(
@@ -492,7 +495,8 @@ class NoiseConfig:
         _require(self.speed_spread_sd >= 0, "noise.speed_spread_sd", self.speed_spread_sd, "must be >= 0")
         if self.distribution == "empirical":
             n = len(self.samples or [])
-            _require(n >= 8, "noise.samples", f"{n} values", "empirical noise needs at least 8 samples")
+            why = f"empirical noise needs at least {MIN_SAMPLES} samples"
+            _require(n >= MIN_SAMPLES, "noise.samples", f"{n} values", why)
             bad = [x for x in self.samples if not x > 0]
             _require(not bad, "noise.samples", bad[:1], "every multiplier must be > 0")
 
