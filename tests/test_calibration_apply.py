@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from fake_runs import probe_run
 
+from calibrate.apply import apply_calibration
 from calibrate.calib import calibrate
 from sim.config import ComputeConfig
 from sim.gpt2 import gradient_ready_order, model_shape
-from sim.scenario_file import scenario_from_dict
+from sim.scenario_file import scenario_data, scenario_from_dict
 from sim.workload import build_workload
 
 
@@ -161,3 +162,17 @@ def test_calibration_follows_the_users_model(calib_file, ddplab):
     assert p["compute.ready_fractions"]["value"] == "measured"
     assert "compute.peak_tflop_s" not in p
     assert p["compute.optimizer_s"]["value"] == pytest.approx(calib.compute.optimizer_s.value)
+
+
+def test_a_size_with_too_few_iterations_uses_the_fit_over_every_size(tmp_path):
+    """A probe of 2 sizes x 4 iterations on one rank (the GPU check's fp32 probe) has 8
+    multipliers in all but 4 at each size: too few to resample, so the run's own size yields to
+    the fit over both (before, the calibration was refused: 'empirical noise needs at least 8
+    samples')."""
+    calib = calibrate([probe_run(tmp_path / "p", world=1, micro_batches=(2, 8), iters=4)], seed=0)
+    assert {b: len(x) for b, x in calib.noise.multipliers_by_micro_batch.items()} == {2: 4, 8: 4}
+    sets = ["model.preset=gpt2-tiny", "training.seq_len=64", "training.micro_batch_size=8", "stragglers="]
+    data = scenario_data("homelab-1gbe", sets, ranks=1)
+    applied = apply_calibration(data, calib, calib_path="c.json", mode="all")
+    assert "at micro-batch 8" not in applied.measured.get("noise.samples", "")
+    scenario_from_dict(applied.data)  # accepted by the simulator
