@@ -8,6 +8,7 @@ from pathlib import Path
 
 from calibrate.calibration import Calibration
 from ddplab.progress import StatusLine, say
+from sim.ownfiles import check_target
 from sim.units import fmt_bytes, fmt_seconds
 from workflow.files import write_json_atomic
 
@@ -15,7 +16,7 @@ from workflow.files import write_json_atomic
 def _check_output(path: Path) -> None:
     if path.suffix != ".json":
         raise ValueError(f"-o: {path}: expected a .json file name")
-    path.parent.mkdir(parents=True, exist_ok=True)  # `-o results/calib.json` on a fresh checkout
+    check_target(path, "-o")  # only a new file or ddplab's own, in a folder that exists (sim/ownfiles.py)
 
 
 def calibrate(args):
@@ -150,7 +151,7 @@ def validate(args):
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
     calib = Calibration.read(args.calib)
     plot = args.plot or args.calib.with_name("validation.png")
-    plot.parent.mkdir(parents=True, exist_ok=True)  # as calibrate's -o and simulate's --out
+    check_target(plot, "--plot")  # before the simulations: only a new file or ddplab's own
     out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else say)
     predicted_vs_measured(out["rows"], out["mape"], plot)
     cdf = plot.with_name(f"{plot.stem}-cdf.png")

@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         " and scaling.csv)",
     )
     s.add_argument(
+        "--force",
+        action="store_true",
+        help="with --out: an earlier simulation there is moved aside to DIR.old-<time> (never deleted)",
+    )
+    s.add_argument(
         "--records",
         action="store_true",
         help="with --out, also keep and write every rank's every step (records.npz, what `ddplab stragglers`"

@@ -37,6 +37,8 @@ def scenario_path(name_or_path: str) -> Path:
     if p.suffix == ".toml" and p.exists():
         return p
     if _is_path(p):  # a path, not a preset name: say what is missing
+        if p.exists():  # /dev/zero, a FIFO: the reader refuses what is not a regular file, in one line
+            return p
         raise ValueError(f"scenario {name_or_path!r}: no such file: {name_or_path}")
     preset = _preset(name_or_path)
     if preset:
