@@ -276,6 +276,9 @@ class Calibration:
         for label, net in calib.networks.items():
             if "allreduce" not in net.collectives:
                 raise ValueError(f"{where}: networks.{label}.collectives.allreduce: missing")
+        from calibrate import plausible  # it reads these records, so imported here, not above
+
+        plausible.check(calib, where, "rerun `ddplab calibrate` on a probe that measured it")
         return calib
 
     @classmethod

@@ -20,15 +20,16 @@ def _check_output(path: Path) -> None:
 
 
 def calibrate(args):
+    from calibrate import plausible
     from calibrate.admit import check_admitted
     from calibrate.calib import calibrate as fit
     from calibrate.plots import write_calibration_plots
 
     _check_output(args.output)
     command = " ".join(["ddplab", *args.argv])
-    say(f"calibrate: fitting {len(args.runs)} probe run(s)")
-    calib = fit(args.runs, seed=args.seed, command=command)
-    check_admitted(calib, str(args.output))  # before any file is written
+    calib = fit(args.runs, seed=args.seed, command=command, progress=say)
+    plausible.check(calib, f"{args.output}: not written")  # impossible fits, before any file is written
+    check_admitted(calib, str(args.output))
     pngs = write_calibration_plots(calib, args.output.with_suffix(""))
     calib = replace(calib, plots=[p.name for p in pngs])
     write_json_atomic(args.output, calib.to_json())
@@ -257,6 +258,9 @@ def demo(args) -> int:
 def report(args):
     from workflow.report import write_report
 
-    path = write_report(args.run_dir)
+    problems: list[str] = []
+    path = write_report(args.run_dir, problems)
+    for p in problems:  # the page says so too, in the section that could not be drawn
+        say(f"ddplab report: warning: {args.run_dir}/{p}")
     print(f"wrote {path}")
     return str(path)

@@ -321,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"ddplab {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # e.g. --out names a file, or a folder we may not write
-        print(f"ddplab {args.command}: error: {e.filename}: {e.strerror}", file=sys.stderr)
+    except OSError as e:  # e.g. --out names a file, a folder we may not write, a full disk
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"ddplab {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # probe/train handle their own; this is every other command's
         print(f"ddplab {args.command}: interrupted", file=sys.stderr)

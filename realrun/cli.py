@@ -2,6 +2,7 @@
 before starting any process) and the workers torchrun starts. torch-free."""
 
 import argparse
+import errno
 import math
 import os
 import re
@@ -343,7 +344,13 @@ def main(argv: list[str] | None = None) -> int:
         from realrun.probe import run
     else:
         from realrun.train import run
-    return run(args)
+    try:
+        return run(args)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):  # only a full disk is the machine's, not a bug
+            raise
+        print(f"realrun {verb}: error: {e.filename or 'records'}: {e.strerror}", file=sys.stderr)
+        return 1
 
 
 def _end_this_rank(reason: str) -> None:

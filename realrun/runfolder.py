@@ -56,8 +56,7 @@ class Lifeline:
         self._fd = -1
 
     def _say(self, reason: str) -> None:
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, reason.encode(), 0)
+        _put(self._fd, reason, self.path)
 
 
 class RunFolder:
@@ -95,12 +94,21 @@ def claim(path: Path, *, force: bool = False) -> RunFolder:
                 " pick a new folder, or --force to move that run aside"
             )
         moved_to = _aside(path, earlier) if earlier else None
-        os.ftruncate(claim_fd, 0)
-        os.pwrite(claim_fd, f"pid {os.getpid()}\n".encode(), 0)
+        _put(claim_fd, f"pid {os.getpid()}\n", path / CLAIM)
         return RunFolder(path, claim_fd, moved_to)
     except BaseException:
         os.close(claim_fd)
         raise
+
+
+def _put(fd: int, text: str, path: Path) -> None:
+    """``text`` as the whole of the file at ``fd``; a full disk names ``path`` (os.pwrite's
+    OSError names no file: "None: No space left on device" before, issue 25 D16)."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text.encode(), 0)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 def _locked(path: Path) -> int:

@@ -19,6 +19,11 @@ def write_atomic(path, write: Callable[[Path], object]) -> Path:
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as e:
+        # A full disk surfaces inside numpy, matplotlib or a file object that names no file (or
+        # the temporary): say which output could not be written (issue 25, D16: "None: No space
+        # left on device" before). ``path`` keeps what it held.
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

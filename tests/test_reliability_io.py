@@ -221,3 +221,236 @@ def tiny_result():
     from sim.engine import simulate
 
     return simulate(tiny(ranks=2, steps=3))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# D8: calibrate writes only possible fits, and corrupt records are one line
+
+
+def _refused_after_progress(capsys, *argv: str) -> str:
+    """calibrate prints one progress line once the records are read; the refusal is the next."""
+    code, out, err = ddplab(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2 and "Traceback" not in err and len(lines) <= 2, (code, err)
+    assert lines[-1].startswith("ddplab calibrate: error: "), err
+    return lines[-1]
+
+
+@pytest.mark.parametrize(
+    "truth, field",
+    [
+        ({"busbw_gb_s": 1e9}, "collectives.allreduce.busbw_gb_s"),  # times that do not grow with size
+        ({"per_token_s": -1e-6}, "compute.step_s.per_token_s"),  # compute that falls as tokens grow
+    ],
+)
+def test_calibrate_refuses_an_impossible_fit_and_writes_nothing(capsys, tmp_path, truth, field):
+    from fake_runs import probe_run
+
+    run = probe_run(tmp_path / "probe", **truth)
+    out = tmp_path / "calib.json"
+    line = _refused_after_progress(capsys, "calibrate", str(run), "-o", str(out))
+    assert f"{out}: not written: " in line and field in line, line
+    assert not any(p.suffix in (".json", ".png") for p in tmp_path.iterdir())
+
+
+def _corrupt(tmp_path, kind: str, key: str, value):
+    from fake_runs import probe_run
+
+    run = probe_run(tmp_path / "probe")
+    f = run / "probe-rank0000.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    hit = next(i for i, r in enumerate(recs) if r.get("type") == kind)
+    recs[hit] = [1, 2] if key is None else recs[hit] | {key: value}
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return run, f"{f}:{hit + 1}"
+
+
+@pytest.mark.parametrize(
+    "kind, key, value, says",
+    [
+        ("compute", "forward_s", 0.0, "compute.forward_s: expected seconds > 0"),  # was: SVD did not converge
+        ("compute", "backward_s", "x", "compute.backward_s: expected seconds > 0"),  # was: a numpy TypeError traceback
+        ("compute", "backward_s", float("nan"), "got nan"),
+        ("compute", "backward_s", 1e308, "got 1e+308"),  # was: overflow warnings, then SVD
+        ("collective", "time_max_s", float("nan"), "collective.time_max_s"),  # was: exit 0
+        ("link", "gbit_s", 0.0, "link.gbit_s: expected a number > 0"),  # was: ZeroDivisionError traceback
+        ("grad_ready", "ready_fraction", "a", "grad_ready.ready_fraction"),  # was: a numpy TypeError traceback
+        ("meta", "world_size", "two", "meta.world_size"),  # was: a TypeError traceback
+        ("optimizer", None, None, "not a record"),  # a list where a record goes: an AttributeError traceback
+    ],
+)
+def test_a_corrupt_probe_record_is_one_line_naming_file_line_and_field(capsys, tmp_path, kind, key, value, says):
+    run, where = _corrupt(tmp_path, kind, key, value)
+    line = refused(capsys, "calibrate", str(run), "-o", str(tmp_path / "calib.json"))
+    assert where in line and says in line, line
+
+
+def test_a_speed_factor_of_0_in_a_calibration_is_refused(capsys, tmp_path):
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "calib-2026-11-29.json").read_text())
+    rank = next(iter(data["ranks"]))
+    data["ranks"][rank]["speed_factor"] = 0.0
+    calib = tmp_path / "calib.json"
+    calib.write_text(json.dumps(data))
+    line = refused(capsys, "simulate", "h100-1024", "--calib", str(calib), "--calib-mode", "shape")
+    assert f"ranks.{rank}.speed_factor: must be > 0, got 0" in line, line
+
+
+def test_a_tiny_probe_calibration_applies_to_the_model_it_measured(capsys, tmp_path):
+    """gpt2-tiny's context is 64 and the home-lab preset trains at 1024: the refusal says which
+    seq_len to set, and with it the calibration applies (was: a refusal with no way forward)."""
+    from fake_runs import probe_run
+
+    calib = tmp_path / "calib.json"
+    assert ddplab(capsys, "calibrate", str(probe_run(tmp_path / "probe")), "-o", str(calib))[0] == 0
+    base = ("simulate", "homelab-1gbe", "--set", "model.preset=gpt2-tiny", "--calib", str(calib), "--steps", "5")
+    line = refused(capsys, *base)
+    assert "set training.seq_len=64 or less" in line, line
+    code, out, err = ddplab(capsys, *base, "--set", "training.seq_len=64", "--calib-mode", "all", "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "gpt2-tiny"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# D13: netlab up twice
+
+
+@pytest.mark.skipif(
+    __import__("os").geteuid() != 0 or __import__("shutil").which("tc") is None, reason="netlab needs root and tc"
+)
+def test_netlab_up_twice_is_idempotent_and_other_settings_are_one_line(capsys):
+    import os
+
+    from realrun import netlab
+
+    name = f"io{os.getpid() % 10000}"
+    try:
+        assert ddplab(capsys, "netlab", "up", "--name", name)[0] == 0
+        code, out, err = ddplab(capsys, "netlab", "up", "--name", name)  # was: a NetlabError traceback
+        assert code == 0 and "already up as asked" in err, err
+        line = refused(capsys, "netlab", "up", "--name", name, "--rate", "10gbit")
+        assert f"--name {name}: a lab of that name is already up with other settings" in line, line
+    finally:
+        netlab.down(name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# D14: report over malformed files
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("validation.json", '{"rows": 5, "mape": "x"}'),
+        ("validation.json", "[1, 2]"),
+        ("sim/summary.json", '{"platforms": {"h100": [{"ranks": "x"}]}}'),
+        ("sim/summary.json", '"a string"'),
+        ("demo.json", '{"stages": {"probe": 3}}'),
+    ],
+)
+def test_report_over_a_malformed_file_says_which_and_draws_the_rest(capsys, tmp_path, name, text):
+    (tmp_path / "sim").mkdir()
+    (tmp_path / name).write_text(text)
+    code, out, err = ddplab(capsys, "report", str(tmp_path))  # was: a KeyError or TypeError traceback
+    assert code == 0 and "Traceback" not in err, err
+    assert f"ddplab report: warning: {tmp_path}/{name}: malformed" in err, err
+    page = (tmp_path / "report.html").read_text()
+    assert f"{name}: malformed" in page and "The arithmetic first" in page
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# D15: models.toml entries are checked where read
+
+
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ("colour = 3", "colour: unknown key"),  # was: a TypeError traceback
+        ("n_layer = 2.5", "n_layer: expected an integer 1 to 4,096, got 2.5"),  # was: a traceback
+        ("n_layer = 0", "n_layer: expected an integer 1 to 4,096, got 0"),  # train built a 0-layer model
+        ("n_embd = 1000000000000", "n_embd: expected an integer 1 to 262,144"),  # was: a traceback
+    ],
+)
+def test_a_bad_models_toml_entry_is_one_line_naming_preset_and_key(capsys, tmp_path, monkeypatch, request, line, says):
+    import scenarios
+
+    text = scenarios.MODELS_FILE.read_text()
+    models = tmp_path / "models.toml"
+    key = line.split(" =")[0]
+    body = [x for x in text.split("[gpt2-tiny]\n", 1)[1].splitlines() if not x.startswith(f"{key} =")]
+    models.write_text(text.split("[gpt2-tiny]\n", 1)[0] + "[gpt2-tiny]\n" + line + "\n" + "\n".join(body) + "\n")
+    monkeypatch.setattr(scenarios, "MODELS_FILE", models)
+    from sim.transformer import model_shape
+
+    model_shape.cache_clear()  # shapes read earlier in this process are of the real file
+    request.addfinalizer(model_shape.cache_clear)
+    for argv in (
+        ("models",),
+        ("train", "--model", "gpt2-tiny", "--steps", "1", "--out", str(tmp_path / "run")),
+        ("simulate", "homelab-1gbe", "--set", "model.preset=gpt2-tiny", "--set", "training.seq_len=64"),
+    ):
+        got = refused(capsys, *argv)
+        assert f"{models}: [gpt2-tiny] {says}" in got, got
+    assert not (tmp_path / "run").exists()  # refused before a process started
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# D16: a full disk names the file
+
+
+def test_a_full_disk_names_the_file_simulate_could_not_write(capsys, tmp_path, monkeypatch):
+    import errno
+
+    from sim import export
+
+    def full(*_):  # numpy's writer on a full disk: an OSError that names no file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export, "_savez", full)
+    out = tmp_path / "run"
+    line = refused(capsys, "simulate", "h100-1024", "--ranks", "8", "--steps", "5", "--records", "--out", str(out))
+    assert line == f"ddplab simulate: error: {out}/ranks-0008/records.npz: No space left on device", line
+    assert not list(out.rglob("*.tmp"))  # no temporary left behind
+
+
+def test_a_full_disk_in_a_rank_or_the_log_names_the_file():
+    from realrun.launch import _Log
+    from realrun.records import RecordWriter
+
+    with pytest.raises(OSError) as e:  # /dev/full: every write is ENOSPC
+        RecordWriter("/dev/full", verb="train", config={}, dist_info={})
+    assert e.value.filename == "/dev/full" and "No space" in e.value.strerror
+    with _Log("/dev/full") as log:  # torchrun's log: remembered, never a thread traceback
+        log.write(b"a line\n")
+        log.write(b"another\n")
+    assert log.error == "No space left on device"
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_train_onto_a_full_disk_is_a_line_per_file_not_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "fill").write_bytes(b"\0" * (60 << 10))
+        argv = ["train", "--model", "gpt2-tiny", "--steps", "2", "--seq-len", "32", "--micro-batch", "2"]
+        p = subprocess.run(
+            [sys.executable, "-m", "ddplab", *argv, "--out", str(disk / "t")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert "Traceback" not in p.stderr and "None:" not in p.stderr, p.stderr
+        # The first file that did not fit, named (the claim, the lifeline or a rank's records).
+        last = p.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"ddplab train: error: {disk}/t/"), p.stderr
+        assert last.endswith(": No space left on device") and p.returncode != 0, p.stderr
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
