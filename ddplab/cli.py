@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab import commands, runcmds, simcmds, traincost
+from ddplab import commands, runcmds, simcmds, textout, traincost
 from realrun.cli import Parser, probe_parser, train_parser
 from workflow import files
 
@@ -304,6 +304,17 @@ def json_text(out) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``ddplab ARGV``, printing through EscapingStream: text from a scenario file never
+    reaches the terminal as control codes (ddplab/textout.py)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = textout.EscapingStream(out), textout.EscapingStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.argv = argv

@@ -454,3 +454,58 @@ def test_train_onto_a_full_disk_is_a_line_per_file_not_a_traceback(tmp_path):
         assert last.endswith(": No space left on device") and p.returncode != 0, p.stderr
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# D18, D19: probe buffers sized before launch; --force moves aside only an earlier run
+
+
+def test_probe_sizes_past_memory_are_refused_before_launch(capsys, tmp_path, monkeypatch):
+    from realrun import footprint
+
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 16 << 30)
+    out = tmp_path / "probe"
+    line = refused(capsys, "probe", "--sizes", "64G", "--out", str(out))  # was: torchrun started, then OOM
+    assert "--sizes: the largest, 64 GiB" in line and "16 GiB free" in line, line
+    line = refused(capsys, "probe", "--link-bytes", "64G", "--out", str(out))
+    assert "--link-bytes: the largest, 64 GiB" in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("verb", ["train", "probe"])
+def test_force_never_moves_a_folder_that_is_not_a_run(capsys, tmp_path, verb):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("mine")
+    line = refused(capsys, verb, "--out", str(home), "--force")
+    assert f"--out {home}: holds files that are not a ddplab run (1 entries: thesis.tex)" in line, line
+    assert sorted(p.name for p in home.iterdir()) == ["thesis.tex"]  # not even a lock file left
+    assert not list(tmp_path.glob("home.old-*"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# D22: text from a scenario never drives the terminal
+
+
+def test_control_codes_in_a_scenario_are_printed_escaped(capsys, tmp_path):
+    f = tmp_path / "evil.toml"
+    f.write_text('base = "h100-1024"\nname = "a\\u001b[2Jb"\ndescription = "t\\u001b]0;owned\\u0007"\n')
+    code, out, err = ddplab(capsys, "simulate", str(f), "--ranks", "8", "--steps", "3")
+    assert code == 0, err
+    assert "\x1b" not in out + err and "\x07" not in out + err  # was: the screen cleared, the title set
+    assert "a\\x1b[2Jb" in out and "\\x1b]0;owned\\x07" in out, out
+    # A value echoed back in a refusal too, where it is not quoted by repr ("no such file: NAME").
+    line = refused(capsys, "simulate", str(tmp_path / "no\x1b[2Jsuch.toml"))
+    assert "\x1b" not in line and "no\\x1b[2Jsuch.toml" in line, line
+
+
+def test_the_status_line_keeps_its_own_erase_sequence():
+    import io
+
+    from ddplab.textout import ERASE_LINE, EscapingStream
+
+    sink = io.StringIO()
+    s = EscapingStream(sink)
+    s.write(ERASE_LINE + "[1/2] \x1b[2J 8 ranks")
+    s.write("tab\tand newline\n")
+    assert sink.getvalue() == ERASE_LINE + "[1/2] \\x1b[2J 8 ranks" + "tab\tand newline\n"
