@@ -128,9 +128,12 @@ def _comm_jitter(times: dict[int, list[float]]) -> CommJitter | None:
     )
 
 
-def calibrate(paths: list[Path], *, seed: int = 0, command: str = "") -> Calibration:
-    """The calibration of these probe runs."""
+def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=None) -> Calibration:
+    """The calibration of these probe runs; ``progress(line)`` is told when the fitting starts
+    (after the records are read and checked, so a corrupt record is the only line printed)."""
     runs = read_probe_runs(paths)
+    if progress:
+        progress(f"calibrate: fitting {len(runs)} probe run(s)")
     rng = np.random.default_rng(seed)
     networks = {}
     for run in runs:

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from calibrate import typed_json
+from sim.readfile import MIB, read_text
+
+CALIB_CAP = 64 * MIB  # a calib.json is tens of kilobytes
 
 SCHEMA, SCHEMA_VERSION = "ddplab-calib", 1
 
@@ -323,15 +326,17 @@ class Calibration:
         for label, net in calib.networks.items():
             if "allreduce" not in net.collectives:
                 raise ValueError(f"{where}: networks.{label}.collectives.allreduce: missing")
+        from calibrate import plausible  # it reads these records, so imported here, not above
+
+        plausible.check(calib, where, "rerun `ddplab calibrate` on a probe that measured it")
         return calib
 
     @classmethod
     def read(cls, path: Path, what: str = "--calib") -> "Calibration":
         try:
-            data = json.loads(Path(path).read_text())
-        except OSError as e:
-            raise ValueError(f"{what}: {path}: cannot read ({e.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            # A regular file of bounded size: a FIFO or /dev/zero is one line (sim/readfile.py).
+            data = json.loads(read_text(path, CALIB_CAP, what))
+        except json.JSONDecodeError:
             raise ValueError(f"{what}: {path}: not JSON") from None
         except RecursionError:  # json recurses once per level: [[[[...]]]] thousands deep
             raise ValueError(f"{what}: {path}: nested too deeply to be a calibration") from None

@@ -57,7 +57,10 @@ def fit_collective(
     lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
     pred = alpha + per_byte * bus_sizes
     log_m, log_p = np.log(medians), np.log(pred)
-    r2 = 1.0 - np.sum((log_m - log_p) ** 2) / np.sum((log_m - log_m.mean()) ** 2)
+    spread = np.sum((log_m - log_m.mean()) ** 2)
+    # Equal medians at every size (no bandwidth term: calibrate/plausible.py refuses the fit) leave
+    # nothing to explain; R^2 is then 1 if the line hits them, else 0, not a division by zero.
+    r2 = 1.0 - np.sum((log_m - log_p) ** 2) / spread if spread > 0 else float(np.allclose(log_m, log_p))
     steps = ring_steps(op, ranks)
     return CollectiveFit(
         op=op,

@@ -12,32 +12,40 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from calibrate.record_check import check_record
+from sim.readfile import MIB, read_text
+
 SCHEMA, SCHEMA_VERSION = "ddplab.realrun", 1
+RECORDS_CAP = 1024 * MIB  # a rank's records: ~200 B a step, so millions of steps fit
 VERBS = ("probe", "train")
 
 
 def read_jsonl(path: Path) -> list[dict]:
     """Records of one rank file; a torn last line (a killed writer) is dropped."""
     try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a text file") from None
+        # A regular file of bounded size (sim/readfile.py): a FIFO never hangs, /dev/zero is refused.
+        lines = read_text(path, RECORDS_CAP).splitlines()
+    except ValueError as e:
+        raise ValueError(str(e).replace("not UTF-8 text", "not a text file")) from None
     out = []
     for i, line in enumerate(lines):
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             if i == len(lines) - 1:
                 break
             raise ValueError(f"{path}:{i + 1}: not a JSON record") from None
+        except RecursionError:
+            raise ValueError(f"{path}:{i + 1}: nested too deeply to be a record") from None
+        out.append(record)
+    meta = out[0] if out and isinstance(out[0], dict) else {}
+    if meta.get("type") != "meta" or (meta.get("schema"), meta.get("schema_version")) != (SCHEMA, SCHEMA_VERSION):
+        raise ValueError(f"{path}: not a {SCHEMA} v{SCHEMA_VERSION} record file")
+    for i, record in enumerate(out):  # a corrupt field is one line here, not a SciPy error later
+        check_record(record, f"{path}:{i + 1}")
     for r in out:  # realrun/SCHEMA.md: a step's step_wall_s was total_s in files written before the rename
         if r.get("type") == "step" and "total_s" in r and "step_wall_s" not in r:
             r["step_wall_s"] = r.pop("total_s")
-    meta = out[0] if out else {}
-    if meta.get("type") != "meta" or (meta.get("schema"), meta.get("schema_version")) != (SCHEMA, SCHEMA_VERSION):
-        raise ValueError(f"{path}: not a {SCHEMA} v{SCHEMA_VERSION} record file")
     return out
 
 

@@ -10,10 +10,15 @@ with ``field(metadata=FLAT)`` is a record whose keys sit in its parent's table.
 """
 
 import dataclasses
+import math
 import types
 import typing
 
 FLAT = {"flat": True}
+# No measured quantity in a calibration (seconds, GB/s, bytes, a ratio) comes near 1e15 in its
+# unit; a value past it (an edited intercept of 1e308) overflows the simulation into inf or NaN
+# (issue 25, D6), and Python's json reads NaN and Infinity, so both are refused where read.
+FLOAT_MAX = 1e15
 
 
 def _record_fields(cls) -> dict[str, tuple[object, bool, bool]] | None:
@@ -107,7 +112,10 @@ def load(tp, value, where: str):
             raise _bad(where, "a table", value)
         return value
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
+        if not math.isfinite(value) or abs(value) > FLOAT_MAX:
+            raise ValueError(f"{where}: must be a finite number within +-{FLOAT_MAX:g}, got {value!r}")
+        return value
     if tp in (int, str, bool) and type(value) is tp:
         return value
     raise _bad(where, getattr(tp, "__name__", str(tp)), value)

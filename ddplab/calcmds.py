@@ -8,6 +8,7 @@ from pathlib import Path
 
 from calibrate.calibration import Calibration
 from ddplab.progress import StatusLine, StepProgress, say
+from sim.ownfiles import check_target
 from sim.units import fmt_bytes, fmt_seconds
 from workflow.files import write_json_atomic
 
@@ -15,10 +16,11 @@ from workflow.files import write_json_atomic
 def _check_output(path: Path) -> None:
     if path.suffix != ".json":
         raise ValueError(f"-o: {path}: expected a .json file name")
-    path.parent.mkdir(parents=True, exist_ok=True)  # `-o results/calib.json` on a fresh checkout
+    check_target(path, "-o")  # only a new file or ddplab's own, in a folder that exists (sim/ownfiles.py)
 
 
 def calibrate(args):
+    from calibrate import plausible
     from calibrate.admit import check_admitted
     from calibrate.calib import calibrate as fit
     from calibrate.plots import write_calibration_plots
@@ -31,9 +33,9 @@ def calibrate(args):
     if traces:
         calib = _calibrate_traces(args, traces, command)
     else:
-        say(f"calibrate: fitting {len(args.runs)} probe run(s)")
-        calib = fit(args.runs, seed=args.seed, command=command)
-    check_admitted(calib, str(args.output))  # before any file is written
+        calib = fit(args.runs, seed=args.seed, command=command, progress=say)
+    plausible.check(calib, f"{args.output}: not written")  # impossible fits, before any file is written
+    check_admitted(calib, str(args.output))
     pngs = write_calibration_plots(calib, args.output.with_suffix(""))
     calib = replace(calib, plots=[p.name for p in pngs])
     write_json_atomic(args.output, calib.to_json())
@@ -213,7 +215,7 @@ def validate(args):
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
     calib = Calibration.read(args.calib)
     plot = args.plot or args.calib.with_name("validation.png")
-    plot.parent.mkdir(parents=True, exist_ok=True)  # as calibrate's -o and simulate's --out
+    check_target(plot, "--plot")  # before the simulations: only a new file or ddplab's own
     out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else say)
     predicted_vs_measured(out["rows"], out["mape"], plot)
     cdf = plot.with_name(f"{plot.stem}-cdf.png")
@@ -322,6 +324,9 @@ def demo(args) -> int:
 def report(args):
     from workflow.report import write_report
 
-    path = write_report(args.run_dir)
+    problems: list[str] = []
+    path = write_report(args.run_dir, problems)
+    for p in problems:  # the page says so too, in the section that could not be drawn
+        say(f"ddplab report: warning: {args.run_dir}/{p}")
     print(f"wrote {path}")
     return str(path)

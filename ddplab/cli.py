@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab import commands, plancmd, runcmds, simcmds, traincost
+from ddplab import commands, plancmd, runcmds, simcmds, textout, traincost
 from realrun.cli import Parser, probe_parser, train_parser
 from workflow import files
 
@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write per-step and per-rank tables, Chrome trace and breakdown.png here (a sweep: scaling.png"
         " and scaling.csv)",
+    )
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="with --out: an earlier simulation there is moved aside to DIR.old-<time> (never deleted)",
     )
     s.add_argument(
         "--records",
@@ -314,6 +319,17 @@ def json_text(out) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``ddplab ARGV``, printing through EscapingStream: text from a scenario file never
+    reaches the terminal as control codes (ddplab/textout.py)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = textout.EscapingStream(out), textout.EscapingStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.argv = argv
@@ -331,8 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"ddplab {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # e.g. --out names a file, or a folder we may not write
-        print(f"ddplab {args.command}: error: {e.filename}: {e.strerror}", file=sys.stderr)
+    except OSError as e:  # e.g. --out names a file, a folder we may not write, a full disk
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"ddplab {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # probe/train handle their own; this is every other command's
         print(f"ddplab {args.command}: interrupted", file=sys.stderr)

@@ -108,7 +108,9 @@ def compare(args):
             raise ValueError(f"set-up {s.text!r}: {e}") from None
     limits.check_in_turn(scenarios, "set-ups", yes=args.yes)
     if args.out:  # fail before simulating, not after
-        args.out.mkdir(parents=True, exist_ok=True)
+        from sim.outdir import ensure
+
+        ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     rows = [
         {"name": s.name, "setup": s.text, **_row(sc, args.ignore_memory)}
         for s, sc in zip(setups, scenarios, strict=True)

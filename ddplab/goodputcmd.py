@@ -124,7 +124,9 @@ def goodput(args):
     costs = {"mtbf_min": mtbf_min, "restart_min": restart_min, "checkpoint_min": checkpoint_min}
     _check_size(args, mtbf_from, work_h * 60.0, [interval_min, *default_grid(daly)], stalls, costs)
     if args.out:  # fail before simulating, not after
-        args.out.mkdir(parents=True, exist_ok=True)
+        from sim.outdir import ensure
+
+        ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     sim = estimate(
         Campaign(work_min=work_h * 60.0, interval_min=interval_min, **costs),
         seed=args.seed,

@@ -5,6 +5,7 @@ import shutil
 import signal
 import sys
 
+from ddplab.progress import say
 from ddplab.runcmds import print_train_summary
 from realrun import netlab
 from realrun.cli import PARSERS, check_args
@@ -60,7 +61,13 @@ def _describe(lab: netlab.Lab) -> list[str]:
 
 def up(args):
     _require_root()
-    lab = netlab.up(spec_from_args(args))
+    spec = spec_from_args(args)
+    lab = _already_up(spec)
+    if lab is None:
+        try:
+            lab = netlab.up(spec)
+        except netlab.NetlabError as e:  # a command the lab needed failed: one line, not a traceback
+            raise ValueError(f"netlab up: {e}") from None
     if not args.json:
         print("\n".join(_describe(lab)))
         print(
@@ -68,6 +75,28 @@ def up(args):
             f" remove: ddplab netlab down --name {lab.spec.name}"
         )
     return lab.state()
+
+
+def _already_up(spec: netlab.LabSpec) -> netlab.Lab | None:
+    """`netlab up` twice is idempotent (issue 25, D13; it was a NetlabError traceback): the same
+    lab already up is reported as it is; one of that name with other settings is refused,
+    since changing a live lab under a running job would change what it measures."""
+    if spec.switch_ns not in netlab.our_namespaces(spec.name):
+        return None
+    try:
+        lab = netlab.load(spec.name)
+    except ValueError:  # namespaces without a state file: a lab whose `up` was killed halfway
+        raise ValueError(
+            f"--name {spec.name}: the namespaces of a lab of that name are up but it has no state;"
+            f" remove them with `ddplab netlab down --name {spec.name}`"
+        ) from None
+    if lab.spec != spec:
+        raise ValueError(
+            f"--name {spec.name}: a lab of that name is already up with other settings (rate {lab.spec.rate},"
+            f" {lab.spec.hosts} hosts); `ddplab netlab down --name {spec.name}` first, or pick another --name"
+        )
+    say(f"netlab {spec.name} is already up as asked; nothing changed")
+    return lab
 
 
 def status(args):

@@ -13,6 +13,8 @@ from realrun import doctor as doc
 from realrun import nodes
 from realrun.launch import die_with_parent
 from realrun.runfolder import LIFELINE, Lifeline
+from sim.atomic import write_atomic
+from sim.ownfiles import check_target
 
 
 def doctor(args):
@@ -40,8 +42,8 @@ def launch(args):
     host, port = nodes.parse_endpoint(args.master)
     nodes.check_counts(args.nodes, args.nproc_per_node)
     verb_args = nodes.check_verb_args(args.verb_args)
-    if args.slurm and not args.slurm.parent.is_dir():  # a typo'd path must not become new folders
-        raise ValueError(f"--slurm: {args.slurm.parent}: no such directory")
+    if args.slurm:  # a new file or ddplab's own script, in a folder that exists (sim/ownfiles.py)
+        check_target(args.slurm, "--slurm")
     if args.exec:
         return _exec(args, host, port, verb_args)
     # When this machine is the master, the doctor fills node 0's interface for real.
@@ -55,8 +57,7 @@ def launch(args):
         script = nodes.slurm_script(
             args.nodes, args.nproc_per_node, port, args.iface, verb_args, args.job_name, args.time
         )
-        args.slurm.write_text(script)
-        args.slurm.chmod(0o755)
+        write_atomic(args.slurm, lambda tmp: (tmp.write_text(script), tmp.chmod(0o755)))
         out["slurm"] = str(args.slurm)
     if args.json:
         return out

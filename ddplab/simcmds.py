@@ -30,8 +30,12 @@ def simulate(args):
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")
     _check_size(args, scenarios)
-    if args.out:  # fail before simulating, not after
-        args.out.mkdir(parents=True, exist_ok=True)
+    if args.out:  # fail before simulating, not after; a reused folder would mix two runs' records
+        from sim.outdir import claim
+
+        _, moved = claim(args.out, force=args.force)
+        if moved is not None:
+            say(f"--force: moved the earlier run in {args.out} to {moved}")
     summaries = []
     for i, sc in enumerate(scenarios, 1):
         t = time.perf_counter()

@@ -31,11 +31,12 @@ def add_parser(sub) -> None:
 def stragglers(args):
     from calibrate import plots
     from calibrate import stragglers as st
+    from sim.ownfiles import check_target
 
     if args.ranks is not None and args.ranks < 1:
         raise ValueError(f"--ranks: {args.ranks}: must be >= 1")
-    if args.plot is not None:  # as calibrate's -o and simulate's --out
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
+    if args.plot is not None:  # before the analysis: only a new file or ddplab's own (sim/ownfiles.py)
+        check_target(args.plot, "--plot")
     rep = st.analyse(st.load(args.run_dir, args.ranks))
     plot = plots.stragglers(rep, args.plot or rep.path / "stragglers.png")
     out = rep.to_json() | {"plot": str(plot)}

@@ -96,7 +96,9 @@ def sweep(args):
     oom = grid_sweep.out_of_memory(built, args.ignore_memory)  # not run: an OOM error has no step time
     runnable = [b for b, o in zip(built, oom, strict=True) if o is None]
     if args.out:  # fail before simulating, not after
-        args.out.mkdir(parents=True, exist_ok=True)
+        from sim.outdir import ensure
+
+        ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     if engine.parallelism is not None and runnable:  # refuse before starting any worker
         _check_cost(grid, runnable, engine, yes=args.yes)
     with engine:

@@ -63,7 +63,9 @@ def whatif(args):
     # The rows run one after another, each result dropped before the next (ddplab/limits.py).
     limits.check_in_turn(row_scenarios(data, args.tries), "simulations", yes=args.yes)
     if args.out:  # fail before simulating, not after
-        args.out.mkdir(parents=True, exist_ok=True)
+        from sim.outdir import ensure
+
+        ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     rows = compare(
         data, args.tries, horizon_h=args.horizon_h, restart_min=args.restart_min, ignore_memory=args.ignore_memory
     )

@@ -2,6 +2,7 @@
 before starting any process) and the workers torchrun starts. torch-free."""
 
 import argparse
+import errno
 import math
 import os
 import re
@@ -332,12 +333,33 @@ def _check_memory(verb: str, args: argparse.Namespace, shape: dict, seq_len: int
     need = footprint.rank_bytes_at_least(shape, micro, seq_len, precision)
     on_gpu = compute_device(args.device, 0).type == "cuda"  # MPS shares the host's memory: the host check
     nproc = getattr(args, "nproc", 1)
+    if verb == "probe":  # the largest collective and TCP buffers, before the model's checks
+        _check_probe_buffers(args, nproc, on_gpu)
     footprint.check_host(nproc, 0 if on_gpu else need, footprint.available_bytes(), micro)
     if on_gpu:
         import torch
 
         props = torch.cuda.get_device_properties(0)
         footprint.check_device(need, props.total_memory, props.name, micro)
+
+
+def _check_probe_buffers(args: argparse.Namespace, nproc: int, on_gpu: bool) -> None:
+    """Every rank allocates its largest collective (and the chunk allgather and reduce-scatter
+    use beside it) and the link test's buffer, so ``--sizes 64G`` is refused here rather than
+    by the kernel after torchrun started."""
+    from realrun import footprint
+
+    size = max(args.sizes) if "collectives" in args.parts else 0
+    link = max(args.link_bytes) if "link" in args.parts else 0
+    largest, flag, value = max((size + size // max(nproc, 1), "--sizes", size), (link, "--link-bytes", link))
+    what = f"{flag}: the largest, {footprint.gib(value)}, takes {footprint.gib(largest)} per rank"
+    if on_gpu and flag == "--sizes":
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        if largest > props.total_memory:
+            raise ValueError(f"{what}, is more than {props.name}'s {footprint.gib(props.total_memory)}")
+    footprint.check_buffers(nproc, largest, footprint.available_bytes(), what)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,7 +381,13 @@ def main(argv: list[str] | None = None) -> int:
         from realrun.probe import run
     else:
         from realrun.train import run
-    return run(args)
+    try:
+        return run(args)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):  # only a full disk is the machine's, not a bug
+            raise
+        print(f"realrun {verb}: error: {e.filename or 'records'}: {e.strerror}", file=sys.stderr)
+        return 1
 
 
 def _end_this_rank(reason: str) -> None:

@@ -103,6 +103,20 @@ def check_host(nproc: int, per_rank_bytes: int, free_bytes: int | None, micro_ba
     )
 
 
+def check_buffers(nproc: int, buffer_bytes: int, free_bytes: int | None, what: str) -> None:
+    """ValueError naming ``what`` (``--sizes 64 GiB``) when ``nproc`` ranks each holding a
+    ``buffer_bytes`` tensor beyond torch's floor cannot fit in ``free_bytes``: a probe's largest
+    collective was allocated by every rank after torchrun had started (issue 25, D18)."""
+    if free_bytes is None:
+        return
+    each = RANK_FLOOR_BYTES + buffer_bytes
+    if nproc * each > free_bytes:
+        raise ValueError(
+            f"{what}: {nproc} rank(s) need at least {gib(nproc * each)} with torch itself;"
+            f" this machine has {gib(free_bytes)} free"
+        )
+
+
 def check_device(per_rank_bytes: int, device_bytes: int, device: str, micro_batch: int) -> None:
     if per_rank_bytes > device_bytes:
         raise ValueError(

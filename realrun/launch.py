@@ -79,7 +79,10 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     env.setdefault("PYTHONUNBUFFERED", "1")
     log_path = folder.path / f"{verb}.log"
-    with open(log_path, "w") as log:
+    # Unbuffered bytes: on a full disk a write fails where it happens and the close has nothing
+    # left to flush (issue 25, D16: a thread traceback, then "error: None: No space left").
+    log = _Log(log_path)
+    with log:
         proc = subprocess.Popen(
             torchrun_command(verb, worker_args, nproc),
             env=env,
@@ -105,6 +108,8 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
         for echo in echoes:
             echo.join(timeout=5)
     code = proc.returncode if code is None else code
+    if log.error:
+        print(f"{verb}: warning: {log_path}: {log.error}; the log stops there", file=sys.stderr)
     end_unfinished(folder.path, verb, why or f"the rank ended without an end record (torchrun exit code {code})")
     return code
 
@@ -217,6 +222,28 @@ class TorchrunFilter:
         return not _TORCH_LOG.match(line)
 
 
+class _Log:
+    """torchrun's whole output, kept while the disk takes it: the first failed write (a full
+    disk) is remembered and ends the logging, never the run or its echo."""
+
+    def __init__(self, path):
+        self._f = open(path, "wb", buffering=0)
+        self.error: str | None = None
+
+    def write(self, data: bytes) -> None:
+        if self.error is None:
+            try:
+                self._f.write(data)
+            except OSError as e:
+                self.error = e.strerror or str(e)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+
 def _echo(stream, sink, log, lock: threading.Lock, stopping: threading.Event) -> None:
     """Copy one of torchrun's streams into the log, whole, and onto ``sink``, filtered (and
     not at all once ``stopping`` is set)."""
@@ -224,8 +251,7 @@ def _echo(stream, sink, log, lock: threading.Lock, stopping: threading.Event) ->
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace")
         with lock:
-            log.write(line)
-            log.flush()
+            log.write(raw)
         if keep.show(line) and not stopping.is_set():
             try:
                 sink.write(line)

@@ -59,8 +59,11 @@ class RecordWriter:
         line = _dumps(record) + "\n"
         with self._lock:
             if not self._f.closed:
-                self._f.write(line)
-                self._f.flush()
+                try:
+                    self._f.write(line)
+                    self._f.flush()
+                except OSError as e:  # a full disk: name the file (the rank's main says it in one line)
+                    raise OSError(e.errno, e.strerror, str(self.path)) from None
 
     def close(self, **summary) -> None:
         self._end({"type": "complete", "wall_s": time.time() - self._t0, **summary})
@@ -115,10 +118,13 @@ def end_unfinished(out_dir: Path, verb: str, reason: str) -> list[Path]:
         if last.get("type") in END_TYPES:
             continue
         record = {"type": "error", "reason": reason, "by": "launcher"}
-        with open(path, "r+b") as f:
-            f.truncate(len(whole))
-            f.seek(len(whole))
-            f.write((_dumps(record) + "\n").encode())
+        try:
+            with open(path, "r+b") as f:
+                f.truncate(len(whole))
+                f.seek(len(whole))
+                f.write((_dumps(record) + "\n").encode())
+        except OSError as e:  # a full disk: the launcher's one line names the file
+            raise OSError(e.errno, e.strerror, str(path)) from None
         ended.append(path)
     return ended
 

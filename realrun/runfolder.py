@@ -28,6 +28,9 @@ LIFELINE = ".ddplab.alive"
 LIFELINE_ENV = "DDPLAB_LIFELINE"  # the lifeline's path, for the ranks
 RUN_ID_ENV = "DDPLAB_RUN_ID"  # one id per launch, in every rank's meta record
 OURS = (CLAIM, LIFELINE)
+# What marks a folder ddplab made: a run's claim, or simulation output (sim/ownfiles.py
+# OUT_MARKER; realrun stands alone, so the name is repeated here).
+MARKERS = (CLAIM, ".ddplab.out")
 
 
 class Lifeline:
@@ -56,8 +59,7 @@ class Lifeline:
         self._fd = -1
 
     def _say(self, reason: str) -> None:
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, reason.encode(), 0)
+        _put(self._fd, reason, self.path)
 
 
 class RunFolder:
@@ -81,6 +83,7 @@ def claim(path: Path, *, force: bool = False) -> RunFolder:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out {path}: exists and is not a folder")
+    _refuse_foreign(path)
     path.mkdir(parents=True, exist_ok=True)
     claim_fd = _locked(path / CLAIM)
     if claim_fd < 0:
@@ -95,12 +98,36 @@ def claim(path: Path, *, force: bool = False) -> RunFolder:
                 " pick a new folder, or --force to move that run aside"
             )
         moved_to = _aside(path, earlier) if earlier else None
-        os.ftruncate(claim_fd, 0)
-        os.pwrite(claim_fd, f"pid {os.getpid()}\n".encode(), 0)
+        _put(claim_fd, f"pid {os.getpid()}\n", path / CLAIM)
         return RunFolder(path, claim_fd, moved_to)
     except BaseException:
         os.close(claim_fd)
         raise
+
+
+def _refuse_foreign(path: Path) -> None:
+    """A folder that holds files but no run marker is not an earlier run: ``--force`` once moved
+    any folder aside (a home directory, a thesis), so it is refused, with or without ``--force``,
+    before a lock file is left in it (issue 25, D19)."""
+    if not path.is_dir() or any((path / m).exists() for m in MARKERS):
+        return
+    entries = sorted(p.name for p in path.iterdir())
+    if entries:
+        names = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ValueError(
+            f"--out {path}: holds files that are not a ddplab run ({len(entries)} entries: {names});"
+            " pick a new or empty folder (--force moves aside only an earlier ddplab run)"
+        )
+
+
+def _put(fd: int, text: str, path: Path) -> None:
+    """``text`` as the whole of the file at ``fd``; a full disk names ``path`` (os.pwrite's
+    OSError names no file: "None: No space left on device" before, issue 25 D16)."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text.encode(), 0)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 def _locked(path: Path) -> int:

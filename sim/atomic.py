@@ -1,21 +1,29 @@
 """A file written whole: to a temporary name beside it, then a rename, so a reader (or a rerun
 after Ctrl-C or kill -9) never finds half of it. Every file ddplab writes at a final path goes
 through here: text and CSV (sim/export.py, workflow/files.py), pictures (sim/plot.py) and
-simulation records (sim/export.py)."""
+simulation records (sim/export.py). It replaces only a file ddplab wrote (sim/ownfiles.py)."""
 
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+from sim.ownfiles import check_target
+
 
 def write_atomic(path, write: Callable[[Path], object]) -> Path:
     """``write(tmp)`` fills a temporary file beside ``path``, which then replaces ``path``; a
-    failed write leaves ``path`` as it was and no temporary behind."""
-    path = Path(path)
+    failed write leaves ``path`` as it was and no temporary behind. A path ddplab may not write
+    (a missing folder, someone else's file) is refused first."""
+    path = check_target(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as e:
+        # A full disk surfaces inside numpy, matplotlib or a file object that names no file (or
+        # the temporary): say which output could not be written (issue 25, D16: "None: No space
+        # left on device" before). ``path`` keeps what it held.
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

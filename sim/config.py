@@ -473,6 +473,10 @@ class NetworkConfig:
 
 
 NORMAL_SIGMA_MAX = 0.25  # wider, a mean-1 normal multiplier is negative once in ~30,000 draws (z = -4)
+# A mean-1 lognormal or gamma multiplier past sigma 3 puts its mean in draws rarer than one in
+# a thousand and the rest near 0 (at sigma 10 every draw underflowed to 0: no compute at all);
+# measured jitter is 0.01-0.3 (docs/references.md).
+SIGMA_MAX = 3.0
 
 
 @dataclass(kw_only=True)
@@ -488,11 +492,16 @@ class NoiseConfig:
 
     def __post_init__(self):
         _one_of("noise.distribution", self.distribution, NOISE_DISTRIBUTIONS)
-        _require(self.sigma >= 0, "noise.sigma", self.sigma, "must be >= 0")
+        _require(0 <= self.sigma <= SIGMA_MAX, "noise.sigma", self.sigma, f"must be 0 to {SIGMA_MAX:g}")
         # A normal multiplier goes negative at about 1/sigma standard deviations.
         if self.distribution == "normal":
             _require(self.sigma <= NORMAL_SIGMA_MAX, "noise.sigma", self.sigma, "normal noise needs sigma <= 0.25")
-        _require(self.speed_spread_sd >= 0, "noise.speed_spread_sd", self.speed_spread_sd, "must be >= 0")
+        _require(
+            0 <= self.speed_spread_sd <= SIGMA_MAX,
+            "noise.speed_spread_sd",
+            self.speed_spread_sd,
+            f"must be 0 to {SIGMA_MAX:g}",
+        )
         if self.distribution == "empirical":
             n = len(self.samples or [])
             why = f"empirical noise needs at least {MIN_SAMPLES} samples"
@@ -617,7 +626,10 @@ class Scenario:
         _require(self.ranks >= 1, "ranks", self.ranks, "must be >= 1")
         _require(self.steps >= 1, "steps", self.steps, "must be >= 1")
         context = self.model.shape.block_size
-        _require(self.seq_len <= context, "training.seq_len", self.seq_len, f"exceeds the model's context {context}")
+        # Said with its fix: a preset's seq_len was chosen for its own model, and a calibration of
+        # a small probe model is applied by naming that model (issue 25, D8).
+        why = f"exceeds the model's context {context} (set training.seq_len={context} or less)"
+        _require(self.seq_len <= context, "training.seq_len", self.seq_len, why)
         g = self.network.gpus_per_node
         _require(
             self.ranks <= g or self.ranks % g == 0,

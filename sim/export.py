@@ -25,6 +25,7 @@ import numpy as np
 
 from sim.atomic import write_atomic
 from sim.online import RANK_FIELDS
+from sim.outdir import ensure
 from sim.results import SimResult
 
 SCHEMA = "ddplab.sim/1"
@@ -34,7 +35,7 @@ def write_result(result: SimResult, run_dir: Path) -> Path:
     from sim.trace import write_chrome_trace
 
     d = Path(run_dir) / f"ranks-{result.scenario.ranks:04d}"
-    d.mkdir(parents=True, exist_ok=True)
+    ensure(d)
     wl = result.workload
     if result.records is not None:
         arrays = {
@@ -70,10 +71,11 @@ def write_result(result: SimResult, run_dir: Path) -> Path:
 
 def write_summaries(summaries: list[dict], run_dir: Path, *, sweep: bool) -> None:
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     body = summaries if sweep else summaries[0]
-    # Standard JSON: a NaN (a bug: inputs are checked finite) raises here, not in a reader.
-    write_text_atomic(run_dir / "summary.json", json.dumps(body, indent=2, allow_nan=False) + "\n")
+    # Standard JSON: a NaN (a bug: inputs are checked finite) raises here, before anything is made.
+    text = json.dumps(body, indent=2, allow_nan=False) + "\n"
+    ensure(run_dir)
+    write_text_atomic(run_dir / "summary.json", text)
     from sim.plot import plot_breakdown, plot_scaling, run_title
 
     if sweep:

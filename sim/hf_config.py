@@ -14,6 +14,8 @@ import json
 import math
 from pathlib import Path
 
+from sim.readfile import read_text
+
 LLAMA_LIKE = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
 GPT2_LIKE = {"GPT2LMHeadModel": "gpt2"}
 KNOWN = {**LLAMA_LIKE, **GPT2_LIKE}
@@ -28,12 +30,10 @@ def read_hf_config(path: str) -> tuple[dict, int | None]:
     or None) of the config.json at ``path``."""
     where = f"model.hf_config {path}"
     try:
-        cfg = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{where}: no such file") from None
-    except OSError as e:
-        raise ValueError(f"{where}: cannot read ({e.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        if not Path(path).exists():
+            raise ValueError(f"{where}: no such file")
+        cfg = json.loads(read_text(path, what=where))  # a regular file of bounded size (sim/readfile.py)
+    except json.JSONDecodeError as e:
         raise ValueError(f"{where}: not JSON ({e})") from None
     except RecursionError:  # json recurses once per level of nesting
         raise ValueError(f"{where}: nested too deeply to read") from None

@@ -18,6 +18,8 @@ other model, precision and device follows from it; ``compute.optimizer_s`` set i
 (or by a calibration, which measured it) overrides the derivation.
 """
 
+from functools import cache
+
 from sim.config import Scenario
 from sim.gpt2 import model_shape, param_count
 from sim.precision import Precision, precision_dtypes
@@ -34,17 +36,23 @@ def adamw_bytes_per_param(p: Precision) -> int:
     return 2 * p.param_bytes + p.grad_bytes + 2 * p.optimizer_state_bytes
 
 
+@cache
 def _h200_efficiency() -> float:
+    """0.715. Computed when first asked, not at import: it reads models.toml, and a broken
+    entry there must be one line from the command that reads it, not an import traceback."""
     moved = param_count(model_shape(H200_MODEL)) * adamw_bytes_per_param(precision_dtypes(H200_PRECISION))
     return moved / H200_ADAMW_S / (H200_HBM_TB_S * 1e12)
 
 
-ADAMW_HBM_EFFICIENCY = _h200_efficiency()  # 0.715
+def __getattr__(name: str):
+    if name == "ADAMW_HBM_EFFICIENCY":  # the constant's name, kept for its readers (PEP 562)
+        return _h200_efficiency()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def adamw_step_s(params: float, p: Precision, hbm_tb_s: float) -> float:
     """Seconds of one fused AdamW step over ``params`` parameters at ``hbm_tb_s``."""
-    return params * adamw_bytes_per_param(p) / (hbm_tb_s * 1e12 * ADAMW_HBM_EFFICIENCY)
+    return params * adamw_bytes_per_param(p) / (hbm_tb_s * 1e12 * _h200_efficiency())
 
 
 def optimizer_step_s(sc: Scenario) -> float:
@@ -60,5 +68,5 @@ def optimizer_basis(sc: Scenario) -> str:
         return "given (compute.optimizer_s)"
     return (
         f"derived: fused AdamW, {adamw_bytes_per_param(sc.training.dtypes)} B/param at"
-        f" {sc.compute.hbm_tb_s:g} TB/s x {ADAMW_HBM_EFFICIENCY:.3f}"
+        f" {sc.compute.hbm_tb_s:g} TB/s x {_h200_efficiency():.3f}"
     )

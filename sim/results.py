@@ -13,6 +13,7 @@ They are kept as per-rank and per-step statistics (sim/online.py); the whole
 (steps, ranks) tables only when asked.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,6 +78,7 @@ class SimResult:
         dataloader = float(wl.dataloader_s.mean())
         busy = compute + dataloader + wl.optimizer_s
         comm = float(self.comm_busy_s.mean())
+        _check_computable(sc, mean_step=mean_step, compute=compute, comm=comm)
         slowest = int(per_rank.argmax())
         return {
             "scenario": sc.name,
@@ -112,6 +114,20 @@ class SimResult:
             "algorithms": sorted(set(wl.algorithms)),
             "wall_s": self.wall_s,
         }
+
+
+def _check_computable(sc: Scenario, **parts: float) -> None:
+    """The last guard of issue 25, D6: the inputs are range-checked where they enter, but a
+    combination of them can still overflow (a huge time times a huge count) or leave no compute
+    to divide by; a step time of inf or NaN, printed with exit 0, would be a wrong answer, so it
+    is one line instead."""
+    bad = {k: v for k, v in parts.items() if not math.isfinite(v) or (k != "comm" and v <= 0)}
+    if bad:
+        found = ", ".join(f"{k} {v:g}" for k, v in bad.items())
+        raise ValueError(
+            f"{sc.name}: the simulation's mean step came out as {found}: some scenario value is too large"
+            " or too small to compute with; bring the extreme values into a realistic range"
+        )
 
 
 def pick_trace_ranks(sc: Scenario, wl: Workload, limit: int = 8) -> list[int]:

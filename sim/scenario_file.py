@@ -14,11 +14,17 @@ from pathlib import Path
 from sim.config import Scenario
 from sim.model_source import SHAPE_KEYS, with_changes
 from sim.precision import PRECISIONS
+from sim.readfile import read_text
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(Scenario) if dataclasses.is_dataclass(f.type)}
 # TOML's integers are 64-bit signed (toml.io, "Integer"); tomllib and --set's parse do not
 # enforce it, and numpy fails past it without naming the key.
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+# Every float key is a physical quantity in ddplab's units (seconds, GB/s, TFLOP/s, GiB, a
+# ratio): none is legitimately past 1e12 or, unless 0, under 1e-12. Beyond these, the
+# arithmetic downstream overflows (1e308 x 8 bits is inf) and a result becomes inf or NaN
+# (issue 25, D6), so such a value is refused where it enters, naming the key.
+FLOAT_MAX, FLOAT_MIN = 1e12, 1e-12
 
 
 def _number(key: str, value, t):
@@ -28,6 +34,8 @@ def _number(key: str, value, t):
         raise ValueError(f"{key}: must fit in a 64-bit integer (TOML's range), got {value!r}")
     if t is float and not math.isfinite(value):
         raise ValueError(f"{key}: must be a finite number, got {value!r}")
+    if t is float and value != 0 and not FLOAT_MIN <= abs(value) <= FLOAT_MAX:
+        raise ValueError(f"{key}: must be 0 or between {FLOAT_MIN:g} and {FLOAT_MAX:g} in size, got {value!r}")
     return t(value)
 
 
@@ -139,15 +147,13 @@ def _check_complete(path: Path, data: dict) -> None:
 
 
 def load_toml(path: Path) -> dict:
+    text = read_text(path)  # a regular file of bounded size: a FIFO or /dev/zero is one line (sim/readfile.py)
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: malformed TOML ({e})") from None
     except RecursionError:  # tomllib recurses once per level of nested arrays or inline tables
         raise ValueError(f"{path}: nested too deeply to read (arrays or tables inside each other)") from None
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
 
 
 def load_scenario_data(path: Path, _seen: tuple = ()) -> dict:

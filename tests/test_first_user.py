@@ -188,45 +188,52 @@ def test_doctor_help_documents_the_exit_status():
     assert "exit status: 0 no problems found, 1 the report lists problems, 2 bad input" in p.stdout
 
 
-# --- 5. output files in folders that do not exist yet --------------------------------------
+# --- 5. output files: new or ddplab's own, in folders that exist (issue 25, D2) ---------------
+# A missing parent folder used to be created (`-o results/calib.json` on a fresh checkout); a
+# typo then built a tree somewhere unexpected, as root anywhere. Now the line says to make it.
 
 
 @pytest.fixture(scope="module")
 def calib_json(tmp_path_factory):
-    """A calibration of a fake 2-rank CPU probe of gpt2-tiny on 1 Gbit/s, written by the CLI
-    into a folder it has to create."""
+    """A calibration of a fake 2-rank CPU probe of gpt2-tiny on 1 Gbit/s, written by the CLI."""
     d = tmp_path_factory.mktemp("first")
     run = probe_run(d / "1gbit" / "probe")
     path = d / "new" / "deeper" / "calib.json"
+    p = _ddplab("calibrate", str(run), "-o", str(path))
+    assert p.returncode == 2 and "no such directory" in p.stderr and not (d / "new").exists(), p.stderr
+    path.parent.mkdir(parents=True)
     p = _ddplab("calibrate", str(run), "-o", str(path))
     assert p.returncode == 0, p.stderr
     return path
 
 
-def test_calibrate_creates_the_output_folder(calib_json):
+def test_calibrate_writes_its_plots_beside(calib_json):
     written = json.loads(calib_json.read_text())
     assert written["compute"]["model"] == "gpt2-tiny" and written["plots"]
-    for name in written["plots"]:  # the plots beside it, in the same new folder
+    for name in written["plots"]:  # the plots beside it, in the same folder
         assert (calib_json.parent / name).read_bytes().startswith(b"\x89PNG"), name
 
 
-def test_validate_plot_creates_its_folder(calib_json, tmp_path):
+def test_validate_plot_into_a_missing_folder_is_one_line(calib_json, tmp_path):
     run = train_run(tmp_path / "1gbit" / "train", config={}, step_s=1.0)
     plot = tmp_path / "plots" / "here" / "v.png"
+    p = _ddplab("validate", str(run), "--calib", str(calib_json), "--plot", str(plot))
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and "no such directory" in p.stderr, p.stderr
+    assert not (tmp_path / "plots").exists()
+    plot.parent.mkdir(parents=True)
     p = _ddplab("validate", str(run), "--calib", str(calib_json), "--plot", str(plot))
     assert p.returncode == 0, p.stderr
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
-def test_simulate_out_and_stragglers_plot_create_their_folders(tmp_path):
-    out = tmp_path / "a" / "b"
+def test_simulate_out_creates_its_folder_and_stragglers_plot_does_not(tmp_path):
+    out = tmp_path / "a" / "b"  # an output folder: made, with its parents (mkdir -p)
     p = _ddplab("simulate", "h100-1024", "--ranks", "8", "--steps", "4", "--records", "--out", str(out))
     assert p.returncode == 0, p.stderr
     assert (out / "ranks-0008" / "records.npz").exists()
-    plot = tmp_path / "c" / "d" / "s.png"
+    plot = tmp_path / "c" / "d" / "s.png"  # an output file: its folder must exist
     p = _ddplab("stragglers", str(out), "--plot", str(plot))
-    assert p.returncode == 0, p.stderr
-    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert p.returncode == 2 and "no such directory" in p.stderr and not (tmp_path / "c").exists(), p.stderr
 
 
 def test_an_output_folder_that_is_a_file_is_one_line(tmp_path):

@@ -21,7 +21,7 @@ FORBIDDEN = {
     "scenarios": {"torch", "ddplab", "workflow", "calibrate", "sim", "realrun"},
 }
 # sim/ modules that read or write files; every other one is model only (SimPy's core does no I/O).
-SIM_IO = {"scenario_file", "scenario_keys", "hf_config", "export", "trace", "plot"}
+SIM_IO = {"scenario_file", "scenario_keys", "hf_config", "export", "trace", "plot", "outdir", "ownfiles", "readfile"}
 
 
 def _modules() -> dict[str, Path]:

@@ -210,6 +210,7 @@ def test_two_runs_never_share_a_folder(ddplab, tmp_path):
 def test_an_earlier_run_is_refused_and_force_moves_it_aside(ddplab, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
+    (out / CLAIM).write_text("pid 1\n")  # the marker every run leaves: an earlier run, not any folder
     (out / "train-rank0000.jsonl").write_text("earlier\n")
     code, _, err = ddplab("train", *TINY, "--nproc", "1", "--steps", "1", "--out", str(out))
     assert code == 2 and err.count("\n") == 1 and "holds an earlier run" in err and "--force" in err

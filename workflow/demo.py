@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from calibrate.calibration import Calibration
+from sim.outdir import ensure
 from sim.units import fmt_seconds
 from workflow.files import write_json_atomic
 from workflow.plan import MICRO_BATCH, MODEL, PROBE, QUICK_SWEEP, SEQ_LEN, SIM_STEPS, SWEEP, TRAIN_STEPS
@@ -160,7 +161,7 @@ class Demo:
         write_report(self.out)
 
     def run(self) -> dict:
-        self.out.mkdir(parents=True, exist_ok=True)
+        ensure(self.out)  # marked as ours: a rerun replaces what the last one wrote (sim/ownfiles.py)
         where = (
             "two emulated hosts (netlab) on a 1 Gbit/s link, one core each"
             if self.lab

@@ -15,6 +15,7 @@ from pathlib import Path
 from calibrate.calibration import Calibration
 from sim.cost import SEED_LINKS, link_costs
 from sim.gpt2 import model_shape, param_count
+from sim.readfile import read_text
 from sim.units import fmt_bytes, fmt_seconds
 from workflow.files import write_text_atomic
 from workflow.html import CHECK, CSS, esc, img, missing, table
@@ -23,9 +24,24 @@ from workflow.plan import CHECKPOINT_MIN, FAILURES_PER_1000_NODE_DAYS, MICRO_BAT
 
 def _load(path: Path):
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        return json.loads(read_text(path, what="report"))
+    except (ValueError, RecursionError):  # missing, not a regular file, not JSON: its sections say so
         return None
+
+
+# What a hand-edited or truncated-then-mended JSON file raises when a section reads a field it
+# lacks or of another type (issue 25, D14: a traceback before).
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError)
+
+
+def _section(source: str, render, *args, problems: list[str]) -> str:
+    """One section's HTML; a malformed input file costs that section alone, which says so."""
+    try:
+        return render(*args)
+    except MALFORMED as e:
+        what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        problems.append(f"{source}: malformed ({what})")
+        return f"<p class=missing>{esc(source)}: malformed ({esc(what)}): rerun the stage that writes it</p>"
 
 
 def _load_calib(path: Path) -> Calibration | None:
@@ -260,22 +276,37 @@ def _timelines(run_dir: Path, sim) -> str:
     )
 
 
-def render(run_dir: Path) -> str:
+def render(run_dir: Path, problems: list[str] | None = None) -> str:
+    """The page; ``problems`` gets a line per input file too malformed for its section."""
     run_dir = Path(run_dir)
-    demo = _load(run_dir / "demo.json") or {}
+    problems = [] if problems is None else problems
+    demo = _load(run_dir / "demo.json")
+    demo = demo if isinstance(demo, dict) else {}
     calib = _load_calib(run_dir / "calib.json")
     sim = _load(run_dir / "sim" / "summary.json")
     stages = demo.get("stages", {})
-    timing = ", ".join(f"{k} {v['seconds']} s" for k, v in stages.items())
+    timing = _section(
+        "demo.json", lambda: ", ".join(f"{k} {v['seconds']} s" for k, v in stages.items()), problems=problems
+    )
+    summary = "sim/summary.json"
     sections = [
-        ("The arithmetic first (the seed's cost table)", _cost(calib)),
-        ("The probe against the wire", _probe(run_dir, calib)),
-        ("The fitted model, and where each value came from", _params(run_dir, calib)),
-        ("The prediction checked against a real run", _validation(run_dir)),
-        ("Scaling to 1024 GPUs: home lab, H100, MI300X", _scaling(run_dir, sim)),
-        ("Stragglers at 1024 ranks", _stragglers(run_dir, sim)),
-        ("Which fix pays, and what failures cost", _fixes(sim)),
-        ("A few steps, rank by rank", _timelines(run_dir, sim)),
+        ("The arithmetic first (the seed's cost table)", _section("calib.json", _cost, calib, problems=problems)),
+        ("The probe against the wire", _section("calib.json", _probe, run_dir, calib, problems=problems)),
+        (
+            "The fitted model, and where each value came from",
+            _section("calib.json", _params, run_dir, calib, problems=problems),
+        ),
+        (
+            "The prediction checked against a real run",
+            _section("validation.json", _validation, run_dir, problems=problems),
+        ),
+        (
+            "Scaling to 1024 GPUs: home lab, H100, MI300X",
+            _section(summary, _scaling, run_dir, sim, problems=problems),
+        ),
+        ("Stragglers at 1024 ranks", _section(summary, _stragglers, run_dir, sim, problems=problems)),
+        ("Which fix pays, and what failures cost", _section(summary, _fixes, sim, problems=problems)),
+        ("A few steps, rank by rank", _section(summary, _timelines, run_dir, sim, problems=problems)),
     ]
     body = "".join(f"<h2>{esc(title)}</h2>{content}" for title, content in sections)
     return (
@@ -287,10 +318,10 @@ def render(run_dir: Path) -> str:
     )
 
 
-def write_report(run_dir: Path) -> Path:
+def write_report(run_dir: Path, problems: list[str] | None = None) -> Path:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"RUN_DIR: {run_dir}: not a directory")
     path = run_dir / "report.html"
-    write_text_atomic(path, render(run_dir))
+    write_text_atomic(path, render(run_dir, problems))
     return path

@@ -14,6 +14,7 @@ from calibrate.apply import load_for_simulation
 from calibrate.calibration import Calibration
 from sim.engine import simulate
 from sim.export import write_result, write_summaries
+from sim.outdir import ensure
 from sim.plot import plot_timeline
 from sim.scenario_file import scenario_from_dict
 from workflow.files import write_json_atomic
@@ -50,7 +51,7 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
     calib_path = run_dir / "calib.json"
     calib = Calibration.read(calib_path, "demo")
     out = run_dir / "sim"
-    out.mkdir(parents=True, exist_ok=True)
+    ensure(out)
     platforms = {}
     for name in PLATFORMS:
         summaries = []
