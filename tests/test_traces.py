@@ -175,6 +175,7 @@ def ddplab(*args):
 
 def _bad(tmp_path, name, *paths, match):
     out = tmp_path / name / "calib.json"
+    out.parent.mkdir()  # calibrate -o writes into a folder that exists (issue 25, D2)
     p = ddplab("calibrate", *paths, "-o", out)
     lines = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith("calibrate: reading")]
     assert p.returncode == 2, p.stderr

@@ -97,7 +97,9 @@ def test_calibrate_writes_the_trace_calibration(profiled, tmp_path):
     assert len(c["compute"]["ready_fractions"]["value"]) == 28
     assert [b["bytes"] for b in c["trace"]["buckets"]] == [66304, 66560, 67072, 66304, 66560, 67072, 82432]
     assert c["trace"]["ranks"]["1"]["provenance"] == "measured in trace-rank0001.json.gz, rank 1, steps 2-13"
-    assert 0 <= c["trace"]["straggler_cost"]["value"] < 1
+    # Every rank at the median speed also slows the faster rank: with two near-equal ranks and
+    # their jitter kept, that counterfactual can come out a little slower than the run itself.
+    assert -0.02 < c["trace"]["straggler_cost"]["value"] < 1
     assert "source    rank 0: measured in trace-rank0000.json.gz, rank 0, steps 2-13" in p.stdout
 
 
