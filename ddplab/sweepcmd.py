@@ -91,6 +91,9 @@ def sweep(args):
     grid = grid_sweep.make_grid(args.scenarios, args.set, args.vary, args.seeds, args.ranks, args.steps)
     # The count first: a million-run grid is refused before a million scenarios are built.
     limits.check_runs(grid.runs, f"the grid ({grid.describe()})", yes=args.yes)
+    limits.check_memory(
+        grid_sweep.bookkeeping_bytes(grid), f"the grid ({grid.describe()}, {grid.runs:,} runs)", "sweep fewer values"
+    )
     engine = make_engine(args.engine, args.workers, args.scheduler)
     built = grid_sweep.build(grid)
     oom = grid_sweep.out_of_memory(built, args.ignore_memory)  # not run: an OOM error has no step time
@@ -119,11 +122,16 @@ def _check_cost(grid, built, engine, *, yes: bool) -> None:
     """The whole grid's time here (sim/limits.py's estimate per run, over the workers) and,
     for processes on this machine, the memory of as many runs at once as there are workers."""
     from sim.limits import SimCost, simulation_cost
+    from workflow.sweep_engines import WORKER_BYTES
 
     costs = [simulation_cost(b.scenario) for b in built]
     remote = engine.name == "dask" and engine.scheduler is not None  # its memory and cores are not ours
     at_once = min(engine.parallelism, grid.runs)
-    peak = max(c.peak_bytes for c in costs) * (1 if remote else at_once)
+    # Each worker process here is an interpreter of its own before it simulates anything; local's
+    # one worker is this process.
+    in_here = engine.name == "local" and engine.workers == 1
+    workers = 0 if remote or in_here else engine.workers * WORKER_BYTES
+    peak = max(c.peak_bytes for c in costs) * (1 if remote else at_once) + workers
     # Processes here share this machine's cores: more workers than cores are no faster.
     cores = at_once if remote else min(at_once, os.cpu_count() or 1)
     seconds = sum(c.seconds for c in costs) * len(grid.seeds) / cores

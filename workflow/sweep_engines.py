@@ -9,11 +9,73 @@ with no daemon to install or leave behind, which is also how the tests run it; R
 some 60 MB with a native raylet per node, a lot to carry for a grid of one-second simulations.
 """
 
+import ctypes
 import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 DASK_HINT = "pip install 'ddplab[dask]'"
 CONNECT_TIMEOUT_S = 10
+# A local worker's memory before its first run: a spawned interpreter with sim imported, 42.5 MB
+# resident as measured here; the sweep's memory check adds it per worker.
+WORKER_BYTES = 45e6
+# Worker processes on this machine, per core: more only share the same cores (no faster) and
+# each costs WORKER_BYTES.
+WORKERS_PER_CORE = 4
+
+
+def check_workers(workers: int) -> None:
+    """--workers for processes started here: at least 1, at most WORKERS_PER_CORE per core."""
+    cores = os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {workers}")
+    if workers > WORKERS_PER_CORE * cores:
+        raise ValueError(
+            f"--workers: at most {WORKERS_PER_CORE * cores} on this machine ({WORKERS_PER_CORE} per core; more"
+            f" share the same {cores} cores and only cost memory), got {workers}"
+        )
+
+
+PARENT_POLL_S = 0.5  # a worker's check that the sweep that started it is still there
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_start(parent: int) -> None:
+    """Each local worker's initializer: die with the sweep, however it ends, and leave Ctrl-C to it.
+
+    A terminal's Ctrl-C reaches the whole foreground group, workers too; the sweep alone answers
+    it (by killing the workers, LocalEngine.__exit__), so a worker ignores it rather than print
+    a traceback. A sweep killed by SIGKILL or SIGTERM runs no cleanup at all: on Linux the kernel
+    sends each worker SIGKILL when the thread that started it dies (PR_SET_PDEATHSIG), and
+    everywhere a daemon thread ends the worker once its parent is gone (the kernel then gives it
+    a new parent). With the workers gone, multiprocessing's resource tracker reads the end of
+    its pipe and exits too."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="ddplab-parent", daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:  # checked first: the parent may have died before prctl took hold
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers now, runs in progress included: shutdown() would wait for them
+    (20-67 s of a big grid's runs after a Ctrl-C). Python 3.14 has kill_workers(); before it the
+    pool's own table of processes is the only way to them."""
+    kill = getattr(pool, "kill_workers", None)
+    if kill is not None:
+        kill()
+        return
+    for process in list((pool._processes or {}).values()):
+        process.kill()
 
 
 class LocalEngine:
@@ -22,8 +84,7 @@ class LocalEngine:
     name = "local"
 
     def __init__(self, workers: int):
-        if workers < 1:
-            raise ValueError(f"--workers: must be >= 1, got {workers}")
+        check_workers(workers)
         self.workers = self.parallelism = workers
         self.pool = None
 
@@ -31,11 +92,18 @@ class LocalEngine:
         if self.workers > 1:
             # spawn: every worker starts from a clean interpreter, as Dask's do, on every
             # platform; nothing of this process (its threads, its state) is forked into them.
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self.pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_start,
+                initargs=(os.getpid(),),
+            )
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         if self.pool:
+            if exc_type is not None:  # Ctrl-C, a failed run: what is still running is not wanted
+                _kill_workers(self.pool)
             self.pool.shutdown(cancel_futures=True)
         return False
 
@@ -62,8 +130,8 @@ class DaskEngine:
     name = "dask"
 
     def __init__(self, workers: int, scheduler: str | None = None):
-        if workers < 1:
-            raise ValueError(f"--workers: must be >= 1, got {workers}")
+        if not scheduler:  # a LocalCluster's processes are this machine's; a cluster's are its own
+            check_workers(workers)
         self.workers, self.scheduler = workers, scheduler
         # A cluster's size is known only once connected to it; a local one's is ours to choose.
         self.parallelism = None if scheduler else workers
