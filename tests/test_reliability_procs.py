@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import alive, family, start, stop, wait_gone
+from procs import family, start, stop, wait_gone
 
 LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 # Two runs of ~20 s each (h100-1024, 10,000 steps), one per worker: long enough that a sweep
