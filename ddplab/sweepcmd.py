@@ -4,12 +4,17 @@ with 95 % intervals over the seeds (workflow/sweep.py); in local processes or on
 cluster (workflow/sweep_engines.py)."""
 
 import os
+import signal
+import sys
 from pathlib import Path
 
 from ddplab import limits
 from ddplab.progress import RunProgress
 from realrun.cli import EpilogFormatter
 from sim.mfu import FLOP_COUNT
+
+# --dashboard alone: Dask's usual port, still on this machine only; 0.0.0.0:8787 serves everyone.
+DASHBOARD = "127.0.0.1:8787"
 
 EPILOG = """\
 the grid: every SCENARIO x every combination of the --vary values x every seed.
@@ -67,6 +72,14 @@ def add_parser(sub) -> None:
         help="with --engine dask: a running cluster's scheduler (tcp://HOST:8786) instead of a LocalCluster",
     )
     s.add_argument(
+        "--dashboard",
+        nargs="?",
+        const=DASHBOARD,
+        metavar="HOST:PORT",
+        help=f"with --engine dask and no --scheduler: the LocalCluster's dashboard address (alone: {DASHBOARD};"
+        " without it a free port on 127.0.0.1: the dashboard asks no password, so not on every interface)",
+    )
+    s.add_argument(
         "--out", type=Path, metavar="DIR", help="write runs.csv (every run), sweep.csv, sweep.json, sweep.png here"
     )
     s.add_argument(
@@ -94,7 +107,7 @@ def sweep(args):
     limits.check_memory(
         grid_sweep.bookkeeping_bytes(grid), f"the grid ({grid.describe()}, {grid.runs:,} runs)", "sweep fewer values"
     )
-    engine = make_engine(args.engine, args.workers, args.scheduler)
+    engine = make_engine(args.engine, args.workers, args.scheduler, args.dashboard)
     built = grid_sweep.build(grid)
     oom = grid_sweep.out_of_memory(built, args.ignore_memory)  # not run: an OOM error has no step time
     runnable = [b for b, o in zip(built, oom, strict=True) if o is None]
@@ -102,7 +115,11 @@ def sweep(args):
         args.out.mkdir(parents=True, exist_ok=True)
     if engine.parallelism is not None and runnable:  # refuse before starting any worker
         _check_cost(grid, runnable, engine, yes=args.yes)
+    # SIGTERM as Ctrl-C: the engine's exit then ends its workers (and Dask's) and says one line.
+    signal.signal(signal.SIGTERM, _interrupt)
     with engine:
+        if engine.name == "dask":  # what listens, and where (issue 25 D5)
+            print(engine.listens(), file=sys.stderr, flush=True)
         if engine.parallelism is not None and args.scheduler and runnable:  # a cluster's size: known only now
             _check_cost(grid, runnable, engine, yes=args.yes)
         result = grid_sweep.run(grid, built, engine, RunProgress(len(runnable) * len(grid.seeds)), oom)
@@ -116,6 +133,10 @@ def sweep(args):
     if args.out:
         print(f"{', '.join(written[:-1])} and {written[-1]} in {args.out}/")
     return result
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _check_cost(grid, built, engine, *, yes: bool) -> None:

@@ -115,3 +115,45 @@ def wait_gone(pids, timeout_s: float) -> list[int]:
     while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
+
+
+def _socket_inodes(pids) -> set[str]:
+    out = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    out.add(target[8:-1])
+        except OSError:
+            continue
+    return out
+
+
+def _address(hex_addr: str) -> str:
+    """/proc/net/tcp's address (little-endian words) in the usual notation."""
+    raw = bytes.fromhex(hex_addr)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    import ipaddress
+
+    return str(ipaddress.ip_address(words))
+
+
+def listening(pids) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket the processes ``pids`` listen on (Linux /proc)."""
+    inodes, out = _socket_inodes(pids), set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                addr, port = local.split(":")
+                out.add((_address(addr), int(port, 16)))
+    return out

@@ -64,3 +64,88 @@ def test_d1_ctrl_c_ends_a_sweep_promptly_in_one_line(tmp_path):
     assert took < 5.0, took
     err = (tmp_path / "stderr.txt").read_text()
     assert err.splitlines()[-1:] == ["ddplab sweep: interrupted"] and "Traceback" not in err, err
+
+
+class _NotDask:
+    """A TCP server on loopback that is not a Dask scheduler: it accepts and says nothing, or
+    answers every connection with an HTTP reply."""
+
+    def __init__(self, http: bool):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port, self.http, self.conns = self.sock.getsockname()[1], http, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            if self.http:
+                c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<html>hello</html>\r\n" * 8)
+
+    def close(self):
+        for c in [*self.conns, self.sock]:
+            c.close()
+
+
+@pytest.mark.parametrize("http", [False, True], ids=["silent", "http"])
+def test_d10_a_scheduler_that_is_not_dask_is_one_line_in_bounded_time(http):
+    """Issue 25 D10: a server that never answered held the sweep past Dask's timeout for good;
+    one that answered HTTP gave a 42-line traceback (Dask read its bytes as a 3 EiB frame)."""
+    pytest.importorskip("distributed")
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from workflow.sweep_engines import CONNECT_GRACE_S, CONNECT_TIMEOUT_S
+
+    server = _NotDask(http)
+    try:
+        t0 = time.monotonic()
+        p = subprocess.run(
+            [sys.executable, "-m", "ddplab", "sweep", "h100-1024", "--ranks", "8", "--steps", "5", "--seeds", "2"]
+            + ["--engine", "dask", "--scheduler", f"tcp://127.0.0.1:{server.port}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=4 * (CONNECT_TIMEOUT_S + CONNECT_GRACE_S),
+        )  # fmt: skip
+        took = time.monotonic() - t0
+    finally:
+        server.close()
+    (line,) = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and line.startswith(f"ddplab sweep: error: --scheduler tcp://127.0.0.1:{server.port}: ")
+    assert ("not a Dask scheduler" if http else f"no Dask scheduler answered within {CONNECT_TIMEOUT_S} s") in line
+    # Measured: 16 s silent (Dask's 10 s, then the grace), 2 s for HTTP.
+    assert took < 3 * (CONNECT_TIMEOUT_S + CONNECT_GRACE_S), took
+
+
+@LINUX_PROC
+def test_d5_d11_a_dask_sweep_listens_on_loopback_says_where_and_ctrl_c_is_one_line(tmp_path):
+    """Issue 25 D5: LocalCluster's dashboard listened on every interface without a word.
+    D11: Ctrl-C printed Dask's warnings and a CancelledError traceback."""
+    pytest.importorskip("distributed")
+    from procs import listening
+
+    p = start([*LONG_SWEEP, "--engine", "dask"], tmp_path)
+    try:
+        kids = _workers(p.pid)
+        deadline = time.monotonic() + 60
+        while "dask:" not in (tmp_path / "stderr.txt").read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sockets = listening(family(p.pid))
+        os.killpg(p.pid, signal.SIGINT)
+        assert p.wait(timeout=60) == 130
+        assert wait_gone(kids, 10.0) == []
+    finally:
+        stop(p)
+    assert sockets and {addr for addr, _ in sockets} == {"127.0.0.1"}, sockets
+    said, interrupted = (tmp_path / "stderr.txt").read_text().splitlines()
+    assert said.startswith("dask: a LocalCluster of 2 worker(s), scheduler at tcp://127.0.0.1:")
+    assert ", dashboard at http://127.0.0.1:" in said and "this machine only" in said
+    assert interrupted == "ddplab sweep: interrupted"
