@@ -259,7 +259,10 @@ def run(args) -> int:
         reason = f"{stopped} (then {reason})" if stopped else reason
         writer.write(fault)
         writer.abandon(reason)
-        print(f"realrun train: rank {env.rank}: {reason}", file=sys.stderr, flush=True)
+        try:
+            print(f"realrun train: rank {env.rank}: {reason}", file=sys.stderr, flush=True)
+        except OSError:  # the launcher that read it was killed: a broken pipe must not skip the exit
+            pass
         # Not sys.exit: tearing down a process group whose peer is gone can block forever.
         os._exit(1)
     writer.close(steps=args.steps, ddp_bucket_bytes=_ddp_bucket_bytes(trainer.ddp))
