@@ -170,11 +170,14 @@ class Trainer:
             rec["grad_scale"] = grad_scale
         if not self.instrument:
             return rec
+        burned, measured = self.throttle.take() if self.throttle else (0.0, None)
         rec.update(
             data_s=data_s, forward_s=forward_s, backward_s=backward_s, wait_s=wait_s,
-            optimizer_s=t_end - t, throttle_s=self.throttle.take() if self.throttle else 0.0,
+            optimizer_s=t_end - t, throttle_s=burned,
             bucket_count=len(buckets), buckets=buckets,
         )  # fmt: skip
+        if measured is not None:
+            rec["throttle_compute_s"] = measured
         return rec
 
     def _save_grads(self, batches) -> None:
