@@ -99,16 +99,10 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
-        lock = threading.Lock()
         # Once the launcher stops the run, the ranks' last words (a peer gone, mid-collective)
         # are its echo: the log keeps them, the console gets the launcher's one line.
         stopping = threading.Event()
-        echoes = [
-            threading.Thread(target=_echo, args=(stream, sink, log, lock, stopping), daemon=True)
-            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
-        ]
-        for echo in echoes:
-            echo.start()
+        echoes = start_echo(proc, log, stopping)
         code, why = _wait(proc, timeout_s)
         if why:
             stopping.set()
@@ -241,6 +235,20 @@ class TorchrunFilter:
                 return False
             return True
         return not _TORCH_LOG.match(line)
+
+
+def start_echo(proc: subprocess.Popen, log, stopping: threading.Event | None = None) -> list[threading.Thread]:
+    """Threads copying torchrun's stdout and stderr (``proc`` started with both piped) whole into
+    ``log`` and, filtered (TorchrunFilter), onto this process's; join them after ``proc`` ends."""
+    lock = threading.Lock()
+    stopping = stopping or threading.Event()
+    echoes = [
+        threading.Thread(target=_echo, args=(stream, sink, log, lock, stopping), daemon=True)
+        for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+    ]
+    for echo in echoes:
+        echo.start()
+    return echoes
 
 
 def _echo(stream, sink, log, lock: threading.Lock, stopping: threading.Event) -> None:

@@ -7,6 +7,7 @@ what the run wrote. Bounds are several times what was measured on the 2-core dev
 machine, so a second test suite running beside this one does not cross them."""
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -218,3 +219,53 @@ def test_d5_train_listens_on_loopback_only(tmp_path):
     finally:
         stop(p)
     assert len(sockets) >= 2 and {addr for addr, _ in sockets} == {"127.0.0.1"}, sockets
+
+
+def test_d12_launch_exec_keeps_torchruns_traceback_in_its_log(tmp_path):
+    """Issue 25 D12: a worker's failure under `launch --exec` printed torchrun's ~45-line
+    ChildFailedError traceback on the console."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, free_port
+
+    out = tmp_path / "bad"
+    train = ["train", "--out", str(out), "--steps", "1", "--data", str(tmp_path / "missing.txt")]
+    argv = ["launch", "--nodes", "1", "--master", f"127.0.0.1:{free_port()}", "--exec", "--", *train]
+    p = subprocess.run([sys.executable, "-m", "ddplab", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and "ChildFailedError" not in p.stderr, p.stderr
+    (log,) = out.glob("train-launch-*.log")
+    lines = p.stderr.strip().splitlines()
+    assert f"realrun train: error: --data {tmp_path / 'missing.txt'}: No such file or directory" in lines
+    assert lines[-1] == f"ddplab launch: torchrun exited with code 1; its whole output: {log}"
+    assert "ChildFailedError" in log.read_text()  # kept, not lost
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+    reason="netlab needs root and iproute2 (ip, tc)",
+)
+def test_d12_netlab_run_keeps_torchruns_traceback_in_the_host_logs(tmp_path):
+    """Issue 25 D12: `netlab run` echoed host 0's log whole, torchrun's tracebacks included."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from realrun import netlab
+
+    name = f"d12{os.getpid() % 10000}"
+    out = tmp_path / "run"
+    train = ["train", *TINY, "--steps", "4", "--fault", "0:1:kill", "--out", str(out)]
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "ddplab", "netlab", "run", "--name", name, "--", *train],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        netlab.down(name)
+    assert p.returncode not in (0, 2), p.stderr[-3000:]
+    assert "Traceback" not in p.stderr + p.stdout and "ChildFailedError" not in p.stderr + p.stdout, p.stderr
+    assert f"each host's whole output: {out}/netlab/host*.log" in p.stderr
+    assert any("ChildFailedError" in f.read_text() for f in (out / "netlab").glob("host*.log"))
