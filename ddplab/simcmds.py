@@ -1,6 +1,7 @@
 """`ddplab simulate`: one scale or a sweep of a scenario, optionally calibrated; the summary,
 the memory estimate and the sweep table as people read them, or JSON."""
 
+import signal
 import time
 
 from calibrate.calibration import Calibration
@@ -13,6 +14,9 @@ from sim.units import fmt_bytes, fmt_count, fmt_seconds, parse_int_list
 
 
 def simulate(args):
+    # SIGTERM as Ctrl-C: a file being written (records.npz takes minutes at 64k ranks) then
+    # loses its temporary in sim/atomic.py's cleanup, where SIGTERM's default left it behind.
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.sweep_ranks and args.ranks:
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
@@ -53,7 +57,7 @@ def simulate(args):
         if args.out:
             from sim.export import write_result
 
-            write_result(result, args.out)
+            write_result(result, args.out, progress=say if args.records else None)
     simulated = [s for s in summaries if "verdict" not in s]
     if args.out and simulated:
         from sim.export import write_summaries
@@ -149,6 +153,10 @@ def out_of_memory(sc, *, ignore: bool = False) -> dict | None:
         "seed": sc.seed,
         "memory_gib": _memory(sc),
     } | verdict(sc, f)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _device_memory(args) -> list[str]:

@@ -269,3 +269,56 @@ def test_d12_netlab_run_keeps_torchruns_traceback_in_the_host_logs(tmp_path):
     assert "Traceback" not in p.stderr + p.stdout and "ChildFailedError" not in p.stderr + p.stdout, p.stderr
     assert f"each host's whole output: {out}/netlab/host*.log" in p.stderr
     assert any("ChildFailedError" in f.read_text() for f in (out / "netlab").glob("host*.log"))
+
+
+RECORDS = ["simulate", "h100-1024", "--steps", "2000", "--records"]
+
+
+def test_d17_the_records_write_is_in_the_estimate():
+    """Issue 25 D17: h100-64k --records wrote for ~80 s outside the estimate (~2 s)."""
+    from sim.limits import simulation_cost
+    from sim.scenario_file import load_scenario
+
+    sc = load_scenario("h100-64k")
+    assert sc.ranks * sc.steps == 65536 * 200
+    assert simulation_cost(sc, export=True, records=True).seconds > 80  # measured: ~80 s of writing
+    assert simulation_cost(sc, export=True).seconds < 10  # without records nothing of it
+
+
+@LINUX_PROC
+def test_d17_sigterm_mid_write_says_so_and_leaves_no_temporary(tmp_path):
+    """Issue 25 D17: the write said nothing, and a kill left its temporary (hundreds of MB at
+    64k ranks)."""
+    out = tmp_path / "sim"
+    p = start([*RECORDS, "--out", str(out)], tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("ranks-*/.records.npz.*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(out.glob("ranks-*/.records.npz.*.tmp")), "the write never started"
+        os.kill(p.pid, signal.SIGTERM)
+        assert p.wait(timeout=60) == 130
+    finally:
+        stop(p)
+    assert list(out.rglob("*.tmp")) == [] and list(out.rglob("records.npz")) == []
+    err = (tmp_path / "stderr.txt").read_text().splitlines()
+    (writing,) = [line for line in err if line.startswith("writing records.npz:")]
+    assert writing.startswith("writing records.npz: 4 tables of 2,048,000 rank-steps, ~") and "s estimated" in writing
+    assert err[-1] == "ddplab simulate: interrupted" and not any("Traceback" in line for line in err), err
+
+
+def test_d17_a_temporary_left_by_a_killed_writer_is_removed_by_the_next(tmp_path):
+    import subprocess
+    import sys
+
+    from sim.atomic import write_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f".records.npz.{int(dead.stdout)}.tmp"  # what a kill -9 mid-write leaves
+    live = tmp_path / f".records.npz.{os.getpid()}0.tmp"  # a pid nobody has: also dead
+    mine = tmp_path / f".records.npz.{os.getppid()}.tmp"  # a live writer's: left alone
+    for f in (orphan, live, mine):
+        f.write_bytes(b"partial")
+    write_atomic(tmp_path / "records.npz", lambda tmp: tmp.write_bytes(b"whole"))
+    assert (tmp_path / "records.npz").read_bytes() == b"whole"
+    assert not orphan.exists() and mine.exists()
