@@ -1,12 +1,12 @@
 """`ddplab simulate`: one scale or a sweep of a scenario, optionally calibrated; the summary,
 the memory estimate and the sweep table as people read them, or JSON."""
 
-import signal
 import time
 
 from calibrate.calibration import Calibration
 from ddplab import limits, traincost
 from ddplab.progress import StepProgress, say
+from ddplab.signals import sigterm_as_ctrl_c
 from sim.optimizer import optimizer_basis
 from sim.scenario_file import load_scenario
 from sim.transformer import param_count
@@ -16,7 +16,11 @@ from sim.units import fmt_bytes, fmt_count, fmt_seconds, parse_int_list
 def simulate(args):
     # SIGTERM as Ctrl-C: a file being written (records.npz takes minutes at 64k ranks) then
     # loses its temporary in sim/atomic.py's cleanup, where SIGTERM's default left it behind.
-    signal.signal(signal.SIGTERM, _interrupt)
+    with sigterm_as_ctrl_c():
+        return _simulate(args)
+
+
+def _simulate(args):
     if args.sweep_ranks and args.ranks:
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
@@ -153,10 +157,6 @@ def out_of_memory(sc, *, ignore: bool = False) -> dict | None:
         "seed": sc.seed,
         "memory_gib": _memory(sc),
     } | verdict(sc, f)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _device_memory(args) -> list[str]:

@@ -4,12 +4,12 @@ with 95 % intervals over the seeds (workflow/sweep.py); in local processes or on
 cluster (workflow/sweep_engines.py)."""
 
 import os
-import signal
 import sys
 from pathlib import Path
 
 from ddplab import limits
 from ddplab.progress import RunProgress
+from ddplab.signals import sigterm_as_ctrl_c
 from realrun.cli import EpilogFormatter
 from sim.mfu import FLOP_COUNT
 
@@ -116,8 +116,7 @@ def sweep(args):
     if engine.parallelism is not None and runnable:  # refuse before starting any worker
         _check_cost(grid, runnable, engine, yes=args.yes)
     # SIGTERM as Ctrl-C: the engine's exit then ends its workers (and Dask's) and says one line.
-    signal.signal(signal.SIGTERM, _interrupt)
-    with engine:
+    with sigterm_as_ctrl_c(), engine:
         if engine.name == "dask":  # what listens, and where (issue 25 D5)
             print(engine.listens(), file=sys.stderr, flush=True)
         if engine.parallelism is not None and args.scheduler and runnable:  # a cluster's size: known only now
@@ -133,10 +132,6 @@ def sweep(args):
     if args.out:
         print(f"{', '.join(written[:-1])} and {written[-1]} in {args.out}/")
     return result
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _check_cost(grid, built, engine, *, yes: bool) -> None:

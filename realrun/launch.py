@@ -91,6 +91,10 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
     env.setdefault("PYTHONUNBUFFERED", "1")
     log_path = folder.path / f"{verb}.log"
     with open(log_path, "w") as log:
+        # Where the run listens, for whoever audits it: the console keeps to the ranks' lines.
+        where = f"torchrun's stores listen on {LOOPBACK} only; gloo on interface {env['GLOO_SOCKET_IFNAME']}"
+        log.write(f"ddplab: {where} (every rank is on this machine)\n")
+        log.flush()
         proc = subprocess.Popen(
             torchrun_command(verb, worker_args, nproc),
             env=env,

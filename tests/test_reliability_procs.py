@@ -219,6 +219,8 @@ def test_d5_train_listens_on_loopback_only(tmp_path):
     finally:
         stop(p)
     assert len(sockets) >= 2 and {addr for addr, _ in sockets} == {"127.0.0.1"}, sockets
+    # And the run says so, in its log (the console keeps to the ranks' lines).
+    assert (out / "train.log").read_text().startswith("ddplab: torchrun's stores listen on 127.0.0.1 only; gloo on")
 
 
 def test_d12_launch_exec_keeps_torchruns_traceback_in_its_log(tmp_path):
