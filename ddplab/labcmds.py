@@ -149,6 +149,11 @@ def run_cmd(args):
         folder.release()
     for line in diagnosis:
         print(f"ddplab netlab run: {line}", file=sys.stderr)
+    if code not in (0, 130):  # torchrun's own output (its tracebacks) is kept, not echoed
+        print(
+            f"ddplab netlab run: exit code {code}; each host's whole output: {parsed.out}/netlab/host*.log",
+            file=sys.stderr,
+        )
     if verb == "train" and list(parsed.out.glob("train-rank*.jsonl")):
         print_train_summary(parsed.out, code)
     if code == 0:

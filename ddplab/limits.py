@@ -79,9 +79,18 @@ def check_in_turn(scenarios, noun: str, *, yes: bool) -> None:
 # Past this many runs a sweep needs --yes: a grid multiplies, and one more key or a few more
 # values turn a hundred runs into a million by accident more often than by intent.
 MAX_SWEEP_RUNS = 10_000
+# Past this even --yes is refused: every point and run is held in the caller until the table is
+# written, so the grid's bookkeeping alone grows with it (a gigabyte here); a bigger study is
+# several sweeps.
+MAX_SWEEP_RUNS_EVER = 100_000
 
 
 def check_runs(runs: int, what: str, *, yes: bool) -> None:
-    """Refuse a grid of more than MAX_SWEEP_RUNS runs without --yes, before any is built."""
+    """Refuse a grid of more than MAX_SWEEP_RUNS runs without --yes, and of more than
+    MAX_SWEEP_RUNS_EVER with it, from its size alone: before any point is built."""
+    if runs > MAX_SWEEP_RUNS_EVER:
+        raise ValueError(
+            f"{what}: {runs:,} runs, over the limit of {MAX_SWEEP_RUNS_EVER:,} (even with --yes); split it"
+        )
     if runs > MAX_SWEEP_RUNS and not yes:
         raise ValueError(f"{what}: {runs:,} runs, over {MAX_SWEEP_RUNS:,}; pass --yes to run it anyway")

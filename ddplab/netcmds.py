@@ -4,6 +4,7 @@ Like commands.py, each returns what `--json` prints and otherwise prints for peo
 """
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -103,4 +104,36 @@ def _exec(args, host: str, port: int, verb_args: list[str]) -> int:
         env = {**os.environ, **env_vars, **lifeline.env(), "PYTHONUNBUFFERED": "1"}
         # `torchrun` is `python -m torch.distributed.run`; this interpreter has our torch.
         cmd = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
-        return subprocess.run(cmd, env=env, cwd=Path.cwd(), preexec_fn=die_with_parent).returncode
+        return _run_logged(cmd, env, _log_path(verb_args))
+
+
+def _log_path(verb_args: list[str]) -> Path:
+    """This node's torchrun log: in the run folder (created if need be; shared by the nodes, so
+    named by this host), or in the current folder for a verb run without --out."""
+    from realrun.cli import PARSERS
+
+    out = getattr(PARSERS[verb_args[0]](prog=verb_args[0]).parse_args(verb_args[1:]), "out", None)
+    folder = Path(out) if out else Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{verb_args[0]}-launch-{socket.gethostname()}.log"
+
+
+def _run_logged(cmd: list[str], env: dict, log_path: Path) -> int:
+    """torchrun with its whole output in ``log_path`` and, on the console, the ranks' lines
+    less torchrun's logging and its ChildFailedError traceback (realrun/launch.py TorchrunFilter);
+    a failure is then one line naming the log."""
+    from realrun.launch import RunLog, start_echo
+
+    with RunLog(log_path) as log:
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=Path.cwd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=die_with_parent
+        )
+        echoes = start_echo(proc, log)
+        code = proc.wait()
+        for echo in echoes:
+            echo.join(timeout=5)
+    if log.error:
+        print(f"ddplab launch: warning: {log_path}: {log.error}; the log stops there", file=sys.stderr)
+    if code != 0:
+        print(f"ddplab launch: torchrun exited with code {code}; its whole output: {log_path}", file=sys.stderr)
+    return code

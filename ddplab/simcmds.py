@@ -6,6 +6,7 @@ import time
 from calibrate.calibration import Calibration
 from ddplab import limits, threedcmd, traincost
 from ddplab.progress import StepProgress, say
+from ddplab.signals import sigterm_as_ctrl_c
 from sim.optimizer import optimizer_basis
 from sim.scenario_file import load_scenario
 from sim.transformer import param_count
@@ -13,6 +14,13 @@ from sim.units import fmt_bytes, fmt_count, fmt_seconds, parse_int_list
 
 
 def simulate(args):
+    # SIGTERM as Ctrl-C: a file being written (records.npz takes minutes at 64k ranks) then
+    # loses its temporary in sim/atomic.py's cleanup, where SIGTERM's default left it behind.
+    with sigterm_as_ctrl_c():
+        return _simulate(args)
+
+
+def _simulate(args):
     if args.sweep_ranks and args.ranks:
         raise ValueError("--ranks and --sweep-ranks: give one of them")
     counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
@@ -59,7 +67,7 @@ def simulate(args):
         if args.out:
             from sim.export import write_result
 
-            write_result(result, args.out)
+            write_result(result, args.out, progress=say if args.records else None)
     simulated = [s for s in summaries if "verdict" not in s]
     if args.out and simulated:
         from sim.export import write_summaries

@@ -4,12 +4,17 @@ with 95 % intervals over the seeds (workflow/sweep.py); in local processes or on
 cluster (workflow/sweep_engines.py)."""
 
 import os
+import sys
 from pathlib import Path
 
 from ddplab import limits
 from ddplab.progress import RunProgress
+from ddplab.signals import sigterm_as_ctrl_c
 from realrun.cli import EpilogFormatter
 from sim.mfu import FLOP_COUNT
+
+# --dashboard alone: Dask's usual port, still on this machine only; 0.0.0.0:8787 serves everyone.
+DASHBOARD = "127.0.0.1:8787"
 
 EPILOG = """\
 the grid: every SCENARIO x every combination of the --vary values x every seed.
@@ -67,6 +72,14 @@ def add_parser(sub) -> None:
         help="with --engine dask: a running cluster's scheduler (tcp://HOST:8786) instead of a LocalCluster",
     )
     s.add_argument(
+        "--dashboard",
+        nargs="?",
+        const=DASHBOARD,
+        metavar="HOST:PORT",
+        help=f"with --engine dask and no --scheduler: the LocalCluster's dashboard address (alone: {DASHBOARD};"
+        " without it a free port on 127.0.0.1: the dashboard asks no password, so not on every interface)",
+    )
+    s.add_argument(
         "--out", type=Path, metavar="DIR", help="write runs.csv (every run), sweep.csv, sweep.json, sweep.png here"
     )
     s.add_argument(
@@ -91,7 +104,10 @@ def sweep(args):
     grid = grid_sweep.make_grid(args.scenarios, args.set, args.vary, args.seeds, args.ranks, args.steps)
     # The count first: a million-run grid is refused before a million scenarios are built.
     limits.check_runs(grid.runs, f"the grid ({grid.describe()})", yes=args.yes)
-    engine = make_engine(args.engine, args.workers, args.scheduler)
+    limits.check_memory(
+        grid_sweep.bookkeeping_bytes(grid), f"the grid ({grid.describe()}, {grid.runs:,} runs)", "sweep fewer values"
+    )
+    engine = make_engine(args.engine, args.workers, args.scheduler, args.dashboard)
     built = grid_sweep.build(grid)
     oom = grid_sweep.out_of_memory(built, args.ignore_memory)  # not run: an OOM error has no step time
     runnable = [b for b, o in zip(built, oom, strict=True) if o is None]
@@ -101,7 +117,10 @@ def sweep(args):
         ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     if engine.parallelism is not None and runnable:  # refuse before starting any worker
         _check_cost(grid, runnable, engine, yes=args.yes)
-    with engine:
+    # SIGTERM as Ctrl-C: the engine's exit then ends its workers (and Dask's) and says one line.
+    with sigterm_as_ctrl_c(), engine:
+        if engine.name == "dask":  # what listens, and where (issue 25 D5)
+            print(engine.listens(), file=sys.stderr, flush=True)
         if engine.parallelism is not None and args.scheduler and runnable:  # a cluster's size: known only now
             _check_cost(grid, runnable, engine, yes=args.yes)
         result = grid_sweep.run(grid, built, engine, RunProgress(len(runnable) * len(grid.seeds)), oom)
@@ -121,11 +140,16 @@ def _check_cost(grid, built, engine, *, yes: bool) -> None:
     """The whole grid's time here (sim/limits.py's estimate per run, over the workers) and,
     for processes on this machine, the memory of as many runs at once as there are workers."""
     from sim.limits import SimCost, simulation_cost
+    from workflow.sweep_engines import WORKER_BYTES
 
     costs = [simulation_cost(b.scenario) for b in built]
     remote = engine.name == "dask" and engine.scheduler is not None  # its memory and cores are not ours
     at_once = min(engine.parallelism, grid.runs)
-    peak = max(c.peak_bytes for c in costs) * (1 if remote else at_once)
+    # Each worker process here is an interpreter of its own before it simulates anything; local's
+    # one worker is this process.
+    in_here = engine.name == "local" and engine.workers == 1
+    workers = 0 if remote or in_here else engine.workers * WORKER_BYTES
+    peak = max(c.peak_bytes for c in costs) * (1 if remote else at_once) + workers
     # Processes here share this machine's cores: more workers than cores are no faster.
     cores = at_once if remote else min(at_once, os.cpu_count() or 1)
     seconds = sum(c.seconds for c in costs) * len(grid.seeds) / cores

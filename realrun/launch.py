@@ -2,8 +2,9 @@
 and own it until it ends: whatever ends the launcher ends the run.
 
 torch-free: the CLI imports it without paying for torch. One machine, so the
-rendezvous is torchrun's --standalone (c10d on localhost, a free port); gloo is
-pinned to loopback unless the user chose an interface.
+rendezvous is c10d on 127.0.0.1 and a free port, every store of torchrun's listens
+on loopback alone (realrun/torchrun_loopback.py), and gloo is pinned to loopback
+unless the user chose an interface.
 
 How the run dies with its owner (docs/reliability.md):
 - torchrun gets a parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``) and a
@@ -34,14 +35,24 @@ from realrun.runfolder import RUN_ID_ENV, RunFolder
 
 STOP_GRACE_S = 3.0  # ranks poll the lifeline every 0.2 s; they are gone well within this
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+LOOPBACK = "127.0.0.1"
 
 
 def torchrun_command(verb: str, worker_args: list[str], nproc: int) -> list[str]:
+    """torchrun for one machine: what ``--standalone`` sets (one node, c10d on a free port, a
+    fresh run id), but on 127.0.0.1 rather than "localhost" (which may be ::1, or anything
+    /etc/hosts says), with the node's address 127.0.0.1 for the ranks to meet at, and every
+    store's server bound to it (realrun/torchrun_loopback.py): nothing listens beyond this
+    machine."""
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
-        "--standalone",
+        "realrun.torchrun_loopback",
+        "--nnodes=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={LOOPBACK}:0",
+        f"--rdzv-id={uuid.uuid4()}",
+        f"--local-addr={LOOPBACK}",
         f"--nproc-per-node={nproc}",
         "-m",
         "realrun",
@@ -81,8 +92,11 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
     log_path = folder.path / f"{verb}.log"
     # Unbuffered bytes: on a full disk a write fails where it happens and the close has nothing
     # left to flush (issue 25, D16: a thread traceback, then "error: None: No space left").
-    log = _Log(log_path)
+    log = RunLog(log_path)
     with log:
+        # Where the run listens, for whoever audits it: the console keeps to the ranks' lines.
+        where = f"torchrun's stores listen on {LOOPBACK} only; gloo on interface {env['GLOO_SOCKET_IFNAME']}"
+        log.write(f"ddplab: {where} (every rank is on this machine)\n".encode())
         proc = subprocess.Popen(
             torchrun_command(verb, worker_args, nproc),
             env=env,
@@ -91,25 +105,22 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
-        lock = threading.Lock()
         # Once the launcher stops the run, the ranks' last words (a peer gone, mid-collective)
         # are its echo: the log keeps them, the console gets the launcher's one line.
         stopping = threading.Event()
-        echoes = [
-            threading.Thread(target=_echo, args=(stream, sink, log, lock, stopping), daemon=True)
-            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
-        ]
-        for echo in echoes:
-            echo.start()
+        echoes = start_echo(proc, log, stopping)
         code, why = _wait(proc, timeout_s)
         if why:
             stopping.set()
             _stop(proc, folder, why)
+        else:  # torchrun ended; if it was killed its ranks may still be writing: let them finish first
+            _wait_ranks_gone(folder, STOP_GRACE_S)
         for echo in echoes:
             echo.join(timeout=5)
     code = proc.returncode if code is None else code
     if log.error:
         print(f"{verb}: warning: {log_path}: {log.error}; the log stops there", file=sys.stderr)
+    # Every rank is gone by now, so no rank's write can interleave with these end records.
     end_unfinished(folder.path, verb, why or f"the rank ended without an end record (torchrun exit code {code})")
     return code
 
@@ -146,15 +157,14 @@ def _stop(proc: subprocess.Popen, folder: RunFolder, why: str) -> None:
         except ProcessLookupError:
             pass
         proc.wait()
-        _kill_ranks_left(folder)
+        _wait_ranks_gone(folder, 0.0)
     finally:
         signal.signal(signal.SIGINT, previous)
 
 
-def _kill_ranks_left(folder: RunFolder) -> None:
-    """Ranks live in sessions of their own; one that did not answer the lifeline in time (stuck
-    in a call that holds the GIL) is killed by the pid its meta record gives."""
-    killed = []
+def _rank_pids(folder: RunFolder) -> list[int]:
+    """The pids this machine's ranks wrote in their meta records, those still realrun's."""
+    pids = []
     for path in folder.path.glob("*-rank*.jsonl"):
         with open(path) as f:
             first = f.readline()
@@ -163,15 +173,28 @@ def _kill_ranks_left(folder: RunFolder) -> None:
         except json.JSONDecodeError:
             continue
         pid = meta.get("pid")
-        if meta.get("host") != socket.gethostname() or not isinstance(pid, int) or not _is_rank(pid):
-            continue
+        if meta.get("host") == socket.gethostname() and isinstance(pid, int) and _is_rank(pid):
+            pids.append(pid)
+    return pids
+
+
+def _wait_ranks_gone(folder: RunFolder, grace_s: float) -> None:
+    """Ranks live in sessions of their own: wait up to ``grace_s`` for them to end (they watch
+    the lifeline and their parent, realrun/lifeline.py), then kill any left (one stuck in a call
+    that holds the GIL) by the pid its meta record gives, and wait until they are gone, so that
+    nothing writes to their files after this returns."""
+    pids = _rank_pids(folder)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [p for p in pids if _is_rank(p)]
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + 1.0  # gone before end_unfinished appends to their files
-    while killed and time.monotonic() < deadline and any(_is_rank(p) for p in killed):
+    deadline = time.monotonic() + 1.0  # SIGKILL takes effect at once; reaping by init may lag
+    while pids and time.monotonic() < deadline and any(_is_rank(p) for p in pids):
         time.sleep(0.05)
 
 
@@ -222,7 +245,7 @@ class TorchrunFilter:
         return not _TORCH_LOG.match(line)
 
 
-class _Log:
+class RunLog:
     """torchrun's whole output, kept while the disk takes it: the first failed write (a full
     disk) is remembered and ends the logging, never the run or its echo."""
 
@@ -242,6 +265,20 @@ class _Log:
 
     def __exit__(self, *exc) -> None:
         self._f.close()
+
+
+def start_echo(proc: subprocess.Popen, log, stopping: threading.Event | None = None) -> list[threading.Thread]:
+    """Threads copying torchrun's stdout and stderr (``proc`` started with both piped) whole into
+    ``log`` and, filtered (TorchrunFilter), onto this process's; join them after ``proc`` ends."""
+    lock = threading.Lock()
+    stopping = stopping or threading.Event()
+    echoes = [
+        threading.Thread(target=_echo, args=(stream, sink, log, lock, stopping), daemon=True)
+        for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+    ]
+    for echo in echoes:
+        echo.start()
+    return echoes
 
 
 def _echo(stream, sink, log, lock: threading.Lock, stopping: threading.Event) -> None:

@@ -16,6 +16,13 @@ from pathlib import Path
 from realrun.runfolder import LIFELINE_ENV
 
 POLL_S = 0.2  # the acceptance bound is "no process of the run alive 2 s after the kill"
+_parent: int | None = None  # this rank's parent when watch() began: torchrun's agent
+
+
+def _parent_gone() -> str | None:
+    if _parent is not None and os.getppid() != _parent:
+        return f"interrupted: torchrun (pid {_parent}), this rank's parent, is gone"
+    return None
 
 
 def watch(on_gone: Callable[[str], None], environ=os.environ) -> threading.Thread | None:
@@ -25,20 +32,35 @@ def watch(on_gone: Callable[[str], None], environ=os.environ) -> threading.Threa
     path = environ.get(LIFELINE_ENV)
     if not path:
         return None
+    global _parent
+    _parent = os.getppid()  # torchrun's agent, which started this rank
     t = threading.Thread(target=_poll, args=(Path(path), on_gone), name="ddplab-lifeline", daemon=True)
     t.start()
     return t
 
 
 def _poll(path: Path, on_gone: Callable[[str], None]) -> None:
+    """Until the launcher lets go, or torchrun, this rank's parent, dies: a kill -9 of torchrun
+    alone leaves the launcher holding the lifeline, and the ranks (in sessions of their own,
+    out of reach of its process group) trained on for ~10 s, writing while the launcher, seeing
+    torchrun end, appended its end records to the same files. The kernel gives an orphan a new
+    parent, so a changed parent pid says torchrun is gone, with no pid that could be reused."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # the folder went away: so did the launcher's hold on it
         on_gone(f"interrupted: the lifeline {path} is gone")
         return
-    while (reason := _released(fd)) is None:
+    while (reason := _why_gone(fd)) is None:
         time.sleep(POLL_S)
     on_gone(reason)
+
+
+def _why_gone(fd: int) -> str | None:
+    """The launcher's reason first: a launcher killed outright takes torchrun with it (its
+    parent-death signal), and the kernel drops the launcher's lock before it signals torchrun,
+    so reading the parent first and the lock second never blames torchrun for that."""
+    parent_gone = _parent_gone()
+    return _released(fd) or parent_gone
 
 
 def _released(fd: int) -> str | None:
@@ -64,6 +86,7 @@ def let_go_reason(environ=os.environ) -> str | None:
     except OSError:
         return "interrupted: the launcher's lifeline is gone"
     try:
-        return _released(fd)  # None: the launcher still holds it, the failure is the rank's own
+        # None: the launcher still holds it and torchrun lives; the failure is the rank's own.
+        return _why_gone(fd)
     finally:
         os.close(fd)

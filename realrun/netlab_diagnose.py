@@ -81,7 +81,13 @@ def explain(lab: Lab, d, log_dir: Path) -> list[str]:
 
 
 def _last_error(log: Path) -> str | None:
+    """The last error line a rank printed: torchrun's own logging and its ChildFailedError
+    traceback are the echo of that failure, not its cause (they stay in the log)."""
+    from realrun.launch import TorchrunFilter
+
     if not log.exists():
         return None
-    errors = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if "Error" in ln or "error:" in ln]
+    keep = TorchrunFilter()
+    lines = [ln for ln in log.read_text(errors="replace").splitlines(keepends=True) if keep.show(ln)]
+    errors = [ln.strip() for ln in lines if "Error" in ln or "error:" in ln]
     return errors[-1][:300] if errors else None

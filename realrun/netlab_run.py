@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from realrun.launch import die_with_parent, run_env
+from realrun.launch import TorchrunFilter, die_with_parent, run_env
 from realrun.netlab import Lab
 from realrun.records import end_unfinished
 from realrun.runfolder import LIFELINE_ENV, RUN_ID_ENV, RunFolder
@@ -139,11 +139,14 @@ def run(
 
 
 class _Tail:
-    """Echo host 0's log as it grows (rank 0 prints the tables), less torch's c10d
-    warnings about reverse DNS, which every namespace without a resolver triggers."""
+    """Echo host 0's log as it grows (rank 0 prints the tables), less torchrun's logging and
+    tracebacks (realrun/launch.py TorchrunFilter: the log keeps them, a failure's diagnosis
+    names it) and torch's c10d warnings about reverse DNS, which every namespace without a
+    resolver triggers."""
 
     def __init__(self, path: Path, progress):
         self.path, self.progress, self.offset, self.partial = path, progress, 0, ""
+        self.keep = TorchrunFilter()
 
     def poll(self) -> None:
         if not self.path.exists():
@@ -154,7 +157,7 @@ class _Tail:
             self.offset = f.tell()
         *lines, self.partial = (self.partial + chunk).split("\n")
         for line in lines:
-            if "hostname of the client socket cannot be retrieved" not in line:
+            if self.keep.show(line + "\n") and "hostname of the client socket cannot be retrieved" not in line:
                 self.progress(line)
 
 

@@ -91,8 +91,11 @@ def _say(line: str, stream=None) -> None:
     """One line in one write: every rank shares torchrun's stdout and stderr, and
     print()'s separate write of the newline lets another rank's line land in between."""
     stream = stream or sys.stdout
-    stream.write(line + "\n")
-    stream.flush()
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except OSError:  # the launcher that read it was killed (a broken pipe): the records matter, not this
+        pass
 
 
 def _full(env: DistEnv, args, writer, stage, recipe: Recipe) -> dict:

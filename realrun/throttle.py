@@ -39,6 +39,9 @@ class Throttle:
         self.extra = factor - 1.0
         self.device = device
         self.burned_s = 0.0  # extra seconds spent since the last take()
+        # The compute it was owed for, on the same clock: burned / measured is FACTOR - 1 however
+        # loaded the machine is, where wall-clock compute stretches with the load.
+        self.measured_s = 0.0
         self._owed_s = 0.0
         # Small matmuls: short enough to stop close to the target, real FLOPs on the device.
         self._a = torch.full((64, 64), 1.0 / 64, device=device)
@@ -62,10 +65,11 @@ class Throttle:
         collectives in between is not burned."""
         self._span_end(0.0)
 
-    def take(self) -> float:
-        """Seconds burned since the last call (recorded per step as ``throttle_s``)."""
-        burned, self.burned_s = self.burned_s, 0.0
-        return burned
+    def take(self) -> tuple[float, float]:
+        """Seconds burned, and the compute they were owed for, since the last call (recorded per
+        step as ``throttle_s`` and ``throttle_compute_s``)."""
+        burned, measured, self.burned_s, self.measured_s = self.burned_s, self.measured_s, 0.0, 0.0
+        return burned, measured
 
     def _start(self, *_):
         synchronize(self.device)
@@ -74,7 +78,9 @@ class Throttle:
     def _span_end(self, min_burn_s: float) -> None:
         """Owe (FACTOR - 1) x the span since the last mark; pay once min_burn_s is owed."""
         synchronize(self.device)
-        self._owed_s += self.extra * (self._clock() - self._t)
+        span = self._clock() - self._t
+        self.measured_s += span
+        self._owed_s += self.extra * span
         if self._owed_s >= min_burn_s:
             self._owed_s -= self._burn(self._owed_s)
         self._t = self._clock()

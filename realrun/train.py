@@ -171,11 +171,14 @@ class Trainer:
             rec["grad_scale"] = grad_scale
         if not self.instrument:
             return rec
+        burned, measured = self.throttle.take() if self.throttle else (0.0, None)
         rec.update(
             data_s=data_s, forward_s=forward_s, backward_s=backward_s, wait_s=wait_s,
-            optimizer_s=t_end - t, throttle_s=self.throttle.take() if self.throttle else 0.0,
+            optimizer_s=t_end - t, throttle_s=burned,
             bucket_count=len(buckets), buckets=buckets,
         )  # fmt: skip
+        if measured is not None:
+            rec["throttle_compute_s"] = measured
         return rec
 
     def _save_grads(self, batches) -> None:
@@ -266,7 +269,10 @@ def run(args) -> int:
         reason = f"{stopped} (then {reason})" if stopped else reason
         writer.write(fault)
         writer.abandon(reason)
-        print(f"realrun train: rank {env.rank}: {reason}", file=sys.stderr, flush=True)
+        try:
+            print(f"realrun train: rank {env.rank}: {reason}", file=sys.stderr, flush=True)
+        except OSError:  # the launcher that read it was killed: a broken pipe must not skip the exit
+            pass
         # Not sys.exit: tearing down a process group whose peer is gone can block forever.
         os._exit(1)
     writer.close(steps=args.steps, ddp_bucket_bytes=_ddp_bucket_bytes(trainer.ddp))

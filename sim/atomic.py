@@ -16,6 +16,7 @@ def write_atomic(path, write: Callable[[Path], object]) -> Path:
     (a missing folder, someone else's file) is refused first."""
     path = check_target(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
+    _remove_orphans(path)
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -27,3 +28,23 @@ def write_atomic(path, write: Callable[[Path], object]) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _remove_orphans(path: Path) -> None:
+    """Temporaries of ``path`` whose writer is dead: a kill -9 (or the OOM killer) runs no
+    cleanup, and `simulate --records` leaves hundreds of megabytes so. A live writer's (another
+    process writing the same file now) is left alone."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

@@ -31,7 +31,8 @@ from sim.results import SimResult
 SCHEMA = "ddplab.sim/1"
 
 
-def write_result(result: SimResult, run_dir: Path) -> Path:
+def write_result(result: SimResult, run_dir: Path, progress=None) -> Path:
+    """``progress(line)``: told as records.npz is written, table by table (minutes at 64k ranks)."""
     from sim.trace import write_chrome_trace
 
     d = Path(run_dir) / f"ranks-{result.scenario.ranks:04d}"
@@ -47,7 +48,7 @@ def write_result(result: SimResult, run_dir: Path) -> Path:
             "bucket_bytes": wl.wire_bytes,
             "bucket_collective_s": wl.collective_s,
         }
-        write_atomic(d / "records.npz", lambda tmp: _savez(tmp, arrays))
+        write_atomic(d / "records.npz", lambda tmp: _savez(tmp, arrays, progress))
     means = [f"{k}_mean" for k in RANK_FIELDS]
     step_cols = [result.step_time_s, result.comm_busy_s, *(result.step_mean[k] for k in RANK_FIELDS)]
     write_csv_atomic(
@@ -130,9 +131,30 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
-def _savez(path: Path, arrays: dict) -> None:
-    with open(path, "wb") as f:  # a file object: np.savez would add ".npz" to a name without it
-        np.savez_compressed(f, **arrays)
+def _savez(path: Path, arrays: dict, progress=None) -> None:
+    """What np.savez_compressed writes (a deflated zip of .npy files, read by np.load), one
+    array at a time, so that ``progress`` can say how far it is: its four (steps x ranks)
+    tables are most of the time."""
+    import time
+    import zipfile
+
+    from sim.limits import RECORD_WRITE_SECONDS_PER_RANK_STEP
+
+    big = [k for k in RANK_FIELDS if k in arrays]
+    cells = sum(np.asarray(arrays[k]).size for k in big)
+    t0 = time.perf_counter()
+    if progress:
+        estimate = cells / max(len(big), 1) * RECORD_WRITE_SECONDS_PER_RANK_STEP
+        progress(f"writing records.npz: {len(big)} tables of {cells // max(len(big), 1):,} rank-steps,"
+                 f" ~{estimate:.0f} s estimated")  # fmt: skip
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+        done = 0
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
+            if progress and name in big:
+                done += 1
+                progress(f"  {name}: table {done}/{len(big)} written, {time.perf_counter() - t0:.0f} s")
 
 
 def write_csv_atomic(path: Path, header: list[str], rows: list[list]) -> Path:

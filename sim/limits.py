@@ -35,6 +35,9 @@ MEDIAN_BYTES_PER_RANK = 200
 # written out, np.median copies the compute table (sim/export.py).
 RECORD_BYTES_PER_RANK_STEP = 40
 EXPORT_BYTES_PER_RANK_STEP = 8
+# Writing them (records.npz, deflated by sim/export.py): ~20 B per rank-step on disk, 6-8 us per
+# rank-step (h100-64k's 13 M in ~80 s; h100-1024 x 2000 steps in 16 s on a loaded machine).
+RECORD_WRITE_SECONDS_PER_RANK_STEP = 8e-6
 # Interference: DDP's whole (ranks x buckets) ready table and temporaries (measured 26 B per
 # rank-bucket); FSDP's per-rank stream ends, one per collective of a micro-step (measured 28 B
 # per rank-unit, 39 B with hsdp's allreduces, ~4 B per further micro-step): 100 B is a bound.
@@ -111,6 +114,8 @@ def simulation_cost(sc: Scenario, *, export: bool = False, records: bool = False
         seconds += n * k * SECONDS_PER_RANK_MICRO_STEP
     if export and not records:
         seconds += n * MEDIAN_SECONDS_PER_RANK_STEP
+    if export and records:  # per step here: the write after the run, spread over its steps
+        seconds += n * RECORD_WRITE_SECONDS_PER_RANK_STEP
     table_bytes = steps * n * RECORD_BYTES_PER_RANK_STEP if records else 0.0
     kept = FIXED_BYTES + steps * BYTES_PER_STEP + n * per_rank + table_bytes
     peak = kept + n * work_bytes + (steps * n * EXPORT_BYTES_PER_RANK_STEP if export and records else 0.0)

@@ -234,6 +234,21 @@ def split_assignments(text: str, words=()) -> list[str]:
     return out
 
 
+def check_assigned_keys(assigned, owned: dict[str, str]) -> None:
+    """The keys a command line assigns, as (option, key) pairs in order, e.g. ("--set",
+    "noise.sigma"): refused, naming the option and key, when a key is one the command sets by
+    an option of its own (``owned``: key -> that option, with why) or is assigned twice, where
+    the last would silently win. `sweep` (--set, --vary) and `whatif` (each --try) share it."""
+    seen: dict[str, str] = {}
+    for option, key in assigned:
+        if key in owned:
+            raise ValueError(f"{option} {key}: {owned[key]}, not {option}")
+        if key in seen:
+            twice = "given twice" if seen[key] == option else f"also given by {seen[key]} {key}"
+            raise ValueError(f"{option} {key}: {twice}; give it once")
+        seen[key] = option
+
+
 def apply_overrides(data: dict, overrides=(), **top_level) -> dict:
     """A deep copy of ``data`` with each KEY=VALUE applied, then the top-level fields given
     (ranks, steps, seed; None leaves one as it is). Checked later by the dataclasses."""

@@ -28,7 +28,7 @@ from sim.config import Scenario, parse_stragglers
 from sim.engine import simulate
 from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
-from sim.scenario_file import apply_overrides, scenario_from_dict, split_assignments
+from sim.scenario_file import apply_overrides, check_assigned_keys, scenario_from_dict, split_assignments
 from sim.workload import build_workload
 
 NAMED = ("rebalance", "exclude-slowest", "sync-gc", "fix-loader")
@@ -111,9 +111,26 @@ def _exclude(data: dict, sc: Scenario, removed: list[int]) -> dict:
     return out
 
 
+# Keys a --try may not set: every row runs on the one seed (--seed), or the rows would differ by
+# their jitter draws as well as by the mitigation.
+OWN_KEYS = {"seed": "every row runs on the same seed, so the rows differ by the mitigation alone; give it with --seed"}
+
+
+def _full_key(key: str) -> str:
+    key = ALIASES.get(key, key)
+    return f"{SECTION_OF[key]}.{key}" if key in SECTION_OF else key
+
+
+def check_try(text: str) -> None:
+    """One --try row's KEY=VALUE parts: no key twice (``accum=2,grad_accum=4``), no seed."""
+    keys = [_full_key(p.partition("=")[0].strip()) for p in split_assignments(text, NAMED) if "=" in p]
+    check_assigned_keys([("--try", k) for k in keys], OWN_KEYS)
+
+
 def apply_mitigation(data: dict, text: str) -> tuple[dict, float | None, str]:
     """(scenario data with the mitigation, restart seconds paid once (None: exclude-slowest's,
     the caller's --restart-min), note). Several comma-separated apply in order."""
+    check_try(text)
     restart_s, notes = 0.0, []
     for part in split_assignments(text, NAMED):
         data, restart, note = _apply_one(data, part.strip())
@@ -140,7 +157,7 @@ def _apply_one(data: dict, text: str) -> tuple[dict, float | None, str]:
             " workers=N, or KEY=VALUE)"
         )
     key = ALIASES.get(key, key)
-    full = f"{SECTION_OF[key]}.{key}" if key in SECTION_OF else key
+    full = _full_key(key)
     note = f"{value} x the tokens per step" if key == "grad_accum" else ""
     return apply_overrides(data, [f"{full}={value}"]), 0.0, note
 

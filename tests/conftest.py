@@ -56,3 +56,55 @@ def ddplab():
         return p.returncode, p.stdout, p.stderr
 
     return run
+
+
+# --- no process a test started outlives the suite (tests/procs.py) ---------------------------
+
+LEFT_OVER_GRACE_S = 10.0  # a run stopped by the last test may take its launcher's 3 s to end
+
+
+def pytest_configure(config):
+    import os
+
+    from procs import MARK
+
+    # Inherited by every process any test starts, directly or not (subprocess.run, Popen, pools).
+    os.environ.setdefault(MARK, str(os.getpid()))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import os
+    import signal
+    import time
+
+    from procs import MARK, marked
+
+    if os.environ.get(MARK) != str(os.getpid()) or not Path("/proc/self/environ").exists():
+        return  # a suite started inside another's (a test of the suite itself), or no /proc
+    deadline = time.monotonic() + LEFT_OVER_GRACE_S
+    while (left := _left_over(marked(os.environ[MARK]))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not left:
+        return
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    listing = "\n".join(f"  {pid}: {cmd[:150]}" for pid, cmd in sorted(left.items()))
+    session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+        f"FAILED: {len(left)} process(es) started by the tests outlived them (now killed):\n{listing}", red=True
+    )
+    session.exitstatus = 1
+
+
+def _left_over(procs: dict[int, str]) -> dict[int, str]:
+    """All but this process's own multiprocessing resource tracker (started by the first pool
+    an in-process sweep made): it is this process's for its life and reads to the end of its
+    pipe, so it exits with this process, by design."""
+    import os
+
+    from procs import children
+
+    mine = set(children().get(os.getpid(), []))
+    return {pid: cmd for pid, cmd in procs.items() if not (pid in mine and "multiprocessing.resource_tracker" in cmd)}

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from conftest import ROOT
+from procs import start, stop
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
@@ -75,7 +76,11 @@ def tcp_gbit_s(lab, nbytes=32 << 20) -> float:
             check=True,
         ).stdout
     finally:
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # the client failed: nothing will connect
+            server.kill()
+            server.wait()
     return float(out)
 
 
@@ -171,32 +176,21 @@ def test_firewalled_rendezvous_port_is_named(lab_name, tmp_path):
 
 
 def test_ctrl_c_removes_the_lab(lab_name, tmp_path):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ddplab",
-            "netlab",
-            "run",
-            "--name",
-            lab_name,
-            "--",
-            *TRAIN,
-            "--steps",
-            "1000",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    # Its own session, SIGINT at its default whatever this suite inherited (tests/procs.py).
+    log_dir = tmp_path / "console"
+    log_dir.mkdir()
+    proc = start(
+        ["netlab", "run", "--name", lab_name, "--", *TRAIN, "--steps", "1000", "--out", str(tmp_path / "run")], log_dir
     )
-    deadline = time.monotonic() + 60
-    while not list(tmp_path.glob("train-rank*.jsonl")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert lab_namespaces(lab_name), "the lab should be up while the run goes on"
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "run").glob("train-rank*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert lab_namespaces(lab_name), "the lab should be up while the run goes on"
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to its foreground job
+        proc.wait(timeout=60)
+    finally:
+        stop(proc)
     assert lab_namespaces(lab_name) == []
 
 

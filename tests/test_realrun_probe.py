@@ -317,12 +317,19 @@ def test_wrong_interface_is_one_clear_line_per_rank(tmp_path):
     import os
 
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "nosuch0"}
-    p = probe(tmp_path, "--quick", env=env, timeout=120)
+    p = probe(tmp_path, "--quick", env=env, timeout=240)
     assert p.returncode != 0
     ours = [line for line in p.stderr.splitlines() if line.startswith("realrun probe:")]
-    assert len(ours) == 2, p.stderr[-3000:]
+    # torchrun stops the other ranks once one fails: on a loaded machine a rank still importing
+    # torch then ends before it reaches the process group, and says nothing. So: every rank that
+    # says something says it clearly, at least one does, each once, and no traceback reaches the
+    # console (torchrun's stays in the log).
+    assert 1 <= len(ours) <= 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
     for line in ours:
         assert "joining the process group failed" in line and "nosuch0" in line
+    assert len({line.split(":")[1] for line in ours}) == len(ours)  # "realrun probe: rank N: ..."
+    log = (tmp_path / "probe.log").read_text()
+    assert all(line in log for line in ours)
 
 
 def test_unknown_model_fails_before_launching(ddplab, tmp_path):

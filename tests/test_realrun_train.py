@@ -134,24 +134,29 @@ def test_uneven_micro_batches_give_the_full_batch_gradient(tmp_path):
     assert naive_err > 1e-3
 
 
-def test_straggler_burns_compute_and_the_other_rank_waits(tmp_path, base):
-    p = train(tmp_path, "--steps", "12", "--straggler", "1:2.0")
+def test_straggler_burns_compute_and_the_other_rank_waits(tmp_path):
+    p = train(tmp_path, "--steps", "20", "--straggler", "1:2.0", timeout=360)
     assert p.returncode == 0, p.stderr[-3000:]
     fast, slow = steps_of(tmp_path)
-    # The slow rank burns (F - 1) x its own compute: forward and backward tiled in spans (CPU
-    # seconds, so a preemption is not burned again). Against its own compute, as the other
-    # rank's core may be shared with other work on a small box.
+    # Everything is read from this one run's records, medians over its steps: a second test
+    # suite beside this one slows both ranks alike, and a bound against another run's numbers
+    # (the base run, minutes earlier at another load) is what a loaded machine used to cross.
+    # The slow rank burns (F - 1) x its own compute: forward and backward tiled in spans, on
+    # the throttle's clock (CPU seconds, so a preemption is not burned again). Against the
+    # compute it measured on that clock: against wall-clock compute the ratio fell to 0.25 on
+    # a machine loaded 3x (CPU seconds do not stretch with the load; wall seconds do).
     burned = med(slow, lambda s: s["throttle_s"])
-    assert 0.8 < burned / (med(slow, fwd_bwd) - burned) < 1.2
+    assert 0.8 < burned / med(slow, lambda s: s["throttle_compute_s"]) < 1.25
     # Across ranks only the order is checked: gpt2-tiny's ~20 ms of compute swings by more than
     # a tenth with the test suite's own load; on gpt2-mini over netlab 1:2 measured 1.88x the
     # other rank's compute and 1:1.5 1.48x (docs/validation.md).
     assert med(slow, fwd_bwd) > med(fast, fwd_bwd)
     assert all(s["throttle_s"] == 0 for s in fast)
-    # Bulk-synchronous: rank 0 now waits for rank 1's extra compute in its allreduces.
+    # Bulk-synchronous: rank 0 waits for rank 1's extra compute in its allreduces, and rank 1
+    # hardly waits for rank 0. Measured here: rank 0 waits ~0.8x the extra compute; a tenth of
+    # it leaves room for a 2x slowdown of either rank.
     extra_s = med(slow, fwd_bwd) - med(fast, fwd_bwd)
-    base_wait_s = med(steps_of(base[0])[0], lambda s: s["wait_s"])
-    assert med(fast, lambda s: s["wait_s"]) > base_wait_s + 0.25 * extra_s
+    assert med(fast, lambda s: s["wait_s"]) > 0.1 * extra_s
     assert med(fast, lambda s: s["wait_s"]) > med(slow, lambda s: s["wait_s"])
 
 

@@ -178,6 +178,10 @@ BAD = [
     (["--vary", "seed", "1", "2"], "seed", "--seeds"),
     (["--seeds", "2,2"], "--seeds", "2"),
     (["--workers", "0"], "--workers", "0"),
+    # Issue 25 D20: a key set twice, the last silently winning (whatif's --try shares the check).
+    (["--set", "noise.sigma=0.1", "--set", "noise.sigma=0.2"], "--set noise.sigma", "given twice"),
+    # D21: a worker per core at most four times over; more share the cores and cost memory.
+    (["--workers", "100000"], "--workers", "100000"),
     (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler", "--engine dask"),
 ]
 
@@ -199,10 +203,15 @@ def test_no_scenario_is_one_line(capsys):
 def test_a_million_runs_without_yes_is_refused_by_the_real_entry_point():
     values = [str(v) for v in range(1, 1001)]
     code, out, err = cli("sweep", *SMALL, "--vary", "training.bucket_cap_mb", *values,
-                         "--vary", "compute.optimizer_s", *values, "--seeds", "1")  # fmt: skip
+                         "--vary", "compute.optimizer_s", *values[:50], "--seeds", "1")  # fmt: skip
     assert code == 2 and out == "" and "Traceback" not in err
     (line,) = err.strip().splitlines()
-    assert "1,000,000 runs, over 10,000" in line and "--yes" in line
+    assert "50,000 runs, over 10,000" in line and "--yes" in line
+    # A million is past even --yes (issue 25 D4).
+    code, out, err = cli("sweep", *SMALL, "--vary", "training.bucket_cap_mb", *values,
+                         "--vary", "compute.optimizer_s", *values, "--seeds", "1", "--yes")  # fmt: skip
+    (line,) = err.strip().splitlines()
+    assert code == 2 and "1,000,000 runs, over the limit of 100,000 (even with --yes)" in line
 
 
 def test_a_long_grid_needs_yes():
@@ -230,3 +239,43 @@ def test_dask_missing_is_one_line_naming_the_extra(capsys, monkeypatch):
     # The default engine never imports it.
     code, out, err = in_process(capsys, "sweep", *SMALL, "--seeds", "2", "--workers", "1")
     assert code == 0 and out.startswith("sweep: 2 runs"), err
+
+
+def test_d4_a_huge_grid_is_refused_from_its_size_before_it_is_built():
+    """Issue 25 D4: `--seeds 1000000000` built a billion-seed tuple (MemoryError) before the
+    count was checked, and with --yes a huge grid grew without bound. Under a 2 GiB address
+    space, so a grid that is built fails here at once instead of swapping the machine."""
+    import resource
+
+    def small_address_space():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    for yes in ([], ["--yes"]):
+        p = subprocess.run(
+            [sys.executable, "-m", "ddplab", "sweep", *SMALL, "--seeds", "1000000000", *yes],
+            capture_output=True, text=True, cwd=ROOT, timeout=60, preexec_fn=small_address_space,
+        )  # fmt: skip
+        (line,) = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and "1,000,000,000 runs, over the limit of 100,000 (even with --yes)" in line, line
+
+
+def test_d4_the_grids_own_memory_is_checked_before_it_is_built(capsys, monkeypatch):
+    from workflow.sweep import BYTES_PER_RUN
+
+    # 100,000 runs' bookkeeping (~1.2 GB) on a machine with 1 GB available.
+    monkeypatch.setattr("ddplab.limits.available_bytes", lambda: 1e9)
+    code, out, err = in_process(capsys, "sweep", *SMALL, "--seeds", "100000", "--yes")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "100,000 runs" in err and "memory" in err and "sweep fewer values" in err
+    assert 100_000 * BYTES_PER_RUN > 0.8e9
+
+
+def test_d21_the_memory_check_counts_each_worker_process(capsys, monkeypatch):
+    from workflow.sweep_engines import WORKER_BYTES
+
+    # Four workers' interpreters alone (4 x 45 MB) exceed 80 % of 200 MB; the runs are small.
+    monkeypatch.setattr("ddplab.limits.available_bytes", lambda: 200e6)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    code, out, err = in_process(capsys, "sweep", *SMALL, "--seeds", "4", "--workers", "4")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "4 runs" in err and "memory" in err and 4 * WORKER_BYTES > 0.8 * 200e6

@@ -6,6 +6,7 @@ from math import comb
 
 import numpy as np
 import pytest
+from conftest import in_process
 
 from sim.engine import simulate
 from sim.scenario_file import load_scenario, scenario_from_dict
@@ -142,6 +143,20 @@ def test_whatif_cli(ddplab):
     assert rows[1]["tokens_per_s"] > 1.2 * rows[0]["tokens_per_s"]  # the 1.4x lemon GPU no longer sets the pace
     code, _, err = ddplab("whatif", "straggler-lemon", "--try", "teleport")
     assert code == 2 and "--try: unknown mitigation 'teleport'" in err
+
+
+@pytest.mark.parametrize(
+    "try_, says",
+    [
+        # Issue 25 D20: refused as sweep refuses them (sim/scenario_file.py check_assigned_keys).
+        ("seed=3", "--try seed: every row runs on the same seed"),
+        ("noise.sigma=0.1,noise.sigma=0.2", "--try noise.sigma: given twice"),
+        ("accum=2,training.grad_accum=4", "--try training.grad_accum: given twice"),
+    ],
+)
+def test_d20_a_try_row_may_not_set_the_seed_or_a_key_twice(capsys, try_, says):
+    code, out, err = in_process(capsys, "whatif", "straggler-lemon", "--steps", "5", "--try", try_)
+    assert code == 2 and out == "" and err.count("\n") == 1 and says in err, err
 
 
 def test_pauses_are_drawn_as_their_own_span():

@@ -9,11 +9,76 @@ with no daemon to install or leave behind, which is also how the tests run it; R
 some 60 MB with a native raylet per node, a lot to carry for a grid of one-second simulations.
 """
 
+import ctypes
+import logging
 import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 DASK_HINT = "pip install 'ddplab[dask]'"
 CONNECT_TIMEOUT_S = 10
+LOOPBACK_ANY_PORT = "127.0.0.1:0"
+CONNECT_GRACE_S = 5  # past Dask's own timeout, before the connection is given up here
+# A local worker's memory before its first run: a spawned interpreter with sim imported, 42.5 MB
+# resident as measured here; the sweep's memory check adds it per worker.
+WORKER_BYTES = 45e6
+# Worker processes on this machine, per core: more only share the same cores (no faster) and
+# each costs WORKER_BYTES.
+WORKERS_PER_CORE = 4
+
+
+def check_workers(workers: int) -> None:
+    """--workers for processes started here: at least 1, at most WORKERS_PER_CORE per core."""
+    cores = os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {workers}")
+    if workers > WORKERS_PER_CORE * cores:
+        raise ValueError(
+            f"--workers: at most {WORKERS_PER_CORE * cores} on this machine ({WORKERS_PER_CORE} per core; more"
+            f" share the same {cores} cores and only cost memory), got {workers}"
+        )
+
+
+PARENT_POLL_S = 0.5  # a worker's check that the sweep that started it is still there
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_start(parent: int) -> None:
+    """Each local worker's initializer: die with the sweep, however it ends, and leave Ctrl-C to it.
+
+    A terminal's Ctrl-C reaches the whole foreground group, workers too; the sweep alone answers
+    it (by killing the workers, LocalEngine.__exit__), so a worker ignores it rather than print
+    a traceback. A sweep killed by SIGKILL or SIGTERM runs no cleanup at all: on Linux the kernel
+    sends each worker SIGKILL when the thread that started it dies (PR_SET_PDEATHSIG), and
+    everywhere a daemon thread ends the worker once its parent is gone (the kernel then gives it
+    a new parent). With the workers gone, multiprocessing's resource tracker reads the end of
+    its pipe and exits too."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="ddplab-parent", daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:  # checked first: the parent may have died before prctl took hold
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers now, runs in progress included: shutdown() would wait for them
+    (20-67 s of a big grid's runs after a Ctrl-C). Python 3.14 has kill_workers(); before it the
+    pool's own table of processes is the only way to them."""
+    kill = getattr(pool, "kill_workers", None)
+    if kill is not None:
+        kill()
+        return
+    for process in list((pool._processes or {}).values()):
+        process.kill()
 
 
 class LocalEngine:
@@ -22,8 +87,7 @@ class LocalEngine:
     name = "local"
 
     def __init__(self, workers: int):
-        if workers < 1:
-            raise ValueError(f"--workers: must be >= 1, got {workers}")
+        check_workers(workers)
         self.workers = self.parallelism = workers
         self.pool = None
 
@@ -31,11 +95,18 @@ class LocalEngine:
         if self.workers > 1:
             # spawn: every worker starts from a clean interpreter, as Dask's do, on every
             # platform; nothing of this process (its threads, its state) is forked into them.
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self.pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_start,
+                initargs=(os.getpid(),),
+            )
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         if self.pool:
+            if exc_type is not None:  # Ctrl-C, a failed run: what is still running is not wanted
+                _kill_workers(self.pool)
             self.pool.shutdown(cancel_futures=True)
         return False
 
@@ -61,9 +132,12 @@ class DaskEngine:
 
     name = "dask"
 
-    def __init__(self, workers: int, scheduler: str | None = None):
-        if workers < 1:
-            raise ValueError(f"--workers: must be >= 1, got {workers}")
+    def __init__(self, workers: int, scheduler: str | None = None, dashboard: str | None = None):
+        if dashboard and scheduler:
+            raise ValueError(f"--dashboard {dashboard}: the cluster at --scheduler serves its own (its scheduler's)")
+        self.dashboard = dashboard
+        if not scheduler:  # a LocalCluster's processes are this machine's; a cluster's are its own
+            check_workers(workers)
         self.workers, self.scheduler = workers, scheduler
         # A cluster's size is known only once connected to it; a local one's is ours to choose.
         self.parallelism = None if scheduler else workers
@@ -75,28 +149,57 @@ class DaskEngine:
         except ImportError:
             raise ValueError(f"--engine dask: Dask is not installed here; {DASK_HINT}") from None
         if self.scheduler:
-            try:
-                self.client = Client(self.scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-            except (OSError, TimeoutError, ValueError, TypeError) as e:
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise ValueError(f"--scheduler {self.scheduler}: cannot connect ({first})") from None
+            self.client = _connect(Client, self.scheduler)
             self.parallelism = max(1, sum(self.client.nthreads().values()))
         else:
             # One thread per process: the simulator is Python and numpy, which a second thread
-            # in the same interpreter would only slow (the GIL). ":0": the scheduler's HTTP
-            # server on a free port, never a clash (and a warning) with a dashboard on 8787.
+            # in the same interpreter would only slow (the GIL). LocalCluster's scheduler and
+            # workers listen on loopback; its dashboard (an HTTP server Dask always starts), which
+            # ":0" put on every interface, is on loopback too unless the user names an address,
+            # on a free port so that it never clashes (with a warning) with another on 8787.
+            # Dask's workers log to the console they inherit; a Ctrl-C, which reaches them too,
+            # had each print warnings about its cancelled task. Errors still show.
+            os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
             self.cluster = LocalCluster(
-                n_workers=self.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+                n_workers=self.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=self.dashboard or LOOPBACK_ANY_PORT,
             )
             self.client = Client(self.cluster)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self._close()
+            return False
+        # Ctrl-C or a failed run: what Dask says while it tears down runs in progress (cancelled
+        # tasks, workers killed after their grace, a CancelledError traceback from the nanny) is
+        # the echo of that, not news; the sweep's own one line says what happened.
+        quiet = logging.getLogger("distributed")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL + 1)
+        try:
+            self._close()
+        except BaseException:  # noqa: BLE001 - a second Ctrl-C, or a teardown error: the first cause wins
+            pass
+        finally:
+            quiet.setLevel(level)
+        return False
+
+    def _close(self) -> None:
         if self.client:
             self.client.close()
         if self.cluster:
             self.cluster.close()
-        return False
+
+    def listens(self) -> str:
+        """Where this engine's servers listen, for the console: a LocalCluster's are ours."""
+        if self.cluster is None:
+            return f"dask: the cluster at {self.scheduler}"
+        where = f"dask: a LocalCluster of {self.workers} worker(s), scheduler at {self.cluster.scheduler_address}"
+        where += f", dashboard at {self.client.dashboard_link}"
+        return where if self.dashboard else f"{where} (this machine only; --dashboard HOST:PORT to choose)"
 
     def map(self, fn, tasks: list, on_done=None) -> list:
         from distributed import as_completed as dask_completed
@@ -110,11 +213,45 @@ class DaskEngine:
         return self.client.gather(futures)
 
 
-def make_engine(kind: str, workers: int, scheduler: str | None = None):
+def _connect(client_class, address: str):
+    """A Client of the scheduler at ``address``, or one line saying why not, within
+    CONNECT_TIMEOUT_S and a grace: Dask's own timeout covers the TCP connect but not the
+    handshake after it, so a server that accepts and never answers held the sweep for good, and
+    one that answers something else (an HTTP server) had Dask decode its bytes as a frame
+    length (a 3 EiB numpy allocation, a 42-line traceback). The attempt runs in a daemon
+    thread; one still stuck at the deadline is left to the interpreter's exit."""
+    box: dict = {}
+
+    def attempt():
+        try:
+            box["client"] = client_class(address, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except BaseException as e:  # whatever the reply made Dask raise (MemoryError included)
+            box["error"] = e
+
+    thread = threading.Thread(target=attempt, name="ddplab-dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT_S + CONNECT_GRACE_S)
+    if "client" in box:
+        return box["client"]
+    if thread.is_alive():
+        why = f"no Dask scheduler answered within {CONNECT_TIMEOUT_S} s"
+    else:
+        e = box["error"]
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if isinstance(e, (OSError, TimeoutError)):
+            why = f"cannot connect ({first})"
+        else:
+            why = f"what answered is not a Dask scheduler ({type(e).__name__}: {first})"
+    raise ValueError(f"--scheduler {address}: {why}; expected a Dask scheduler's address, e.g. tcp://HOST:8786")
+
+
+def make_engine(kind: str, workers: int, scheduler: str | None = None, dashboard: str | None = None):
     if scheduler and kind != "dask":
         raise ValueError(f"--scheduler {scheduler}: only with --engine dask")
+    if dashboard and kind != "dask":
+        raise ValueError(f"--dashboard {dashboard}: only with --engine dask")
     if kind == "local":
         return LocalEngine(workers)
     if kind == "dask":
-        return DaskEngine(workers, scheduler)
+        return DaskEngine(workers, scheduler, dashboard)
     raise ValueError(f"--engine: expected local or dask, got {kind!r}")
