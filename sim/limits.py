@@ -61,6 +61,11 @@ FSDP_SECONDS_PER_UNIT_MICRO = 70e-6
 FSDP_SECONDS_PER_RANK_UNIT_MICRO = 0.12e-6
 FSDP_GAMMA_FACTOR = 3.0
 
+# --- sim/reference.py, the SimPy model of a DDP step: a process per rank and per bucket
+# collective, ~10-20 us an event, a few events per rank-bucket (~1 s a step at 256 ranks and
+# 80 buckets). Past this many ranks `--engine simpy` refuses and names the fast engine.
+REFERENCE_MAX_RANKS = 256
+
 # --- Goodput campaigns (sim/goodput.py): the events are failures and stalls, ~25-45 us each
 # (measured: `ddplab goodput --mtbf-h 49.5` and x10 its work: 56k and 560k failures).
 SECONDS_PER_CAMPAIGN_EVENT = 45e-6

@@ -150,7 +150,7 @@ class Recorder:
             self.trace["comm"][step] = (t0, starts.copy(), ends.copy())
 
     def ranks(self, step: int, ranks: slice, *, t0, last_bwd_start, ready, fwd, bwd, busy, pause_s=None, scratch):
-        """``ready``: the ranks' bucket-ready times, a sim/ready.py ReadyLines or ReadyTable;
+        """``ready``: the ranks' bucket-ready times, a sim/ready.py ReadyLines or ReadyBent;
         ``scratch``: the group's sim/ready.py Scratch, which the step's arrays are written to."""
         starts, ends = busy.t[0::2], busy.t[1::2]
         bwd_end = ready.end_s
