@@ -30,7 +30,7 @@ class Busy:
     def busy_before(self, t: np.ndarray) -> np.ndarray:
         if not len(self.t):
             return np.zeros_like(t)
-        return np.interp(t, self.t, self.busy)
+        return interp(t, self.t, self.busy)
 
     def finish(self, t0: np.ndarray, work_s: np.ndarray, gamma: float) -> np.ndarray:
         """When compute of ``work_s`` full-speed seconds started at ``t0`` ends, running
@@ -53,7 +53,7 @@ class Busy:
             return v.copy()
         c = gamma / (1.0 + gamma)
         v_pts = self.t - c * self.busy
-        inside = np.interp(v, v_pts, self.t)
+        inside = interp(v, v_pts, self.t)
         after = self.t[-1] + (v - v_pts[-1])
         return np.where(v < v_pts[0], v, np.where(v > v_pts[-1], after, inside))
 
@@ -74,6 +74,19 @@ class Busy:
         out = np.where(v < v_pts[0], v, np.where(v > last_v, last_t + (v - last_v), np.interp(v, v_pts, self.t)))
         out[:, count == 0] = (t0 + work_s)[:, count == 0]  # no interval before bucket 0
         return out
+
+
+def interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """np.interp(x, xp, fp) for sorted ``xp``, searching only the breakpoints between min(x) and
+    max(x). np.interp binary-searches each x (~60 ns at 65,536 ranks over 160 breakpoints, the
+    step's largest cost); the ranks' times usually fall within a few of them. The slice keeps
+    the breakpoint at or below min(x) and every one up to the first above max(x), so each x
+    finds the segment it would find in the whole array, and the same floats come out."""
+    if x.ndim != 1 or len(xp) < 8:
+        return np.interp(x, xp, fp)
+    lo = max(int(np.searchsorted(xp, x.min(), side="right")) - 1, 0)
+    hi = int(np.searchsorted(xp, x.max(), side="right")) + 1
+    return np.interp(x, xp[lo:hi], fp[lo:hi])
 
 
 def bent(t_s: list[float], v_s: list[float], v: float) -> float:

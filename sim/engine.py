@@ -111,7 +111,7 @@ def simulate(
         pause = None
         if effects:  # episodes and pauses: their own generators (sim/episodes.py)
             fx = effects.at(step, t0)
-            noise, jitter, pause = noise * fx.compute_factor[:, None], jitter * fx.comm_factor, fx.pause_s
+            (noise, jitter), pause = fx.apply(noise, jitter), fx.pause_s
         np.multiply(forward_s, noise, out=fwd)
         np.multiply(backward_s, noise, out=bwd)
         # Dataloader, then K micro-steps; only the last backward launches buckets (no_sync).

@@ -283,8 +283,9 @@ def simulate_fsdp(
         coll_wait = np.zeros(n)
         if effects:  # episodes and pauses, as sim/engine.py applies them
             fx = effects.at(step, t0)
-            noise, jitter = noise * fx.compute_factor[:, None], jitter * fx.comm_factor
-            t, work = t + fx.pause_s, work + fx.pause_s  # a pause counts as compute, as in sim/results.py
+            noise, jitter = fx.apply(noise, jitter)
+            if fx.pause_s is not None:  # a pause counts as compute, as in sim/results.py
+                t, work = t + fx.pause_s, work + fx.pause_s
         starts, ends = np.zeros(n_coll), np.zeros(n_coll)
         durations = wl.collective_s * jitter
         stream_end = replica_end = -math.inf

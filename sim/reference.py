@@ -163,7 +163,7 @@ class _Model:
             pause = None
             if self.effects:
                 fx = self.effects.at(step, t0)
-                noise, jitter, pause = noise * fx.compute_factor[:, None], jitter * fx.comm_factor, fx.pause_s
+                (noise, jitter), pause = fx.apply(noise, jitter), fx.pause_s
             st = _Step(env, wl, t0, noise, jitter, pause)
             self.stream.busy_s = 0.0
             collectives = [env.process(self.collective(st, b)) for b in range(nb)]  # queued in bucket order
