@@ -192,11 +192,8 @@ class _Model:
         )
 
 
-def simulate_reference(
-    sc: Scenario, *, progress=None, records: bool = False, medians: bool = False, held: Held | None = None
-) -> SimResult:
-    """sim/engine.py's simulate() as SimPy processes, for DDP jobs of up to REFERENCE_MAX_RANKS
-    ranks; no Chrome trace window. Arguments as simulate()'s."""
+def check_reference(sc: Scenario) -> None:
+    """ValueError, one line naming the limit, for a job this model does not run."""
     if sc.training.mode in SHARDED_MODES:
         raise ValueError(f"--engine simpy: models DDP steps; training.mode={sc.training.mode} runs on --engine fast")
     if sc.ranks > REFERENCE_MAX_RANKS:
@@ -204,6 +201,14 @@ def simulate_reference(
             f"--engine simpy: {sc.ranks} ranks is over its limit of {REFERENCE_MAX_RANKS}"
             " (sim/limits.py REFERENCE_MAX_RANKS: a process per rank and per bucket); use --engine fast"
         )
+
+
+def simulate_reference(
+    sc: Scenario, *, progress=None, records: bool = False, medians: bool = False, held: Held | None = None
+) -> SimResult:
+    """sim/engine.py's simulate() as SimPy processes, for DDP jobs of up to REFERENCE_MAX_RANKS
+    ranks; no Chrome trace window. Arguments as simulate()'s."""
+    check_reference(sc)
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     model = _Model(sc, build_workload(sc, rng), rng, held, progress)

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.busy import Busy
 from sim.engine import simulate
 from sim.online import RANK_FIELDS, P2Median
-from sim.busy import Busy
 from sim.ready import ReadyBent, ReadyLines, Scratch
 from sim.scenario_file import load_scenario
 

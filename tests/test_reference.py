@@ -59,3 +59,21 @@ def test_the_reference_refuses_large_or_sharded_jobs_in_one_line():
         simulate_reference(load_scenario("h100-1024", steps=1))
     with pytest.raises(ValueError, match="training.mode=fsdp runs on --engine fast"):
         simulate_reference(load_scenario("h100-1024", ["training.mode=fsdp"], ranks=8, steps=1))
+
+
+def test_simulate_engine_simpy_prints_the_fast_engines_numbers(capsys):
+    from conftest import in_process
+
+    argv = ("simulate", "straggler-lemon", "--ranks", "32", "--steps", "4", "--json")
+    code, fast, _ = in_process(capsys, *argv)
+    code_ref, ref, _ = in_process(capsys, *argv, "--engine", "simpy")
+    assert code == code_ref == 0
+    import json
+
+    a, b = json.loads(fast), json.loads(ref)
+    assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=REL)
+    code, _, err = in_process(capsys, "simulate", "h100-1024", "--engine", "simpy", "--steps", "2")
+    assert code == 2 and err.splitlines() == [
+        "ddplab simulate: error: --engine simpy: 1024 ranks is over its limit of 256 (sim/limits.py"
+        " REFERENCE_MAX_RANKS: a process per rank and per bucket); use --engine fast"
+    ]
