@@ -175,3 +175,26 @@ def test_records_without_out_is_one_line():
     p = _ddplab("simulate", "homelab-1gbe", "--steps", "3", "--records")
     assert p.returncode == 2
     assert p.stderr.splitlines() == ["ddplab simulate: error: --records: needs --out DIR to write them to"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_interp_is_numpys_to_the_bit(seed):
+    """sim/busy.py's interp, a table lookup in place of np.interp's binary search, gives
+    np.interp's floats: x inside, outside and on the breakpoints, repeated breakpoints (touching
+    intervals), every x the same."""
+    from sim.busy import interp
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(8, 200))
+    xp = np.sort(rng.uniform(0.0, 10.0, m))
+    if seed % 3 == 0:
+        k = rng.integers(1, m - 1, 5)
+        xp[k] = xp[k - 1]
+        xp = np.sort(xp)
+    fp = np.cumsum(rng.uniform(0.0, 1.0, m))
+    lo, hi = (xp[0] - 1.0, xp[-1] + 1.0) if seed % 2 else (xp[m // 3], xp[m // 2])
+    x = rng.uniform(lo, hi, 5000)
+    x[:50] = xp[rng.integers(0, m, 50)]
+    if seed % 5 == 0:
+        x[:] = xp[3]
+    np.testing.assert_array_equal(interp(x, xp, fp), np.interp(x, xp, fp))
