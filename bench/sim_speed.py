@@ -4,10 +4,11 @@
 
 a) every mode (DDP with gamma 0 and 0.1, FSDP and HSDP with and without interference, each
    straggler preset) at 1024 and 65,536 ranks x 1000 steps (--quick: 100), each run in a fresh
-   process: wall seconds, peak RSS, the ratio to the gamma = 0 DDP run of the same size in the
-   same run (the box is shared: ratios hold where seconds drift), sim/limits.py's estimate of
-   the seconds beside them, and at 65,536 ranks the issue 26 targets (10 s for gamma = 0 DDP,
-   15 s for gamma = 0.1, FSDP and straggler-gc; 1 GiB each);
+   process: CPU and wall seconds, peak RSS, the ratio to the gamma = 0 DDP run of the same size
+   in the same run, sim/limits.py's estimate of the seconds beside them, and at 65,536 ranks the
+   issue 26 targets (10 s for gamma = 0 DDP, 15 s for gamma = 0.1, FSDP and straggler-gc; 1 GiB
+   each). The box is shared, so the targets are read on the run's own CPU seconds (one thread:
+   an idle box's wall time); wall seconds beside them say how much the others' jobs cost;
 b) memory per mode: tracemalloc's peak at 4096 ranks x 100 steps against sim/limits.py's
    estimate (which must bound it);
 c) the SimPy reference (sim/reference.py: a process per rank and per bucket collective) against
@@ -82,12 +83,12 @@ def child(mode: str, ranks: int, steps: int, traced: bool) -> None:
     sc = scenario(mode, ranks, steps)
     if traced:
         tracemalloc.start()
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     res = simulate(sc)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     peak = tracemalloc.get_traced_memory()[1] if traced else 0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    print(json.dumps({"wall_s": wall, "peak_rss_mib": rss_mib, "traced_peak_bytes": peak,
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": rss_mib, "traced_peak_bytes": peak,
                       "mean_step_s": float(res.step_time_s.mean())}))  # fmt: skip
 
 
@@ -113,28 +114,30 @@ def main(argv=None) -> int:
     print(f"modes: {BASE[0]} + {' '.join(BASE[1])} {STRAGGLER}, then the mode's own keys; presets as they are")
 
     # a) every mode at both sizes, each in its own process
+    # The box is shared: a run's wall time waits for the CPU as much as it uses it, so each run's
+    # own CPU time (one thread: what an idle box's wall time would be) is compared with the targets
+    # and the gamma = 0 DDP run of the same size; the wall time stands beside it.
     rows, missed = [], []
     for ranks in SIZES:
         base = None
         for mode in MODES:
             m = in_child(mode, ranks, steps)
-            base = base or m["wall_s"]
+            cpu = m["cpu_s"]
+            base = base or cpu
             est = limits.simulation_cost(scenario(mode, ranks, steps)).seconds
             target = TARGET_S.get(mode) if ranks == 65536 else None
             verdict = "-"
             if target is not None:
-                scaled = m["wall_s"] * STEPS / steps
-                ok = scaled <= target and m["peak_rss_mib"] <= TARGET_MIB
+                ok = cpu * STEPS / steps <= target and m["peak_rss_mib"] <= TARGET_MIB
                 verdict = f"{'yes' if ok else 'NO'} (<= {target:g} s)"
                 if not ok:
                     missed.append(mode)
-            wall = m["wall_s"]
-            rows.append([mode, ranks, steps, m["mean_step_s"], wall, wall / base, wall / (ranks * steps) * 1e9,
-                         m["peak_rss_mib"], est, est / wall, verdict])  # fmt: skip
+            rows.append([mode, ranks, steps, m["mean_step_s"], cpu, m["wall_s"], cpu / base,
+                         cpu / (ranks * steps) * 1e9, m["peak_rss_mib"], est, est / cpu, verdict])  # fmt: skip
     table(
-        f"a) every mode, {steps} steps, one process each (targets at 65536 ranks x {STEPS} steps)",
-        ["mode", "ranks", "steps", "mean_step_s", "wall_s", "x_ddp", "ns_per_rank_step", "peak_rss_mib",
-         "limits_est_s", "est/wall", "within_target"],
+        f"a) every mode, {steps} steps, one process each (targets at 65536 ranks x {STEPS} steps, on CPU seconds)",
+        ["mode", "ranks", "steps", "mean_step_s", "cpu_s", "wall_s", "x_ddp", "ns_per_rank_step", "peak_rss_mib",
+         "limits_est_s", "est/cpu", "within_target"],
         rows,
     )  # fmt: skip
 

@@ -77,3 +77,17 @@ def test_simulate_engine_simpy_prints_the_fast_engines_numbers(capsys):
         "ddplab simulate: error: --engine simpy: 1024 ranks is over its limit of 256 (sim/limits.py"
         " REFERENCE_MAX_RANKS: a process per rank and per bucket); use --engine fast"
     ]
+
+
+def test_the_fast_path_has_no_simpy():
+    """The fast engines are plain recurrences: no module on their path imports SimPy (no event
+    that nothing waits on); the reference and the campaigns do."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "sim"
+    for name in ("engine", "ready", "busy", "fsdp", "hsdp", "online", "results", "episodes", "workload", "loader"):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        imported = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert "simpy" not in imported, name
