@@ -58,9 +58,12 @@ DDP_SECONDS_PER_RANK_STEP = 100e-9
 DDP_GAMMA_SECONDS_PER_RANK_STEP = 150e-9
 SECONDS_PER_RANK_MICRO_STEP = 60e-9
 MEDIAN_SECONDS_PER_RANK_STEP = 110e-9
-# FSDP per unit and micro-step: ~65 us of program per step, ~70 ns per rank (x 2.6 with
-# interference: each segment is slowed by the collectives issued before it).
+# FSDP per unit and micro-step: ~65 us of program per step (~220 us with interference: each
+# segment builds the busy intervals issued before it), ~30-80 ns per rank (x 2.5 with
+# interference: each segment is slowed by the collectives issued before it). Measured on CPU
+# seconds in measurements/sim-speed.txt: 1.3-10.9 s at 1024 ranks, 52-168 s at 65,536.
 FSDP_SECONDS_PER_UNIT_MICRO = 70e-6
+FSDP_GAMMA_SECONDS_PER_UNIT_MICRO = 250e-6
 FSDP_SECONDS_PER_RANK_UNIT_MICRO = 80e-9
 FSDP_GAMMA_FACTOR = 2.7
 
@@ -109,7 +112,7 @@ def simulation_cost(sc: Scenario, *, export: bool = False, records: bool = False
     if sc.training.mode in SHARDED_MODES:  # hsdp: a third more collectives per unit, the same order
         units = sc.model.shape.n_layer + 1
         work_bytes = FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO * units * k
-        seconds = FSDP_SECONDS_PER_UNIT_MICRO * units * k
+        seconds = (FSDP_GAMMA_SECONDS_PER_UNIT_MICRO if gamma else FSDP_SECONDS_PER_UNIT_MICRO) * units * k
         seconds += n * FSDP_SECONDS_PER_RANK_UNIT_MICRO * units * k * (FSDP_GAMMA_FACTOR if gamma else 1.0)
     else:
         nb = _buckets(sc)
