@@ -102,7 +102,6 @@ def simulate(
     forward_s, backward_s = wl.forward_s[:, None], wl.backward_s[:, None]
     fwd, bwd = np.empty((n, k_micro)), np.empty((n, k_micro))
     noise_cfg, net = sc.noise, sc.network
-    everyone = slice(0, n)
     t0 = 0.0
     for step in range(sc.steps):
         # Draw order is fixed: noise, then jitter.
@@ -130,7 +129,6 @@ def simulate(
         rec.step(step, t0=t0, end_s=end, starts=starts, ends=ends)
         rec.ranks(
             step,
-            everyone,
             t0=t0,
             last_bwd_start=last_bwd_start,
             ready=ReadyBent(lines, busy, gamma) if gamma else lines,

@@ -363,7 +363,6 @@ def simulate_fsdp(
         step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
         stats.add(
             step,
-            slice(None),
             compute_s=work,
             exposed_comm_s=exposed,
             straggler_wait_s=idle - exposed,

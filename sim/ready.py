@@ -24,7 +24,7 @@ _SLACK = 1e-9
 
 
 class Scratch:
-    """Named (ranks,) float arrays reused from step to step by one engine group.
+    """Named (ranks,) float arrays the engine reuses from step to step.
 
     At 65,536 ranks an array is 512 KB, and the C allocator hands memory that large back to the
     system when it is freed, so a fresh array per operation pays ~128 page faults: more than

@@ -184,7 +184,6 @@ class _Model:
         idle = comm_end - st.backward_end_s
         self.stats.add(
             step,
-            slice(None),
             compute_s=st.backward_end_s - st.t0 - wl.dataloader_s,
             exposed_comm_s=exposed,
             straggler_wait_s=np.maximum(idle - exposed, 0.0),
