@@ -193,7 +193,7 @@ def test_interp_is_numpys_to_the_bit(seed):
         xp = np.sort(xp)
     fp = np.cumsum(rng.uniform(0.0, 1.0, m))
     lo, hi = (xp[0] - 1.0, xp[-1] + 1.0) if seed % 2 else (xp[m // 3], xp[m // 2])
-    x = rng.uniform(lo, hi, 5000)
+    x = rng.uniform(lo, hi, 10000)  # above the size where the lookup takes over from np.interp
     x[:50] = xp[rng.integers(0, m, 50)]
     if seed % 5 == 0:
         x[:] = xp[3]
