@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --out: an earlier simulation there is moved aside to DIR.old-<time> (never deleted)",
     )
     s.add_argument(
+        "--engine",
+        choices=("fast", "simpy"),
+        default="fast",
+        help="fast (default): the vectorised recurrence, any size; simpy: the reference model, a SimPy process"
+        " per rank and per bucket collective (DDP, up to 256 ranks; same numbers to 1e-12, no trace window)",
+    )
+    s.add_argument(
         "--records",
         action="store_true",
         help="with --out, also keep and write every rank's every step (records.npz, what `ddplab stragglers`"

@@ -37,6 +37,12 @@ def _simulate(args):
         return threedcmd.simulate(args, scenarios)
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")
+    engine = getattr(args, "engine", "fast")
+    if engine == "simpy":
+        from sim.reference import check_reference
+
+        for sc in scenarios:
+            check_reference(sc)
     _check_size(args, scenarios)
     if args.out:  # fail before simulating, not after; a reused folder would mix two runs' records
         from sim.outdir import claim
@@ -54,7 +60,7 @@ def _simulate(args):
             continue
         # With --out, ranks.csv carries each rank's median compute, estimated as it runs.
         medians = args.out is not None
-        result, summary = run_scale(sc, records=args.records, medians=medians)
+        result, summary = run_scale(sc, records=args.records, medians=medians, engine=engine)
         if sc.episodes.active:
             summary["episodes"] = _episodes(sc, summary, args.horizon_h)
         if provenance:
@@ -129,10 +135,14 @@ def _print_episodes(e: dict) -> None:
     )
 
 
-def run_scale(sc, *, records: bool = False, medians: bool = False):
+def run_scale(sc, *, records: bool = False, medians: bool = False, engine: str = "fast"):
     """(result, summary) of one scale as `simulate` prints it: the engine's summary with the
-    memory estimate. `ddplab compare` runs each set-up through here, so its rows are these."""
-    from sim.engine import simulate as run
+    memory estimate. `ddplab compare` runs each set-up through here, so its rows are these.
+    ``engine``: "fast" (sim/engine.py) or "simpy" (sim/reference.py, small DDP jobs)."""
+    if engine == "simpy":
+        from sim.reference import simulate_reference as run
+    else:
+        from sim.engine import simulate as run
 
     progress = StepProgress(f"simulating {sc.ranks} ranks")
     try:

@@ -21,9 +21,18 @@ DURATION_RANGE_S = (30.0, 36000.0)
 
 
 class StepEffects(NamedTuple):
-    compute_factor: np.ndarray  # (ranks,) compute time multiplier for this step
+    """None where the effect is absent this step (every rank's factor 1, no rank paused): the
+    engines skip what would multiply by 1 or add 0, the same floats at less cost per rank-step."""
+
+    compute_factor: np.ndarray | None  # (ranks,) compute time multiplier for this step
     comm_factor: float  # every collective's time x this
-    pause_s: np.ndarray  # (ranks,) stop-the-world time before this step's first forward
+    pause_s: np.ndarray | None  # (ranks,) stop-the-world time before this step's first forward
+
+    def apply(self, noise: np.ndarray, jitter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The step's (ranks, micro-steps) compute noise and (collectives,) jitter with these effects."""
+        if self.compute_factor is not None:
+            noise = noise * self.compute_factor[:, None]
+        return noise, jitter * self.comm_factor
 
 
 class Held(NamedTuple):
@@ -83,21 +92,26 @@ class Effects:
             throttled = self.compute.active(t_s)
             phase = 2 * np.pi * t_s / (ep.diurnal_period_h * 3600.0) if ep.diurnal_amplitude else None
             comm_on = bool(self.comm.active(t_s))
-        factor = np.ones(self.ranks)
-        for rank in throttled:
-            factor[rank] = ep.compute_slowdown
-        if phase is not None:
-            factor *= 1.0 + ep.diurnal_amplitude * np.sin(phase)
+        factor = None
+        if throttled or phase is not None:
+            factor = np.ones(self.ranks)
+            for rank in throttled:
+                factor[rank] = ep.compute_slowdown
+            if phase is not None:
+                factor *= 1.0 + ep.diurnal_amplitude * np.sin(phase)
         comm = 1.0 / ep.comm_bandwidth_factor if comm_on else 1.0
         return StepEffects(factor, comm, self._pauses(step))
 
-    def _pauses(self, step: int) -> np.ndarray:
+    def _pauses(self, step: int) -> np.ndarray | None:
+        """Each rank's pause this step, None when no rank pauses (the same draws either way)."""
         pa = self.pa
         if pa.every_steps == 0:
-            return np.zeros(self.ranks)
+            return None
         if pa.synchronized:  # every rank collects at the same steps (gc.freeze + gc.collect every k steps)
             every = max(1, round(pa.every_steps))
-            hit = (step + 1) % every == 0
-            return np.full(self.ranks, self.pause_rng.uniform(pa.min_s, pa.max_s) if hit else 0.0)
+            if (step + 1) % every:
+                return None
+            return np.full(self.ranks, self.pause_rng.uniform(pa.min_s, pa.max_s))
         hit = self.pause_rng.random(self.ranks) < 1.0 / pa.every_steps
-        return np.where(hit, self.pause_rng.uniform(pa.min_s, pa.max_s, self.ranks), 0.0)
+        pause_s = self.pause_rng.uniform(pa.min_s, pa.max_s, self.ranks)  # drawn for every rank, hit or not
+        return np.where(hit, pause_s, 0.0) if hit.any() else None

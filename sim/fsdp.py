@@ -270,7 +270,7 @@ def simulate_fsdp(
     noise_cfg = sc.noise
     replica = wl.replica_stream
     two_streams = bool(replica.any())
-    solo_ends = np.zeros((per_micro, n))  # per collective of a micro-step, its end in each rank's solo run
+    solo_ends: list = [None] * per_micro  # per collective of a micro-step, its end in each rank's solo run
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     stats = OnlineStats(steps, n, records=records, medians=medians)
     t0 = 0.0
@@ -283,8 +283,9 @@ def simulate_fsdp(
         coll_wait = np.zeros(n)
         if effects:  # episodes and pauses, as sim/engine.py applies them
             fx = effects.at(step, t0)
-            noise, jitter = noise * fx.compute_factor[:, None], jitter * fx.comm_factor
-            t, work = t + fx.pause_s, work + fx.pause_s  # a pause counts as compute, as in sim/results.py
+            noise, jitter = fx.apply(noise, jitter)
+            if fx.pause_s is not None:  # a pause counts as compute, as in sim/results.py
+                t, work = t + fx.pause_s, work + fx.pause_s
         starts, ends = np.zeros(n_coll), np.zeros(n_coll)
         durations = wl.collective_s * jitter
         stream_end = replica_end = -math.inf
@@ -295,6 +296,7 @@ def simulate_fsdp(
         issued = 0
         for k in range(k_micro):
             fwd, bwd = wl.forward_s * noise[:, k], wl.backward_s * noise[:, k]
+            segs: dict[tuple[float, float], np.ndarray] = {}  # every block's segment is the same
             first = k * per_micro
             for op in wl.program:
                 if op.issue >= 0:
@@ -305,9 +307,12 @@ def simulate_fsdp(
                         solo_replica_end = np.maximum(solo_ends[op.issue - 1], solo_replica_end) + durations[c]
                         solo_ends[op.issue] = solo_replica_end
                     else:
-                        start = max(float(t.max()), stream_end)
-                        coll_wait += start - np.maximum(t, stream_end)
-                        solo_end = np.maximum(solo, solo_end) + durations[c]
+                        t_max = float(t.max())
+                        start = max(t_max, stream_end)
+                        if t_max > stream_end:  # else every rank waits from the stream's end: 0 s
+                            coll_wait += start - np.maximum(t, stream_end)
+                        solo_end = np.maximum(solo, solo_end)
+                        solo_end += durations[c]
                         solo_ends[op.issue] = solo_end
                     ends[c] = start + durations[c]
                     starts[c] = start
@@ -320,21 +325,28 @@ def simulate_fsdp(
                     continue
                 if op.wait >= 0:
                     w = first + op.wait
-                    done = np.maximum(t, ends[w])
-                    idle += done - t
-                    t = done
+                    if ends[w] > float(t.min()):  # else no rank waits for it
+                        done = np.maximum(t, ends[w])
+                        idle += done - t
+                        t = done
                     solo_done = np.maximum(solo, solo_ends[op.wait])
                     exposed += solo_done - solo
                     solo = solo_done
-                seg = op.fwd_share * fwd + op.bwd_share * bwd
+                seg = segs.get((op.fwd_share, op.bwd_share))
+                if seg is None:  # a share of 0 adds +0.0: leaving it out gives the same floats
+                    seg = op.fwd_share * fwd if op.fwd_share else np.zeros(n)
+                    if op.bwd_share:
+                        seg = seg + op.bwd_share * bwd
+                    segs[(op.fwd_share, op.bwd_share)] = seg
                 # Collectives issued later start after this segment ends on this rank: the
                 # ones issued so far are all that can slow it.
                 done = _busy(starts[:issued], ends[:issued], two_streams).finish(t, seg, gamma) if gamma else t + seg
                 if step < trace_steps:
                     name = f"{'backward' if op.bwd_share else 'forward'} {k}"
                     spans.extend((r, 0, name, float(t[r]), float(done[r])) for r in traced)
-                work += done - t
-                solo += done - t
+                took = np.subtract(done, t, out=t)  # t is done with: reuse its memory
+                work += took
+                solo += took
                 t = done
         # The step ends when both streams have (the optimizer needs every gradient shard).
         comm_end = max(stream_end, replica_end)
@@ -351,7 +363,6 @@ def simulate_fsdp(
         step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
         stats.add(
             step,
-            slice(None),
             compute_s=work,
             exposed_comm_s=exposed,
             straggler_wait_s=idle - exposed,

@@ -38,31 +38,42 @@ EXPORT_BYTES_PER_RANK_STEP = 8
 # Writing them (records.npz, deflated by sim/export.py): ~20 B per rank-step on disk, 6-8 us per
 # rank-step (h100-64k's 13 M in ~80 s; h100-1024 x 2000 steps in 16 s on a loaded machine).
 RECORD_WRITE_SECONDS_PER_RANK_STEP = 8e-6
-# Interference: DDP's whole (ranks x buckets) ready table and temporaries (measured 26 B per
-# rank-bucket); FSDP's per-rank stream ends, one per collective of a micro-step (measured 28 B
-# per rank-unit, 39 B with hsdp's allreduces, ~4 B per further micro-step): 100 B is a bound.
-DDP_GAMMA_BYTES_PER_RANK_BUCKET = 32
+# Interference: DDP bends its ready lines (sim/ready.py ReadyBent): a step's end of backward and
+# np.where's temporaries, measured ~1 B per rank over the plain path at 4096 ranks; 48 B bounds
+# them. FSDP's per-rank stream ends, one per collective of a micro-step (measured 28 B per
+# rank-unit, 39 B with hsdp's allreduces, ~4 B per further micro-step): 100 B is a bound.
+DDP_GAMMA_BYTES_PER_RANK = 48
 FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO = 100
 # Whatever the size: the workload, its buckets and collectives, the Chrome trace window
 # (measured 0.3-2.4 MB at 64-1024 ranks).
 FIXED_BYTES = 8e6
 
 # --- The engines' time on the development machine (measured best-to-worst over repeats; the
-# larger is kept). DDP per step: one SimPy event pair per bucket (~15 us), ~100 us more with
-# interference (each bucket waits for the previous collective). Per rank and step: ~70 ns of
-# element-wise work whatever the buckets (sim/ready.py), or ~90 ns per bucket with interference
-# (the whole table); ~50 ns per micro-step; ~75-100 ns for the streaming median (P-square).
-DDP_SECONDS_PER_BUCKET_STEP = 20e-6
-DDP_GAMMA_SECONDS_PER_BUCKET_STEP = 100e-6
+# larger is kept; measurements/sim-speed.txt, bench/sim_speed.py, on a box shared with other
+# jobs). DDP per bucket and step: the stream's scalar recurrence (sim/engine.py stream), ~3 us,
+# ~6 us with interference (each launch bent by the collectives before it). Per rank and step:
+# ~100-200 ns of element-wise work whatever the buckets (sim/ready.py), ~150 ns more with
+# interference (the end of backward bent, and the ranks' times interpolated); ~50 ns per
+# micro-step; ~75-100 ns for the streaming median (P-square).
+DDP_SECONDS_PER_BUCKET_STEP = 4e-6
+DDP_GAMMA_SECONDS_PER_BUCKET_STEP = 4e-6
 DDP_SECONDS_PER_RANK_STEP = 100e-9
-DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP = 90e-9
+DDP_GAMMA_SECONDS_PER_RANK_STEP = 150e-9
 SECONDS_PER_RANK_MICRO_STEP = 60e-9
 MEDIAN_SECONDS_PER_RANK_STEP = 110e-9
-# FSDP per unit and micro-step: ~65 us of program per step, ~0.12 us per rank (x 3 with
-# interference: each segment is slowed by the collectives issued before it).
+# FSDP per unit and micro-step: ~65 us of program per step (~220 us with interference: each
+# segment builds the busy intervals issued before it), ~30-80 ns per rank (x 2.5 with
+# interference: each segment is slowed by the collectives issued before it). Measured on CPU
+# seconds in measurements/sim-speed.txt: 1.3-10.9 s at 1024 ranks, 52-168 s at 65,536.
 FSDP_SECONDS_PER_UNIT_MICRO = 70e-6
-FSDP_SECONDS_PER_RANK_UNIT_MICRO = 0.12e-6
-FSDP_GAMMA_FACTOR = 3.0
+FSDP_GAMMA_SECONDS_PER_UNIT_MICRO = 250e-6
+FSDP_SECONDS_PER_RANK_UNIT_MICRO = 80e-9
+FSDP_GAMMA_FACTOR = 2.7
+
+# --- sim/reference.py, the SimPy model of a DDP step: a process per rank and per bucket
+# collective, ~10-20 us an event, a few events per rank-bucket (~1 s a step at 256 ranks and
+# 80 buckets). Past this many ranks `--engine simpy` refuses and names the fast engine.
+REFERENCE_MAX_RANKS = 256
 
 # --- Goodput campaigns (sim/goodput.py): the events are failures and stalls, ~25-45 us each
 # (measured: `ddplab goodput --mtbf-h 49.5` and x10 its work: 56k and 560k failures).
@@ -104,13 +115,13 @@ def simulation_cost(sc: Scenario, *, export: bool = False, records: bool = False
     if sc.training.mode in SHARDED_MODES:  # hsdp: a third more collectives per unit, the same order
         units = sc.model.shape.n_layer + 1
         work_bytes = FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO * units * k
-        seconds = FSDP_SECONDS_PER_UNIT_MICRO * units * k
+        seconds = (FSDP_GAMMA_SECONDS_PER_UNIT_MICRO if gamma else FSDP_SECONDS_PER_UNIT_MICRO) * units * k
         seconds += n * FSDP_SECONDS_PER_RANK_UNIT_MICRO * units * k * (FSDP_GAMMA_FACTOR if gamma else 1.0)
     else:
         nb = _buckets(sc)
-        work_bytes = DDP_GAMMA_BYTES_PER_RANK_BUCKET * nb if gamma else 0.0
+        work_bytes = DDP_GAMMA_BYTES_PER_RANK if gamma else 0.0
         seconds = nb * (DDP_SECONDS_PER_BUCKET_STEP + (DDP_GAMMA_SECONDS_PER_BUCKET_STEP if gamma else 0.0))
-        seconds += n * (DDP_GAMMA_SECONDS_PER_RANK_BUCKET_STEP * nb if gamma else DDP_SECONDS_PER_RANK_STEP)
+        seconds += n * (DDP_SECONDS_PER_RANK_STEP + (DDP_GAMMA_SECONDS_PER_RANK_STEP if gamma else 0.0))
         seconds += n * k * SECONDS_PER_RANK_MICRO_STEP
     if export and not records:
         seconds += n * MEDIAN_SECONDS_PER_RANK_STEP

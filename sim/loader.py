@@ -71,16 +71,23 @@ def loader_wait_s(
     built = np.zeros((workers, *batch_s.shape))  # the last batch each worker built: built_{i-W}
     taken = np.zeros((queue, *batch_s.shape))  # taken_{i - queue}
     wanted = np.zeros(batch_s.shape)
-    per_step = np.zeros((steps, *batch_s.shape))
+    # The steps' waits are summed as they come, rows in np.mean's order (axis 0 adds row after
+    # row), so the mean is the (steps x ranks) table's without the table: 0.2 GB at 65,536 ranks.
+    first_step, steady_sum = None, None
     i = 0
     for step in range(steps):
+        waited = np.zeros(batch_s.shape)
         for _ in range(micro_steps):
             dispatched = taken[i % queue] if i >= queue else 0.0
             built[i % workers] = np.maximum(dispatched, built[i % workers]) + batch_s
             took = np.maximum(wanted, built[i % workers])
-            per_step[step] += took - wanted
+            waited += took - wanted
             taken[i % queue] = took
             wanted = took + micro_s
             i += 1
         wanted = wanted + gap_s
-    return LoaderWait(first_step_s=per_step[0], steady_s=per_step[warmup:].mean(axis=0))
+        if step == 0:
+            first_step = waited
+        if step >= warmup:
+            steady_sum = waited.copy() if steady_sum is None else np.add(steady_sum, waited, out=steady_sum)
+    return LoaderWait(first_step_s=first_step, steady_s=steady_sum / (steps - warmup))

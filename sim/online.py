@@ -79,31 +79,18 @@ class P2Median:
 
 
 class OnlineStats:
-    """The RANK_FIELDS of every step, reduced as they arrive. A step may arrive in slices of
-    ranks (one per engine group); it is reduced once all its ranks are in, so the results do
-    not depend on the grouping."""
+    """The RANK_FIELDS of every step, reduced as they arrive, every rank's at once."""
 
     def __init__(self, steps: int, ranks: int, *, records: bool = False, medians: bool = False):
         self.steps, self.ranks = steps, ranks
         self._sum = {k: np.zeros(ranks) for k in RANK_FIELDS}
-        self._now: dict[str, np.ndarray] = {}  # a step gathered from slices (several engine groups)
-        self._filled = 0
         self.step_mean = {k: np.zeros(steps) for k in RANK_FIELDS}
         self.records = {k: np.zeros((steps, ranks)) for k in RANK_FIELDS} if records else None
         self._median = P2Median(ranks) if medians and not records else None
 
-    def add(self, step: int, ranks: slice, **values: np.ndarray) -> None:
-        """One step's values for the ranks in ``ranks``, a keyword per RANK_FIELDS entry."""
-        count = len(range(self.ranks)[ranks])
-        if count == self.ranks:  # the whole step at once: nothing to gather
-            self._reduce(step, values)
-            return
-        for k in RANK_FIELDS:
-            self._now.setdefault(k, np.zeros(self.ranks))[ranks] = values[k]
-        self._filled += count
-        if self._filled == self.ranks:
-            self._filled = 0
-            self._reduce(step, self._now)
+    def add(self, step: int, **values: np.ndarray) -> None:
+        """One step's (ranks,) values, a keyword per RANK_FIELDS entry."""
+        self._reduce(step, values)
 
     def _reduce(self, step: int, values: dict[str, np.ndarray]) -> None:
         for k in RANK_FIELDS:

@@ -10,11 +10,13 @@ dropped by bounds that hold for every bucket at once, so 65,536 ranks cost O(ran
 O(ranks x buckets). The values kept are computed by the same expression as the full table, so
 the envelope is bit-identical to the table's column maxima.
 
-With interference (gamma > 0) the ready times are not lines (sim/busy.py); ``ReadyTable``
-holds them whole and gives the same answers.
+With interference (gamma > 0) the lines bend where collectives run (sim/busy.py), the same bend
+for every rank, so the same bounds hold in virtual time (``ReadyBent``).
 """
 
 import numpy as np
+
+from sim.busy import Busy
 
 # Bounds are widened by this much of the largest time, far above float64 rounding (~1e-16):
 # a dropped rank is provably below the kept ones, never a near-tie.
@@ -22,7 +24,7 @@ _SLACK = 1e-9
 
 
 class Scratch:
-    """Named (ranks,) float arrays reused from step to step by one engine group.
+    """Named (ranks,) float arrays the engine reuses from step to step.
 
     At 65,536 ranks an array is 512 KB, and the C allocator hands memory that large back to the
     system when it is freed, so a fresh array per operation pays ~128 page faults: more than
@@ -53,8 +55,8 @@ class ReadyLines:
         self.start_s, self.backward_s, self.fraction, self.scratch = start_s, backward_s, fraction, scratch
         self.first_s = _line(start_s, backward_s, fraction[0], scratch("ready_first"))  # bucket 0
         self.end_s = _line(start_s, backward_s, fraction[-1], scratch("ready_end"))  # backward ends
-        self._backward_max = float(backward_s.max())
-        self._slack = _SLACK * (abs(float(start_s.max())) + abs(self._backward_max) + 1.0)
+        self.backward_max = float(backward_s.max())
+        self.slack = _SLACK * (abs(float(start_s.max())) + abs(self.backward_max) + 1.0)
 
     def rows(self, idx) -> np.ndarray:
         """The table's rows ``idx`` (an index array), computed as the full table would be."""
@@ -72,7 +74,7 @@ class ReadyLines:
         at_lo = self.first_s if lo == f[0] else _line(a, c, lo, self.scratch("ready_lo"))
         at_hi = self.end_s if hi == f[-1] else _line(a, c, hi, self.scratch("ready_hi"))
         r0, r1 = int(at_lo.argmax()), int(at_hi.argmax())
-        slack = self._slack
+        slack = self.slack
         keep = (at_lo >= at_lo[r0] - slack) | (at_hi >= at_hi[r1] - slack)
         if c[r0] != c[r1]:
             cross = (a[r0] - a[r1]) / (c[r1] - c[r0])
@@ -94,8 +96,8 @@ class ReadyLines:
             return out
         free = ends[:-1]
         shared = float((starts[1:] - free).sum())
-        threshold = float((free - self._backward_max * self.fraction[1:]).min())
-        late = np.flatnonzero(self.start_s > threshold - self._slack)
+        threshold = float((free - self.backward_max * self.fraction[1:]).min())
+        late = np.flatnonzero(self.start_s > threshold - self.slack)
         out += shared
         if len(late):
             over = np.maximum(self.rows(late)[:, 1:] - free[None, :], 0.0).sum(axis=1)
@@ -103,16 +105,42 @@ class ReadyLines:
         return out
 
 
-class ReadyTable:
-    """The whole (ranks x buckets) table, for ready times that are not lines (interference)."""
+class ReadyBent:
+    """Ready times bent by interference (gamma > 0): compute slows by 1 + gamma while a
+    collective runs, so bucket b is ready at g_b(line[r, b]), g_b the inverse of the virtual
+    time V(t) = t - gamma / (1 + gamma) x busy(t) over collectives 0..b-1 (sim/busy.py; the
+    later ones start after bucket b is ready everywhere). Every collective starts after every
+    rank's backward has begun (collective 0 waits for the latest rank's bucket 0), so V = t at
+    each rank's start and the line is already the virtual time. g_b is one increasing function
+    for all ranks: the latest rank's ready time is g_b of the lines' envelope, the stream needs
+    no table, and a rank passes the stream's free time exactly where its line passes V_b of it,
+    so ReadyLines' bounds carry over with V in place of t."""
 
-    def __init__(self, ready: np.ndarray):
-        self.ready = ready
-        self.end_s = ready[:, -1]
+    def __init__(self, lines: ReadyLines, busy: Busy, gamma: float):
+        self.lines, self.busy, self.gamma = lines, busy, gamma
+        nb = len(lines.fraction)
+        # V(start) = start, so the line's value is the virtual time finish() would compute.
+        self.end_s = busy.prefix(nb - 1).bend(lines.end_s, gamma)
 
     def rows(self, idx) -> np.ndarray:
-        return self.ready[idx]
+        """The table's rows ``idx``: bucket b bent by collectives 0..b-1, as the table was."""
+        a, c, f = self.lines.start_s[idx], self.lines.backward_s[idx], self.lines.fraction
+        return self.busy.finish_prefixes(a[:, None], c[:, None] * f[None, :], self.gamma)
 
     def collective_wait(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        free = np.concatenate(([-np.inf], ends[:-1]))
-        return (starts[None, :] - np.maximum(self.ready, free[None, :])).sum(axis=1)
+        """As ReadyLines.collective_wait. Bucket b's free time ends[b - 1] is V_b(ends[b - 1])
+        in virtual time, the (2b - 1)-th breakpoint of V (sim/busy.py); a rank whose line stays
+        below it at every bucket waits from the stream's free time, as in ReadyLines."""
+        lines = self.lines
+        out = np.subtract(starts[0], lines.first_s, out=lines.scratch("collective_wait"))
+        if len(starts) == 1:
+            return out
+        free = ends[:-1]
+        c = self.gamma / (1.0 + self.gamma)
+        free_v = self.busy.t[1:-1:2] - c * self.busy.busy[1:-1:2]
+        threshold = float((free_v - lines.backward_max * lines.fraction[1:]).min())
+        late = np.flatnonzero(lines.start_s > threshold - lines.slack)
+        out += float((starts[1:] - free).sum())
+        if len(late):
+            out[late] -= np.maximum(self.rows(late)[:, 1:] - free[None, :], 0.0).sum(axis=1)
+        return out

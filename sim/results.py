@@ -165,39 +165,36 @@ class Recorder:
         if step < self.trace_steps:
             self.trace["comm"][step] = (t0, starts.copy(), ends.copy())
 
-    def ranks(self, step: int, ranks: slice, *, t0, last_bwd_start, ready, fwd, bwd, busy, pause_s=None, scratch):
-        """``ready``: the ranks' bucket-ready times, a sim/ready.py ReadyLines or ReadyTable;
-        ``scratch``: the group's sim/ready.py Scratch, which the step's arrays are written to."""
+    def ranks(self, step: int, *, t0, last_bwd_start, ready, fwd, bwd, busy, pause_s=None, scratch):
+        """Every rank's share of one step. ``ready``: the ranks' bucket-ready times, a sim/ready.py
+        ReadyLines or ReadyBent; ``scratch``: the engine's sim/ready.py Scratch, which the step's
+        arrays are written to."""
         starts, ends = busy.t[0::2], busy.t[1::2]
         bwd_end = ready.end_s
         compute = np.subtract(bwd_end, t0, out=scratch("compute"))
-        compute -= self.wl.dataloader_s[ranks]
+        compute -= self.wl.dataloader_s
         idle = np.subtract(ends[-1], bwd_end, out=scratch("idle"))
         exposed = np.subtract(busy.busy[-1], busy.busy_before(bwd_end), out=scratch("exposed"))
         wait = np.maximum(np.subtract(idle, exposed, out=idle), 0.0, out=idle)
         self.stats.add(
             step,
-            ranks,
             compute_s=compute,
             exposed_comm_s=exposed,
             straggler_wait_s=wait,
             collective_wait_s=ready.collective_wait(starts, ends),
         )
         if step < self.trace_steps:
-            lo = ranks.start
             for r in self.trace_ranks:
-                if lo <= r < ranks.stop:
-                    i = r - lo
-                    self.trace["ranks"][(step, r)] = {
-                        "t0": t0,
-                        "dataloader_s": float(self.wl.dataloader_s[r]),
-                        "pause_s": 0.0 if pause_s is None else float(pause_s[i]),
-                        "forward_s": fwd[i].copy(),
-                        "backward_s": bwd[i].copy(),
-                        "last_backward_start": float(last_bwd_start[i]),
-                        "backward_end": float(bwd_end[i]),
-                        "ready": ready.rows(np.array([i]))[0],
-                    }
+                self.trace["ranks"][(step, r)] = {
+                    "t0": t0,
+                    "dataloader_s": float(self.wl.dataloader_s[r]),
+                    "pause_s": 0.0 if pause_s is None else float(pause_s[r]),
+                    "forward_s": fwd[r].copy(),
+                    "backward_s": bwd[r].copy(),
+                    "last_backward_start": float(last_bwd_start[r]),
+                    "backward_end": float(bwd_end[r]),
+                    "ready": ready.rows(np.array([r]))[0],
+                }
 
     def result(self, *, wall_s: float) -> SimResult:
         return SimResult(

@@ -1,6 +1,6 @@
 """Statistics kept online (sim/online.py) and ready times as lines (sim/ready.py): the same
-numbers as the whole (steps x ranks) tables, memory that does not grow with steps, and the
-engine's results unchanged against the engine as it was (bench/engine_v1.py, frozen)."""
+numbers as the whole (steps x ranks) tables and (ranks x buckets) ready tables, and memory that
+does not grow with steps. tests/test_engine_golden.py holds the engine's numbers as they were."""
 
 import subprocess
 import sys
@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.busy import Busy
 from sim.engine import simulate
 from sim.online import RANK_FIELDS, P2Median
-from sim.ready import ReadyLines, ReadyTable, Scratch
+from sim.ready import ReadyBent, ReadyLines, Scratch
 from sim.scenario_file import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.engine_v1 import simulate as simulate_v1  # noqa: E402
 
 CASES = {
     "jitter+straggler": ("h100-1024", ["noise.sigma=0.05", "stragglers=17:1.4"]),
@@ -30,26 +29,6 @@ CASES = {
     "fail-slow episodes": ("straggler-failslow", []),
     "slow loader": ("straggler-dataloader", []),
 }
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_the_engine_gives_the_frozen_engines_numbers(case):
-    """Step times and every (steps, ranks) table are bit-identical to the engine before online
-    statistics, except the collective wait, summed in another order (within 1e-15 relative);
-    the summary's means are means of per-rank means (within 1e-14)."""
-    preset, sets = CASES[case]
-    sc = load_scenario(preset, sets, ranks=64 if preset.startswith(("h100", "straggler")) else None, steps=30)
-    old, new = simulate_v1(sc), simulate(sc, records=True)
-    np.testing.assert_array_equal(new.step_time_s, old.step_time_s)
-    np.testing.assert_array_equal(new.comm_busy_s, old.comm_busy_s)
-    for k in ("compute_s", "exposed_comm_s", "straggler_wait_s"):
-        np.testing.assert_array_equal(new.record(k), getattr(old, k), err_msg=k)
-    np.testing.assert_allclose(new.record("collective_wait_s"), old.collective_wait_s, rtol=1e-15, atol=1e-15)
-    s_old, s_new = old.summary(), new.summary()
-    assert s_new["step_time_s"] == s_old["step_time_s"]
-    assert s_new["slowest_rank"] == s_old["slowest_rank"]
-    for k in ("compute_s", "exposed_comm_s", "straggler_wait_s", "scaling_efficiency", "tokens_per_s"):
-        assert s_new[k] == pytest.approx(s_old[k], rel=1e-14, abs=1e-300), k
 
 
 @pytest.mark.parametrize("case", ["jitter+straggler", "interference", "pauses"])
@@ -97,9 +76,42 @@ def test_ready_lines_equal_the_whole_table(seed):
     for b, d in enumerate(rng.uniform(1e-3, 4e-3, len(frac))):
         starts[b] = max(latest[b], end)
         ends[b] = end = starts[b] + d
-    want = ReadyTable(table).collective_wait(starts, ends)
-    np.testing.assert_allclose(lines.collective_wait(starts, ends), want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(lines.collective_wait(starts, ends), _wait(table, starts, ends), rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(lines.end_s, table[:, -1])
+
+
+def _wait(table, starts, ends):
+    """The collective wait from the whole table: per bucket, from max(ready, stream free) to start."""
+    free = np.concatenate(([-np.inf], ends[:-1]))
+    return (starts[None, :] - np.maximum(table, free[None, :])).sum(axis=1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("gamma", [0.1, 1.0])
+def test_bent_lines_equal_the_whole_table(seed, gamma):
+    """With interference the engine forms no (ranks x buckets) table either: the stream's
+    recurrence on the lines' envelope (sim/engine.py stream) gives the collectives the table gave,
+    bucket by bucket (each ready time bent by the collectives before it, sim/busy.py), and
+    ReadyBent's end of backward, rows and collective wait are the table's."""
+    from sim.engine import stream
+
+    rng = np.random.default_rng(seed)
+    start, bwd, frac = _lines(rng, 4096, 40, straggler=7 if seed % 2 else None, ties=seed >= 4)
+    durations = rng.uniform(1e-3, 4e-3 if seed < 3 else 1e-2, len(frac))
+    table = np.empty((len(start), len(frac)))
+    starts, ends, end = np.zeros(len(frac)), np.zeros(len(frac)), -np.inf
+    for b, d in enumerate(durations):  # the engine as it was: a column at a time
+        table[:, b] = Busy(starts[:b], ends[:b]).finish(start, bwd * frac[b], gamma)
+        starts[b] = max(table[:, b].max(), end)
+        ends[b] = end = starts[b] + d
+    lines = ReadyLines(start, bwd, frac, Scratch(len(start)))
+    got_starts, got_ends = stream(lines.latest(), durations, gamma)
+    np.testing.assert_array_equal(got_starts, starts)
+    np.testing.assert_array_equal(got_ends, ends)
+    ready = ReadyBent(lines, Busy(starts, ends), gamma)
+    np.testing.assert_array_equal(ready.end_s, table[:, -1])
+    np.testing.assert_array_equal(ready.rows(np.arange(0, 4096, 97)), table[::97])
+    np.testing.assert_allclose(ready.collective_wait(starts, ends), _wait(table, starts, ends), rtol=1e-12, atol=1e-15)
 
 
 def test_p_square_median_tracks_the_exact_median():
@@ -163,3 +175,26 @@ def test_records_without_out_is_one_line():
     p = _ddplab("simulate", "homelab-1gbe", "--steps", "3", "--records")
     assert p.returncode == 2
     assert p.stderr.splitlines() == ["ddplab simulate: error: --records: needs --out DIR to write them to"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_interp_is_numpys_to_the_bit(seed):
+    """sim/busy.py's interp, a table lookup in place of np.interp's binary search, gives
+    np.interp's floats: x inside, outside and on the breakpoints, repeated breakpoints (touching
+    intervals), every x the same."""
+    from sim.busy import interp
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(8, 200))
+    xp = np.sort(rng.uniform(0.0, 10.0, m))
+    if seed % 3 == 0:
+        k = rng.integers(1, m - 1, 5)
+        xp[k] = xp[k - 1]
+        xp = np.sort(xp)
+    fp = np.cumsum(rng.uniform(0.0, 1.0, m))
+    lo, hi = (xp[0] - 1.0, xp[-1] + 1.0) if seed % 2 else (xp[m // 3], xp[m // 2])
+    x = rng.uniform(lo, hi, 10000)  # above the size where the lookup takes over from np.interp
+    x[:50] = xp[rng.integers(0, m, 50)]
+    if seed % 5 == 0:
+        x[:] = xp[3]
+    np.testing.assert_array_equal(interp(x, xp, fp), np.interp(x, xp, fp))
