@@ -34,6 +34,8 @@ def _simulate(args):
         provenance = None
     sweep = args.sweep_ranks is not None
     if any(threedcmd.is_3d(sc) for sc in scenarios):  # tensor or pipeline parallel: sim/parallel3d.py
+        if getattr(args, "engine", "fast") == "simpy":
+            raise ValueError("--engine simpy: the reference models a DDP step; training.tp/pp run sim/parallel3d.py")
         return threedcmd.simulate(args, scenarios)
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")

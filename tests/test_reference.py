@@ -77,6 +77,11 @@ def test_simulate_engine_simpy_prints_the_fast_engines_numbers(capsys):
         "ddplab simulate: error: --engine simpy: 1024 ranks is over its limit of 256 (sim/limits.py"
         " REFERENCE_MAX_RANKS: a process per rank and per bucket); use --engine fast"
     ]
+    argv = ("simulate", "h100-1024", "--ranks", "64", "--steps", "2", "--set", "training.tp=8")
+    code, _, err = in_process(capsys, *argv, "--engine", "simpy")
+    assert code == 2 and err.splitlines() == [
+        "ddplab simulate: error: --engine simpy: the reference models a DDP step; training.tp/pp run sim/parallel3d.py"
+    ]
 
 
 def test_the_fast_path_has_no_simpy():
