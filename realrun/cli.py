@@ -292,7 +292,8 @@ def check_3d(args: argparse.Namespace, shape: dict) -> None:
         return
     from realrun.parallel import layout_problem
 
-    world = getattr(args, "nproc", None) or int(os.environ.get("WORLD_SIZE", "1"))
+    # `ddplab train`'s --nproc, or a worker's world size; neither where `ddplab launch` checks.
+    world = getattr(args, "nproc", None) or (int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else None)
     problem = layout_problem(args.tp, args.pp, world, shape)
     if problem:
         raise ValueError(problem)

@@ -33,9 +33,10 @@ class Layout(NamedTuple):
         return {**self._asdict(), **self.coords(rank)}
 
 
-def layout_problem(tp: int, pp: int, world_size: int, shape: dict) -> str | None:
+def layout_problem(tp: int, pp: int, world_size: int | None, shape: dict) -> str | None:
     """One line naming the flag and the value when (tp, pp) cannot run on ``world_size`` ranks of
-    a model of ``shape`` (scenarios/models.toml's keys), else None."""
+    a model of ``shape`` (scenarios/models.toml's keys), else None. ``world_size`` None: not known
+    here (`ddplab launch` checks before the nodes start), so not checked."""
     heads, kv_heads = shape["n_head"], shape.get("n_kv_head") or shape["n_head"]
     layers = shape["n_layer"]
     ffn = shape.get("ffn_hidden") or 4 * shape["n_embd"]
@@ -45,7 +46,7 @@ def layout_problem(tp: int, pp: int, world_size: int, shape: dict) -> str | None
         return f"--tp {tp}: must divide the model's MLP width {ffn}"
     if pp > layers:
         return f"--pp {pp}: the model has {layers} layers; a stage needs at least one"
-    if world_size % (tp * pp):
+    if world_size is not None and world_size % (tp * pp):
         return f"--nproc {world_size}: not divisible by --tp {tp} x --pp {pp} = {tp * pp}"
     tied = shape.get("tied_embeddings", shape.get("layout", "gpt2") == "gpt2")
     if pp > 1 and tied:

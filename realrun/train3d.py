@@ -90,7 +90,7 @@ class Trainer3D:
     def _one_rank_path(self, xs, ys) -> tuple[float, float, torch.Tensor]:
         """pp = 1: gradient accumulation, realrun/train.py's weighting (1 / (b K) per sequence)."""
         fwd = bwd = 0.0
-        loss_sum = torch.zeros(())
+        loss_sum = torch.zeros((), device=self.env.device)
         scale = 1.0 / (self.args.micro_batch * len(xs))
         for x, y in zip(xs, ys, strict=True):
             self.phase = "forward"
@@ -118,7 +118,7 @@ class Trainer3D:
         pipeline_s = self.now() - t
         self.module.close_backward()
         fwd, bwd = self.module.take_times()
-        loss = torch.stack(losses).detach().mean() if losses else torch.zeros(())
+        loss = torch.stack(losses).detach().mean() if losses else torch.zeros((), device=self.env.device)
         return fwd, bwd, pipeline_s, loss
 
     def _reduce_dp(self) -> float:
