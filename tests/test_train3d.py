@@ -113,9 +113,10 @@ def test_validate_reports_the_prediction(runs, tmp_path):
     from calibrate.validate import validate
 
     probe = tmp_path / "probe"
+    # 4 iterations x 2 micro-batch sizes: calibrate's jitter fit needs 8 compute samples or more.
     p = run_cli(
         "probe", "--nproc", "2", "--out", str(probe), "--model", "llama-tiny", "--seq-len", "32",
-        "--sizes", "4K:64K", "--iters", "3", "--warmup", "1", "--micro-batches", "1,2",
+        "--sizes", "4K:64K", "--iters", "4", "--warmup", "1", "--micro-batches", "1,2",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     calib_path = tmp_path / "calib.json"
