@@ -65,6 +65,7 @@ class Run:
     lab: dict | None  # the emulated lab (netlab/commands.json), or None on real machines
     records: dict[int, dict[str, list[dict]]]  # {rank: {type: [records]}}
     files: tuple[str, ...]
+    layout: dict | None = None  # a --tp/--pp train run's tp, pp, dp, schedule, micro_batches (rank 0's meta)
 
     def of(self, kind: str, rank: int | None = None) -> list[dict]:
         """Records of one type, of one rank or of all ranks (rank order)."""
@@ -134,6 +135,7 @@ def read_run(path: Path, verb: str | None = None) -> Run:
         lab=lab,
         records=records,
         files=tuple(str(f) for f in files),
+        layout=m0.get("layout"),
     )
 
 

@@ -33,6 +33,7 @@ from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
 from calibrate.records import Run, read_run
 from calibrate.refusal import scenario_or_refusal
+from calibrate.validate3d import layout_of, row_3d
 from scenarios import load_models
 
 WARMUP_STEPS = 2
@@ -230,6 +231,16 @@ def validate(calib: Calibration, calib_path: str, paths: list[Path], *, seed: in
         runs.append(run)
     rows = []
     for i, run in enumerate(runs, 1):
+        lay = layout_of(run)
+        if lay is not None:  # --tp/--pp: the 3D model (calibrate/validate3d.py)
+            row = row_3d(run, lay, calib, calib_path, seed=seed)
+            rows.append(row)
+            if progress:
+                progress(
+                    f"[{i}/{len(runs)}] {row['name']} (tp {lay['tp']} x pp {lay['pp']} x dp {lay['dp']}): predicted"
+                    f" p50 {row['predicted_p50_s']:.3f} s, measured {row['measured_p50_s']:.3f} s"
+                )
+            continue
         data, label = scenario_for(run, calib, calib_path, seed=seed)
         m, p = _measured(run), _predicted(data)
         row = {"run": str(run.path), "name": f"{run.path.parent.name}/{run.path.name}", "network": label}

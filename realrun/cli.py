@@ -261,6 +261,7 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
         " steps) beside the records, trace-rankNNNN.json.gz (`ddplab calibrate` reads them; docs/traces.md)",
     )
     _add_numerics(p)
+    _add_3d(p)
 
     # Test-only, hidden: inject a fault; save step 0's batches, weights and reduced gradients.
     def fault(text: str) -> tuple[int, int, str]:
@@ -272,6 +273,47 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     p.add_argument("--fault", type=fault, action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--save-grads", action="store_true", help=argparse.SUPPRESS)
     return p
+
+
+def _add_3d(p: argparse.ArgumentParser) -> None:
+    """Tensor and pipeline parallelism (realrun/train3d.py); data parallelism over the rest."""
+    p.add_argument("--tp", type=_positive(int), default=1, help="tensor-parallel ranks per group (Megatron-style)")
+    p.add_argument("--pp", type=_positive(int), default=1, help="pipeline stages (--grad-accum micro-batches a step)")
+    p.add_argument("--pp-schedule", choices=("gpipe", "1f1b"), default="1f1b", help="pipeline schedule (with --pp)")
+
+
+# What the 3D trainer (realrun/train3d.py) does not do; each refused in one line with --tp/--pp.
+_NOT_3D = (
+    ("compile", "--compile"),
+    ("micro_batch_per_rank", "--micro-batch-per-rank"),
+    ("no_overlap", "--no-overlap"),
+    ("straggler", "--straggler"),
+    ("loader_workers", "--loader-workers"),
+    ("loader_delay_ms", "--loader-delay-ms"),
+    ("no_instrument", "--no-instrument"),
+    ("save_grads", "--save-grads"),
+    ("fault", "--fault"),
+)
+
+
+def check_3d(args: argparse.Namespace, shape: dict) -> None:
+    """--tp/--pp: a layout the ranks and the model allow, and only what the 3D trainer does."""
+    if args.tp * args.pp == 1:
+        return
+    from realrun.parallel import layout_problem
+
+    # `ddplab train`'s --nproc, or a worker's world size; neither where `ddplab launch` checks.
+    world = getattr(args, "nproc", None) or (int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else None)
+    problem = layout_problem(args.tp, args.pp, world, shape)
+    if problem:
+        raise ValueError(problem)
+    for key, flag in _NOT_3D:
+        if getattr(args, key, None):
+            raise ValueError(f"{flag}: not supported with --tp/--pp (realrun/train3d.py)")
+    if args.comm_hook != "none" or args.grad_staging != "none":
+        raise ValueError(f"--comm-hook {args.comm_hook} / --grad-staging {args.grad_staging}: not with --tp/--pp")
+    if args.precision not in ("auto", "fp32"):
+        raise ValueError(f"--precision {args.precision}: --tp/--pp runs train in fp32")
 
 
 PARSERS = {"probe": probe_parser, "train": train_parser}
@@ -307,6 +349,8 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
             f"--bucket-cap-mb {args.bucket_cap_mb:g}: with --compile it must be >= 1 (torch's 1 MiB first bucket)"
         )
     seq_len = args.seq_len or context
+    if verb == "train":
+        check_3d(args, models[args.model])
     if verb == "train" and args.data is not None and this_machine:  # elsewhere: the path is the node's
         from realrun.footprint import check_data_file
 

@@ -95,8 +95,10 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=not cfg.llama)
 
     def forward(self, x, rope=None):
-        b, t, c = x.shape
-        kv = self.n_kv_head * self.head_dim
+        b, t, _ = x.shape
+        # Widths from this module's heads, not x: under tensor parallelism (realrun/tp.py) a
+        # rank holds n_head / tp of them, and Q is narrower than the residual stream.
+        c, kv = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
         q, k, v = self.c_attn(x).split((c, kv, kv), dim=2)
         q = q.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
         k, v = (z.view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2) for z in (k, v))

@@ -229,6 +229,10 @@ class Trainer:
 
 
 def run(args) -> int:
+    if getattr(args, "tp", 1) * getattr(args, "pp", 1) > 1:  # tensor/pipeline parallel: its own loop
+        from realrun.train3d import run as run_3d
+
+        return run_3d(args)
     env = rdist.init(args.backend, args.timeout_s, args.device)
     recipe = Recipe.for_run(args, env.device)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}

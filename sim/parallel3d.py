@@ -339,11 +339,14 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
     return out
 
 
-def simulate_3d(sc: Scenario, rng: np.random.Generator | None, *, factors: np.ndarray | None = None) -> Step3D:
+def simulate_3d(
+    sc: Scenario, rng: np.random.Generator | None, *, factors: np.ndarray | None = None, costs: StepCosts | None = None
+) -> Step3D:
     """One step of ``sc`` (module docstring). ``factors`` (dp, pp) overrides the drawn speeds;
-    ``rng`` None draws nothing (identical GPUs, no noise: the planner's replay)."""
+    ``rng`` None draws nothing (identical GPUs, no noise: the planner's replay). ``costs``
+    replaces step_costs' (calibrate/validate3d.py: per-stage compute from a probe's timings)."""
     lay = layout(sc)
-    costs = step_costs(sc, lay)
+    costs = step_costs(sc, lay) if costs is None else costs
     factors = group_factors(sc, lay, rng) if factors is None else factors
     overlap, fsdp = sc.training.overlap, sc.training.mode == "fsdp"
     start = costs.gather_s / np.array([max(1, sum(costs.layers[g] for g in range(i, len(costs.layers), lay.pp)))

@@ -1,0 +1,211 @@
+"""``ddplab validate`` for a tensor/pipeline-parallel train run (`ddplab train --tp/--pp`):
+the 3D scenario built from the run's own records (tp, pp, dp, schedule, micro-batches from the
+meta record's ``layout``), replayed by sim/parallel3d.py on the calibrated machine, compared
+with the measured steps as calibrate/validate.py compares DDP runs.
+
+Where each cost comes from (nothing of the train run's own timing enters):
+- compute: the probe's forward and backward of the whole model at this micro-batch
+  (calib.compute, one rank), split over stages and TP shards by the simulator's own roofline
+  (sim/tp.py, kernel by kernel): a stage's share is its kernels' roofline time over the whole
+  model's, each TP rank's block share the roofline at tp over the roofline at 1. So the probe
+  gives the scale, the simulator the split. The embedding and output layer are whole on every
+  TP rank in these runs (realrun/tp.py), so they are timed at tp = 1;
+- the TP allreduces (two per block forward, two backward), the point-to-point sends and the
+  data-parallel reduction: sim/parallel3d.py's, on the calibrated link (gloo's fitted hop
+  latency and bandwidth), every rank as on its own host (gpus_per_node 1, as validate's DDP
+  scenarios);
+- the optimizer: the probe's, each stage its parameters' share; per-rank speed and per-step
+  jitter: the calibration's, as for DDP runs.
+"""
+
+import numpy as np
+
+from calibrate.apply import apply_calibration
+from calibrate.calibration import Calibration
+from calibrate.records import Run
+from scenarios import load_models
+
+WARMUP_STEPS = 2  # calibrate/validate.py's; step 1 also ran under MemTracker (realrun/train3d.py)
+SIM_STEPS = 500  # one simulate_3d call draws one step; 500 draws take a few seconds here
+
+
+def layout_of(run: Run) -> dict | None:
+    """The run's layout (realrun/SCHEMA.md, "train"), or None for a DDP run."""
+    lay = run.layout
+    return lay if lay and lay["tp"] * lay["pp"] > 1 else None
+
+
+def scenario_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, seed: int) -> tuple[dict, str]:
+    cfg = run.config
+    models = load_models()
+    seq = cfg.get("seq_len") or models[cfg["model"]]["block_size"]
+    label = calib.network(run.label if run.label in calib.networks else None)[0]
+    training = {
+        "micro_batch_size": cfg["micro_batch"],
+        "seq_len": seq,
+        "grad_accum": lay["micro_batches"],
+        "precision": run.precision,
+        "overlap": False,  # realrun/train3d.py reduces over DP after the pipeline drains
+        "comm_hook": "none",
+    }
+    data = {
+        "name": f"validate:{run.path}",
+        "ranks": run.world_size,
+        "steps": 1,
+        "seed": seed,
+        "model": {"preset": cfg["model"]},
+        "training": training,
+        "network": {"backend": run.backend, "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+        "noise": {},
+        "compute": {},
+    }
+    data = apply_calibration(data, calib, calib_path=calib_path, network=label, mode="all").data
+    # Calibrated as DDP's one-rank-per-host scenario, then made 3D: the simulator keeps TP inside
+    # a node, so every rank on one "node" whose links are the calibrated ones (the probe measured
+    # gloo between these very processes, over loopback).
+    net = data["network"]
+    net |= {"gpus_per_node": run.world_size, "intra_link": "pci"}
+    net |= {"intra_gb_s": net["nic_gbit_s"] / 8.0, "intra_efficiency": net.get("nic_efficiency", 1.0)}
+    data["training"] |= {"tp": lay["tp"], "pp": lay["pp"], "sequence_parallel": False}
+    if lay["pp"] > 1:
+        data["training"]["pp_schedule"] = lay["schedule"]
+    # The 3D model times kernels by the roofline (it refuses a whole-step compute time); the
+    # probe's whole-model time scales the roofline's split instead (predict_3d).
+    for key in ("step_compute_s", "mfu"):
+        data["compute"].pop(key, None)
+    factors = {r: v.speed_factor for r, v in calib.ranks.items() if r < run.world_size}
+    data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if f != 1.0)
+    return data, label
+
+
+def calibrated_costs(sc, calib: Calibration):
+    """sim/parallel3d.py's StepCosts with each stage's compute from the probe (module docstring)."""
+    from sim.parallel3d import dtypes_3d, fabric_for, layout, step_costs
+    from sim.roofline import rates
+    from sim.tp import block_time, head_time
+
+    lay = layout(sc)
+    base = step_costs(sc, lay)
+    t, shape = sc.training, sc.model.shape
+    dt = dtypes_3d(sc)
+    r = rates(sc.compute, dt)
+    common = {"sequence_parallel": False}
+    blk = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, tp=lay.tp, recompute="none",
+                     fabric=fabric_for(sc, ranks=lay.tp), **common)  # fmt: skip
+    one = fabric_for(sc, ranks=1)
+    blk1 = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, tp=1, recompute="none", fabric=one, **common)
+    head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, tp=1, fabric=one, **common)
+    n = shape.n_layer
+    tokens = t.micro_batch_size * sc.seq_len
+    roof_f = n * blk1.forward_compute_s + head.embedding_forward_s + head.output_forward_s
+    roof_b = n * blk1.backward_compute_s + head.embedding_backward_s + head.output_backward_s
+    scale_f = calib.compute.forward_s.at(tokens)[0] / roof_f
+    scale_b = calib.compute.backward_s.at(tokens)[0] / roof_b
+    fwd = np.zeros((lay.pp, 1))
+    bwd = np.zeros((lay.pp, 1))
+    for i, layers in enumerate(base.layers):
+        fwd[i, 0] = layers * (scale_f * blk.forward_compute_s + blk.forward_comm_s)
+        bwd[i, 0] = layers * (scale_b * blk.backward_compute_s + blk.backward_comm_s)
+    fwd[0, 0] += scale_f * head.embedding_forward_s
+    bwd[0, 0] += scale_b * head.embedding_backward_s
+    fwd[-1, 0] += scale_f * head.output_forward_s
+    bwd[-1, 0] += scale_b * head.output_backward_s
+    return base._replace(forward_s=fwd, backward_s=bwd)
+
+
+def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: int = 0) -> dict:
+    from sim.parallel3d import simulate_3d
+    from sim.scenario_file import scenario_from_dict
+
+    sc = scenario_from_dict(data)
+    costs = calibrated_costs(sc, calib)
+    rng = np.random.default_rng(seed)
+    draws = [simulate_3d(sc, rng, costs=costs) for _ in range(steps)]
+    step_s = np.array([d.step_s for d in draws])
+    m = sc.training.grad_accum
+    compute = (costs.forward_s.sum(axis=1) + costs.backward_s.sum(axis=1)) * m  # per stage, speed 1
+    return {
+        "step_s": step_s,
+        "mean_s": float(step_s.mean()),
+        "compute_s": float(compute.mean()),
+        "wait_s": float(np.mean(step_s[:, None] - compute[None, :] - costs.optimizer_s[None, :])),
+        "memory": draws[0].memory,
+        "costs": costs,
+    }
+
+
+def measured_3d(run: Run) -> dict:
+    steps: dict[int, dict[int, dict]] = {}
+    for rank in run.records:
+        for rec in run.of("step", rank):
+            steps.setdefault(rec["step"], {})[rank] = rec
+    kept = [s for s in sorted(steps) if s >= WARMUP_STEPS and len(steps[s]) == run.world_size]
+    if len(kept) < 3:
+        raise ValueError(f"{run.path}: {len(kept)} complete steps after {WARMUP_STEPS} warm-up steps; need 3 or more")
+    ranks = range(run.world_size)
+    total = np.array([[steps[s][r]["step_wall_s"] for r in ranks] for s in kept])
+    wait = np.array([[steps[s][r]["wait_s"] for r in ranks] for s in kept])
+    compute = np.array([[steps[s][r]["forward_s"] + steps[s][r]["backward_s"] for r in ranks] for s in kept])
+    step_s = total.mean(axis=1)
+    return {
+        "steps": len(kept),
+        "step_s": step_s,
+        "mean_s": float(step_s.mean()),
+        "wait_s": float(wait.mean()),
+        "exposed_comm_s": float(wait.min(axis=1).mean()),
+        "straggler_wait_s": float((wait.mean(axis=1) - wait.min(axis=1)).mean()),
+        "compute_s": float(compute.mean()),
+        "loss": [steps[s][0]["loss"] for s in sorted(steps) if 0 in steps[s]],
+    }
+
+
+def row_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, seed: int) -> dict:
+    """One validate row (calibrate/validate.py's keys) for a 3D run, plus its layout and the
+    memory comparison: sim/memory3d.py's estimate per stage against MemTracker's peak."""
+    from calibrate.validate import KS_ALPHA, compare, lag1_autocorrelation, percentiles
+
+    data, label = scenario_3d(run, lay, calib, calib_path, seed=seed)
+    m, p = measured_3d(run), predict_3d(data, calib, seed=seed)
+    row = {"run": str(run.path), "name": f"{run.path.parent.name}/{run.path.name}", "network": label}
+    row["layout"] = {k: lay[k] for k in ("tp", "pp", "dp", "micro_batches", "schedule")}
+    row["steps"], row["simulated_steps"] = m["steps"], len(p["step_s"])
+    mp, pp_ = percentiles(m["step_s"]), percentiles(p["step_s"])
+    for key in ("p50_s", "p95_s", "p99_s"):
+        row[f"predicted_{key}"], row[f"measured_{key}"] = pp_[key], mp[key]
+    for key in ("mean_s", "wait_s", "compute_s"):
+        row[f"predicted_{key}"], row[f"measured_{key}"] = p[key], m[key]
+    row["measured_exposed_comm_s"], row["measured_straggler_wait_s"] = m["exposed_comm_s"], m["straggler_wait_s"]
+    row["predicted_exposed_comm_s"] = row["predicted_straggler_wait_s"] = None  # not split in the 3D model
+    row |= compare(m["step_s"], p["step_s"])
+    row["lag1"] = lag1_autocorrelation(m["step_s"])
+    row["ks_alpha"] = KS_ALPHA
+    row["measured_step_s"] = [float(x) for x in m["step_s"]]
+    row["predicted_quantiles_s"] = [float(x) for x in np.percentile(p["step_s"], np.arange(0.5, 100, 1.0))]
+    row["memory"] = memory_rows(run, p["memory"])
+    return row
+
+
+GIB = float(1 << 30)
+
+
+def memory_rows(run: Run, estimate) -> list[dict]:
+    """Per rank: MemTracker's peak (realrun/train3d.py's mem_tracker record) and sim/memory3d.py's
+    estimate for its stage without the CUDA context (a CPU run has none): model states,
+    activations in flight and the logits."""
+    out = []
+    for rank in sorted(run.records):
+        tracked = run.of("mem_tracker", rank)
+        stage = (run.of("step", rank) or [{}])[0].get("stage", 0)
+        est = estimate[stage]
+        est_bytes = (est.model_states_gib + est.activations_gib + est.logits_gib) * GIB
+        measured = tracked[0]["peak_bytes"] if tracked else None
+        out.append(
+            {
+                "rank": rank,
+                "stage": stage,
+                "measured_peak_bytes": measured,
+                "estimated_bytes": est_bytes,
+                "error": est_bytes / measured - 1.0 if measured else None,
+            }
+        )
+    return out

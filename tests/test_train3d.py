@@ -1,0 +1,152 @@
+"""`ddplab train --tp/--pp` (realrun/train3d.py): real 2-rank tensor-parallel and 2-stage pipeline
+runs of llama-tiny on CPU with gloo, held to a one-rank run of the same model and data (TP and PP
+must not change the math), their records, MemTracker's peak against sim/memory3d.py, the
+prediction `validate` makes of them, and the one-line refusals of impossible layouts."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from realrun.parallel import layout_problem, stage_layers
+from realrun.records import read_run
+from scenarios import load_models
+from sim.parallel3d import chunk_layers
+
+COMMON = ("--model", "llama-tiny", "--seq-len", "32", "--micro-batch", "2", "--grad-accum", "4", "--steps", "6")
+LOSS_RTOL = 1e-4  # float32 sums in another order (sharded matmuls, the schedule's gradient scaling)
+# Set before the first comparison was looked at: MemTracker's peak and sim/memory3d.py's estimate
+# (model states, the schedule's activations in flight, the logits) within 30 %. The estimate's
+# inventory is Korthikanti et al.'s for a GPT block and a vocabulary-parallel embedding and output
+# layer; these runs keep both whole on every TP rank (realrun/tp.py), which it does not know.
+MEMORY_RTOL = 0.30
+
+
+def run_cli(*args, timeout=170) -> subprocess.CompletedProcess:
+    """`python -m ddplab ...`, its whole process group stopped whatever happens."""
+    # One thread a rank, as torchrun sets for several ranks: the one-rank reference run would
+    # otherwise spin two OpenMP threads on a shared 2-core box (tens of seconds here).
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True, env=env,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def losses(out) -> list[float]:
+    return [s["loss"] for s in read_run(out, "train")[0].of_type("step")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("train3d")
+    out = {}
+    for name, nproc, extra in (("one", "1", ()), ("tp", "2", ("--tp", "2")), ("pp", "2", ("--pp", "2"))):
+        out[name] = base / name
+        p = run_cli("train", "--nproc", nproc, "--out", str(out[name]), *COMMON, *extra)
+        assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+def test_stage_layers_is_the_simulators_split():
+    for n in (2, 5, 7, 12, 80):
+        for pp in range(1, min(n, 8) + 1):
+            assert stage_layers(n, pp) == chunk_layers(n, pp), (n, pp)
+
+
+@pytest.mark.parametrize("name", ["tp", "pp"])
+def test_loss_matches_one_rank(runs, name):
+    one, par = losses(runs["one"]), losses(runs[name])
+    assert len(par) == len(one) == 6
+    for a, b in zip(par, one, strict=True):
+        assert a == pytest.approx(b, rel=LOSS_RTOL)
+
+
+@pytest.mark.parametrize("name,tp,pp", [("tp", 2, 1), ("pp", 1, 2)])
+def test_records_have_the_layout(runs, name, tp, pp):
+    ranks = read_run(runs[name], "train")
+    for r in ranks:
+        lay = r.meta["layout"]
+        assert (lay["tp"], lay["pp"], lay["dp"], lay["micro_batches"]) == (tp, pp, 1, 4)
+        assert lay["stage"] == (r.meta["rank"] if pp > 1 else 0)
+        steps = r.of_type("step")
+        assert all(s["stage"] == lay["stage"] and s["micro_batches"] == 4 for s in steps)
+        for s in steps:  # the phases validate reads, each a time
+            assert s["forward_s"] > 0 and s["backward_s"] > 0 and s["wait_s"] >= 0
+            assert s["step_wall_s"] >= s["forward_s"] + s["backward_s"]
+        assert len(r.of_type("mem_tracker")) == 1
+
+
+@pytest.mark.parametrize("name", ["tp", "pp"])
+def test_memtracker_peak_near_memory3d(runs, name):
+    from calibrate.records import read_run as read_calib_run
+    from calibrate.validate3d import memory_rows
+    from sim.parallel3d import simulate_3d
+    from sim.scenario_file import scenario_from_dict
+
+    run = read_calib_run(runs[name])
+    lay = run.layout
+    sc = scenario_from_dict(
+        {
+            "ranks": 2, "model": {"preset": "llama-tiny"},
+            "training": {"micro_batch_size": 2, "seq_len": 32, "grad_accum": 4, "precision": "fp32",
+                         "tp": lay["tp"], "pp": lay["pp"], "pp_schedule": "1f1b"},
+            "network": {"backend": "gloo", "gpus_per_node": 2},
+        }
+    )  # fmt: skip
+    for row in memory_rows(run, simulate_3d(sc, None).memory):
+        assert row["estimated_bytes"] == pytest.approx(row["measured_peak_bytes"], rel=MEMORY_RTOL), row
+
+
+def test_validate_reports_the_prediction(runs, tmp_path):
+    from calibrate.calibration import Calibration
+    from calibrate.validate import validate
+
+    probe = tmp_path / "probe"
+    # 4 iterations x 2 micro-batch sizes: calibrate's jitter fit needs 8 compute samples or more.
+    p = run_cli(
+        "probe", "--nproc", "2", "--out", str(probe), "--model", "llama-tiny", "--seq-len", "32",
+        "--sizes", "4K:64K", "--iters", "4", "--warmup", "1", "--micro-batches", "1,2",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    calib_path = tmp_path / "calib.json"
+    c = run_cli("calibrate", str(probe), "-o", str(calib_path))
+    assert c.returncode == 0, c.stderr[-3000:]
+    report = validate(Calibration.read(calib_path), str(calib_path), [runs["tp"], runs["pp"]])
+    for row, (tp, pp) in zip(report["rows"], [(2, 1), (1, 2)], strict=True):
+        assert (row["layout"]["tp"], row["layout"]["pp"]) == (tp, pp)
+        assert row["predicted_p50_s"] > 0 and row["measured_p50_s"] > 0
+        assert -1.0 < row["error_p50"] < 100.0  # reported, not held: docs/parallelism.md has the numbers
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (("--nproc", "2", "--tp", "3"), "--tp 3: must divide the model's 4 attention heads"),
+        (("--nproc", "3", "--pp", "3"), "--pp 3: the model has 2 layers"),
+        (("--nproc", "3", "--tp", "2"), "--nproc 3: not divisible by --tp 2 x --pp 1 = 2"),
+    ],
+)
+def test_impossible_layout_is_one_line_exit_2(tmp_path, args, says):
+    p = run_cli("train", "--out", str(tmp_path / "x"), "--model", "llama-tiny", *args, timeout=60)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_layout_problem_names_tied_embeddings_and_mlp_width():
+    models = load_models()
+    assert "ties its embedding" in layout_problem(1, 2, 2, models["gpt2-tiny"])
+    assert layout_problem(2, 1, 2, models["llama-tiny"]) is None
+    assert layout_problem(2, 2, 4, models["llama-tiny"]) is None
