@@ -32,6 +32,9 @@ Why, from PyTorch itself:
 from typing import NamedTuple
 
 PRECISIONS = ("fp32", "tf32", "bf16-amp", "bf16", "fp16-amp", "fp8")
+# What the simulator predicts but `ddplab train` does not run: FP8 matmuls need Transformer
+# Engine (or torchao) on an FP8-capable GPU, which realrun does not use.
+SIMULATED_ONLY = ("fp8",)
 
 
 class Precision(NamedTuple):
