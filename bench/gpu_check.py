@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 from calibrate.devices import device_class  # noqa: E402
 from calibrate.records import read_run  # noqa: E402
 from scenarios import scenario_names  # noqa: E402
-from sim.gpt2 import flops_per_token, model_shape  # noqa: E402
 from sim.memory import GIB, estimate_memory  # noqa: E402
 from sim.scenario_file import load_scenario  # noqa: E402
+from sim.transformer import flops_per_token, model_shape  # noqa: E402
 
 WARMUP_STEPS = 2  # as calibrate/validate.py: step 0 allocates (and compiles), step 1 rebuilds the buckets
 

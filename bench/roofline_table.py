@@ -13,9 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.gpt2 import flops_per_token  # noqa: E402
 from sim.roofline import micro_step_time, rates  # noqa: E402
 from sim.scenario_file import load_scenario  # noqa: E402
+from sim.transformer import flops_per_token  # noqa: E402
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 SEQ = 2048

@@ -28,7 +28,7 @@ its reason (``Applied.withheld``; `simulate --calib` prints them and puts them i
 
 ``auto`` picks ``all`` when the scenario matches the measured set-up, ``device`` when it
 is a cluster of the probed GPU's class, else ``shape``, and says why. Compute transfers
-across models through FLOP counts (sim/gpt2.py): the measured achieved FLOP/s becomes a
+across models through FLOP counts (sim/transformer.py): the measured achieved FLOP/s becomes a
 fixed MFU; across sequence lengths the same way.
 """
 
@@ -41,10 +41,10 @@ import numpy as np
 from calibrate.calibration import Calibration, Network
 from calibrate.refusal import scenario_or_refusal
 from sim.config import MIN_SAMPLES, Scenario
-from sim.gpt2 import model_shape, param_count
 from sim.memory import GIB
 from sim.model_source import same_as_preset
 from sim.scenario_file import apply_overrides, scenario_data, scenario_from_dict
+from sim.transformer import model_shape, param_count
 
 MODES = ("auto", "all", "device", "shape")
 
@@ -382,7 +382,7 @@ def provenance(sc, measured: dict[str, str], scenario_path: Path, typed: frozens
         if not shown.get(key, True):
             continue
         if key == "compute.ready_fractions":
-            value = "measured" if value else "from FLOP counts (sim/gpt2.py)"
+            value = "measured" if value else "from FLOP counts (sim/transformer.py)"
         if key == "network.jitter_samples":
             if not value:
                 continue

@@ -28,7 +28,7 @@ from calibrate.calibration import (
 )
 from calibrate.devices import device_class
 from calibrate.records import Run, collective_times, link_gbit_s, read_run
-from sim.gpt2 import flops_per_token, model_shape
+from sim.transformer import flops_per_token, model_shape
 
 # Collective jitter is taken from the sizes whose time is mostly transfer: DDP's buckets that
 # matter are MiBs (25 MiB by default, 63 MB for gpt2-mini's last), and below a few MiB the
@@ -184,7 +184,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=N
             achieved_tflop_s=Achieved(
                 value=achieved,
                 at_tokens=top_tokens,
-                source="model FLOPs per token (sim/gpt2.py) x tokens / fitted step time, fastest rank",
+                source="model FLOPs per token (sim/transformer.py) x tokens / fitted step time, fastest rank",
             ),
             optimizer_s=Measured(value=opt[0], samples=opt[1], source=_optimizer_source(runs)),
             ready_fractions=ReadyProfile(value=ready[0], samples=ready[1], source="grad_ready, mean over ranks"),

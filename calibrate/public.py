@@ -22,10 +22,10 @@ from typing import NamedTuple
 
 from calibrate import public_data as data
 from sim.collectives import algbw_busbw_gb_s, collective_cost
-from sim.gpt2 import flops_per_token, model_shape, param_count
 from sim.optimizer import adamw_step_s
 from sim.precision import precision_dtypes
 from sim.scenario_file import load_scenario
+from sim.transformer import flops_per_token, model_shape, param_count
 from sim.units import fmt_bytes
 from sim.workload import fabric_for
 

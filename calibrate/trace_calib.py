@@ -43,7 +43,7 @@ from calibrate.kineto import TraceError, read_trace
 from calibrate.trace_fit import TraceFit, fit_traces
 from sim.buckets import build_buckets
 from sim.collectives import bus_factor
-from sim.gpt2 import flops_per_token, model_shape
+from sim.transformer import flops_per_token, model_shape
 
 MIN_JITTER_SAMPLES = 8  # noise_fit.fit_noise's floor
 
@@ -141,7 +141,9 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     absent += dev_absent
     split = all(s.forward_s is not None and s.backward_s is not None for f in ranks.values() for s in f.steps)
     if not split:
-        absent.append("forward/backward annotations: compute split 1/3 forward, 2/3 backward by FLOPs (sim/gpt2.py)")
+        absent.append(
+            "forward/backward annotations: compute split 1/3 forward, 2/3 backward by FLOPs (sim/transformer.py)"
+        )
     # Per micro-step, as the probe times it: the traced step holds grad_accum micro-steps.
     k = job.grad_accum
     by_rank = {}
@@ -261,7 +263,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             achieved_tflop_s=Achieved(
                 value=achieved,
                 at_tokens=tokens,
-                source=f"model FLOPs per token (sim/gpt2.py) x tokens / traced compute per micro-step; {where}",
+                source=f"model FLOPs per token (sim/transformer.py) x tokens / traced compute per micro-step; {where}",
             ),
             optimizer_s=optimizer,
             ready_fractions=ReadyProfile(value=ready, samples=len(buckets), source=ready_source),

@@ -23,6 +23,7 @@ import numpy as np
 from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
 from calibrate.records import Run
+from calibrate.stepdist import KS_ALPHA, compare, lag1_autocorrelation, percentiles
 from scenarios import load_models
 
 WARMUP_STEPS = 2  # calibrate/validate.py's; step 1 also ran under MemTracker (realrun/train3d.py)
@@ -162,8 +163,6 @@ def measured_3d(run: Run) -> dict:
 def row_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, seed: int) -> dict:
     """One validate row (calibrate/validate.py's keys) for a 3D run, plus its layout and the
     memory comparison: sim/memory3d.py's estimate per stage against MemTracker's peak."""
-    from calibrate.validate import KS_ALPHA, compare, lag1_autocorrelation, percentiles
-
     data, label = scenario_3d(run, lay, calib, calib_path, seed=seed)
     m, p = measured_3d(run), predict_3d(data, calib, seed=seed)
     row = {"run": str(run.path), "name": f"{run.path.parent.name}/{run.path.name}", "network": label}

@@ -1,7 +1,7 @@
 """A readable GPT-2 in torch, after nanoGPT's model.py (Karpathy), with PyTorch's
 fused scaled_dot_product_attention, and the Llama variant of the same block. Shapes come
 from scenarios/models.toml, the table sim/ reads too; tensor names and order match
-sim/gpt2.py (sim/transformer.py).
+sim/transformer.py.
 
 layout = "llama" (Touvron et al. 2023; Llama 3, Grattafiori et al. 2024) changes four things:
 RMSNorm for LayerNorm and no biases anywhere; rotary positions on Q and K instead of a wpe

@@ -12,7 +12,7 @@ the cap for the first bucket too (``_BucketCapacityConfig.create``).
 
 from typing import NamedTuple
 
-from sim.gpt2 import GPT2Shape, gradient_ready_order, param_tensors
+from sim.transformer import GPT2Shape, gradient_ready_order, param_tensors
 
 MIB = 1024 * 1024
 

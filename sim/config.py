@@ -12,10 +12,10 @@ should find every other beside it; it holds no logic beyond each field's check.
 import math
 from dataclasses import dataclass, field
 
-from sim.gpt2 import GPT2Shape
 from sim.model_source import SHAPE_KEYS, resolve_model
 from sim.precision import PRECISIONS, Precision, precision_dtypes, sharded
 from sim.topology import PLACEMENTS
+from sim.transformer import GPT2Shape
 from sim.tuning_tables import TABLES
 
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
@@ -282,7 +282,7 @@ class ComputeConfig:
     """Compute slows by (1 + gamma) while a collective runs on the same rank."""
     ready_fractions: dict[str, float] | None = None
     """Measured bucket-ready profile: parameter name -> fraction of the last backward done
-    when its gradient is ready (`ddplab calibrate`); unset = from FLOP counts (sim/gpt2.py)."""
+    when its gradient is ready (`ddplab calibrate`); unset = from FLOP counts (sim/transformer.py)."""
     memory_peak_gib: float | None = None
     """Peak allocated memory per GPU as measured (`ddplab calibrate` on a GPU probe), reported
     beside sim/memory.py's estimate and used to say whether it fits; unset = the estimate."""

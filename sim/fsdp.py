@@ -71,11 +71,11 @@ from sim.busy import Busy
 from sim.collectives import bus_factor, collective_cost
 from sim.config import Scenario
 from sim.episodes import Effects, Held
-from sim.gpt2 import ComputeShares, GPT2Shape, compute_shares, param_tensors
 from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
 from sim.noise import comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
+from sim.transformer import ComputeShares, GPT2Shape, compute_shares, param_tensors
 from sim.workload import build_workload
 
 ROOT = 0  # unit index of the root; block i is unit 1 + i

@@ -33,7 +33,7 @@ Activations saved for backward, per block, in bytes per token per model dimensio
   This is Korthikanti et al. 2022 ("Reducing Activation Recomputation", Sec. 4.1) for a
   model without dropout and with fused attention, which stores no s x s scores; without it
   (``fused_attention = false``) the softmax probabilities a s^2 b and the scaled queries add.
-  A Llama block (sim/gpt2.py's llama layout) adapts the same count: the two RMSNorm inputs (r
+  A Llama block (sim/transformer.py's llama layout) adapts the same count: the two RMSNorm inputs (r
   each) and outputs (c each), Q (c) and the narrower K and V (kv_dim / d each, grouped-query
   attention: SDPA's enable_gqa keeps them unrepeated, as torch 2.13 does on CPU; a kernel that
   repeated them would save n_head / n_kv_head times more), Q and K rotated (RoPE's backward
@@ -64,8 +64,8 @@ from typing import NamedTuple
 
 from sim.config import SHARDED_MODES, Scenario
 from sim.fsdp import ROOT, unit_numels
-from sim.gpt2 import TransformerShape
 from sim.precision import Precision
+from sim.transformer import TransformerShape
 
 GIB = float(1 << 30)
 # Assumed: the CUDA context and PyTorch's lazily loaded kernels take a few hundred MiB outside the

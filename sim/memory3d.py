@@ -33,9 +33,9 @@ once per step): the 16-bit weights and the gradients whole, master weights and m
 
 from typing import NamedTuple
 
-from sim.gpt2 import TransformerShape
 from sim.memory import FP32, GIB, INDEX_BYTES
 from sim.precision import Precision
+from sim.transformer import TransformerShape
 
 DROPOUT_MASK_BYTES = 1  # torch's dropout keeps a bool mask
 

@@ -9,7 +9,7 @@ exposed communication, waits) as torchtitan and nanoGPT report it, and over comp
 """
 
 from sim.config import Scenario
-from sim.gpt2 import flops_per_token
+from sim.transformer import flops_per_token
 
 FLOP_COUNT = "6N + 12 L d T"
 

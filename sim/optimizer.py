@@ -21,8 +21,8 @@ other model, precision and device follows from it; ``compute.optimizer_s`` set i
 from functools import cache
 
 from sim.config import Scenario
-from sim.gpt2 import model_shape, param_count
 from sim.precision import Precision, precision_dtypes
+from sim.transformer import model_shape, param_count
 
 # The H200 measurement the efficiency is derived from (docs/gpu.md "Reference measurements").
 H200_ADAMW_S = 6.2e-3

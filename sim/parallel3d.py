@@ -43,7 +43,6 @@ import numpy as np
 
 from sim.collectives import Fabric, collective_cost
 from sim.config import Scenario
-from sim.gpt2 import flops_per_token, param_count
 from sim.memory import CUDA_CONTEXT_GIB
 from sim.memory3d import StageMemory, layer_terms, stage_memory
 from sim.nccl_time import INTRA_HOP_US, NET_HOP_US
@@ -53,6 +52,7 @@ from sim.pipeline import bubble_fraction, in_flight_closed_form, run_pipeline
 from sim.precision import Precision, sharded
 from sim.roofline import rates
 from sim.tp import block_time, head_time
+from sim.transformer import flops_per_token, param_count
 from sim.workload import fabric_for
 
 MIB = float(1 << 20)

@@ -39,7 +39,7 @@ blocks: the embedding lookups and their backward, the final norm, the tied outpu
 the loss: autocast's fp32 copy of the logits, log_softmax, and their backward over the whole
 T x vocab matrix, which at GPT-2's vocabulary is the largest memory traffic of the step.
 
-A Llama block (sim/gpt2.py's llama layout) runs the same kernels, adapted: RMSNorm in place of
+A Llama block (sim/transformer.py's llama layout) runs the same kernels, adapted: RMSNorm in place of
 LayerNorm (taken as one fused kernel moving the same bytes: torch 2.13's ``_fused_rms_norm_cuda``;
 a weight, no bias), no biases (no bias kernels), Q, K and V of d + 2 kv_dim outputs, RoPE on Q
 and K (one read and one write of each, forward and backward; eager PyTorch launches several
@@ -54,8 +54,8 @@ its own gradient and bucket copy where a tied one adds its gradient into wte's.
 from typing import NamedTuple
 
 from sim.config import ComputeConfig
-from sim.gpt2 import TransformerShape
 from sim.precision import Precision
+from sim.transformer import TransformerShape
 
 MATMUL, ATTENTION, MEMORY = "matmul", "attention", "memory"
 

@@ -29,9 +29,9 @@ recomputation reruns only attention's core, which has none.
 from typing import NamedTuple
 
 from sim.collectives import Fabric, collective_cost
-from sim.gpt2 import TransformerShape
 from sim.precision import Precision
 from sim.roofline import ATTENTION, Kernel, Rates, block_kernels, head_kernels, kernel_time_s
+from sim.transformer import TransformerShape
 
 # Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
 _REPLICATED = ("ln_", "residual")

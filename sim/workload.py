@@ -9,12 +9,12 @@ import numpy as np
 from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
 from sim.config import NetworkConfig, Scenario, parse_stragglers
-from sim.gpt2 import compute_shares, flops_per_token, gradient_ready_order, param_tensors
 from sim.loader import loader_wait_s
 from sim.noise import speed_factors
 from sim.optimizer import optimizer_step_s
 from sim.roofline import micro_step_time, rates
 from sim.topology import FLAT, Tiers
+from sim.transformer import compute_shares, flops_per_token, gradient_ready_order, param_tensors
 
 
 @dataclass(frozen=True, kw_only=True)

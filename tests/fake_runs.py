@@ -9,7 +9,7 @@ import numpy as np
 
 from sim.buckets import MIB
 from sim.collectives import bus_factor
-from sim.gpt2 import gradient_ready_order, model_shape
+from sim.transformer import gradient_ready_order, model_shape
 
 SIZES = [2**k for k in range(12, 27)]  # 4 KiB .. 64 MiB
 KINDS = ("collective", "link", "rtt", "compute", "optimizer", "grad_ready", "bucket_ready", "overlap")

@@ -9,10 +9,10 @@ import pytest
 from conftest import in_process
 
 from scenarios import SCENARIO_DIR
-from sim.gpt2 import model_shape, param_count
 from sim.optimizer import ADAMW_HBM_EFFICIENCY, adamw_bytes_per_param, optimizer_step_s
 from sim.precision import PRECISIONS, precision_dtypes
 from sim.scenario_file import load_scenario, load_toml
+from sim.transformer import model_shape, param_count
 from sim.workload import micro_step_compute_s
 
 SEQ = 2048

@@ -11,7 +11,7 @@ from fake_runs import probe_run
 
 from calibrate.calib import calibrate
 from calibrate.noise_fit import fit_noise
-from sim.gpt2 import flops_per_token, model_shape
+from sim.transformer import flops_per_token, model_shape
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def test_calibration_of_a_real_probe(loop):
     assert k.samples == 2 * 3 * 8
     assert k.step_s.per_token_s > 0
     # The measured profile covers every parameter tensor DDP reduces.
-    from sim.gpt2 import model_shape, param_tensors
+    from sim.transformer import model_shape, param_tensors
 
     assert set(k.ready_fractions.value) == {t.name for t in param_tensors(model_shape("gpt2-tiny"))}
     assert set(c.ranks) == {0, 1} and min(v.speed_factor for v in c.ranks.values()) == 1.0

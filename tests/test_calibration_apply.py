@@ -11,8 +11,8 @@ from fake_runs import probe_run
 from calibrate.apply import apply_calibration
 from calibrate.calib import calibrate
 from sim.config import ComputeConfig
-from sim.gpt2 import gradient_ready_order, model_shape
 from sim.scenario_file import scenario_data, scenario_from_dict
+from sim.transformer import gradient_ready_order, model_shape
 from sim.workload import build_workload
 
 

@@ -11,10 +11,10 @@ from sim.collectives import bus_factor
 from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
 from sim.engine import simulate
 from sim.fsdp import build_fsdp_workload, simulate_fsdp, unit_numels
-from sim.gpt2 import backward_ops, compute_shares, model_shape, param_count
 from sim.optimizer import optimizer_step_s
 from sim.roofline import block_kernels
 from sim.scenario_file import load_scenario
+from sim.transformer import backward_ops, compute_shares, model_shape, param_count
 from sim.workload import build_workload
 
 REL = 1e-9

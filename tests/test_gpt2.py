@@ -3,7 +3,7 @@
 import pytest
 
 from sim.buckets import MIB, build_buckets
-from sim.gpt2 import flops_per_token, gradient_ready_order, model_shape, param_count, param_tensors
+from sim.transformer import flops_per_token, gradient_ready_order, model_shape, param_count, param_tensors
 
 COUNTS = {
     "gpt2-124m": 124_439_808,

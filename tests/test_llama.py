@@ -14,10 +14,10 @@ from conftest import ROOT
 from realrun.footprint import params_at_least
 from scenarios import load_models
 from sim.buckets import MIB, build_buckets
-from sim.gpt2 import backward_ops, flops_per_token, gradient_ready_order, model_shape, param_count, param_tensors
 from sim.memory import GIB, activation_bytes, estimate_memory, fits, weight_copy_bytes
 from sim.precision import precision_dtypes
 from sim.scenario_file import load_scenario
+from sim.transformer import backward_ops, flops_per_token, gradient_ready_order, model_shape, param_count, param_tensors
 
 # The released checkpoints' counts (8.03B and 70.6B on their model pages; docs/references.md
 # "Models"): Llama 3 8B 8,030,261,248; Llama 3 70B 70,553,706,496.

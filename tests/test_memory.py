@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
-from sim.gpt2 import model_shape
 from sim.memory import GIB, activation_bytes, estimate_memory, fits, logits_bytes
 from sim.precision import precision_dtypes
 from sim.scenario_file import load_scenario
+from sim.transformer import model_shape
 
 # docs/gpu.md: GPT-2 760M, seq 2048, micro-batch 8, bf16 autocast, fused AdamW, DDP over
 # one rank (bucket_cap_mb 25): torch.cuda.max_memory_allocated 45.3 GiB on an NVIDIA H200.

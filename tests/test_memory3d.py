@@ -4,18 +4,18 @@ sim/memory.py where the layouts meet (tp = 1)."""
 import numpy as np
 import pytest
 
-from sim.gpt2 import model_shape
 from sim.memory import GIB, block_activation_bytes
 from sim.memory3d import layer_activation_bytes, layer_terms
 from sim.parallel3d import layout, memory_by_stage, step_costs
 from sim.precision import precision_dtypes, sharded
 from sim.scenario_file import load_scenario
+from sim.transformer import model_shape
 
 SIXTEEN = precision_dtypes("bf16")  # 16-bit residual and activations: Korthikanti's setting
 
 
 def _gpt(n_layer=4, h=1024, a=16):
-    from sim.gpt2 import TransformerShape
+    from sim.transformer import TransformerShape
 
     return TransformerShape(name="t", n_layer=n_layer, n_embd=h, n_head=a, block_size=2048, vocab_size=51200)
 
@@ -74,7 +74,7 @@ def test_model_states_per_gpu_closed_form():
     # Every parameter is on exactly one GPU of each TP x PP group, norms on all tp of them.
     shape = sc.model.shape
     norms = (2 * shape.n_layer + 1) * shape.n_embd
-    from sim.gpt2 import param_count
+    from sim.transformer import param_count
 
     assert costs.params.sum() * 8 - 7 * norms == pytest.approx(param_count(shape))
     fsdp = _sc("training.tp=8", "training.pp=4", "training.grad_accum=8", "training.mode=fsdp")

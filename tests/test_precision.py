@@ -13,7 +13,7 @@ from realrun.model import build
 from realrun.precision import PRECISIONS, TABLE, preflight, resolve
 from realrun.recipe import Recipe
 from realrun.records import one_line
-from sim.gpt2 import model_shape, param_tensors
+from sim.transformer import model_shape, param_tensors
 
 CPU = torch.device("cpu")
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16

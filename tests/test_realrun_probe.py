@@ -22,7 +22,7 @@ from realrun.records import read_run
 from sim.buckets import build_buckets
 from sim.collectives import bus_factor as sim_bus_factor
 from sim.config import TrainingConfig
-from sim.gpt2 import model_shape, param_tensors
+from sim.transformer import model_shape, param_tensors
 
 OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast"]
 SIZES = [1024, 1028, 64 << 10, 1 << 20, 64 << 20]  # 1028 B: 257 floats, not 2 equal chunks

@@ -17,7 +17,7 @@ from conftest import ROOT
 from realrun.model import build
 from realrun.records import read_run
 from sim.buckets import build_buckets
-from sim.gpt2 import model_shape, param_tensors
+from sim.transformer import model_shape, param_tensors
 
 SEQ_LEN, CAP_MB = 64, 0.05  # a 50 KiB cap: gpt2-tiny's 471 KiB of gradients make 7 buckets
 BASE = (

@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 
 from sim.config import ComputeConfig
-from sim.gpt2 import model_shape
 from sim.precision import PRECISIONS, precision_dtypes
 from sim.roofline import ATTENTION, MATMUL, micro_step_time, rates, step_kernels
 from sim.scenario_file import load_scenario
+from sim.transformer import model_shape
 from sim.workload import micro_step_compute_s
 
 SHAPE = model_shape("gpt2-760m")

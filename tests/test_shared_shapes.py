@@ -1,4 +1,4 @@
-"""One definition of the models, two readings: the simulator's arithmetic (sim/gpt2.py,
+"""One definition of the models, two readings: the simulator's arithmetic (sim/transformer.py,
 sim/buckets.py) must equal the torch module realrun builds and the buckets real DDP
 forms after its first-iteration rebuild."""
 
@@ -12,7 +12,7 @@ from conftest import ROOT, free_port
 from scenarios import load_models
 from sim.buckets import build_buckets
 from sim.config import TrainingConfig
-from sim.gpt2 import model_shape, param_tensors
+from sim.transformer import model_shape, param_tensors
 
 torch = pytest.importorskip("torch", reason="realrun needs torch")
 
@@ -98,8 +98,8 @@ def test_760m_buckets_equal_torchs_own_assignment(precision, count):
     import torch.distributed as dist
 
     from realrun.model import build
-    from sim.gpt2 import gradient_ready_order
     from sim.scenario_file import load_scenario
+    from sim.transformer import gradient_ready_order
     from sim.workload import build_workload
 
     sc = load_scenario("h100-1024", [f"training.precision={precision}"], ranks=8)

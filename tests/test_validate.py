@@ -11,12 +11,11 @@ from scipy.stats import ks_2samp
 
 from calibrate.calib import calibrate
 from calibrate.records import read_run
+from calibrate.stepdist import compare, lag1_autocorrelation
 from calibrate.validate import (
     SIM_STEPS,
     WARMUP_STEPS,
     _predicted,
-    compare,
-    lag1_autocorrelation,
     scenario_for,
     summarise,
 )

@@ -12,8 +12,8 @@ import pytest
 
 from calibrate import public_data as data
 from calibrate.public import KIB, MIB, SOURCES, TIERS, _rows, evaluate, headline, public_table
-from sim.gpt2 import param_count
 from sim.scenario_file import load_scenario
+from sim.transformer import param_count
 
 ROWS = _rows()
 

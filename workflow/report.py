@@ -14,8 +14,8 @@ from pathlib import Path
 
 from calibrate.calibration import Calibration
 from sim.cost import SEED_LINKS, link_costs
-from sim.gpt2 import model_shape, param_count
 from sim.readfile import read_text
+from sim.transformer import model_shape, param_count
 from sim.units import fmt_bytes, fmt_seconds
 from workflow.files import write_text_atomic
 from workflow.html import CHECK, CSS, esc, img, missing, table
