@@ -415,13 +415,13 @@ def test_a_full_disk_names_the_file_simulate_could_not_write(capsys, tmp_path, m
 
 
 def test_a_full_disk_in_a_rank_or_the_log_names_the_file():
-    from realrun.launch import _Log
+    from realrun.launch import RunLog
     from realrun.records import RecordWriter
 
     with pytest.raises(OSError) as e:  # /dev/full: every write is ENOSPC
         RecordWriter("/dev/full", verb="train", config={}, dist_info={})
     assert e.value.filename == "/dev/full" and "No space" in e.value.strerror
-    with _Log("/dev/full") as log:  # torchrun's log: remembered, never a thread traceback
+    with RunLog("/dev/full") as log:  # torchrun's log: remembered, never a thread traceback
         log.write(b"a line\n")
         log.write(b"another\n")
     assert log.error == "No space left on device"
