@@ -151,7 +151,9 @@ CLASSES: list[tuple[re.Pattern, Class]] = [
 UNKNOWN = Class("slow", None, False, "not a command this checker knows to be quick")
 
 # Commands that refuse an --out folder holding an earlier run (realrun/runfolder.py).
-CLAIMS_FOLDER = re.compile(r"\bddplab (probe|train|netlab run)\b")
+# Commands that refuse a folder an earlier run filled (simulate --out: issue 25 D7): the checker
+# moves the earlier one aside first, as a user would pass --force.
+CLAIMS_FOLDER = re.compile(r"\bddplab (probe|train|netlab run|simulate|compare)\b")
 
 
 @dataclass

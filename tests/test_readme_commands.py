@@ -249,10 +249,15 @@ def test_an_earlier_run_in_a_claimed_folder_is_moved_aside_not_deleted(tmp_path)
     assert note and not (tmp_path / "run").exists()
     (aside,) = tmp_path.glob("run.old-readme-*")
     assert (aside / "rank-0.jsonl").read_text() == "{}\n"
-    # simulate --out overwrites its own files: left alone
+    # simulate --out now refuses a filled folder too (issue 25, D7): moved aside the same way
     (tmp_path / "sim").mkdir()
     (tmp_path / "sim" / "summary.json").write_text("{}")
-    assert rc._move_aside_earlier_run(f"ddplab simulate h100-1024 --out {tmp_path}/sim") is None
+    assert rc._move_aside_earlier_run(f"ddplab simulate h100-1024 --out {tmp_path}/sim")
+    assert not (tmp_path / "sim").exists() and len(list(tmp_path.glob("sim.old-readme-*"))) == 1
+    # a command that claims no folder is left alone
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "rep" / "x.json").write_text("{}")
+    assert rc._move_aside_earlier_run(f"ddplab stragglers {tmp_path}/rep --out {tmp_path}/rep") is None
 
 
 def test_a_file_a_command_writes_in_the_tree_stays_for_the_next_and_is_removed_after():
