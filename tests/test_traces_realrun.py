@@ -54,9 +54,11 @@ def test_trace_and_records_of_one_run_agree(profiled):
         rows_t, rows_r = [], []
         for s in f.steps:
             rec = records[rank][s.step]
-            # Bucket count exactly; sizes exactly, in the order DDP issued them (bucket index order).
+            # Bucket count exactly; sizes exactly. Not their order: two buckets ready together are
+            # issued within microseconds, and on a loaded box the traced spans of the two can
+            # start in either order (seen once in a full suite beside another).
             assert len(s.buckets) == rec["bucket_count"] == 7
-            assert [b.bytes for b in s.buckets] == [b["bytes"] for b in rec["buckets"]]
+            assert sorted(b.bytes for b in s.buckets) == sorted(b["bytes"] for b in rec["buckets"])
             assert all(c.bytes in {b["bytes"] for b in rec["buckets"]} for c in s.collectives)
             rows_t.append((s.forward_s, s.backward_s))
             rows_r.append((rec["forward_s"], rec["backward_s"]))
