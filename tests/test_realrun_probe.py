@@ -351,6 +351,7 @@ def test_the_compute_probe_trains_with_train_defaults():
     mine = vars(training_args(probe, micro_batch=4))
     argv = ["--out", "o", "--model", "gpt2-mini", "--seq-len", "128", "--seed", "3", "--timeout-s", "60"]
     train = vars(train_parser().parse_args(argv))
-    launch_only = {"backend", "device", "precision", "compile", "force", "steps", "profile"}  # run() and the recipe read these
+    # run() and the recipe read these
+    launch_only = {"backend", "device", "precision", "compile", "force", "steps", "profile"}
     assert set(mine) == set(train) - launch_only
     assert all(mine[k] == train[k] for k in mine if k != "out") and str(mine["out"]) == str(train["out"])
