@@ -67,6 +67,18 @@ class Run:
     files: tuple[str, ...]
     layout: dict | None = None  # a --tp/--pp train run's tp, pp, dp, schedule, micro_batches (rank 0's meta)
 
+    def complete_steps(self, warmup: int) -> tuple[dict[int, dict[int, dict]], list[int]]:
+        """({step: {rank: its step record}}, the steps after ``warmup`` that every rank
+        recorded, in order); at least 3 of them, else one line naming the run."""
+        steps: dict[int, dict[int, dict]] = {}
+        for rank in self.records:
+            for rec in self.of("step", rank):
+                steps.setdefault(rec["step"], {})[rank] = rec
+        kept = [s for s in sorted(steps) if s >= warmup and len(steps[s]) == self.world_size]
+        if len(kept) < 3:
+            raise ValueError(f"{self.path}: {len(kept)} complete steps after {warmup} warm-up steps; need 3 or more")
+        return steps, kept
+
     def of(self, kind: str, rank: int | None = None) -> list[dict]:
         """Records of one type, of one rank or of all ranks (rank order)."""
         ranks = [rank] if rank is not None else sorted(self.records)

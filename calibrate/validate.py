@@ -45,13 +45,7 @@ SIM_STEPS = 2000
 
 
 def _measured(run: Run) -> dict:
-    steps = {}
-    for rank in run.records:
-        for r in run.of("step", rank):
-            steps.setdefault(r["step"], {})[rank] = r
-    kept = [s for s in sorted(steps) if s >= WARMUP_STEPS and len(steps[s]) == run.world_size]
-    if len(kept) < 3:
-        raise ValueError(f"{run.path}: {len(kept)} complete steps after {WARMUP_STEPS} warm-up steps; need 3 or more")
+    steps, kept = run.complete_steps(WARMUP_STEPS)
     if "wait_s" not in steps[kept[0]][0]:
         raise ValueError(f"{run.path}: an uninstrumented run (--no-instrument) has no per-step timing to validate")
     total = np.array([[steps[s][r]["step_wall_s"] for r in range(run.world_size)] for s in kept])

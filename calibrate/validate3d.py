@@ -136,13 +136,7 @@ def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: 
 
 
 def measured_3d(run: Run) -> dict:
-    steps: dict[int, dict[int, dict]] = {}
-    for rank in run.records:
-        for rec in run.of("step", rank):
-            steps.setdefault(rec["step"], {})[rank] = rec
-    kept = [s for s in sorted(steps) if s >= WARMUP_STEPS and len(steps[s]) == run.world_size]
-    if len(kept) < 3:
-        raise ValueError(f"{run.path}: {len(kept)} complete steps after {WARMUP_STEPS} warm-up steps; need 3 or more")
+    steps, kept = run.complete_steps(WARMUP_STEPS)
     ranks = range(run.world_size)
     total = np.array([[steps[s][r]["step_wall_s"] for r in ranks] for s in kept])
     wait = np.array([[steps[s][r]["wait_s"] for r in ranks] for s in kept])
