@@ -13,12 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import family, start, stop, wait_gone
+from procs import alive, family, start, stop, wait_gone
 
 LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-# Two runs of ~20 s each (h100-1024, 10,000 steps), one per worker: long enough that a sweep
-# which waited for its runs in progress would take far longer than the bounds below.
-LONG_SWEEP = ["sweep", "h100-1024", "--steps", "10000", "--seeds", "2", "--workers", "2", "--yes"]
+# Two runs of ~27 s each (h100-1024, 100,000 steps; measured 2026-12-02, after the engine got
+# faster: 10,000 steps took 2.6 s and ended before a test could kill them), one per worker: long
+# enough that a sweep which waited for its runs in progress would take far longer than the bounds
+# below.
+LONG_SWEEP = ["sweep", "h100-1024", "--steps", "100000", "--seeds", "2", "--workers", "2", "--yes"]
 
 
 def _workers(pid: int, timeout_s: float = 60) -> set[int]:
@@ -29,6 +31,8 @@ def _workers(pid: int, timeout_s: float = 60) -> set[int]:
         spawned = [k for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()]
         if len(spawned) >= 2:
             time.sleep(3.0)  # the workers import and start their runs
+            # A sweep already over cannot be killed mid-run: its runs were too short to test with.
+            assert alive(pid), f"the sweep {pid} ended before it could be stopped: LONG_SWEEP is too short"
             return family(pid) - {pid}
         time.sleep(0.2)
     raise AssertionError(f"no pool workers under {pid} within {timeout_s} s")
@@ -57,7 +61,7 @@ def test_d1_ctrl_c_ends_a_sweep_promptly_in_one_line(tmp_path, group):
         kids = _workers(p.pid)
         t0 = time.monotonic()
         # A terminal's Ctrl-C reaches the foreground job's group, workers included; `kill -INT`
-        # reaches the sweep alone, which then waited for its runs in progress (35 s here).
+        # reaches the sweep alone, which then waited for its runs in progress (a whole run here).
         (os.killpg if group else os.kill)(p.pid, signal.SIGINT)
         assert p.wait(timeout=60) == 130
         took = time.monotonic() - t0

@@ -9,6 +9,7 @@ with no daemon to install or leave behind, which is also how the tests run it; R
 some 60 MB with a native raylet per node, a lot to carry for a grid of one-second simulations.
 """
 
+import contextlib
 import ctypes
 import logging
 import multiprocessing
@@ -160,13 +161,14 @@ class DaskEngine:
             # Dask's workers log to the console they inherit; a Ctrl-C, which reaches them too,
             # had each print warnings about its cancelled task. Errors still show.
             os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
-            self.cluster = LocalCluster(
-                n_workers=self.workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=self.dashboard or LOOPBACK_ANY_PORT,
-            )
-            self.client = Client(self.cluster)
+            with _sigint_blocked():
+                self.cluster = LocalCluster(
+                    n_workers=self.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=self.dashboard or LOOPBACK_ANY_PORT,
+                )
+                self.client = Client(self.cluster)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -211,6 +213,30 @@ class DaskEngine:
             if on_done:
                 on_done()
         return self.client.gather(futures)
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT blocked in this thread while a LocalCluster starts, so that what starts in the
+    meantime never sees a Ctrl-C: a signal mask is inherited by every thread created under it
+    (the cluster's event loop, the threads that spawn each worker process) and kept across
+    fork and exec. A terminal's Ctrl-C reaches the whole foreground group, and each Dask worker
+    process answered it with a KeyboardInterrupt traceback from its nanny's event loop (issue
+    25 D11); the sweep alone answers it, by closing the cluster. A Ctrl-C during the start-up
+    stays pending and is delivered here once the mask is restored."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no masks; Ctrl-C is per console there
+        yield
+        return
+    # multiprocessing starts its resource tracker with SIGINT blocked, then unblocks it in the
+    # thread that asked (whatever the mask was before): started first, outside the window.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _connect(client_class, address: str):
