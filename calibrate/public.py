@@ -171,6 +171,8 @@ def _mi300x_blog_fit(size: int) -> str:
         return "network.latency_ll_us (mi300x-1024: this run's 1-128 KiB)"
     if size >= 16 * MIB:
         return "network.latency_simple_us (this run's 16 MiB-16 GiB); intra_efficiency (the same blog's 48 of 64 GB/s)"
+    if 512 * KIB <= size <= 8 * MIB:
+        return "network.msccl_gb_s, msccl_latency_us (mi300x-1024: this run's 512 KiB-8 MiB)"
     return ""
 
 

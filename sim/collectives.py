@@ -52,6 +52,8 @@ class Fabric:
     net_hop_us: float = 16.0  # the [network] default (sim/config.py)
     latency_us: tuple[float, float, float] = (35.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
     nvls_latency_us: float = 80.0
+    msccl_busbw_gb_s: float = 0.0  # RCCL's all-pairs allreduce on one node (sim/msccl.py); 0 = none
+    msccl_latency_us: float = 0.0
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py)
 
     @property
@@ -84,6 +86,8 @@ class Fabric:
             net_hop_us=self.net_hop_us,
             latency_us=self.latency_us,
             nvls_latency_us=self.nvls_latency_us,
+            msccl_busbw_gb_s=self.msccl_busbw_gb_s,
+            msccl_latency_us=self.msccl_latency_us,
             tiers=self.tiers,
         )
 

@@ -387,6 +387,11 @@ class NetworkConfig:
     """The same with Simple, microseconds."""
     nvls_latency_us: float = 80.0
     """NVLink SHARP's fixed latency on one node, microseconds."""
+    msccl_gb_s: float = 0.0
+    """RCCL's MSCCL all-pairs allreduce (8 GPUs of one fully connected node, 512 KiB-16 MiB, the
+    Simple protocol on 8 channels) bus bandwidth, GB/s; 0 = the library has none (sim/msccl.py)."""
+    msccl_latency_us: float = 0.0
+    """That all-pairs allreduce's fixed latency, microseconds."""
     jitter_sigma: float = 0.0
     """Lognormal sigma of a per-collective time multiplier (mean 1)."""
     jitter_samples: list[float] | None = None
@@ -416,8 +421,8 @@ class NetworkConfig:
         _one_of("network.intra_link", self.intra_link, ("nvlink", "xgmi", "pci"))
         _one_of("network.cpu_vendor", self.cpu_vendor, ("intel", "amd"))
         _require(self.channels >= 1, "network.channels", self.channels, "must be >= 1")
-        latencies = ("latency_ll_us", "latency_ll128_us", "latency_simple_us", "nvls_latency_us")
-        for key in ("nvls_gb_s", "net_hop_us", *latencies):
+        latencies = ("latency_ll_us", "latency_ll128_us", "latency_simple_us", "nvls_latency_us", "msccl_latency_us")
+        for key in ("nvls_gb_s", "msccl_gb_s", "net_hop_us", *latencies):
             _require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key), "must be >= 0")
         for key in ("gpus_per_node", "nics_per_node"):
             _require(getattr(self, key) >= 1, f"network.{key}", getattr(self, key), "must be >= 1")

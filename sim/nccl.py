@@ -4,11 +4,13 @@ The library picks among ring, tree (double binary tree across nodes), NVLS (NVLi
 inside an NVSwitch node) and NVLS-tree (NVLS inside, a tree across), each with the LL, LL128
 or Simple protocol, by its own cost model (src/graph/tuning.cc; constants in
 sim/tuning_tables.py): a base and per-hop latency, a bus bandwidth with per-protocol caps,
-correction factors; the cheapest wins (src/enqueue.cc). ``options`` replays that estimate for
-every pair and ``choose`` the pick. The estimate only chooses: some of its numbers are weights,
-not times (RCCL charges a Simple ring 320 us per network step and runs it at 0.1 of its
-bandwidth below 512 MiB, to keep it off those sizes). What the chosen pair costs comes from
-the model's own latency and bandwidth (sim/nccl_time.py), which reads no tuner number.
+correction factors; the cheapest wins (src/enqueue.cc). RCCL asks its MSCCL scheduler first,
+and on one 8 x MI300X node takes the all-pairs allreduce where it applies (sim/msccl.py).
+``options`` replays that estimate for every pair and ``choose`` the pick. The estimate only
+chooses: some of its numbers are weights, not times (RCCL charges a Simple ring 320 us per
+network step and runs it at 0.1 of its bandwidth below 512 MiB, to keep it off those sizes).
+What the chosen pair costs comes from the model's own latency and bandwidth
+(sim/nccl_time.py), which reads no tuner number.
 
 Everything is per platform in the preset, the same constants at every size and rank
 count; docs/validation-public.md holds the result to published measurements.
@@ -17,6 +19,7 @@ count; docs/validation-public.md holds the result to published measurements.
 import math
 from typing import NamedTuple
 
+from sim.msccl import MSCCL_ALGORITHM, runs_msccl
 from sim.nccl_time import PROTOCOLS, time_pair
 from sim.topology import FLAT, Tiers
 from sim.tuning_tables import NCCL_AMD_HOST_LL_MAX, TABLES, TunerTable
@@ -38,6 +41,8 @@ class Platform(NamedTuple):
     latency_us: tuple[float, float, float]  # one node, (LL, LL128, Simple)
     nvls_latency_us: float  # one node
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py); flat by default
+    msccl_busbw_gb_s: float = 0.0  # RCCL's MSCCL all-pairs allreduce on one node (sim/msccl.py); 0 = none
+    msccl_latency_us: float = 0.0
 
 
 class Shape(NamedTuple):
@@ -131,6 +136,10 @@ def _offered(op: str, algo: str, s: Shape) -> bool:
 
 def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float, algorithm: str = "auto"):
     """Every pair the library offers for this collective, with both estimates."""
+    if algorithm == "auto" and runs_msccl(op, size_bytes, p.msccl_busbw_gb_s, s.ranks, s.nodes):
+        # RCCL asks its MSCCL scheduler before its tuner: a matching algorithm runs, unweighed.
+        time_us = p.msccl_latency_us + bus_factor * size_bytes / (p.msccl_busbw_gb_s * 1e3)
+        return [Option(MSCCL_ALGORITHM, time_us, p.msccl_latency_us, 0, p.msccl_busbw_gb_s, time_us)]
     t = TABLES[p.tuner]
     rccl = t.bw_ratio is not None
     log_size = _log2i(size_bytes / 64.0) if size_bytes >= 64 else -1

@@ -60,6 +60,8 @@ def fabric_for(sc: Scenario, ranks: int | None = None) -> Fabric:
         net_hop_us=net.net_hop_us,
         latency_us=(net.latency_ll_us, net.latency_ll128_us, net.latency_simple_us),
         nvls_latency_us=net.nvls_latency_us,
+        msccl_busbw_gb_s=net.msccl_gb_s,
+        msccl_latency_us=net.msccl_latency_us,
         tiers=tiers_for(net),
     )
 

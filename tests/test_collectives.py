@@ -135,12 +135,40 @@ def test_rccl_on_mi300x():
     at 8 % of the ring's bandwidth and a Simple ring across 2 nodes at 320 us per network step: both
     weights for the choice. The prediction runs LL at half the ring's rate (4 data bytes per 8) and
     a network step at NVIDIA's 14 us + net_hop_us."""
-    one = by_name("allreduce", 2**20, mi300x(8))
+    # 32 MiB: past the all-pairs allreduce that RCCL runs without its tuner (test below).
+    one = by_name("allreduce", 32 * 2**20, mi300x(8))
     assert not any(name.endswith("LL128") or name == "tree/Simple" or name.startswith("nvls") for name in one)
     assert one["ring/LL"].busbw_gb_s == pytest.approx(0.5 * 448 * 0.75)
     two = by_name("allreduce", 2**30, mi300x(16))["ring/Simple"]
     assert collective_cost("allreduce", 2**30, mi300x(16)).algorithm == "ring/Simple"
     assert two.tuner_us - two.time_us > 3 * 320 - 2 * (14 + NET_HOP)  # RCCL's weight, not a time
+
+
+def test_rccl_runs_its_allpairs_allreduce_on_one_mi300x_node_without_its_tuner():
+    """ROCm/rccl: MSCCL's scheduler goes first; rome_models.cc enables it for 8 x MI300X, and the
+    8-GPU all-pairs Simple allreduce covers 512 KiB-11 MiB and 14-16 MiB in place, in chunks of
+    512 elements. Timed at the preset's own latency and bus bandwidth, whatever the tuner says."""
+    from sim.msccl import MSCCL_ALGORITHM
+
+    net = load_scenario("mi300x-1024").network
+    for size in (512 * 1024, 2**20, 8 * 2**20, 11534336 - 2048, 16 * 2**20):
+        (only,) = candidates("allreduce", size, mi300x(8))
+        assert only.algorithm == MSCCL_ALGORITHM, size
+        want_us = net.msccl_latency_us + 2 * 7 / 8 * size / (net.msccl_gb_s * 1e3)
+        assert collective_cost("allreduce", size, mi300x(8)).time_s * 1e6 == pytest.approx(want_us, rel=1e-12)
+    not_allpairs = [
+        ("allreduce", 256 * 1024, mi300x(8)),  # below minBytes: the LL range, left to the ring model
+        ("allreduce", 12 * 2**20, mi300x(8)),  # between the two in-place ranges
+        ("allreduce", 32 * 2**20, mi300x(8)),  # past maxBytes
+        ("allreduce", 2**20 + 1024, mi300x(8)),  # 262,400 floats: not 512 chunks
+        ("allreduce", 2**20, mi300x(16)),  # ngpus="8": not two nodes
+        ("allreduce", 2**20, mi300x(4)),
+        ("allgather", 2**20, mi300x(8)),  # an allreduce algorithm
+        ("allreduce", 2**20, mi300x(8, "ring")),  # a forced algorithm is that algorithm
+        ("allreduce", 2**20, h100(8)),  # NVIDIA: no msccl_gb_s
+    ]
+    for op, size, fabric in not_allpairs:
+        assert MSCCL_ALGORITHM not in by_name(op, size, fabric), (op, size, fabric.ranks)
 
 
 def _flipped(table, field):
