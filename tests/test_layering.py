@@ -4,6 +4,7 @@ model modules do no I/O, sim/ and calibrate/ write no file (output/ does), and s
 calibrate/ never need torch."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,8 +149,9 @@ def test_the_io_check_sees_io():
 
 
 # What writes, renames, removes or makes a file (reading stays where the input is parsed).
-_WRITE_CALLS = {"write_text", "write_bytes", "savefig", "touch", "mkdir", "makedirs", "rmdir", "unlink", "symlink_to"}
-_WRITE_CALLS |= {"hardlink_to", "tofile", "to_csv", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory"}
+_WRITE_CALLS = {"write_text", "write_bytes", "savefig", "touch", "mkdir", "makedirs", "rmdir", "unlink", "rename"}
+_WRITE_CALLS |= {"symlink_to", "hardlink_to", "tofile", "to_csv", "mkstemp", "mkdtemp", "NamedTemporaryFile"}
+_WRITE_CALLS |= {"TemporaryDirectory"}
 # Names that write only when called on one of these modules (str.replace and list.remove do not).
 _MODULE_WRITES = {
     "os": {"replace", "rename", "renames", "remove", "link", "symlink", "truncate", "mkfifo", "write"},
@@ -163,12 +165,18 @@ _WRITE_MODULES = {"tempfile", "shutil"}
 _OPEN_WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
 
 
-def _open_mode(call: ast.Call) -> str:
-    """The mode an ``open``-like call gives as a string (its second argument or ``mode=``); 'r' when none."""
-    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
-    if mode is None:
-        return "r"
-    return mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else "?"
+def _opens_to_write(call: ast.Call) -> bool:
+    """An ``open``-like call given a mode that writes: ``open(p, "w")``, ``gzip.open(p, mode="at")``,
+    ``path.open("wb")``, ``ZipFile(p, "x")``; a mode that is not a literal counts as writing."""
+    modes = [k.value for k in call.keywords if k.arg == "mode"]
+    modes += [a for a in call.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    modes += [a for a in call.args[1:2] if not isinstance(a, ast.Constant)]  # open(p, mode_var)
+    for m in modes:
+        if not (isinstance(m, ast.Constant) and isinstance(m.value, str)):
+            return True
+        if re.fullmatch(r"[rwxabtU+]{1,4}", m.value) and set(m.value) & set("wax+"):
+            return True
+    return False
 
 
 def _writes(source: str) -> list[str]:
@@ -190,9 +198,11 @@ def _writes(source: str) -> list[str]:
             flags = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} & _OPEN_WRITE_FLAGS
             if flags:
                 found.append(where)
-        elif name in ("open", "ZipFile", "fdopen") and set(_open_mode(node)) - set("rbt"):
+        elif name in ("open", "ZipFile", "fdopen") and _opens_to_write(node):
             found.append(where)
         elif name in _WRITE_CALLS or name in _MODULE_WRITES.get(base, ()):
+            found.append(where)
+        elif name == "replace" and len(node.args) == 1 and not node.keywords:  # Path.replace; str's takes two
             found.append(where)
     return found
 
@@ -210,13 +220,14 @@ open(p, "w"); open(p, mode="ab"); open(p, "x"); open(p, "r+"); gzip.open(p, "wt"
 zf.open(name, "w"); os.open(p, os.O_WRONLY | os.O_CREAT); os.fdopen(fd, "wb")
 p.write_text(s); p.write_bytes(b); fig.savefig(p); np.save(p, a); np.savez(p, a=a); np.savez_compressed(p, a=a)
 os.replace(a, b); os.rename(a, b); os.remove(p); p.unlink(); p.mkdir(); os.makedirs(p); json.dump(d, f)
-shutil.copy(a, b)
+shutil.copy(a, b); p.open("w"); p.rename(q); p.replace(q); open(p, mode)
 """
-    assert len(_writes(source)) == 24  # each call above, and the import
+    assert len(_writes(source)) == 28  # each call above, and the import
     # Reading, and the str/list methods that share a name with a file operation, are not writes.
     reads = """
 open(p); open(p, "rb"); gzip.open(raw, "rt"); os.open(p, os.O_RDONLY | os.O_NONBLOCK); p.read_text()
-json.loads(s); json.dumps(d); s.replace("a", "b"); names.remove(x); np.load(p)
+json.loads(s); json.dumps(d); s.replace("a", "b"); names.remove(x); np.load(p); p.open(); p.open("rb")
+open("w.txt"); zipfile.ZipFile(p); zf.open(name)
 """
     assert _writes(reads) == []
     # The scan reads what output/ does: its writer module trips it.
