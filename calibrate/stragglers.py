@@ -20,7 +20,7 @@ Sources and definitions, per rank, over the kept steps:
   bucket ready until backward returned). The first ``WARMUP_STEPS`` are dropped
   as in validate.py (step 0 runs DDP's single bootstrap bucket; step 1 is the
   first with rebuilt buckets);
-- sim (sim/export.py ``ranks-NNNN/records.npz``): compute = ``compute_s``, wait
+- sim (output/export.py ``ranks-NNNN/records.npz``): compute = ``compute_s``, wait
   = ``collective_wait_s`` (what a profiler shows, sim/results.py) capped at the
   rank's idle time in the step, ``exposed_comm_s + straggler_wait_s``. The cap
   matters: a bucket's wait for the slowest rank's launch starts when *this* rank
@@ -41,7 +41,7 @@ import numpy as np
 from calibrate.noise_fit import STRAGGLER_SCORE_FLAG
 from calibrate.records import read_run
 from calibrate.validate import WARMUP_STEPS
-from sim.export import SCHEMA as SIM_SCHEMA
+from sim.results import SCHEMA as SIM_SCHEMA
 
 _RANKS_DIR = re.compile(r"ranks-(\d{4,})")
 

@@ -1,6 +1,6 @@
 """`ddplab calibrate`, `ddplab validate`, `ddplab demo` and `ddplab report`. Like commands.py, each
 returns what `--json` prints and otherwise prints for people. Output files are written whole
-(workflow/files.py), so an error leaves nothing half-written."""
+(output/jsonfile.py), so an error leaves nothing half-written."""
 
 import sys
 from dataclasses import replace
@@ -8,22 +8,22 @@ from pathlib import Path
 
 from calibrate.calibration import Calibration
 from ddplab.progress import StatusLine, StepProgress, say
-from sim.ownfiles import check_target
+from output.jsonfile import write_json_atomic
+from output.ownfiles import check_target
 from sim.units import fmt_bytes, fmt_seconds
-from workflow.files import write_json_atomic
 
 
 def _check_output(path: Path) -> None:
     if path.suffix != ".json":
         raise ValueError(f"-o: {path}: expected a .json file name")
-    check_target(path, "-o")  # only a new file or ddplab's own, in a folder that exists (sim/ownfiles.py)
+    check_target(path, "-o")  # only a new file or ddplab's own, in a folder that exists (output/ownfiles.py)
 
 
 def calibrate(args):
     from calibrate import plausible
     from calibrate.admit import check_admitted
     from calibrate.calib import calibrate as fit
-    from calibrate.plots import write_calibration_plots
+    from output.calib_plots import write_calibration_plots
 
     _check_output(args.output)
     command = " ".join(["ddplab", *args.argv])
@@ -204,8 +204,8 @@ def _flop_rate(tflop_s: float) -> str:
 
 
 def validate(args):
-    from calibrate.plots import predicted_vs_measured, step_distributions
     from calibrate.validate import validate as run
+    from output.calib_plots import predicted_vs_measured, step_distributions
 
     if args.public:
         if args.runs or args.calib:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from ddplab import commands, plancmd, runcmds, simcmds, textout, traincost
+from output import jsonfile
 from realrun.cli import Parser, probe_parser, train_parser
-from workflow import files
 
 
 def version() -> str:
@@ -320,7 +320,7 @@ def json_text(out) -> str:
     """Standard JSON; a NaN or infinity (the inputs are checked, so one here is a bug) is one
     line naming it rather than output no strict parser reads."""
     try:
-        return files.json_text(out, indent=2)
+        return jsonfile.json_text(out, indent=2)
     except ValueError as e:
         raise ValueError(f"--json: {e}") from None
 

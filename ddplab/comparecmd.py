@@ -108,7 +108,7 @@ def compare(args):
             raise ValueError(f"set-up {s.text!r}: {e}") from None
     limits.check_in_turn(scenarios, "set-ups", yes=args.yes)
     if args.out:  # fail before simulating, not after
-        from sim.outdir import ensure
+        from output.outdir import ensure
 
         ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     rows = [
@@ -149,7 +149,7 @@ def _row(sc, ignore_memory: bool) -> dict:
     return simcmds.out_of_memory(sc, ignore=ignore_memory) or simcmds.run_scale(sc)[1]
 
 
-# compare.csv: the set-up, then simulate's summary as sim/export.py flattens it, then the ratios.
+# compare.csv: the set-up, then simulate's summary as output/export.py flattens it, then the ratios.
 CSV_EXTRA = (
     ("step_time_vs_first", lambda r: r["vs_first"]["step_time"]),
     ("tokens_per_s_vs_first", lambda r: r["vs_first"]["tokens_per_s"]),
@@ -157,9 +157,10 @@ CSV_EXTRA = (
 
 
 def _write(rows: list[dict], out: Path) -> None:
-    from sim.export import SUMMARY_COLUMNS, write_csv_atomic
-    from sim.plot import plot_breakdown, run_title
-    from workflow.files import write_json_atomic
+    from output.atomic import write_csv_atomic
+    from output.export import SUMMARY_COLUMNS
+    from output.jsonfile import write_json_atomic
+    from output.plot import plot_breakdown, run_title
 
     columns = (("name", lambda r: r["name"]), ("setup", lambda r: r["setup"]), *SUMMARY_COLUMNS, *CSV_EXTRA)
     write_json_atomic(out / "compare.json", rows)

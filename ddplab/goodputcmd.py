@@ -124,7 +124,7 @@ def goodput(args):
     costs = {"mtbf_min": mtbf_min, "restart_min": restart_min, "checkpoint_min": checkpoint_min}
     _check_size(args, mtbf_from, work_h * 60.0, [interval_min, *default_grid(daly)], stalls, costs)
     if args.out:  # fail before simulating, not after
-        from sim.outdir import ensure
+        from output.outdir import ensure
 
         ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     sim = estimate(
@@ -196,10 +196,10 @@ def _csv_rows(o: dict) -> list[list]:
 
 
 def _write(o: dict, out: Path) -> None:
-    """goodput.json (what --json prints), goodput.csv (the table) and goodput.png (sim/plot.py)."""
-    from sim.export import write_csv_atomic
-    from sim.plot import plot_goodput
-    from workflow.files import write_json_atomic
+    """goodput.json (what --json prints), goodput.csv (the table) and goodput.png (output/plot.py)."""
+    from output.atomic import write_csv_atomic
+    from output.jsonfile import write_json_atomic
+    from output.plot import plot_goodput
 
     write_json_atomic(out / "goodput.json", o)
     write_csv_atomic(out / "goodput.csv", ["quantity", "unit", "simulated", "analytic"], _csv_rows(o))

@@ -10,12 +10,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from output.atomic import write_atomic
+from output.ownfiles import check_target
 from realrun import doctor as doc
 from realrun import nodes
 from realrun.launch import die_with_parent
 from realrun.runfolder import LIFELINE, Lifeline
-from sim.atomic import write_atomic
-from sim.ownfiles import check_target
 
 
 def doctor(args):
@@ -43,7 +43,7 @@ def launch(args):
     host, port = nodes.parse_endpoint(args.master)
     nodes.check_counts(args.nodes, args.nproc_per_node)
     verb_args = nodes.check_verb_args(args.verb_args)
-    if args.slurm:  # a new file or ddplab's own script, in a folder that exists (sim/ownfiles.py)
+    if args.slurm:  # a new file or ddplab's own script, in a folder that exists (output/ownfiles.py)
         check_target(args.slurm, "--slurm")
     if args.exec:
         return _exec(args, host, port, verb_args)

@@ -15,7 +15,7 @@ from sim.units import fmt_bytes, fmt_count, fmt_seconds, parse_int_list
 
 def simulate(args):
     # SIGTERM as Ctrl-C: a file being written (records.npz takes minutes at 64k ranks) then
-    # loses its temporary in sim/atomic.py's cleanup, where SIGTERM's default left it behind.
+    # loses its temporary in output/atomic.py's cleanup, where SIGTERM's default left it behind.
     with sigterm_as_ctrl_c():
         return _simulate(args)
 
@@ -47,7 +47,7 @@ def _simulate(args):
             check_reference(sc)
     _check_size(args, scenarios)
     if args.out:  # fail before simulating, not after; a reused folder would mix two runs' records
-        from sim.outdir import claim
+        from output.outdir import claim
 
         _, moved = claim(args.out, force=args.force)
         if moved is not None:
@@ -73,12 +73,12 @@ def _simulate(args):
         if sweep:
             say(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
         if args.out:
-            from sim.export import write_result
+            from output.export import write_result
 
             write_result(result, args.out, progress=say if args.records else None)
     simulated = [s for s in summaries if "verdict" not in s]
     if args.out and simulated:
-        from sim.export import write_summaries
+        from output.export import write_summaries
 
         write_summaries(simulated, args.out, sweep=sweep)
     if args.json:

@@ -29,16 +29,16 @@ def add_parser(sub) -> None:
 
 
 def stragglers(args):
-    from calibrate import plots
     from calibrate import stragglers as st
-    from sim.ownfiles import check_target
+    from output import calib_plots
+    from output.ownfiles import check_target
 
     if args.ranks is not None and args.ranks < 1:
         raise ValueError(f"--ranks: {args.ranks}: must be >= 1")
-    if args.plot is not None:  # before the analysis: only a new file or ddplab's own (sim/ownfiles.py)
+    if args.plot is not None:  # before the analysis: only a new file or ddplab's own (output/ownfiles.py)
         check_target(args.plot, "--plot")
     rep = st.analyse(st.load(args.run_dir, args.ranks))
-    plot = plots.stragglers(rep, args.plot or rep.path / "stragglers.png")
+    plot = calib_plots.stragglers(rep, args.plot or rep.path / "stragglers.png")
     out = rep.to_json() | {"plot": str(plot)}
     if args.json:
         return out

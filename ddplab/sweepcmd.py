@@ -112,7 +112,7 @@ def sweep(args):
     oom = grid_sweep.out_of_memory(built, args.ignore_memory)  # not run: an OOM error has no step time
     runnable = [b for b, o in zip(built, oom, strict=True) if o is None]
     if args.out:  # fail before simulating, not after
-        from sim.outdir import ensure
+        from output.outdir import ensure
 
         ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     if engine.parallelism is not None and runnable:  # refuse before starting any worker

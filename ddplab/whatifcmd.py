@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
 
 
 def whatif(args):
-    from sim.plot import run_title
+    from output.plot import run_title
     from sim.scenario_file import scenario_data, scenario_from_dict
     from sim.whatif import compare, row_scenarios
 
@@ -63,7 +63,7 @@ def whatif(args):
     # The rows run one after another, each result dropped before the next (ddplab/limits.py).
     limits.check_in_turn(row_scenarios(data, args.tries), "simulations", yes=args.yes)
     if args.out:  # fail before simulating, not after
-        from sim.outdir import ensure
+        from output.outdir import ensure
 
         ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     rows = compare(
@@ -137,9 +137,9 @@ def whatif(args):
 def _write(rows: list[dict], out: Path, title: str) -> None:
     """What --json prints, as whatif.json and (a column per key) whatif.csv; whatif.png: each
     row's mean step split into its parts, with its throughput against doing nothing."""
-    from sim.export import write_csv_atomic
-    from sim.plot import plot_breakdown
-    from workflow.files import write_json_atomic
+    from output.atomic import write_csv_atomic
+    from output.jsonfile import write_json_atomic
+    from output.plot import plot_breakdown
 
     write_json_atomic(out / "whatif.json", rows)
     header = list(rows[0])

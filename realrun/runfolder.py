@@ -28,7 +28,7 @@ LIFELINE = ".ddplab.alive"
 LIFELINE_ENV = "DDPLAB_LIFELINE"  # the lifeline's path, for the ranks
 RUN_ID_ENV = "DDPLAB_RUN_ID"  # one id per launch, in every rank's meta record
 OURS = (CLAIM, LIFELINE)
-# What marks a folder ddplab made: a run's claim, or simulation output (sim/ownfiles.py
+# What marks a folder ddplab made: a run's claim, or simulation output (output/ownfiles.py
 # OUT_MARKER; realrun stands alone, so the name is repeated here).
 MARKERS = (CLAIM, ".ddplab.out")
 

@@ -32,10 +32,10 @@ BYTES_PER_RANK_MICRO = 48
 # temporaries, measured 170 B.
 MEDIAN_BYTES_PER_RANK = 200
 # Records (`--records`): four float64 (steps, ranks) tables, measured 28-40 B per rank-step;
-# written out, np.median copies the compute table (sim/export.py).
+# written out, np.median copies the compute table (output/export.py).
 RECORD_BYTES_PER_RANK_STEP = 40
 EXPORT_BYTES_PER_RANK_STEP = 8
-# Writing them (records.npz, deflated by sim/export.py): ~20 B per rank-step on disk, 6-8 us per
+# Writing them (records.npz, deflated by output/export.py): ~20 B per rank-step on disk, 6-8 us per
 # rank-step (h100-64k's 13 M in ~80 s; h100-1024 x 2000 steps in 16 s on a loaded machine).
 RECORD_WRITE_SECONDS_PER_RANK_STEP = 8e-6
 # Interference: DDP bends its ready lines (sim/ready.py ReadyBent): a step's end of backward and
@@ -105,7 +105,7 @@ def _buckets(sc: Scenario) -> int:
 
 
 def simulation_cost(sc: Scenario, *, export: bool = False, records: bool = False) -> SimCost:
-    """What `simulate(sc)` will need; ``export``: with sim/export.py's write_result (and the
+    """What `simulate(sc)` will need; ``export``: with output/export.py's write_result (and the
     streaming medians it writes), ``records``: keeping every rank's every step."""
     n, steps, k = sc.ranks, float(sc.steps), sc.training.grad_accum
     gamma = sc.compute.interference_gamma > 0

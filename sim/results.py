@@ -25,6 +25,9 @@ from sim.online import OnlineStats
 from sim.transformer import param_count
 from sim.workload import Workload
 
+# The records.npz schema: output/export.py writes it, calibrate/stragglers.py reads it.
+SCHEMA = "ddplab.sim/1"
+
 
 @dataclass
 class SimResult:

@@ -15,10 +15,6 @@ Layout: one process per traced rank (pid = rank), with three threads:
   tid 2 "steps":   one "step N" span per step, from its start to the end of its optimizer.
 """
 
-import json
-from pathlib import Path
-
-from sim.atomic import write_atomic
 from sim.results import SimResult
 
 COMPUTE, COMM, STEPS = 0, 1, 2
@@ -141,9 +137,3 @@ def _from_spans(result: SimResult) -> dict:
     events += [_span(name, cats[lane], rank, lane, start, end) for rank, lane, name, start, end in spans]
     other = {"scenario": result.scenario.name, "ranks": result.scenario.ranks}
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
-
-
-def write_chrome_trace(result: SimResult, path) -> Path:
-    """Write ``chrome_trace(result)`` as JSON to ``path``; returns the path."""
-    text = json.dumps(chrome_trace(result), allow_nan=False)  # a NaN raises before any file exists
-    return write_atomic(path, lambda tmp: tmp.write_text(text))

@@ -156,7 +156,7 @@ def test_whatif_header_describes_the_ranks_run(capsys):
 @pytest.fixture
 def figures(monkeypatch):
     """Every figure ddplab would save, drawn, instead of written."""
-    import sim.plot
+    import output.plot
 
     drawn = []
 
@@ -165,7 +165,7 @@ def figures(monkeypatch):
         drawn.append(fig)
         return path
 
-    monkeypatch.setattr(sim.plot, "save_png", keep)
+    monkeypatch.setattr(output.plot, "save_png", keep)
     return drawn
 
 
@@ -437,7 +437,7 @@ def test_whatif_without_try_runs_and_names_them(capsys):
 
 
 def test_validation_plot_drops_labels_that_would_overlap(monkeypatch, tmp_path):
-    import calibrate.plots as cp
+    import output.calib_plots as cp
 
     drawn = []
     monkeypatch.setattr(cp, "save_png", lambda fig, path, dpi=110: drawn.append(fig))
@@ -460,7 +460,7 @@ def test_validation_plot_drops_labels_that_would_overlap(monkeypatch, tmp_path):
 
 
 def test_calibration_plots_say_what_was_measured(monkeypatch, tmp_path):
-    import calibrate.plots as cp
+    import output.calib_plots as cp
     from calibrate.calibration import Calibration
     from tests.conftest import ROOT
 

@@ -10,10 +10,10 @@ import pytest
 from conftest import in_process, tiny
 
 from calibrate import stragglers as st
+from output.export import write_result
 from sim.collectives import bus_factor
 from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
 from sim.engine import simulate
-from sim.export import write_result
 from sim.fsdp import build_fsdp_workload, unit_numels
 from sim.hsdp import node_egress_bytes_per_step, replica_fabric, shard_fabric
 from sim.memory import GIB, estimate_memory
@@ -141,7 +141,7 @@ def test_stragglers_agrees_with_the_breakdown(mode, tmp_path):
 
 
 def test_whatif_png_rows_split_as_the_summary(capsys, tmp_path):
-    """whatif's rows (and so whatif.png, sim/plot.py) carry the summary's split: under FSDP the
+    """whatif's rows (and so whatif.png, output/plot.py) carry the summary's split: under FSDP the
     lemon's row shows the wait, and fixing the lemon (rebalance) removes it."""
     code, out, err = in_process(
         capsys,

@@ -26,8 +26,8 @@ from calibrate.apply import calibrated_scenario
 from calibrate.calib import calibrate
 from ddplab import cli, simcmds
 from ddplab.progress import StepProgress
+from output.export import write_result
 from sim.engine import simulate
-from sim.export import write_result
 from sim.scenario_file import load_scenario
 from sim.units import parse_count
 from sim.workload import micro_step_compute_s, recompute_fraction

@@ -314,7 +314,7 @@ def test_fsdp_trace_spans_and_timeline(tmp_path):
     """FSDP runs keep their first steps as spans: per traced rank the compute lane never
     overlaps itself, every collective of the program appears on the comm lane, and the
     Chrome trace and the timeline picture are built from them."""
-    from sim.plot import plot_timeline
+    from output.plot import plot_timeline
     from sim.trace import chrome_trace
 
     sc = load_scenario("h100-1024", ["training.mode=fsdp", "stragglers=3:1.4"], ranks=16, steps=4)

@@ -1,8 +1,10 @@
 """The house's one-way arrows (docs/architecture.md): which package may import which, no
 import circle between any two modules (function-local imports count too), the simulator's
-model modules do no I/O, and sim/ and calibrate/ never need torch."""
+model modules do no I/O, sim/ and calibrate/ write no file (output/ does), and sim/ and
+calibrate/ never need torch."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,18 +12,19 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-PACKAGES = ("ddplab", "workflow", "calibrate", "sim", "realrun", "scenarios")
+PACKAGES = ("ddplab", "workflow", "output", "calibrate", "sim", "realrun", "scenarios")
 # What each package must never import (of the project's packages, and torch).
 FORBIDDEN = {
     "ddplab": set(),
     "workflow": {"ddplab"},
-    "calibrate": {"torch", "ddplab", "workflow", "realrun"},
-    "sim": {"torch", "ddplab", "workflow", "calibrate", "realrun"},
-    "realrun": {"ddplab", "workflow", "calibrate", "sim"},
-    "scenarios": {"torch", "ddplab", "workflow", "calibrate", "sim", "realrun"},
+    "output": {"torch", "ddplab", "workflow", "realrun"},
+    "calibrate": {"torch", "ddplab", "workflow", "output", "realrun"},
+    "sim": {"torch", "ddplab", "workflow", "output", "calibrate", "realrun"},
+    "realrun": {"ddplab", "workflow", "output", "calibrate", "sim"},
+    "scenarios": {"torch", "ddplab", "workflow", "output", "calibrate", "sim", "realrun"},
 }
-# sim/ modules that read or write files; every other one is model only (SimPy's core does no I/O).
-SIM_IO = {"scenario_file", "scenario_keys", "hf_config", "export", "trace", "plot", "outdir", "ownfiles", "readfile"}
+# sim/ modules that read files (their inputs); every other one is model only (SimPy's core does no I/O).
+SIM_IO = {"scenario_file", "scenario_keys", "hf_config", "readfile"}
 
 
 def _modules() -> dict[str, Path]:
@@ -60,6 +63,17 @@ def test_the_layer_rules_can_fail():
     # The rule above reads real import statements: a forbidden arrow is one it finds.
     assert "sim.config" in _imports(MODULES["calibrate.apply"])
     assert "sim" in FORBIDDEN["realrun"] and "calibrate" in FORBIDDEN["realrun"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] in ("sim", "calibrate")))
+def test_sim_and_calibrate_import_no_output_module(name):
+    # They return values; output/ writes them (its modules may import theirs, never the reverse).
+    assert [m for m in _imports(MODULES[name]) if m.split(".")[0] == "output"] == []
+
+
+def test_output_holds_the_writers():
+    assert "sim.results" in _imports(MODULES["output.export"])
+    assert "output" in FORBIDDEN["sim"] and "output" in FORBIDDEN["calibrate"]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -130,7 +144,94 @@ def test_sim_model_modules_do_no_io(name):
 
 
 def test_the_io_check_sees_io():
-    assert _io_calls(MODULES["sim.export"])
+    assert _io_calls(MODULES["sim.scenario_file"])
+    assert _io_calls(MODULES["output.export"])
+
+
+# What writes, renames, removes or makes a file (reading stays where the input is parsed).
+_WRITE_CALLS = {"write_text", "write_bytes", "savefig", "touch", "mkdir", "makedirs", "rmdir", "unlink", "rename"}
+_WRITE_CALLS |= {"symlink_to", "hardlink_to", "tofile", "to_csv", "mkstemp", "mkdtemp", "NamedTemporaryFile"}
+_WRITE_CALLS |= {"TemporaryDirectory"}
+# Names that write only when called on one of these modules (str.replace and list.remove do not).
+_MODULE_WRITES = {
+    "os": {"replace", "rename", "renames", "remove", "link", "symlink", "truncate", "mkfifo", "write"},
+    "np": {"save", "savez", "savez_compressed", "savetxt"},
+    "numpy": {"save", "savez", "savez_compressed", "savetxt"},
+    "json": {"dump"},
+    "pickle": {"dump"},
+    "shutil": {"copy", "copy2", "copyfile", "copytree", "move", "rmtree"},
+}
+_WRITE_MODULES = {"tempfile", "shutil"}
+_OPEN_WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
+
+
+def _opens_to_write(call: ast.Call) -> bool:
+    """An ``open``-like call given a mode that writes: ``open(p, "w")``, ``gzip.open(p, mode="at")``,
+    ``path.open("wb")``, ``ZipFile(p, "x")``; a mode that is not a literal counts as writing."""
+    modes = [k.value for k in call.keywords if k.arg == "mode"]
+    modes += [a for a in call.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    modes += [a for a in call.args[1:2] if not isinstance(a, ast.Constant)]  # open(p, mode_var)
+    for m in modes:
+        if not (isinstance(m, ast.Constant) and isinstance(m.value, str)):
+            return True
+        if re.fullmatch(r"[rwxabtU+]{1,4}", m.value) and set(m.value) & set("wax+"):
+            return True
+    return False
+
+
+def _writes(source: str) -> list[str]:
+    """Every call in ``source`` that writes, renames, removes or makes a file: open/ZipFile/gzip.open
+    in a mode other than reading, os.open with a write flag, and the names above."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"import {m} at line {node.lineno}" for m in mods if m.split(".")[0] in _WRITE_MODULES]
+            continue
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        base = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+        where = f"{base + '.' if base else ''}{name}() at line {node.lineno}"
+        if base == "os" and name == "open":
+            flags = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} & _OPEN_WRITE_FLAGS
+            if flags:
+                found.append(where)
+        elif name in ("open", "ZipFile", "fdopen") and _opens_to_write(node):
+            found.append(where)
+        elif name in _WRITE_CALLS or name in _MODULE_WRITES.get(base, ()):
+            found.append(where)
+        elif name == "replace" and len(node.args) == 1 and not node.keywords:  # Path.replace; str's takes two
+            found.append(where)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] in ("sim", "calibrate")))
+def test_sim_and_calibrate_write_no_file(name):
+    assert _writes(MODULES[name].read_text()) == []
+
+
+def test_the_write_check_sees_writes():
+    source = """
+import tempfile
+import numpy as np
+open(p, "w"); open(p, mode="ab"); open(p, "x"); open(p, "r+"); gzip.open(p, "wt"); zipfile.ZipFile(p, "w")
+zf.open(name, "w"); os.open(p, os.O_WRONLY | os.O_CREAT); os.fdopen(fd, "wb")
+p.write_text(s); p.write_bytes(b); fig.savefig(p); np.save(p, a); np.savez(p, a=a); np.savez_compressed(p, a=a)
+os.replace(a, b); os.rename(a, b); os.remove(p); p.unlink(); p.mkdir(); os.makedirs(p); json.dump(d, f)
+shutil.copy(a, b); p.open("w"); p.rename(q); p.replace(q); open(p, mode)
+"""
+    assert len(_writes(source)) == 28  # each call above, and the import
+    # Reading, and the str/list methods that share a name with a file operation, are not writes.
+    reads = """
+open(p); open(p, "rb"); gzip.open(raw, "rt"); os.open(p, os.O_RDONLY | os.O_NONBLOCK); p.read_text()
+json.loads(s); json.dumps(d); s.replace("a", "b"); names.remove(x); np.load(p); p.open(); p.open("rb")
+open("w.txt"); zipfile.ZipFile(p); zf.open(name)
+"""
+    assert _writes(reads) == []
+    # The scan reads what output/ does: its writer module trips it.
+    assert _writes(MODULES["output.atomic"].read_text())
 
 
 def test_sim_and_cli_import_without_torch():
@@ -141,7 +242,7 @@ def test_sim_and_cli_import_without_torch():
         "        if name == 'torch' or name.startswith('torch.'):\n"
         "            raise ImportError('torch is blocked in this test')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import sim.engine, sim.export, sim.trace, sim.plot, ddplab.cli, calibrate.calib, calibrate.apply\n"
+        "import sim.engine, sim.trace, output.export, output.plot, ddplab.cli, calibrate.calib, calibrate.apply\n"
         "import workflow.report, workflow.simstudy\n"
         "from sim.scenario_file import load_scenario\n"
         "from sim.engine import simulate\n"

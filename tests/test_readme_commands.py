@@ -1,19 +1,13 @@
 """README.md's commands run as written and print what it shows (issue 16): the fast ones
-through bench/readme_commands.py's own code, and that checker's extraction, matching
+through tests/readme_commands.py's own code, and that checker's extraction, matching
 and classification on small samples, including a mismatch it must report."""
 
-import importlib.util
 import os
 import subprocess
-import sys
 
 import pytest
+import readme_commands as rc
 from conftest import ROOT
-
-_spec = importlib.util.spec_from_file_location("readme_commands", ROOT / "bench" / "readme_commands.py")
-rc = importlib.util.module_from_spec(_spec)
-sys.modules["readme_commands"] = rc  # its dataclasses look their module up while being built
-_spec.loader.exec_module(rc)
 
 README_COMMANDS = rc.extract((ROOT / "README.md").read_text())
 FAST = [c for c in README_COMMANDS if c.cls.speed == "fast" and c.cls.needs is None]

@@ -294,8 +294,8 @@ def test_a_nonfinite_result_is_one_line_not_bad_json(monkeypatch, capsys):
 
 
 def test_json_files_refuse_nan_before_writing(tmp_path):
-    from sim.export import write_summaries
-    from workflow.files import write_json_atomic
+    from output.export import write_summaries
+    from output.jsonfile import write_json_atomic
 
     with pytest.raises(ValueError):
         write_json_atomic(tmp_path / "a.json", {"x": math.inf})

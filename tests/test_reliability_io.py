@@ -64,7 +64,7 @@ def test_a_rerun_replaces_its_own_picture(capsys, tmp_path, sim_run):
 
 
 def test_every_output_flag_refuses_someone_elses_file(capsys, tmp_path):
-    """The shared writer (sim/atomic.py) holds the rule for every flag: --slurm, calibrate's -o,
+    """The shared writer (output/atomic.py) holds the rule for every flag: --slurm, calibrate's -o,
     validate's --plot, and any write into a folder ddplab did not make."""
     theirs = tmp_path / "job.sbatch"
     theirs.write_text("#!/bin/sh\necho mine\n")
@@ -75,7 +75,7 @@ def test_every_output_flag_refuses_someone_elses_file(capsys, tmp_path):
     calib.write_text("{}")
     line = refused(capsys, "calibrate", str(tmp_path), "-o", str(calib))
     assert f"-o {calib}" in line and "did not write" in line, line
-    from sim.atomic import write_atomic
+    from output.atomic import write_atomic
 
     (tmp_path / "notes.png").write_text("mine")
     with pytest.raises(ValueError, match="did not write"):
@@ -402,7 +402,7 @@ def test_a_bad_models_toml_entry_is_one_line_naming_preset_and_key(capsys, tmp_p
 def test_a_full_disk_names_the_file_simulate_could_not_write(capsys, tmp_path, monkeypatch):
     import errno
 
-    from sim import export
+    from output import export
 
     def full(*_):  # numpy's writer on a full disk: an OSError that names no file
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -320,7 +320,7 @@ def test_d17_a_temporary_left_by_a_killed_writer_is_removed_by_the_next(tmp_path
     import subprocess
     import sys
 
-    from sim.atomic import write_atomic
+    from output.atomic import write_atomic
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     orphan = tmp_path / f".records.npz.{int(dead.stdout)}.tmp"  # what a kill -9 mid-write leaves

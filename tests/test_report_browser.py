@@ -13,8 +13,8 @@ import pytest
 from fake_runs import probe_run, train_run
 
 from calibrate.calib import calibrate
-from calibrate.plots import predicted_vs_measured, write_calibration_plots
 from calibrate.validate import validate
+from output.calib_plots import predicted_vs_measured, write_calibration_plots
 from workflow.report import write_report
 from workflow.simstudy import run_study
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from fake_runs import probe_run, train_run
 
-from calibrate import plots
 from calibrate import stragglers as st
 from ddplab.straggcmd import add_parser
+from output import calib_plots
+from output.export import write_result
 from sim.engine import simulate
-from sim.export import write_result
 from sim.scenario_file import load_scenario
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -182,7 +182,7 @@ def test_plot_of_many_ranks(tmp_path):
     wait[:, 123] = 0.001
     rep = st.analyse(st.Records("sim", tmp_path, compute, wait, 0, {}))
     assert rep.flagged == (123,) and rep.least_waiting_rank == 123
-    assert plots.stragglers(rep, tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
+    assert calib_plots.stragglers(rep, tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def _one_line_error(match: str, *argv: str) -> str:

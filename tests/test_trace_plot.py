@@ -1,14 +1,15 @@
-"""The Chrome trace (sim/trace.py) and the scaling plot (sim/plot.py)."""
+"""The Chrome trace (sim/trace.py) and the scaling plot (output/plot.py)."""
 
 import json
 from collections import defaultdict
 
 import pytest
 
+from output.export import write_chrome_trace
+from output.plot import plot_scaling
 from sim.config import ComputeConfig, ModelConfig, NetworkConfig, Scenario, TrainingConfig
 from sim.engine import simulate
-from sim.plot import plot_scaling
-from sim.trace import chrome_trace, write_chrome_trace
+from sim.trace import chrome_trace
 
 TOL_US = 1e-6  # float rounding in s -> us
 

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from calibrate.calibration import Calibration
-from sim.outdir import ensure
+from output.jsonfile import write_json_atomic
+from output.outdir import ensure
 from sim.units import fmt_seconds
-from workflow.files import write_json_atomic
 from workflow.plan import MICRO_BATCH, MODEL, PROBE, QUICK_SWEEP, SEQ_LEN, SIM_STEPS, SWEEP, TRAIN_STEPS
 
 
@@ -142,8 +142,8 @@ class Demo:
         yield ("report", "report: report.html", [o / "report.html"], self._report)
 
     def _validate(self) -> None:
-        from calibrate.plots import predicted_vs_measured
         from calibrate.validate import validate
+        from output.calib_plots import predicted_vs_measured
 
         calib_path = self.out / "calib.json"
         v = validate(Calibration.read(calib_path), str(calib_path), [self.out / "train"])
@@ -161,7 +161,7 @@ class Demo:
         write_report(self.out)
 
     def run(self) -> dict:
-        ensure(self.out)  # marked as ours: a rerun replaces what the last one wrote (sim/ownfiles.py)
+        ensure(self.out)  # marked as ours: a rerun replaces what the last one wrote (output/ownfiles.py)
         where = (
             "two emulated hosts (netlab) on a 1 Gbit/s link, one core each"
             if self.lab

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 from calibrate.calibration import Calibration
+from output.atomic import write_text_atomic
 from sim.cost import SEED_LINKS, link_costs
 from sim.readfile import read_text
 from sim.transformer import model_shape, param_count
 from sim.units import fmt_bytes, fmt_seconds
-from workflow.files import write_text_atomic
 from workflow.html import CHECK, CSS, esc, img, missing, table
 from workflow.plan import CHECKPOINT_MIN, FAILURES_PER_1000_NODE_DAYS, MICRO_BATCH, RESTART_MIN
 

@@ -2,7 +2,7 @@
 rank counts with the calibration applied, what one lemon GPU costs at 1024 and which fix
 pays for it, and what failures cost over a campaign.
 
-Writes under ``RUN_DIR/sim/``: ``<platform>/`` (sim/export.py's records, traces and
+Writes under ``RUN_DIR/sim/``: ``<platform>/`` (output/export.py's records, traces and
 ``scaling.png`` per platform), ``<platform>/timeline.png``, ``stragglers.png`` and
 ``summary.json`` ({"platforms": {name: [summary per rank count]}, "stragglers": [...],
 "fixes": [sim/whatif.py rows for the lemon GPU], "goodput": {...}}).
@@ -12,12 +12,12 @@ from pathlib import Path
 
 from calibrate.apply import load_for_simulation
 from calibrate.calibration import Calibration
+from output.export import write_result, write_summaries
+from output.jsonfile import write_json_atomic
+from output.outdir import ensure
+from output.plot import plot_timeline
 from sim.engine import simulate
-from sim.export import write_result, write_summaries
-from sim.outdir import ensure
-from sim.plot import plot_timeline
 from sim.scenario_file import scenario_from_dict
-from workflow.files import write_json_atomic
 from workflow.plan import (
     CHECKPOINT_MIN,
     FAILURES_PER_1000_NODE_DAYS,
@@ -128,7 +128,7 @@ def _plot_stragglers(rows: list[dict], path: Path) -> None:
     exposed communication and straggler wait (they add up, sim/results.py)."""
     from matplotlib.figure import Figure
 
-    from calibrate.plots import save
+    from output.calib_plots import save
 
     fig = Figure(figsize=(9, 4), layout="constrained")
     ax = fig.subplots()

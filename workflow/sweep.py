@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from output.export import SUMMARY_COLUMNS
 from sim.config import Scenario
-from sim.export import SUMMARY_COLUMNS
 from sim.mfu import compute_basis
 from sim.scenario_file import apply_overrides, check_assigned_keys, scenario_data, scenario_from_dict
 
@@ -28,7 +28,7 @@ from sim.scenario_file import apply_overrides, check_assigned_keys, scenario_dat
 OWN_KEYS = {"seed": "the sweep's own axis; give it with --seeds"}
 
 # What a run keeps of the engine's summary (sim/results.py summary()): its numbers, as the
-# summary's CSV columns name and read them (sim/export.py), and not wall_s, which is this
+# summary's CSV columns name and read them (output/export.py), and not wall_s, which is this
 # machine's speed, not the model's answer.
 METRIC_NAMES = (
     "step_time_mean_s",

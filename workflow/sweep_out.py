@@ -4,8 +4,8 @@ cell where one seed leaves it undefined), sweep.json (what --json prints) and sw
 
 from pathlib import Path
 
-from sim.export import write_csv_atomic
-from workflow.files import write_json_atomic
+from output.atomic import write_csv_atomic
+from output.jsonfile import write_json_atomic
 from workflow.sweep import IDENTITY, METRIC_NAMES
 from workflow.sweep_plot import plot_sweep
 

@@ -1,6 +1,6 @@
 """sweep.png: each grid point's mean step time and scaling efficiency with their 95 % intervals
 over the seeds, against the first varied key (a line per scenario and value of the other keys),
-or one point per scenario when nothing is varied. Written through sim/plot.py's save_png."""
+or one point per scenario when nothing is varied. Written through output/plot.py's save_png."""
 
 from pathlib import Path
 
@@ -14,7 +14,7 @@ def plot_sweep(rows: list[dict], vary_keys: list[str], path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from sim.plot import run_title, save_png
+    from output.plot import run_title, save_png
 
     first = vary_keys[0] if vary_keys else None
     # Categorical positions: the values as typed (numbers, names, straggler lists alike).

@@ -1,7 +1,8 @@
 """Freeze the engine's numbers as golden arrays (tests/data/engine-golden.npz), the oracle
-tests/test_engine_golden.py holds sim/engine.py and sim/fsdp.py to.
+tests/test_engine_golden.py holds sim/engine.py and sim/fsdp.py to; ``run`` is what a case is
+held to, for both.
 
-    .venv/bin/python bench/golden_engine.py
+    .venv/bin/python tests/golden_engine.py
 
 Run once, at the commit whose numbers are to be kept (issue 26 ran it at a1db606, before the
 engine lost SimPy: the arrays are that engine's, which bench/engine_v1.py's frozen copy matched).

@@ -1,7 +1,7 @@
 """Folders ddplab writes simulation output into (``simulate --out`` and the other ``--out``s).
 
-A folder ddplab makes carries a marker file (sim/ownfiles.py OUT_MARKER), so a rerun may
-replace what is in it (sim/atomic.py) and ``--force`` knows whose files it moves. ``claim`` is
+A folder ddplab makes carries a marker file (output/ownfiles.py OUT_MARKER), so a rerun may
+replace what is in it (output/atomic.py) and ``--force`` knows whose files it moves. ``claim`` is
 for ``simulate --out`` (issue 25, D7): a reused folder once mixed an earlier run's records with
 this run's, and ``ddplab stragglers`` read the stale ones, so a folder that holds anything is
 refused unless ``--force``, which moves an earlier ddplab output aside (never deletes it) and
@@ -10,13 +10,13 @@ refuses a folder of someone else's files."""
 import datetime
 from pathlib import Path
 
-from sim.ownfiles import MARKERS, OUT_MARKER, folder_is_ours
+from output.ownfiles import MARKERS, OUT_MARKER, folder_is_ours
 
 
 def ensure(path: Path) -> Path:
     """``path`` as an output folder: made (with parents) if missing, and marked as ddplab's when
     it is new or empty. A folder already holding other files stays unmarked, so its files are
-    not replaced (sim/ownfiles.py) while new ones are written beside them."""
+    not replaced (output/ownfiles.py) while new ones are written beside them."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out {path}: exists and is not a folder")

@@ -5,8 +5,8 @@ touch pyplot's global state."""
 
 from pathlib import Path
 
-from sim.atomic import write_atomic
-from sim.ownfiles import SOFTWARE
+from output.atomic import write_atomic
+from output.ownfiles import SOFTWARE
 
 
 def plot_scaling(summaries: list[dict], path, title: str) -> Path:
@@ -91,9 +91,9 @@ def run_title(scenarios, ranks, modes) -> str:
 
 
 def save_png(fig, path, dpi: int = 120) -> Path:
-    """Written whole (sim/atomic.py): a reader, or a rerun after Ctrl-C, never finds half a PNG.
-    Every picture ddplab draws goes through here (calibrate/plots.py too)."""
-    # The Software chunk marks the picture as ours: a rerun may replace it, nothing else (sim/ownfiles.py).
+    """Written whole (output/atomic.py): a reader, or a rerun after Ctrl-C, never finds half a PNG.
+    Every picture ddplab draws goes through here (output/calib_plots.py too)."""
+    # The Software chunk marks the picture as ours: a rerun may replace it, nothing else (output/ownfiles.py).
     meta = {"Software": SOFTWARE}
     return write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png", metadata=meta))
 

@@ -1,8 +1,8 @@
 """Run every command README.md shows and check that it prints what the README says.
 
-    .venv/bin/python bench/readme_commands.py [--fast | --all] [--list] [--timeout-s S] [--readme FILE]
+    .venv/bin/python tests/readme_commands.py [--fast | --all] [--list] [--timeout-s S] [--readme FILE]
 
-    git clone /work/main /tmp/x && cd /tmp/x && python3 bench/readme_commands.py --all
+    git clone /work/main /tmp/x && cd /tmp/x && python3 tests/readme_commands.py --all
 
 A command is a line starting with "$ " inside a fenced code block; the lines after it,
 up to the next "$ " line or the block's end, are the output the README shows for it.

@@ -16,25 +16,21 @@ Layout of ``--out DIR`` (schema ``ddplab.sim/1``):
   breakdown.png      the mean step split into its parts, for a single scale
 """
 
-import csv
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 
-from sim.atomic import write_atomic
+from output.atomic import write_atomic, write_csv_atomic, write_text_atomic
+from output.outdir import ensure
+from output.plot import plot_breakdown, plot_scaling, run_title
 from sim.online import RANK_FIELDS
-from sim.outdir import ensure
-from sim.results import SimResult
-
-SCHEMA = "ddplab.sim/1"
+from sim.results import SCHEMA, SimResult
+from sim.trace import chrome_trace
 
 
 def write_result(result: SimResult, run_dir: Path, progress=None) -> Path:
     """``progress(line)``: told as records.npz is written, table by table (minutes at 64k ranks)."""
-    from sim.trace import write_chrome_trace
-
     d = Path(run_dir) / f"ranks-{result.scenario.ranks:04d}"
     ensure(d)
     wl = result.workload
@@ -77,8 +73,6 @@ def write_summaries(summaries: list[dict], run_dir: Path, *, sweep: bool) -> Non
     text = json.dumps(body, indent=2, allow_nan=False) + "\n"
     ensure(run_dir)
     write_text_atomic(run_dir / "summary.json", text)
-    from sim.plot import plot_breakdown, plot_scaling, run_title
-
     if sweep:
         header = [h for h, _ in SUMMARY_COLUMNS]
         write_csv_atomic(run_dir / "scaling.csv", header, [[f(s) for _, f in SUMMARY_COLUMNS] for s in summaries])
@@ -126,11 +120,6 @@ SUMMARY_COLUMNS = (
 )
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """A text file written whole (sim/atomic.py)."""
-    write_atomic(path, lambda tmp: tmp.write_text(text))
-
-
 def _savez(path: Path, arrays: dict, progress=None) -> None:
     """What np.savez_compressed writes (a deflated zip of .npy files, read by np.load), one
     array at a time, so that ``progress`` can say how far it is: its four (steps x ranks)
@@ -157,11 +146,7 @@ def _savez(path: Path, arrays: dict, progress=None) -> None:
                 progress(f"  {name}: table {done}/{len(big)} written, {time.perf_counter() - t0:.0f} s")
 
 
-def write_csv_atomic(path: Path, header: list[str], rows: list[list]) -> Path:
-    """A CSV table written whole (write_text_atomic)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    w.writerows(rows)
-    write_text_atomic(path, buf.getvalue())
-    return Path(path)
+def write_chrome_trace(result: SimResult, path) -> Path:
+    """Write ``chrome_trace(result)`` (sim/trace.py) as JSON to ``path``; returns the path."""
+    text = json.dumps(chrome_trace(result), allow_nan=False)  # a NaN raises before any file exists
+    return write_atomic(path, lambda tmp: tmp.write_text(text))

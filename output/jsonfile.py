@@ -5,7 +5,7 @@ import json
 import math
 from pathlib import Path
 
-from sim.export import write_text_atomic  # the one whole-file writer; here for the journeys
+from output.atomic import write_text_atomic
 
 
 def nonfinite(value, where: str = "") -> str | None:

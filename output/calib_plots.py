@@ -1,6 +1,6 @@
 """The pictures beside calib.json, the validation table and the straggler report: fits
 drawn over their data, so a bad fit is seen rather than read from an R^2. Figures render with the Agg
-canvas and never touch pyplot's global state (as sim/plot.py)."""
+canvas and never touch pyplot's global state (as output/plot.py)."""
 
 from pathlib import Path
 
@@ -14,7 +14,7 @@ from calibrate.calibration import Calibration, Memory
 from calibrate.collective_fit import predict_s
 from calibrate.stragglers import Report as StragglerReport
 from calibrate.stragglers import fmt_wait, verdict
-from sim.plot import save_png
+from output.plot import save_png
 
 
 def _subplots(*args, figsize, **kw):
@@ -29,7 +29,7 @@ def _measured(calib: Calibration) -> str:
 
 
 def save(fig, path: Path) -> None:
-    """Whole or not at all (sim/plot.py save_png), on an Agg canvas, at this module's dpi."""
+    """Whole or not at all (output/plot.py save_png), on an Agg canvas, at this module's dpi."""
     FigureCanvasAgg(fig)
     save_png(fig, path, dpi=110)
 

@@ -1,13 +1,16 @@
 """A file written whole: to a temporary name beside it, then a rename, so a reader (or a rerun
 after Ctrl-C or kill -9) never finds half of it. Every file ddplab writes at a final path goes
-through here: text and CSV (sim/export.py, workflow/files.py), pictures (sim/plot.py) and
-simulation records (sim/export.py). It replaces only a file ddplab wrote (sim/ownfiles.py)."""
+through here: text and CSV (write_text_atomic, write_csv_atomic; JSON in output/jsonfile.py),
+pictures (output/plot.py) and simulation records (output/export.py). It replaces only a file
+ddplab wrote (output/ownfiles.py)."""
 
+import csv
+import io
 import os
 from collections.abc import Callable
 from pathlib import Path
 
-from sim.ownfiles import check_target
+from output.ownfiles import check_target
 
 
 def write_atomic(path, write: Callable[[Path], object]) -> Path:
@@ -28,6 +31,21 @@ def write_atomic(path, write: Callable[[Path], object]) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """A text file written whole."""
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def write_csv_atomic(path: Path, header: list[str], rows: list[list]) -> Path:
+    """A CSV table written whole (write_text_atomic)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    write_text_atomic(path, buf.getvalue())
+    return Path(path)
 
 
 def _remove_orphans(path: Path) -> None:

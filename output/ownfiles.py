@@ -3,9 +3,9 @@
 An output flag such as ``stragglers --plot PATH`` used to replace whatever PATH named, as root
 a system file, and to create missing parent folders. Now a file is written only when it is
 new, or when ddplab wrote it: a picture carrying the ``Software: ddplab`` PNG text chunk
-that sim/plot.py embeds, a text file opening with one of ddplab's own headers (a calib.json,
+that output/plot.py embeds, a text file opening with one of ddplab's own headers (a calib.json,
 a Slurm script, a report), or any file inside a folder ddplab made for its output (one holding
-the marker sim/outdir.py or realrun/runfolder.py leaves). Everything else is refused, and a
+the marker output/outdir.py or realrun/runfolder.py leaves). Everything else is refused, and a
 missing parent folder is refused rather than created: a typo in a path should not build a
 tree somewhere unexpected.
 """
@@ -15,8 +15,8 @@ import os
 import stat
 from pathlib import Path
 
-SOFTWARE = "ddplab"  # the PNG "Software" text chunk every picture carries (sim/plot.py)
-OUT_MARKER = ".ddplab.out"  # a folder ddplab made for simulation output (sim/outdir.py)
+SOFTWARE = "ddplab"  # the PNG "Software" text chunk every picture carries (output/plot.py)
+OUT_MARKER = ".ddplab.out"  # a folder ddplab made for simulation output (output/outdir.py)
 RUN_MARKER = ".ddplab.lock"  # a real run's folder (realrun/runfolder.py CLAIM; realrun stands alone)
 MARKERS = (OUT_MARKER, RUN_MARKER)
 # The opening of ddplab's text files that live outside its folders (nodes.slurm_script, workflow/report.py).
