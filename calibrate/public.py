@@ -221,6 +221,7 @@ def _rows() -> list[Row]:
     )  # fmt: skip
     rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY]
     rows += [_torchtitan_row(*r) for r in data.TORCHTITAN]
+    rows += [_torchtitan_float8_row(*r) for r in data.TORCHTITAN_FLOAT8]
     rows += [_megatron_row(*r) for r in data.MEGATRON_TABLE1]
     rows += [_llama3_row(*r) for r in data.LLAMA3_TABLE4]
     return rows
@@ -338,6 +339,29 @@ def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_
     stack = "compiled" if compiled else "eager"
     what = f"torchtitan {model} on {gpus} x {gpu}, FSDP, {act_ckpt} AC, {stack}, step"
     return _simulate_row(what, "torchtitan", local_batch * 8192 / tokens_s_gpu, preset, gpus, sets)
+
+
+def _torchtitan_float8_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu) -> Row:
+    """One of torchtitan's Float8 H100 rows: as _torchtitan_row, compiled, with FP8 matmuls, and
+    TP over each node's GPUs with sequence parallelism (torchtitan's TP plan) where the row has
+    it. A TP group shares its local batch, so a GPU's tokens per step are local batch x 8192 / TP."""
+    sets = [
+        f"model.preset={model}",
+        "training.seq_len=8192",
+        "training.mode=fsdp",
+        f"training.micro_batch_size={local_batch}",
+        "training.precision=fp8",
+        f"training.activation_checkpointing={'true' if act_ckpt != 'none' else 'false'}",
+        "compute.stack=compiled",
+        "compute.hbm_tb_s=2.4",
+    ]
+    layout = "FSDP"
+    if tp > 1:
+        sets += [f"training.tp={tp}", "training.sequence_parallel=true"]
+        layout = f"FSDP {gpus // tp} x TP {tp}"
+    what = f"torchtitan {model} on {gpus} x H100 96GB ({table}), {layout}, Float8, {act_ckpt} AC, compiled, step"
+    step_s = local_batch * 8192 / tp / tokens_s_gpu
+    return _simulate_row(what, "torchtitan", step_s, "h100-1024", gpus, sets)
 
 
 STEPS = 50

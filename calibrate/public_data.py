@@ -353,6 +353,13 @@ TORCHTITAN = (
     ("a100-2412", "llama3-8b", 64, 1, False, "selective op", 2973),
     ("a100-2412", "llama3-70b", 64, 1, False, "full", 331),
 )
+# The same H100 page's Float8 rows without AsyncTP or context parallelism (docs/validation-public.md
+# has the rule): (table, model, GPUs, TP, local batch, AC, TPS/GPU); every one compiled.
+TORCHTITAN_FLOAT8 = (
+    ("Table 1", "llama3-8b", 8, 1, 2, "selective", 8532),
+    ("Table 3", "llama3-8b", 128, 1, 2, "selective", 8380),
+    ("Table 4", "llama3-70b", 256, 8, 16, "full", 829),
+)
 
 # Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
 # Megatron-LM" (SC21, arXiv 2104.04473), Table 1: weak scaling of GPT models on Selene (DGX A100
