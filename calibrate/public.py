@@ -222,6 +222,9 @@ def _rows() -> list[Row]:
     rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY]
     rows += [_torchtitan_row(*r) for r in data.TORCHTITAN]
     rows += [_torchtitan_float8_row(*r) for r in data.TORCHTITAN_FLOAT8]
+    for model, gpus, tp, batch, ac, bf16_tps, fp8_tps in data.TORCHTITAN_VANILLA_TP:
+        rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, bf16_tps, fp8=False))
+        rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, fp8_tps, fp8=True))
     rows += [_megatron_row(*r) for r in data.MEGATRON_TABLE1]
     rows += [_llama3_row(*r) for r in data.LLAMA3_TABLE4]
     return rows
@@ -342,15 +345,20 @@ def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_
 
 
 def _torchtitan_float8_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu) -> Row:
-    """One of torchtitan's Float8 H100 rows: as _torchtitan_row, compiled, with FP8 matmuls, and
-    TP over each node's GPUs with sequence parallelism (torchtitan's TP plan) where the row has
-    it. A TP group shares its local batch, so a GPU's tokens per step are local batch x 8192 / TP."""
+    return _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu, fp8=True)
+
+
+def _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu, fp8: bool) -> Row:
+    """One of torchtitan's compiled H100 rows with FP8 or TP: as _torchtitan_row, compiled, with
+    FP8 matmuls where the row has them, and TP over each node's GPUs with sequence parallelism
+    (torchtitan's TP plan) where it has TP. A TP group shares its local batch, so a GPU's tokens
+    per step are local batch x 8192 / TP."""
     sets = [
         f"model.preset={model}",
         "training.seq_len=8192",
         "training.mode=fsdp",
         f"training.micro_batch_size={local_batch}",
-        "training.precision=fp8",
+        f"training.precision={'fp8' if fp8 else 'bf16-amp'}",
         f"training.activation_checkpointing={'true' if act_ckpt != 'none' else 'false'}",
         "compute.stack=compiled",
         "compute.hbm_tb_s=2.4",
@@ -359,7 +367,8 @@ def _torchtitan_float8_row(table, model, gpus, tp, local_batch, act_ckpt, tokens
     if tp > 1:
         sets += [f"training.tp={tp}", "training.sequence_parallel=true"]
         layout = f"FSDP {gpus // tp} x TP {tp}"
-    what = f"torchtitan {model} on {gpus} x H100 96GB ({table}), {layout}, Float8, {act_ckpt} AC, compiled, step"
+    what = f"torchtitan {model} on {gpus} x H100 96GB ({table}), {layout}, {'Float8' if fp8 else 'bf16'}"
+    what += f", {act_ckpt} AC, compiled, step"
     step_s = local_batch * 8192 / tp / tokens_s_gpu
     return _simulate_row(what, "torchtitan", step_s, "h100-1024", gpus, sets)
 

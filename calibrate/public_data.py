@@ -360,6 +360,12 @@ TORCHTITAN_FLOAT8 = (
     ("Table 3", "llama3-8b", 128, 1, 2, "selective", 8380),
     ("Table 4", "llama3-70b", 256, 8, 16, "full", 829),
 )
+# benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, the "Vanilla TP tokens/sec" column (per
+# GPU): (model, GPUs, TP, local batch, AC, bf16 TPS/GPU, float8 tensorwise TPS/GPU); compiled.
+TORCHTITAN_VANILLA_TP = (
+    ("llama3-70b", 256, 8, 16, "full", 597.3, 809.8),
+    ("llama3-8b", 64, 8, 12, "per-op selective", 4378.0, 5078.1),
+)
 
 # Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
 # Megatron-LM" (SC21, arXiv 2104.04473), Table 1: weak scaling of GPT models on Selene (DGX A100
