@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from calibrate import typed_json
 from sim.readfile import MIB, read_text
 
@@ -174,6 +176,27 @@ class BucketReady:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TpBlock:
+    """realrun/probe_tp.py: what a TP split adds to one block (TP minus unsharded, medians over
+    the ranks' iterations) and one in-step send, per micro-batch size of the probe."""
+
+    tp: int
+    points: list[list[float]]  # [tokens, forward extra s, backward extra s, send s or -1 (none)]
+    samples: int
+    source: str
+
+    def at(self, tokens: float) -> tuple[float, float, float | None]:
+        """(forward extra, backward extra, send) at ``tokens``: linear between the probed sizes,
+        the nearest outside them (no extrapolation of a latency-bound cost)."""
+        pts = sorted(self.points)
+        xs = [p[0] for p in pts]
+        f, b = (float(np.interp(tokens, xs, [p[i] for p in pts])) for i in (1, 2))
+        sends = [(p[0], p[3]) for p in pts if p[3] >= 0]
+        send = float(np.interp(tokens, *zip(*sends, strict=True))) if sends else None
+        return f, b, send
+
+
+@dataclass(frozen=True, kw_only=True)
 class Compute:
     model: str
     seq_len: int
@@ -187,6 +210,7 @@ class Compute:
     ready_fractions: ReadyProfile
     buckets_default_cap: list[BucketReady] = field(default_factory=list)
     memory: Memory | None = None
+    tp_block: TpBlock | None = None  # probes from before realrun/probe_tp.py have none
 
 
 @dataclass(frozen=True, kw_only=True)

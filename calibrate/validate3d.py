@@ -79,8 +79,57 @@ def scenario_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, see
     return data, label
 
 
+def _kernel_counts(shape, seq_len: int, tokens: float, dt) -> dict:
+    """Kernels (operators) per micro-batch: one block's forward and backward, the embedding's and
+    the output layer's (sim/roofline.py's inventory), what the probe's fixed cost is spread over."""
+    from sim.roofline import block_kernels, head_kernels
+    from sim.tp import _EMBEDDING
+
+    blk = block_kernels(shape, seq_len, tokens, dt)
+    counts = {"bf": sum(not k.backward for k in blk), "bb": sum(k.backward for k in blk)}
+    for key in ("ef", "eb", "of", "ob"):
+        counts[key] = 0
+    for k in head_kernels(shape, tokens, dt):
+        counts[("e" if k.name.startswith(_EMBEDDING) else "o") + ("b" if k.backward else "f")] += 1
+    return counts
+
+
+def stage_tensors(shape, sizes: list[int]) -> np.ndarray:
+    """Parameter tensors per stage (sim/transformer.py's list): the embedding's on the first, the
+    final norm's and output layer's on the last, the blocks' as ``sizes`` places them."""
+    from sim.transformer import param_tensors
+
+    tensors = param_tensors(shape)
+    per_block = sum(t.name.startswith("transformer.h.0.") for t in tensors)
+    blocks = per_block * shape.n_layer
+    first = sum(t.name.startswith(("transformer.wte", "transformer.wpe")) for t in tensors)
+    out = np.array([per_block * n for n in sizes], dtype=float)
+    out[0] += first
+    out[-1] += len(tensors) - blocks - first
+    return out
+
+
+def stage_speed(sc, lay) -> np.ndarray:
+    """(pp,) each stage's slowest rank's speed factor (sim/parallel3d.py's group_factors without
+    the drawn spread), from the scenario's stragglers."""
+    slow = np.ones(lay.pp)
+    for rank, f in sc.straggler_map.items():
+        if rank < sc.ranks:
+            i = lay.stage_of(rank)
+            slow[i] = max(slow[i], f)
+    return slow
+
+
 def calibrated_costs(sc, calib: Calibration):
-    """sim/parallel3d.py's StepCosts with each stage's compute from the probe (module docstring)."""
+    """sim/parallel3d.py's StepCosts with each stage's compute from the probe (module docstring).
+
+    The probe's forward (backward) time at this micro-batch is its affine fit, a fixed cost plus
+    a per-token cost (calib.compute, fitted over the probe's micro-batch sizes). On a CPU at these
+    sizes the fixed cost is most of it: the operators' dispatch (Python, autograd, ATen), paid once
+    per operator whatever its size. A TP rank runs every operator of its blocks on its shards, so
+    it pays the whole fixed cost (not 1/tp of it); a pipeline stage pays its operators' share
+    (sim/roofline.py's kernels, counted). The per-token cost is split by the roofline (a TP rank's
+    block share is the roofline at tp over the roofline at 1), as the matmuls' work is."""
     from sim.parallel3d import dtypes_3d, fabric_for, layout, step_costs
     from sim.roofline import rates
     from sim.tp import block_time, head_time
@@ -100,18 +149,54 @@ def calibrated_costs(sc, calib: Calibration):
     tokens = t.micro_batch_size * sc.seq_len
     roof_f = n * blk1.forward_compute_s + head.embedding_forward_s + head.output_forward_s
     roof_b = n * blk1.backward_compute_s + head.embedding_backward_s + head.output_backward_s
-    scale_f = calib.compute.forward_s.at(tokens)[0] / roof_f
-    scale_b = calib.compute.backward_s.at(tokens)[0] / roof_b
+    fit_f, fit_b = calib.compute.forward_s, calib.compute.backward_s
+    scale_f = max(fit_f.per_token_s, 0.0) * tokens / roof_f
+    scale_b = max(fit_b.per_token_s, 0.0) * tokens / roof_b
+    k = _kernel_counts(shape, sc.seq_len, tokens, dt)
+    op_f = max(fit_f.intercept_s, 0.0) / (n * k["bf"] + k["ef"] + k["of"])
+    op_b = max(fit_b.intercept_s, 0.0) / (n * k["bb"] + k["eb"] + k["ob"])
+    # One block on one rank of the TP group, one micro-batch.
+    blk_f = scale_f * blk.forward_compute_s + op_f * k["bf"] + blk.forward_comm_s
+    blk_b = scale_b * blk.backward_compute_s + op_b * k["bb"] + blk.backward_comm_s
+    probed = calib.compute.tp_block
+    send = None
+    if probed is not None:
+        extra_f, extra_b, send = probed.at(tokens)
+        if lay.tp > 1 and probed.tp == lay.tp:
+            # Measured (realrun/probe_tp.py): the block unsharded plus what the split added to it
+            # on these ranks (its four collectives as they run between operators, DTensor's
+            # dispatch, less the sharded matmuls' saving), in place of the roofline's shares and
+            # the tight-loop alpha-beta collectives.
+            blk_f = scale_f * blk1.forward_compute_s + op_f * k["bf"] + extra_f
+            blk_b = scale_b * blk1.backward_compute_s + op_b * k["bb"] + extra_b
     fwd = np.zeros((lay.pp, 1))
     bwd = np.zeros((lay.pp, 1))
     for i, layers in enumerate(base.layers):
-        fwd[i, 0] = layers * (scale_f * blk.forward_compute_s + blk.forward_comm_s)
-        bwd[i, 0] = layers * (scale_b * blk.backward_compute_s + blk.backward_comm_s)
-    fwd[0, 0] += scale_f * head.embedding_forward_s
-    bwd[0, 0] += scale_b * head.embedding_backward_s
-    fwd[-1, 0] += scale_f * head.output_forward_s
-    bwd[-1, 0] += scale_b * head.output_backward_s
-    return base._replace(forward_s=fwd, backward_s=bwd)
+        fwd[i, 0] = layers * blk_f
+        bwd[i, 0] = layers * blk_b
+    if probed is not None and lay.tp > 1 and probed.tp == lay.tp:
+        # simulate_3d scales a stage's whole forward and backward by its TP group's slowest
+        # rank; the probed extra already holds the wait for the slower rank of the pair (it was
+        # timed on both, through their collectives), so it is put in unscaled.
+        slow = stage_speed(sc, lay)
+        for i, layers in enumerate(base.layers):
+            fwd[i, 0] += layers * extra_f * (1.0 / slow[i] - 1.0)
+            bwd[i, 0] += layers * extra_b * (1.0 / slow[i] - 1.0)
+    fwd[0, 0] += scale_f * head.embedding_forward_s + op_f * k["ef"]
+    bwd[0, 0] += scale_b * head.embedding_backward_s + op_b * k["eb"]
+    fwd[-1, 0] += scale_f * head.output_forward_s + op_f * k["of"]
+    bwd[-1, 0] += scale_b * head.output_backward_s + op_b * k["ob"]
+    # The probe's optimizer is torch's for-loop AdamW: a few operators per parameter tensor, at
+    # these sizes their dispatch, so each rank pays for its tensors (every TP rank holds all of its
+    # stage's tensors, sharded), not for its share of the parameters.
+    opt = base.optimizer_s
+    if calib.compute.optimizer_s is not None:
+        tensors = stage_tensors(shape, base.layers)
+        opt = calib.compute.optimizer_s.value * tensors / tensors.sum()
+    # An activation send between stages that computed before it (realrun/probe_tp.py), when
+    # probed; else sim/parallel3d.py's alpha-beta send on the calibrated link.
+    p2p = send if send is not None and lay.pp > 1 else base.p2p_s
+    return base._replace(forward_s=fwd, backward_s=bwd, optimizer_s=opt, p2p_s=p2p)
 
 
 def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: int = 0) -> dict:

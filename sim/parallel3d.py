@@ -154,6 +154,8 @@ def p2p_s(sc: Scenario, lay: Layout, dt: Precision) -> float:
     else:
         bw = fabric.intra_busbw_gb_s * 1e9
         latency = INTRA_HOP_US[net.intra_link][SIMPLE] * 1e-6
+    if net.backend == "gloo":  # a send is one of gloo's ring steps (a TCP message), on any link
+        latency = net.gloo_hop_latency_us * 1e-6
     if lay.tp > 1 and cross_node:  # scatter-gather: 1/tp each over the network, then an allgather
         gather = collective_cost("allgather", size, fabric_for(sc, ranks=lay.tp)).time_s
         return latency + size / lay.tp / bw + gather

@@ -1,0 +1,109 @@
+"""The tensor-parallel block probe: what a Megatron-style TP split (realrun/tp.py, torch's
+DTensor API) adds to one transformer block's forward and backward on these ranks, and what one
+point-to-point activation send costs between two ranks that compute in between.
+
+Why (docs/parallelism.md, "Real runs on CPU"): on a CPU with gloo, a TP block is not its
+unsharded self at 1/tp of the FLOPs plus four allreduces priced in a tight loop. Each of its four
+collectives runs on gloo's worker thread while the caller sleeps, and a rank that computed before
+it waits for that thread and its peer to be scheduled again (a tight loop keeps them awake); and
+DTensor's dispatch (sharding propagation, redistribution, the wrapping of every parallel linear's
+input and output) is paid per operator, whatever the tensor's size. None of that is in the
+compute probe (one rank, unsharded) or the collective sweep (a tight loop). So this probe times
+it, on a block of the probe's model, at the probe's micro-batch sizes:
+
+- ``tp_block``: one block forward and backward, unsharded and then split over all the ranks of
+  the probe (tp = world size; ColwiseParallel/RowwiseParallel as realrun/tp.py), in turns; the
+  record holds both, per iteration. The calibration keeps the difference, per block (TP minus
+  unsharded, forward and backward), as a function of tokens.
+- ``p2p``: rank 0 and rank 1 each run the unsharded block forward, then rank 0 sends the
+  micro-batch's activation (tokens x n_embd in fp32) to rank 1 and rank 1 sends it back; half
+  the round trip is one in-step send (torch.distributed.pipelining sends with isend/irecv).
+"""
+
+import copy
+import statistics
+
+import torch
+import torch.distributed as dist
+
+from realrun.dist import DistEnv, now
+
+
+class _Blocks(torch.nn.Module):
+    """One block where realrun/tp.py's shard_blocks looks for blocks (``.h``)."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.h = torch.nn.ModuleList([block])
+
+
+def _fwd_bwd(block, x, rope, device) -> tuple[float, float]:
+    block.zero_grad(set_to_none=True)
+    xi = x.detach().requires_grad_(True)
+    t0 = now(device)
+    y = block(xi, rope)
+    t1 = now(device)
+    y.sum().backward()
+    return t1 - t0, now(device) - t1
+
+
+def tp_block(env: DistEnv, a, writer, model) -> dict:
+    """Records ``tp_block`` (each rank, each micro-batch size, each iteration) and ``p2p``
+    (rank 0); returns rank 0's medians for the printout."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from realrun.tp import shard_blocks
+
+    device, tp = env.device, env.world_size
+    cfg = model.cfg
+    plain = model.transformer.h[0]
+    wrapped = _Blocks(copy.deepcopy(plain))
+    mesh = init_device_mesh(device.type, (tp,))
+    shard_blocks(wrapped, mesh)
+    sharded = wrapped.h[0]
+    rope = (model.rope_cos, model.rope_sin) if cfg.llama else None
+    gen = torch.Generator().manual_seed(a.seed)
+    out = {}
+    for b in a.micro_batches:
+        x = torch.randn(b, a.seq_len, cfg.n_embd, generator=gen).to(device)
+        r = None if rope is None else (rope[0][: a.seq_len], rope[1][: a.seq_len])
+        rows = []
+        for i in range(a.warmup + a.iters):
+            pf, pb = _fwd_bwd(plain, x, r, device)
+            sf, sb = _fwd_bwd(sharded, x, r, device)
+            if i >= a.warmup:
+                rows.append((pf, pb, sf, sb))
+                writer.write(
+                    {"type": "tp_block", "tp": tp, "micro_batch": b, "seq_len": a.seq_len, "tokens": b * a.seq_len,
+                     "forward_s": pf, "backward_s": pb, "tp_forward_s": sf, "tp_backward_s": sb, "iter": i - a.warmup}
+                )  # fmt: skip
+        cols = zip(*rows, strict=True)
+        out[b] = {k: statistics.median(v) for k, v in zip(("pf", "pb", "sf", "sb"), cols, strict=True)}
+        out[b]["p2p_s"] = _p2p(env, a, writer, plain, x, r, b)
+    return out
+
+
+def _p2p(env: DistEnv, a, writer, block, x, rope, b: int) -> float | None:
+    if env.world_size < 2:
+        return None
+    device = env.device
+    buf = torch.zeros(b * a.seq_len * x.shape[-1], device=device)
+    times = []
+    for i in range(a.warmup + a.iters):
+        with torch.no_grad():
+            block(x, rope)  # the compute a pipeline stage does between two sends
+        if env.rank == 0:
+            t = now(device)
+            dist.isend(buf, 1).wait()
+            dist.irecv(buf, 1).wait()
+            one_way = (now(device) - t) / 2
+            if i >= a.warmup:
+                times.append(one_way)
+                writer.write(
+                    {"type": "p2p", "micro_batch": b, "size_bytes": buf.numel() * buf.element_size(),
+                     "time_s": one_way, "iter": i - a.warmup}
+                )  # fmt: skip
+        elif env.rank == 1:
+            dist.irecv(buf, 0).wait()
+            dist.isend(buf, 0).wait()
+    return statistics.median(times) if times else None
