@@ -74,8 +74,17 @@ def scenario_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, see
     # probe's whole-model time scales the roofline's split instead (predict_3d).
     for key in ("step_compute_s", "mfu"):
         data["compute"].pop(key, None)
-    factors = {r: v.speed_factor for r, v in calib.ranks.items() if r < run.world_size}
-    data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if f != 1.0)
+    # Every rank at the ranks' mean calibrated speed, not each at its own: `train --tp/--pp`
+    # refuses --straggler, so these runs' ranks are alike, and on a shared CPU the compute
+    # probe's per-rank speed is the scheduler's share in that minute, not the rank's (three
+    # probes within an hour here flagged rank 0 at 2.2x and 4.4x and rank 1 at 3.3x; the runs
+    # after them computed alike on both ranks). The calibration's compute is its fastest rank's
+    # (speed 1), so the mean is the expected speed of a rank. The per-micro-step jitter, drawn per
+    # rank, stays. calibrate/validate.py (DDP) keeps each rank's: its runs can carry an injected
+    # straggler.
+    speeds = [v.speed_factor for r, v in calib.ranks.items() if r < run.world_size]
+    mean = float(np.mean(speeds)) if speeds else 1.0
+    data["stragglers"] = ",".join(f"{r}:{mean:.6g}" for r in range(run.world_size)) if mean != 1.0 else ""
     return data, label
 
 

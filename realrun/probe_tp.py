@@ -11,10 +11,12 @@ input and output) is paid per operator, whatever the tensor's size. None of that
 compute probe (one rank, unsharded) or the collective sweep (a tight loop). So this probe times
 it, on a block of the probe's model, at the probe's micro-batch sizes:
 
-- ``tp_block``: one block forward and backward, unsharded and then split over all the ranks of
-  the probe (tp = world size; ColwiseParallel/RowwiseParallel as realrun/tp.py), in turns; the
-  record holds both, per iteration. The calibration keeps the difference, per block (TP minus
-  unsharded, forward and backward), as a function of tokens.
+- ``tp_block``: the model's blocks in sequence (no embedding, output layer or loss), forward and
+  backward, unsharded and then split over all the ranks of the probe (tp = world size;
+  ColwiseParallel/RowwiseParallel as realrun/tp.py), in turns; the record holds both per block
+  (the stack's time / its blocks), per iteration. The calibration keeps the difference (TP minus
+  unsharded, forward and backward) as a function of tokens. (One block alone, between unsharded
+  work, measured 1.7x a block in sequence here: a TP block's cost depends on what ran before it.)
 - ``p2p``: rank 0 and rank 1 each run the unsharded block forward, then rank 0 sends the
   micro-batch's activation (tokens x n_embd in fp32) to rank 1 and rank 1 sends it back; half
   the round trip is one in-step send (torch.distributed.pipelining sends with isend/irecv).
@@ -30,37 +32,42 @@ from realrun.dist import DistEnv, now
 
 
 class _Blocks(torch.nn.Module):
-    """One block where realrun/tp.py's shard_blocks looks for blocks (``.h``)."""
+    """The model's blocks in sequence, where realrun/tp.py's shard_blocks looks for them (``.h``)."""
 
-    def __init__(self, block):
+    def __init__(self, blocks):
         super().__init__()
-        self.h = torch.nn.ModuleList([block])
+        self.h = torch.nn.ModuleList(blocks)
+
+    def forward(self, x, rope):
+        for block in self.h:
+            x = block(x, rope)
+        return x
 
 
-def _fwd_bwd(block, x, rope, device) -> tuple[float, float]:
-    block.zero_grad(set_to_none=True)
+def _fwd_bwd(blocks, x, rope, device) -> tuple[float, float]:
+    blocks.zero_grad(set_to_none=True)
     xi = x.detach().requires_grad_(True)
     t0 = now(device)
-    y = block(xi, rope)
+    y = blocks(xi, rope)
     t1 = now(device)
     y.sum().backward()
     return t1 - t0, now(device) - t1
 
 
 def tp_block(env: DistEnv, a, writer, model) -> dict:
-    """Records ``tp_block`` (each rank, each micro-batch size, each iteration) and ``p2p``
-    (rank 0); returns rank 0's medians for the printout."""
+    """Records ``tp_block`` (each rank, each micro-batch size, each iteration: per block, the
+    model's blocks run in sequence, so a block's collectives follow one another as in a training
+    step) and ``p2p`` (rank 0); returns rank 0's medians for the printout."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from realrun.tp import shard_blocks
 
     device, tp = env.device, env.world_size
     cfg = model.cfg
-    plain = model.transformer.h[0]
-    wrapped = _Blocks(copy.deepcopy(plain))
-    mesh = init_device_mesh(device.type, (tp,))
-    shard_blocks(wrapped, mesh)
-    sharded = wrapped.h[0]
+    plain = _Blocks(list(model.transformer.h))
+    sharded = copy.deepcopy(plain)
+    shard_blocks(sharded, init_device_mesh(device.type, (tp,)))
+    n = len(plain.h)
     rope = (model.rope_cos, model.rope_sin) if cfg.llama else None
     gen = torch.Generator().manual_seed(a.seed)
     out = {}
@@ -69,13 +76,14 @@ def tp_block(env: DistEnv, a, writer, model) -> dict:
         r = None if rope is None else (rope[0][: a.seq_len], rope[1][: a.seq_len])
         rows = []
         for i in range(a.warmup + a.iters):
-            pf, pb = _fwd_bwd(plain, x, r, device)
-            sf, sb = _fwd_bwd(sharded, x, r, device)
+            pf, pb = (t / n for t in _fwd_bwd(plain, x, r, device))
+            sf, sb = (t / n for t in _fwd_bwd(sharded, x, r, device))
             if i >= a.warmup:
                 rows.append((pf, pb, sf, sb))
                 writer.write(
-                    {"type": "tp_block", "tp": tp, "micro_batch": b, "seq_len": a.seq_len, "tokens": b * a.seq_len,
-                     "forward_s": pf, "backward_s": pb, "tp_forward_s": sf, "tp_backward_s": sb, "iter": i - a.warmup}
+                    {"type": "tp_block", "tp": tp, "blocks": n, "micro_batch": b, "seq_len": a.seq_len,
+                     "tokens": b * a.seq_len, "forward_s": pf, "backward_s": pb, "tp_forward_s": sf,
+                     "tp_backward_s": sb, "iter": i - a.warmup}
                 )  # fmt: skip
         cols = zip(*rows, strict=True)
         out[b] = {k: statistics.median(v) for k, v in zip(("pf", "pb", "sf", "sb"), cols, strict=True)}
