@@ -177,23 +177,45 @@ class BucketReady:
 
 @dataclass(frozen=True, kw_only=True)
 class TpBlock:
-    """realrun/probe_tp.py: what a TP split adds to one block (TP minus unsharded, medians over
-    the ranks' iterations) and one in-step send, per micro-batch size of the probe."""
+    """realrun/probe_tp.py, per micro-batch size of the probe: what a TP split adds to one block
+    (TP minus unsharded, medians over the ranks' iterations), one in-step send, and the whole
+    model's forward and backward run bare (no DDP: as a TP or pipeline run computes)."""
 
     tp: int
-    points: list[list[float]]  # [tokens, forward extra s, backward extra s, send s or -1 (none)]
+    # [tokens, forward extra s, backward extra s, send s or -1 (none), model forward s, model backward s]
+    points: list[list[float]]
     samples: int
     source: str
 
     def at(self, tokens: float) -> tuple[float, float, float | None]:
-        """(forward extra, backward extra, send) at ``tokens``: linear between the probed sizes,
-        the nearest outside them (no extrapolation of a latency-bound cost)."""
+        """(forward extra, backward extra, send) at ``tokens``: the least-squares line through
+        the probed sizes' medians (the extra is mostly latency, so a line over all sizes is
+        steadier than any one size's median), held at the nearest probed size outside them."""
         pts = sorted(self.points)
-        xs = [p[0] for p in pts]
-        f, b = (float(np.interp(tokens, xs, [p[i] for p in pts])) for i in (1, 2))
+        t = min(max(tokens, pts[0][0]), pts[-1][0])
+        f, b = (_line([p[0] for p in pts], [p[i] for p in pts], t) for i in (1, 2))
         sends = [(p[0], p[3]) for p in pts if p[3] >= 0]
-        send = float(np.interp(tokens, *zip(*sends, strict=True))) if sends else None
+        send = _line(*zip(*sends, strict=True), t) if sends else None
         return f, b, send
+
+    def model_fit(self, column: int) -> tuple[float, float]:
+        """(intercept s, per-token s) of the bare model's forward (column 4) or backward (5):
+        least squares over the probed sizes' medians, the slope held at >= 0."""
+        pts = sorted(self.points)
+        xs, ys = np.array([p[0] for p in pts]), np.array([p[column] for p in pts])
+        if len(xs) < 2:
+            return float(ys[0]), 0.0
+        slope, intercept = np.polyfit(xs, ys, 1)
+        if slope < 0:
+            return float(ys.mean()), 0.0
+        return float(intercept), float(slope)
+
+
+def _line(xs, ys, x: float) -> float:
+    if len(xs) < 2:
+        return float(ys[0])
+    slope, intercept = np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)
+    return float(intercept + slope * x)
 
 
 @dataclass(frozen=True, kw_only=True)

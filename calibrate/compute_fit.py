@@ -229,11 +229,14 @@ def tp_block_fit(runs: list[Run]) -> TpBlock | None:
         f = float(np.median([r["tp_forward_s"] - r["forward_s"] for r in mine]))
         b = float(np.median([r["tp_backward_s"] - r["backward_s"] for r in mine]))
         s = [r["time_s"] for r in sends if r["micro_batch"] * mine[0]["seq_len"] == tokens]
-        points.append([float(tokens), f, b, float(np.median(s)) if s else -1.0])
+        mf = float(np.median([r["model_forward_s"] for r in mine]))
+        mb = float(np.median([r["model_backward_s"] for r in mine]))
+        points.append([float(tokens), f, b, float(np.median(s)) if s else -1.0, mf, mb])
     return TpBlock(
         tp=int(rows[0]["tp"]),
         points=points,
         samples=len(rows),
         source="realrun/probe_tp.py: one block TP-split over the probe's ranks minus unsharded, median over ranks"
-        " and iterations; send: half a round trip after each rank's block forward, rank 0's median",
+        " and iterations; send: half a round trip after each rank's block forward, rank 0's median; model: the"
+        " bare model's forward and backward, median over ranks and iterations",
     )

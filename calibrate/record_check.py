@@ -47,6 +47,8 @@ FIELDS = {
         "backward_s": (False, _SECONDS),
         "tp_forward_s": (False, _SECONDS),
         "tp_backward_s": (False, _SECONDS),
+        "model_forward_s": (False, _SECONDS),
+        "model_backward_s": (False, _SECONDS),
     },
     "p2p": {"micro_batch": (True, _COUNT), "size_bytes": (True, _COUNT), "time_s": (False, _SECONDS)},
     "compute_memory": {"tokens": (True, _COUNT), "peak_allocated_bytes": (False, _POSITIVE)},

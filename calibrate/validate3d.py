@@ -82,8 +82,10 @@ def scenario_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, see
     # (speed 1), so the mean is the expected speed of a rank. The per-micro-step jitter, drawn per
     # rank, stays. calibrate/validate.py (DDP) keeps each rank's: its runs can carry an injected
     # straggler.
+    # With the TP block probe the compute is its bare model's median over every rank and
+    # iteration, already a typical rank's: no factor on it.
     speeds = [v.speed_factor for r, v in calib.ranks.items() if r < run.world_size]
-    mean = float(np.mean(speeds)) if speeds else 1.0
+    mean = float(np.mean(speeds)) if speeds and calib.compute.tp_block is None else 1.0
     data["stragglers"] = ",".join(f"{r}:{mean:.6g}" for r in range(run.world_size)) if mean != 1.0 else ""
     return data, label
 
@@ -118,17 +120,6 @@ def stage_tensors(shape, sizes: list[int]) -> np.ndarray:
     return out
 
 
-def stage_speed(sc, lay) -> np.ndarray:
-    """(pp,) each stage's slowest rank's speed factor (sim/parallel3d.py's group_factors without
-    the drawn spread), from the scenario's stragglers."""
-    slow = np.ones(lay.pp)
-    for rank, f in sc.straggler_map.items():
-        if rank < sc.ranks:
-            i = lay.stage_of(rank)
-            slow[i] = max(slow[i], f)
-    return slow
-
-
 def calibrated_costs(sc, calib: Calibration):
     """sim/parallel3d.py's StepCosts with each stage's compute from the probe (module docstring).
 
@@ -158,16 +149,23 @@ def calibrated_costs(sc, calib: Calibration):
     tokens = t.micro_batch_size * sc.seq_len
     roof_f = n * blk1.forward_compute_s + head.embedding_forward_s + head.output_forward_s
     roof_b = n * blk1.backward_compute_s + head.embedding_backward_s + head.output_backward_s
-    fit_f, fit_b = calib.compute.forward_s, calib.compute.backward_s
-    scale_f = max(fit_f.per_token_s, 0.0) * tokens / roof_f
-    scale_b = max(fit_b.per_token_s, 0.0) * tokens / roof_b
+    probed = calib.compute.tp_block
+    if probed is not None:
+        # The bare model (no DDP), as these runs compute: the compute probe's times are DDP's
+        # training path over a one-rank group, whose buffer broadcast and bucket allreduce go
+        # through gloo's worker thread each step (about twice the bare model here).
+        (icpt_f, slope_f), (icpt_b, slope_b) = probed.model_fit(4), probed.model_fit(5)
+    else:
+        fit_f, fit_b = calib.compute.forward_s, calib.compute.backward_s
+        icpt_f, slope_f, icpt_b, slope_b = fit_f.intercept_s, fit_f.per_token_s, fit_b.intercept_s, fit_b.per_token_s
+    scale_f = max(slope_f, 0.0) * tokens / roof_f
+    scale_b = max(slope_b, 0.0) * tokens / roof_b
     k = _kernel_counts(shape, sc.seq_len, tokens, dt)
-    op_f = max(fit_f.intercept_s, 0.0) / (n * k["bf"] + k["ef"] + k["of"])
-    op_b = max(fit_b.intercept_s, 0.0) / (n * k["bb"] + k["eb"] + k["ob"])
+    op_f = max(icpt_f, 0.0) / (n * k["bf"] + k["ef"] + k["of"])
+    op_b = max(icpt_b, 0.0) / (n * k["bb"] + k["eb"] + k["ob"])
     # One block on one rank of the TP group, one micro-batch.
     blk_f = scale_f * blk.forward_compute_s + op_f * k["bf"] + blk.forward_comm_s
     blk_b = scale_b * blk.backward_compute_s + op_b * k["bb"] + blk.backward_comm_s
-    probed = calib.compute.tp_block
     send = None
     if probed is not None:
         extra_f, extra_b, send = probed.at(tokens)
@@ -183,14 +181,16 @@ def calibrated_costs(sc, calib: Calibration):
     for i, layers in enumerate(base.layers):
         fwd[i, 0] = layers * blk_f
         bwd[i, 0] = layers * blk_b
+    sync_f = sync_b = None
     if probed is not None and lay.tp > 1 and probed.tp == lay.tp:
-        # simulate_3d scales a stage's whole forward and backward by its TP group's slowest
-        # rank; the probed extra already holds the wait for the slower rank of the pair (it was
-        # timed on both, through their collectives), so it is put in unscaled.
-        slow = stage_speed(sc, lay)
-        for i, layers in enumerate(base.layers):
-            fwd[i, 0] += layers * extra_f * (1.0 / slow[i] - 1.0)
-            bwd[i, 0] += layers * extra_b * (1.0 / slow[i] - 1.0)
+        # simulate_3d scales a stage's forward and backward by its TP group's slowest rank and
+        # the per-micro-step noise; the probed extra already holds the wait for the slower rank
+        # of the group (it was timed on every rank, through their collectives), so it goes in as
+        # sync time, neither scaled nor drawn again.
+        sync_f = np.array([[layers * extra_f] for layers in base.layers])
+        sync_b = np.array([[layers * extra_b] for layers in base.layers])
+        fwd -= sync_f
+        bwd -= sync_b
     fwd[0, 0] += scale_f * head.embedding_forward_s + op_f * k["ef"]
     bwd[0, 0] += scale_b * head.embedding_backward_s + op_b * k["eb"]
     fwd[-1, 0] += scale_f * head.output_forward_s + op_f * k["of"]
@@ -205,7 +205,9 @@ def calibrated_costs(sc, calib: Calibration):
     # An activation send between stages that computed before it (realrun/probe_tp.py), when
     # probed; else sim/parallel3d.py's alpha-beta send on the calibrated link.
     p2p = send if send is not None and lay.pp > 1 else base.p2p_s
-    return base._replace(forward_s=fwd, backward_s=bwd, optimizer_s=opt, p2p_s=p2p)
+    return base._replace(
+        forward_s=fwd, backward_s=bwd, optimizer_s=opt, p2p_s=p2p, sync_forward_s=sync_f, sync_backward_s=sync_b
+    )
 
 
 def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: int = 0) -> dict:
@@ -219,6 +221,8 @@ def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: 
     step_s = np.array([d.step_s for d in draws])
     m = sc.training.grad_accum
     compute = (costs.forward_s.sum(axis=1) + costs.backward_s.sum(axis=1)) * m  # per stage, speed 1
+    if costs.sync_forward_s is not None:  # a TP run's records count its collectives in forward/backward
+        compute = compute + (costs.sync_forward_s.sum(axis=1) + costs.sync_backward_s.sum(axis=1)) * m
     return {
         "step_s": step_s,
         "mean_s": float(step_s.mean()),

@@ -54,10 +54,21 @@ def _fwd_bwd(blocks, x, rope, device) -> tuple[float, float]:
     return t1 - t0, now(device) - t1
 
 
+def _model_fwd_bwd(model, x, y, device) -> tuple[float, float]:
+    model.zero_grad(set_to_none=True)
+    t0 = now(device)
+    _, per_seq = model(x, y)
+    t1 = now(device)
+    per_seq.mean().backward()
+    return t1 - t0, now(device) - t1
+
+
 def tp_block(env: DistEnv, a, writer, model) -> dict:
     """Records ``tp_block`` (each rank, each micro-batch size, each iteration: per block, the
     model's blocks run in sequence, so a block's collectives follow one another as in a training
-    step) and ``p2p`` (rank 0); returns rank 0's medians for the printout."""
+    step; and the whole model's forward and backward with its loss, bare: no DDP, as a TP or
+    pipeline run computes) and ``p2p`` (rank 0); returns rank 0's medians for the printout. The
+    sizes take turns, iteration by iteration, as the compute probe's do."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from realrun.tp import shard_blocks
@@ -68,26 +79,32 @@ def tp_block(env: DistEnv, a, writer, model) -> dict:
     sharded = copy.deepcopy(plain)
     shard_blocks(sharded, init_device_mesh(device.type, (tp,)))
     n = len(plain.h)
-    rope = (model.rope_cos, model.rope_sin) if cfg.llama else None
+    rope = (model.rope_cos[: a.seq_len], model.rope_sin[: a.seq_len]) if cfg.llama else None
     gen = torch.Generator().manual_seed(a.seed)
-    out = {}
+    inputs = {}
     for b in a.micro_batches:
+        ids = torch.randint(0, cfg.vocab_size, (b, a.seq_len + 1), generator=gen)
         x = torch.randn(b, a.seq_len, cfg.n_embd, generator=gen).to(device)
-        r = None if rope is None else (rope[0][: a.seq_len], rope[1][: a.seq_len])
-        rows = []
-        for i in range(a.warmup + a.iters):
-            pf, pb = (t / n for t in _fwd_bwd(plain, x, r, device))
-            sf, sb = (t / n for t in _fwd_bwd(sharded, x, r, device))
+        inputs[b] = (x, ids[:, :-1].contiguous().to(device), ids[:, 1:].contiguous().to(device))
+    rows = {b: [] for b in a.micro_batches}
+    for i in range(a.warmup + a.iters):
+        for b in a.micro_batches:
+            x, idx, tgt = inputs[b]
+            mf, mb = _model_fwd_bwd(model, idx, tgt, device)
+            pf, pb = (t / n for t in _fwd_bwd(plain, x, rope, device))
+            sf, sb = (t / n for t in _fwd_bwd(sharded, x, rope, device))
             if i >= a.warmup:
-                rows.append((pf, pb, sf, sb))
+                rows[b].append((pf, pb, sf, sb))
                 writer.write(
                     {"type": "tp_block", "tp": tp, "blocks": n, "micro_batch": b, "seq_len": a.seq_len,
                      "tokens": b * a.seq_len, "forward_s": pf, "backward_s": pb, "tp_forward_s": sf,
-                     "tp_backward_s": sb, "iter": i - a.warmup}
+                     "tp_backward_s": sb, "model_forward_s": mf, "model_backward_s": mb, "iter": i - a.warmup}
                 )  # fmt: skip
-        cols = zip(*rows, strict=True)
+    out = {}
+    for b in a.micro_batches:
+        cols = zip(*rows[b], strict=True)
         out[b] = {k: statistics.median(v) for k, v in zip(("pf", "pb", "sf", "sb"), cols, strict=True)}
-        out[b]["p2p_s"] = _p2p(env, a, writer, plain, x, r, b)
+        out[b]["p2p_s"] = _p2p(env, a, writer, plain, inputs[b][0], rope, b)
     return out
 
 

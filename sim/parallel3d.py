@@ -176,6 +176,10 @@ class StepCosts(NamedTuple):
     optimizer_s: np.ndarray  # (pp,)
     params: np.ndarray  # (pp,) on one GPU of each stage
     layers: list[int]  # per virtual stage
+    # (pp, v) per micro-batch, added to forward_s/backward_s unscaled by speed and noise
+    # (sim/pipeline.py run_pipeline); None: none (calibrate/validate3d.py sets them)
+    sync_forward_s: np.ndarray | None = None
+    sync_backward_s: np.ndarray | None = None
 
 
 def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
@@ -369,6 +373,8 @@ def simulate_3d(
                 costs.p2p_s,
                 start_s=start if fsdp else None,
                 op_noise=None if noise is None else noise[j],
+                sync_forward_s=costs.sync_forward_s,
+                sync_backward_s=costs.sync_backward_s,
             )
     # Each stage's reduction waits for that stage in every pipeline.
     end = np.max([r.stage_end_s for r in runs.values()], axis=0)

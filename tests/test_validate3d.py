@@ -8,11 +8,12 @@ Exact, on a hand-made calibration: no process starts (tests/test_train3d.py runs
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from calibrate.calibration import Calibration, TpBlock
 from calibrate.validate3d import calibrated_costs, stage_tensors
-from sim.parallel3d import fabric_for, layout, step_costs
+from sim.parallel3d import fabric_for, layout, simulate_3d, step_costs
 from sim.scenario_file import scenario_from_dict
 from sim.transformer import model_shape, param_tensors
 
@@ -68,32 +69,55 @@ def test_stages_split_the_fixed_cost_and_sum_to_the_probe():
     assert c.forward_s[1, 0] > c.forward_s[0, 0]  # the last stage holds the output layer and the loss
 
 
+def _probed(extra_f, extra_b, send, model_f=(0.002, 2e-5), model_b=(0.003, 3e-5), tp=2):
+    """A TpBlock whose bare model is exactly affine: model_f = (intercept, per token)."""
+    pts = [[t, extra_f, extra_b, send, model_f[0] + model_f[1] * t, model_b[0] + model_b[1] * t] for t in (32.0, 128.0)]
+    return TpBlock(tp=tp, points=pts, samples=8, source="test")
+
+
 def test_the_tp_block_probe_replaces_the_roofline_block():
     extra_f, extra_b, send = 0.003, 0.004, 0.0008
-    probed = TpBlock(tp=2, points=[[32.0, extra_f, extra_b, send], [128.0, extra_f, extra_b, send]], samples=8,
-                     source="test")  # fmt: skip
+    probed = _probed(extra_f, extra_b, send)
     n = model_shape("llama-tiny").n_layer
     one = calibrated_costs(_sc(), _calib(tp_block=probed))
     two = calibrated_costs(_sc(tp=2), _calib(tp_block=probed))
+    # The compute is the probe's bare model (no DDP), not the DDP training path's fit.
+    assert one.forward_s.sum() == pytest.approx(0.002 + 2e-5 * TOKENS, rel=1e-12)
+    assert one.backward_s.sum() == pytest.approx(0.003 + 3e-5 * TOKENS, rel=1e-12)
     # The block unsharded plus what the split added, measured; nothing of the roofline's split.
-    assert two.forward_s.sum() == pytest.approx(one.forward_s.sum() + n * extra_f, rel=1e-12)
-    assert two.backward_s.sum() == pytest.approx(one.backward_s.sum() + n * extra_b, rel=1e-12)
+    # The addition is sync time: neither a rank's speed nor its noise scales it (it was timed on
+    # both ranks through their collectives, the wait for the slower one in it).
+    assert two.forward_s.sum() == pytest.approx(one.forward_s.sum(), rel=1e-12)
+    assert two.backward_s.sum() == pytest.approx(one.backward_s.sum(), rel=1e-12)
+    assert two.sync_forward_s.sum() == pytest.approx(n * extra_f, rel=1e-12)
+    assert two.sync_backward_s.sum() == pytest.approx(n * extra_b, rel=1e-12)
+    assert one.sync_forward_s is None
+    sc = _sc(tp=2)
+    sc = dataclasses.replace(sc, noise=dataclasses.replace(sc.noise, distribution="none"))
+    fast, slow = (simulate_3d(sc, None, factors=np.full((1, 1), f), costs=two).pipeline_s for f in (1.0, 2.0))
+    m = sc.training.grad_accum
+    assert fast == pytest.approx(m * (two.forward_s.sum() + two.backward_s.sum() + n * (extra_f + extra_b)))
+    assert slow - fast == pytest.approx(m * (two.forward_s.sum() + two.backward_s.sum()))
     pp = calibrated_costs(_sc(pp=2), _calib(tp_block=probed))
-    assert pp.p2p_s == send
+    assert pp.p2p_s == pytest.approx(send)
     assert calibrated_costs(_sc(pp=2), _calib()).p2p_s == step_costs(_sc(pp=2), layout(_sc(pp=2))).p2p_s
-    # Another TP degree than the probe's: the roofline's split, not the probe's 2-way numbers.
-    other = dataclasses.replace(probed, tp=4)
-    assert calibrated_costs(_sc(tp=2), _calib(tp_block=other)).forward_s.sum() == pytest.approx(
-        calibrated_costs(_sc(tp=2), _calib()).forward_s.sum(), rel=1e-12
-    )
+    # Another TP degree than the probe's: the roofline's split of the bare model, no 2-way extra.
+    other = calibrated_costs(_sc(tp=2), _calib(tp_block=_probed(extra_f, extra_b, send, tp=4)))
+    assert other.sync_forward_s is None
+    assert other.forward_s.sum() < one.forward_s.sum() + n * extra_f
 
 
-def test_tp_block_between_and_outside_the_probed_sizes():
-    probed = TpBlock(tp=2, points=[[128.0, 0.004, 0.006, -1.0], [32.0, 0.002, 0.002, -1.0]], samples=4, source="t")
+def test_tp_block_fits_a_line_through_the_probed_sizes():
+    pts = [[128.0, 0.004, 0.006, -1.0, 0.01, 0.02], [32.0, 0.002, 0.002, -1.0, 0.006, 0.008]]
+    probed = TpBlock(tp=2, points=pts, samples=4, source="t")
     f, b, send = probed.at(64.0)
     assert (f, b, send) == (pytest.approx(0.002 + 0.002 / 3), pytest.approx(0.002 + 0.004 / 3), None)
-    assert probed.at(1000.0)[:2] == (0.004, 0.006)  # no extrapolation of a latency
-    assert probed.at(1.0)[:2] == (0.002, 0.002)
+    assert probed.at(1000.0)[:2] == pytest.approx((0.004, 0.006))  # no extrapolation of a latency
+    assert probed.at(1.0)[:2] == pytest.approx((0.002, 0.002))
+    assert probed.model_fit(4) == pytest.approx((0.006 - 32 * 0.004 / 96, 0.004 / 96))
+    falling = TpBlock(tp=2, points=[[32.0, 0, 0, -1.0, 0.01, 0.01], [64.0, 0, 0, -1.0, 0.008, 0.01]], samples=4,
+                      source="t")  # fmt: skip
+    assert falling.model_fit(4) == pytest.approx((0.009, 0.0))  # noise, not a negative cost per token
 
 
 def test_the_optimizer_goes_by_parameter_tensors():
