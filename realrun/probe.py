@@ -16,6 +16,7 @@ import torch.distributed as dist
 from realrun.dist import DistEnv, init
 from realrun.lifeline import let_go_reason
 from realrun.model import preset_config
+from realrun.parallel import layout_problem
 from realrun.probe_collectives import quick, sweep
 from realrun.probe_compute import bucket_profile, compute, model_for, overlap
 from realrun.probe_link import LINK_REPEATS, PING_BYTES, RTT_PINGS, probe_links
@@ -23,6 +24,7 @@ from realrun.probe_tp import tp_block
 from realrun.recipe import Recipe
 from realrun.records import RecordWriter, one_line, rank_file
 from realrun.sched import realtime
+from scenarios import load_models
 
 # What one rank cannot measure: each of these needs a peer at the other end.
 NEEDS_A_PEER = {
@@ -134,11 +136,14 @@ def _full(env: DistEnv, args, writer, stage, recipe: Recipe) -> dict:
         if lead:
             _print_compute(args, means, recipe)
             _print_buckets(buckets)
-        if env.world_size > 1:
+        tp_refused = layout_problem(env.world_size, 1, None, load_models()[args.model])
+        if env.world_size > 1 and tp_refused is None:
             stage[0] = f"tensor-parallel block probe ({args.model}, tp {env.world_size})"
             tp_rows = tp_block(env, args, writer, model_for(args.model, env, args.seed, recipe))
             if lead:
                 _print_tp(env.world_size, tp_rows, args.seq_len)
+        elif env.world_size > 1 and lead:
+            print(f"# tensor-parallel block: skipped: {tp_refused}", flush=True)
     if "overlap" in args.parts and "overlap" not in skipped:
         stage[0] = "overlap probe (compute under a concurrent allreduce)"
         row = overlap(env, args, mb, writer, recipe)
