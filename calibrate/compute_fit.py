@@ -226,8 +226,8 @@ def tp_block_fit(runs: list[Run]) -> TpBlock | None:
     points = []
     for tokens in sorted({r["tokens"] for r in rows}):
         mine = [r for r in rows if r["tokens"] == tokens]
-        f = float(np.median([r["tp_forward_s"] - r["forward_s"] for r in mine]))
-        b = float(np.median([r["tp_backward_s"] - r["backward_s"] for r in mine]))
+        f = float(np.median([(r["tp_model_forward_s"] - r["model_forward_s"]) / r["blocks"] for r in mine]))
+        b = float(np.median([(r["tp_model_backward_s"] - r["model_backward_s"]) / r["blocks"] for r in mine]))
         s = [r["time_s"] for r in sends if r["micro_batch"] * mine[0]["seq_len"] == tokens]
         mf = float(np.median([r["model_forward_s"] for r in mine]))
         mb = float(np.median([r["model_backward_s"] for r in mine]))
@@ -236,7 +236,7 @@ def tp_block_fit(runs: list[Run]) -> TpBlock | None:
         tp=int(rows[0]["tp"]),
         points=points,
         samples=len(rows),
-        source="realrun/probe_tp.py: one block TP-split over the probe's ranks minus unsharded, median over ranks"
-        " and iterations; send: half a round trip after each rank's block forward, rank 0's median; model: the"
-        " bare model's forward and backward, median over ranks and iterations",
+        source="realrun/probe_tp.py: the model with its blocks TP-split over the probe's ranks minus the bare model,"
+        " per block, median over ranks and iterations; send: half a round trip after each rank's blocks' forward,"
+        " rank 0's median; model: the bare model's forward and backward, median over ranks and iterations",
     )

@@ -205,12 +205,12 @@ def _print_compute(args, means, recipe: Recipe) -> None:
 
 
 def _print_tp(tp: int, rows: dict, seq_len: int) -> None:
-    print(f"# tensor-parallel block (realrun/probe_tp.py), tp {tp}, rank 0, medians; send: in-step, half a round trip")
+    print(f"# tensor-parallel model (realrun/probe_tp.py), tp {tp}, rank 0, medians; send: in-step, half a round trip")
     print("# micro_batch   tokens fwd(ms) bwd(ms) tp_fwd(ms) tp_bwd(ms) send(us)")
     for b, r in rows.items():
         send = f"{r['p2p_s'] * 1e6:8.0f}" if r["p2p_s"] is not None else "       -"
         print(
-            f"{b:13d} {b * seq_len:8d} {r['pf'] * 1e3:7.2f} {r['pb'] * 1e3:7.2f} {r['sf'] * 1e3:10.2f}"
+            f"{b:13d} {b * seq_len:8d} {r['mf'] * 1e3:7.2f} {r['mb'] * 1e3:7.2f} {r['sf'] * 1e3:10.2f}"
             f" {r['sb'] * 1e3:10.2f} {send}"
         )
     print("#", flush=True)

@@ -11,14 +11,14 @@ input and output) is paid per operator, whatever the tensor's size. None of that
 compute probe (one rank, unsharded) or the collective sweep (a tight loop). So this probe times
 it, on a block of the probe's model, at the probe's micro-batch sizes:
 
-- ``tp_block``: the model's blocks in sequence (no embedding, output layer or loss), forward and
-  backward, unsharded and then split over all the ranks of the probe (tp = world size;
-  ColwiseParallel/RowwiseParallel as realrun/tp.py), in turns; the record holds both per block
-  (the stack's time / its blocks), per iteration. The calibration keeps the difference (TP minus
-  unsharded, forward and backward) as a function of tokens. The TP stack runs three times in a
-  row and the first is not kept: a TP block right after other work took 1.7x one in sequence
-  here (the first collective waits for gloo's thread and the peer to wake), and a training step
-  runs its micro-batches' TP blocks one after another.
+- ``tp_block``: the model's forward and backward with its loss, bare and then with its blocks
+  split over all the ranks of the probe (tp = world size; ColwiseParallel/RowwiseParallel as
+  realrun/tp.py), in turns, as a training micro-batch runs them (embedding, blocks, output layer,
+  loss). The calibration keeps the bare model and the difference per block (TP minus bare over
+  the blocks, forward and backward), as functions of tokens. What ran around the TP blocks
+  matters on this box: a TP block right after unsharded work took 1.7x one in sequence (the
+  first collective also waits for gloo's thread and the peer to wake), so the probe times the
+  blocks in the model they sit in, not alone.
 - ``p2p``: rank 0 and rank 1 each run the unsharded block forward, then rank 0 sends the
   micro-batch's activation (tokens x n_embd in fp32) to rank 1 and rank 1 sends it back; half
   the round trip is one in-step send (torch.distributed.pipelining sends with isend/irecv).
@@ -31,8 +31,6 @@ import torch
 import torch.distributed as dist
 
 from realrun.dist import DistEnv, now
-
-TP_REPEATS = 3
 
 
 class _Blocks(torch.nn.Module):
@@ -48,16 +46,6 @@ class _Blocks(torch.nn.Module):
         return x
 
 
-def _fwd_bwd(blocks, x, rope, device) -> tuple[float, float]:
-    blocks.zero_grad(set_to_none=True)
-    xi = x.detach().requires_grad_(True)
-    t0 = now(device)
-    y = blocks(xi, rope)
-    t1 = now(device)
-    y.sum().backward()
-    return t1 - t0, now(device) - t1
-
-
 def _model_fwd_bwd(model, x, y, device) -> tuple[float, float]:
     model.zero_grad(set_to_none=True)
     t0 = now(device)
@@ -68,21 +56,19 @@ def _model_fwd_bwd(model, x, y, device) -> tuple[float, float]:
 
 
 def tp_block(env: DistEnv, a, writer, model) -> dict:
-    """Records ``tp_block`` (each rank, each micro-batch size, each iteration: per block, the
-    model's blocks run in sequence, so a block's collectives follow one another as in a training
-    step; and the whole model's forward and backward with its loss, bare: no DDP, as a TP or
-    pipeline run computes) and ``p2p`` (rank 0); returns rank 0's medians for the printout. The
-    sizes take turns, iteration by iteration, as the compute probe's do."""
+    """Records ``tp_block`` (each rank, each micro-batch size, each iteration: the model's forward
+    and backward with its loss, bare (no DDP, as a TP or pipeline run computes) and TP-split
+    over the probe's ranks, one after the other) and ``p2p`` (rank 0); returns rank 0's medians
+    for the printout. The sizes take turns, iteration by iteration, as the compute probe's do."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from realrun.tp import shard_blocks
 
     device, tp = env.device, env.world_size
     cfg = model.cfg
-    plain = _Blocks(list(model.transformer.h))
-    sharded = copy.deepcopy(plain)
+    sharded = copy.deepcopy(model)
     shard_blocks(sharded, init_device_mesh(device.type, (tp,)))
-    n = len(plain.h)
+    n = cfg.n_layer
     rope = (model.rope_cos[: a.seq_len], model.rope_sin[: a.seq_len]) if cfg.llama else None
     gen = torch.Generator().manual_seed(a.seed)
     inputs = {}
@@ -93,26 +79,21 @@ def tp_block(env: DistEnv, a, writer, model) -> dict:
     rows = {b: [] for b in a.micro_batches}
     for i in range(a.warmup + a.iters):
         for b in a.micro_batches:
-            x, idx, tgt = inputs[b]
+            _, idx, tgt = inputs[b]
             mf, mb = _model_fwd_bwd(model, idx, tgt, device)
-            pf, pb = (t / n for t in _fwd_bwd(plain, x, rope, device))
-            # The TP stack TP_REPEATS times in a row, the first not kept: a training step runs
-            # micro-batch after micro-batch through its TP blocks, while the first TP collective
-            # after other work also waits for gloo's thread and the peer to wake (a TP block
-            # right after unsharded work took 1.7x one in sequence here).
-            reps = [_fwd_bwd(sharded, x, rope, device) for _ in range(TP_REPEATS)][1:]
-            sf, sb = (sum(t[k] for t in reps) / len(reps) / n for k in (0, 1))
+            sf, sb = _model_fwd_bwd(sharded, idx, tgt, device)
             if i >= a.warmup:
-                rows[b].append((pf, pb, sf, sb))
+                rows[b].append((mf, mb, sf, sb))
                 writer.write(
                     {"type": "tp_block", "tp": tp, "blocks": n, "micro_batch": b, "seq_len": a.seq_len,
-                     "tokens": b * a.seq_len, "forward_s": pf, "backward_s": pb, "tp_forward_s": sf,
-                     "tp_backward_s": sb, "model_forward_s": mf, "model_backward_s": mb, "iter": i - a.warmup}
+                     "tokens": b * a.seq_len, "model_forward_s": mf, "model_backward_s": mb,
+                     "tp_model_forward_s": sf, "tp_model_backward_s": sb, "iter": i - a.warmup}
                 )  # fmt: skip
     out = {}
+    plain = _Blocks(list(model.transformer.h))
     for b in a.micro_batches:
         cols = zip(*rows[b], strict=True)
-        out[b] = {k: statistics.median(v) for k, v in zip(("pf", "pb", "sf", "sb"), cols, strict=True)}
+        out[b] = {k: statistics.median(v) for k, v in zip(("mf", "mb", "sf", "sb"), cols, strict=True)}
         out[b]["p2p_s"] = _p2p(env, a, writer, plain, inputs[b][0], rope, b)
     return out
 

@@ -358,8 +358,8 @@ def test_the_compute_probe_trains_with_train_defaults():
 
 
 def test_tp_block_and_in_step_send(full):
-    """realrun/probe_tp.py: per rank, each micro-batch size, each iteration, the model's blocks
-    unsharded and TP-split over the two ranks, per block, and the bare model; rank 0's sends."""
+    """realrun/probe_tp.py: per rank, each micro-batch size, each iteration, the model bare and
+    with its blocks TP-split over the two ranks; rank 0's in-step sends."""
     stdout, ranks = full
     for r in ranks:
         rows = by_type(r, "tp_block")
@@ -368,9 +368,9 @@ def test_tp_block_and_in_step_send(full):
         for x in rows:
             assert x["tp"] == 2 and x["blocks"] == model_shape("gpt2-tiny").n_layer
             assert x["tokens"] == x["micro_batch"] * SEQ_LEN
-            for key in ("forward_s", "backward_s", "tp_forward_s", "tp_backward_s", "model_forward_s"):
+            for key in ("model_forward_s", "model_backward_s", "tp_model_forward_s", "tp_model_backward_s"):
                 assert x[key] > 0, key
         sends = by_type(r, "p2p")
         assert len(sends) == (ITERS * len(MICRO_BATCHES) if r.meta["rank"] == 0 else 0)
         assert all(s["size_bytes"] == s["micro_batch"] * SEQ_LEN * 64 * 4 and s["time_s"] > 0 for s in sends)
-    assert "# tensor-parallel block (realrun/probe_tp.py), tp 2" in stdout
+    assert "# tensor-parallel model (realrun/probe_tp.py), tp 2" in stdout
