@@ -14,11 +14,12 @@ it, on a block of the probe's model, at the probe's micro-batch sizes:
 - ``tp_block``: the model's forward and backward with its loss, bare and then with its blocks
   split over all the ranks of the probe (tp = world size; ColwiseParallel/RowwiseParallel as
   realrun/tp.py), in turns, as a training micro-batch runs them (embedding, blocks, output layer,
-  loss). The calibration keeps the bare model and the difference per block (TP minus bare over
-  the blocks, forward and backward), as functions of tokens. What ran around the TP blocks
-  matters on this box: a TP block right after unsharded work took 1.7x one in sequence (the
-  first collective also waits for gloo's thread and the peer to wake), so the probe times the
-  blocks in the model they sit in, not alone.
+  loss), the TP model TP_REPEATS times back to back, the first not kept. The calibration keeps
+  the bare model and the difference per block (TP minus bare over the blocks, forward and
+  backward), as functions of tokens. What ran before the TP blocks matters on this box: right
+  after unsharded work a TP block took 1.7x (the model: up to 3x) one in sequence (the first
+  collective also waits for gloo's thread and the peer to wake), so the probe times them as a
+  training step's accumulation runs them, in the model they sit in, one micro-batch after another.
 - ``p2p``: rank 0 and rank 1 each run the unsharded block forward, then rank 0 sends the
   micro-batch's activation (tokens x n_embd in fp32) to rank 1 and rank 1 sends it back; half
   the round trip is one in-step send (torch.distributed.pipelining sends with isend/irecv).
@@ -31,6 +32,8 @@ import torch
 import torch.distributed as dist
 
 from realrun.dist import DistEnv, now
+
+TP_REPEATS = 4  # TP micro-batches per turn; the first is not kept
 
 
 class _Blocks(torch.nn.Module):
@@ -81,7 +84,11 @@ def tp_block(env: DistEnv, a, writer, model) -> dict:
         for b in a.micro_batches:
             _, idx, tgt = inputs[b]
             mf, mb = _model_fwd_bwd(model, idx, tgt, device)
-            sf, sb = _model_fwd_bwd(sharded, idx, tgt, device)
+            # TP micro-batches back to back, as a step's accumulation runs them; the first, right
+            # after the bare model, not kept (its collectives wait for gloo's thread and the peer
+            # to wake: up to 3x one in sequence on this box).
+            reps = [_model_fwd_bwd(sharded, idx, tgt, device) for _ in range(TP_REPEATS)][1:]
+            sf, sb = (sum(t[k] for t in reps) / len(reps) for k in (0, 1))
             if i >= a.warmup:
                 rows[b].append((mf, mb, sf, sb))
                 writer.write(
