@@ -3,19 +3,24 @@ the 3D scenario built from the run's own records (tp, pp, dp, schedule, micro-ba
 meta record's ``layout``), replayed by sim/parallel3d.py on the calibrated machine, compared
 with the measured steps as calibrate/validate.py compares DDP runs.
 
-Where each cost comes from (nothing of the train run's own timing enters):
-- compute: the probe's forward and backward of the whole model at this micro-batch
-  (calib.compute, one rank), split over stages and TP shards by the simulator's own roofline
-  (sim/tp.py, kernel by kernel): a stage's share is its kernels' roofline time over the whole
-  model's, each TP rank's block share the roofline at tp over the roofline at 1. So the probe
-  gives the scale, the simulator the split. The embedding and output layer are whole on every
-  TP rank in these runs (realrun/tp.py), so they are timed at tp = 1;
-- the TP allreduces (two per block forward, two backward), the point-to-point sends and the
-  data-parallel reduction: sim/parallel3d.py's, on the calibrated link (gloo's fitted hop
-  latency and bandwidth), every rank as on its own host (gpus_per_node 1, as validate's DDP
-  scenarios);
-- the optimizer: the probe's, each stage its parameters' share; per-rank speed and per-step
-  jitter: the calibration's, as for DDP runs.
+Where each cost comes from (nothing of the train run's own timing enters; docs/parallelism.md,
+"Prediction"):
+- compute: the probe's forward and backward at this micro-batch, a fixed cost plus a per-token
+  cost: the bare model's (realrun/probe_tp.py) when the probe has it, else the compute probe's
+  (DDP's training path). The fixed cost is the operators' dispatch: every TP rank pays all of it,
+  a pipeline stage its operators' share (sim/roofline.py's kernels, counted). The per-token cost
+  is split over stages and TP shards by the simulator's own roofline (sim/tp.py, kernel by
+  kernel). The embedding and output layer are whole on every TP rank in these runs
+  (realrun/tp.py), so they are timed at tp = 1;
+- TP: with the probe's TP part at this tp, each block is its bare self plus the measured
+  (TP model - bare model) / blocks, as sync time no rank's speed or noise scales; else the four
+  alpha-beta allreduces of sim/parallel3d.py on the calibrated link;
+- sends: the probe's in-step send, else sim/parallel3d.py's on gloo's calibrated hop; the
+  data-parallel reduction: sim/parallel3d.py's, on the calibrated link, every rank as on its
+  own host (gpus_per_node 1, as validate's DDP scenarios);
+- the optimizer: the probe's, each stage its parameter tensors' share; speed: every rank at the
+  ranks' mean calibrated speed (at 1 with the TP probe, whose times are medians over ranks);
+  per-step jitter: the calibration's.
 """
 
 import numpy as np
