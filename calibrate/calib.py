@@ -190,6 +190,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=N
             ready_fractions=ReadyProfile(value=ready[0], samples=ready[1], source="grad_ready, mean over ranks"),
             buckets_default_cap=compute_fit.bucket_profile(runs),
             memory=compute_fit.memory_fit(runs),
+            tp_block=compute_fit.tp_block_fit(runs),
         ),
         noise=Noise(
             distribution=chosen.distribution if chosen else "empirical",

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from calibrate import typed_json
 from sim.readfile import MIB, read_text
 
@@ -174,6 +176,49 @@ class BucketReady:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TpBlock:
+    """realrun/probe_tp.py, per micro-batch size of the probe: what a TP split adds to one block
+    (TP minus unsharded, medians over the ranks' iterations), one in-step send, and the whole
+    model's forward and backward run bare (no DDP: as a TP or pipeline run computes)."""
+
+    tp: int
+    # [tokens, forward extra s, backward extra s, send s or -1 (none), model forward s, model backward s]
+    points: list[list[float]]
+    samples: int
+    source: str
+
+    def at(self, tokens: float) -> tuple[float, float, float | None]:
+        """(forward extra, backward extra, send) at ``tokens``: the least-squares line through
+        the probed sizes' medians (the extra is mostly latency, so a line over all sizes is
+        steadier than any one size's median), held at the nearest probed size outside them."""
+        pts = sorted(self.points)
+        t = min(max(tokens, pts[0][0]), pts[-1][0])
+        f, b = (_line([p[0] for p in pts], [p[i] for p in pts], t) for i in (1, 2))
+        sends = [(p[0], p[3]) for p in pts if p[3] >= 0]
+        send = _line(*zip(*sends, strict=True), t) if sends else None
+        return f, b, send
+
+    def model_fit(self, column: int) -> tuple[float, float]:
+        """(intercept s, per-token s) of the bare model's forward (column 4) or backward (5):
+        least squares over the probed sizes' medians, the slope held at >= 0."""
+        pts = sorted(self.points)
+        xs, ys = np.array([p[0] for p in pts]), np.array([p[column] for p in pts])
+        if len(xs) < 2:
+            return float(ys[0]), 0.0
+        slope, intercept = np.polyfit(xs, ys, 1)
+        if slope < 0:
+            return float(ys.mean()), 0.0
+        return float(intercept), float(slope)
+
+
+def _line(xs, ys, x: float) -> float:
+    if len(xs) < 2:
+        return float(ys[0])
+    slope, intercept = np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)
+    return float(intercept + slope * x)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Compute:
     model: str
     seq_len: int
@@ -187,6 +232,7 @@ class Compute:
     ready_fractions: ReadyProfile
     buckets_default_cap: list[BucketReady] = field(default_factory=list)
     memory: Memory | None = None
+    tp_block: TpBlock | None = None  # probes from before realrun/probe_tp.py have none
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from calibrate.calibration import AffineFit, BucketReady, ComputePeak, DdpPeak, Memory
+from calibrate.calibration import AffineFit, BucketReady, ComputePeak, DdpPeak, Memory, TpBlock
 from calibrate.records import Run
 
 
@@ -212,4 +212,31 @@ def memory_fit(runs: list[Run]) -> Memory | None:
             micro_batch=last["micro_batch"],
         ),
         source="torch.cuda.max_memory_allocated per micro-batch (no DDP) and of a DDP training step",
+    )
+
+
+def tp_block_fit(runs: list[Run]) -> TpBlock | None:
+    """realrun/probe_tp.py's records: per micro-batch size, the median over every rank's
+    iterations of what the TP split added to the block's forward and backward, and rank 0's median
+    in-step send. None for a probe without them (one rank, or from before the TP probe)."""
+    rows = [r for run in runs for r in run.of("tp_block")]
+    if not rows:
+        return None
+    sends = [r for run in runs for r in run.of("p2p")]
+    points = []
+    for tokens in sorted({r["tokens"] for r in rows}):
+        mine = [r for r in rows if r["tokens"] == tokens]
+        f = float(np.median([(r["tp_model_forward_s"] - r["model_forward_s"]) / r["blocks"] for r in mine]))
+        b = float(np.median([(r["tp_model_backward_s"] - r["model_backward_s"]) / r["blocks"] for r in mine]))
+        s = [r["time_s"] for r in sends if r["micro_batch"] * mine[0]["seq_len"] == tokens]
+        mf = float(np.median([r["model_forward_s"] for r in mine]))
+        mb = float(np.median([r["model_backward_s"] for r in mine]))
+        points.append([float(tokens), f, b, float(np.median(s)) if s else -1.0, mf, mb])
+    return TpBlock(
+        tp=int(rows[0]["tp"]),
+        points=points,
+        samples=len(rows),
+        source="realrun/probe_tp.py: the model with its blocks TP-split over the probe's ranks minus the bare model,"
+        " per block, median over ranks and iterations; send: half a round trip after each rank's blocks' forward,"
+        " rank 0's median; model: the bare model's forward and backward, median over ranks and iterations",
     )

@@ -38,6 +38,18 @@ FIELDS = {
     "grad_ready": {"ready_fraction": (False, _FRACTION)},
     "bucket_ready": {"bucket": (True, _INDEX), "bytes": (True, _COUNT), "ready_fraction": (False, _FRACTION)},
     "overlap": {"gamma": (False, _FINITE), "iters_with_comm": (True, _INDEX)},
+    "tp_block": {
+        "tp": (True, _COUNT),
+        "blocks": (True, _COUNT),
+        "micro_batch": (True, _COUNT),
+        "seq_len": (True, _COUNT),
+        "tokens": (True, _COUNT),
+        "model_forward_s": (False, _SECONDS),
+        "model_backward_s": (False, _SECONDS),
+        "tp_model_forward_s": (False, _SECONDS),
+        "tp_model_backward_s": (False, _SECONDS),
+    },
+    "p2p": {"micro_batch": (True, _COUNT), "size_bytes": (True, _COUNT), "time_s": (False, _SECONDS)},
     "compute_memory": {"tokens": (True, _COUNT), "peak_allocated_bytes": (False, _POSITIVE)},
     "ddp_memory": {"tokens": (True, _COUNT), "peak_allocated_bytes": (False, _POSITIVE)},
 }

@@ -3,19 +3,24 @@ the 3D scenario built from the run's own records (tp, pp, dp, schedule, micro-ba
 meta record's ``layout``), replayed by sim/parallel3d.py on the calibrated machine, compared
 with the measured steps as calibrate/validate.py compares DDP runs.
 
-Where each cost comes from (nothing of the train run's own timing enters):
-- compute: the probe's forward and backward of the whole model at this micro-batch
-  (calib.compute, one rank), split over stages and TP shards by the simulator's own roofline
-  (sim/tp.py, kernel by kernel): a stage's share is its kernels' roofline time over the whole
-  model's, each TP rank's block share the roofline at tp over the roofline at 1. So the probe
-  gives the scale, the simulator the split. The embedding and output layer are whole on every
-  TP rank in these runs (realrun/tp.py), so they are timed at tp = 1;
-- the TP allreduces (two per block forward, two backward), the point-to-point sends and the
-  data-parallel reduction: sim/parallel3d.py's, on the calibrated link (gloo's fitted hop
-  latency and bandwidth), every rank as on its own host (gpus_per_node 1, as validate's DDP
-  scenarios);
-- the optimizer: the probe's, each stage its parameters' share; per-rank speed and per-step
-  jitter: the calibration's, as for DDP runs.
+Where each cost comes from (nothing of the train run's own timing enters; docs/parallelism.md,
+"Prediction"):
+- compute: the probe's forward and backward at this micro-batch, a fixed cost plus a per-token
+  cost: the bare model's (realrun/probe_tp.py) when the probe has it, else the compute probe's
+  (DDP's training path). The fixed cost is the operators' dispatch: every TP rank pays all of it,
+  a pipeline stage its operators' share (sim/roofline.py's kernels, counted). The per-token cost
+  is split over stages and TP shards by the simulator's own roofline (sim/tp.py, kernel by
+  kernel). The embedding and output layer are whole on every TP rank in these runs
+  (realrun/tp.py), so they are timed at tp = 1;
+- TP: with the probe's TP part at this tp, each block is its bare self plus the measured
+  (TP model - bare model) / blocks, as sync time no rank's speed or noise scales; else the four
+  alpha-beta allreduces of sim/parallel3d.py on the calibrated link;
+- sends: the probe's in-step send, else sim/parallel3d.py's on gloo's calibrated hop; the
+  data-parallel reduction: sim/parallel3d.py's, on the calibrated link, every rank as on its
+  own host (gpus_per_node 1, as validate's DDP scenarios);
+- the optimizer: the probe's, each stage its parameter tensors' share; speed: every rank at the
+  ranks' mean calibrated speed (at 1 with the TP probe, whose times are medians over ranks);
+  per-step jitter: the calibration's.
 """
 
 import numpy as np
@@ -74,13 +79,62 @@ def scenario_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, see
     # probe's whole-model time scales the roofline's split instead (predict_3d).
     for key in ("step_compute_s", "mfu"):
         data["compute"].pop(key, None)
-    factors = {r: v.speed_factor for r, v in calib.ranks.items() if r < run.world_size}
-    data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if f != 1.0)
+    # Every rank at the ranks' mean calibrated speed, not each at its own: `train --tp/--pp`
+    # refuses --straggler, so these runs' ranks are alike, and on a shared CPU the compute
+    # probe's per-rank speed is the scheduler's share in that minute, not the rank's (three
+    # probes within an hour here flagged rank 0 at 2.2x and 4.4x and rank 1 at 3.3x; the runs
+    # after them computed alike on both ranks). The calibration's compute is its fastest rank's
+    # (speed 1), so the mean is the expected speed of a rank. The per-micro-step jitter, drawn per
+    # rank, stays. calibrate/validate.py (DDP) keeps each rank's: its runs can carry an injected
+    # straggler.
+    # With the TP block probe the compute is its bare model's median over every rank and
+    # iteration, already a typical rank's: no factor on it.
+    speeds = [v.speed_factor for r, v in calib.ranks.items() if r < run.world_size]
+    mean = float(np.mean(speeds)) if speeds and calib.compute.tp_block is None else 1.0
+    data["stragglers"] = ",".join(f"{r}:{mean:.6g}" for r in range(run.world_size)) if mean != 1.0 else ""
     return data, label
 
 
+def _kernel_counts(shape, seq_len: int, tokens: float, dt) -> dict:
+    """Kernels (operators) per micro-batch: one block's forward and backward, the embedding's and
+    the output layer's (sim/roofline.py's inventory), what the probe's fixed cost is spread over."""
+    from sim.roofline import block_kernels, head_kernels
+    from sim.tp import _EMBEDDING
+
+    blk = block_kernels(shape, seq_len, tokens, dt)
+    counts = {"bf": sum(not k.backward for k in blk), "bb": sum(k.backward for k in blk)}
+    for key in ("ef", "eb", "of", "ob"):
+        counts[key] = 0
+    for k in head_kernels(shape, tokens, dt):
+        counts[("e" if k.name.startswith(_EMBEDDING) else "o") + ("b" if k.backward else "f")] += 1
+    return counts
+
+
+def stage_tensors(shape, sizes: list[int]) -> np.ndarray:
+    """Parameter tensors per stage (sim/transformer.py's list): the embedding's on the first, the
+    final norm's and output layer's on the last, the blocks' as ``sizes`` places them."""
+    from sim.transformer import param_tensors
+
+    tensors = param_tensors(shape)
+    per_block = sum(t.name.startswith("transformer.h.0.") for t in tensors)
+    blocks = per_block * shape.n_layer
+    first = sum(t.name.startswith(("transformer.wte", "transformer.wpe")) for t in tensors)
+    out = np.array([per_block * n for n in sizes], dtype=float)
+    out[0] += first
+    out[-1] += len(tensors) - blocks - first
+    return out
+
+
 def calibrated_costs(sc, calib: Calibration):
-    """sim/parallel3d.py's StepCosts with each stage's compute from the probe (module docstring)."""
+    """sim/parallel3d.py's StepCosts with each stage's compute from the probe (module docstring).
+
+    The probe's forward (backward) time at this micro-batch is its affine fit, a fixed cost plus
+    a per-token cost (calib.compute, fitted over the probe's micro-batch sizes). On a CPU at these
+    sizes the fixed cost is most of it: the operators' dispatch (Python, autograd, ATen), paid once
+    per operator whatever its size. A TP rank runs every operator of its blocks on its shards, so
+    it pays the whole fixed cost (not 1/tp of it); a pipeline stage pays its operators' share
+    (sim/roofline.py's kernels, counted). The per-token cost is split by the roofline (a TP rank's
+    block share is the roofline at tp over the roofline at 1), as the matmuls' work is."""
     from sim.parallel3d import dtypes_3d, fabric_for, layout, step_costs
     from sim.roofline import rates
     from sim.tp import block_time, head_time
@@ -100,18 +154,65 @@ def calibrated_costs(sc, calib: Calibration):
     tokens = t.micro_batch_size * sc.seq_len
     roof_f = n * blk1.forward_compute_s + head.embedding_forward_s + head.output_forward_s
     roof_b = n * blk1.backward_compute_s + head.embedding_backward_s + head.output_backward_s
-    scale_f = calib.compute.forward_s.at(tokens)[0] / roof_f
-    scale_b = calib.compute.backward_s.at(tokens)[0] / roof_b
+    probed = calib.compute.tp_block
+    if probed is not None:
+        # The bare model (no DDP), as these runs compute: the compute probe's times are DDP's
+        # training path over a one-rank group, whose buffer broadcast and bucket allreduce go
+        # through gloo's worker thread each step (about twice the bare model here).
+        (icpt_f, slope_f), (icpt_b, slope_b) = probed.model_fit(4), probed.model_fit(5)
+    else:
+        fit_f, fit_b = calib.compute.forward_s, calib.compute.backward_s
+        icpt_f, slope_f, icpt_b, slope_b = fit_f.intercept_s, fit_f.per_token_s, fit_b.intercept_s, fit_b.per_token_s
+    scale_f = max(slope_f, 0.0) * tokens / roof_f
+    scale_b = max(slope_b, 0.0) * tokens / roof_b
+    k = _kernel_counts(shape, sc.seq_len, tokens, dt)
+    op_f = max(icpt_f, 0.0) / (n * k["bf"] + k["ef"] + k["of"])
+    op_b = max(icpt_b, 0.0) / (n * k["bb"] + k["eb"] + k["ob"])
+    # One block on one rank of the TP group, one micro-batch.
+    blk_f = scale_f * blk.forward_compute_s + op_f * k["bf"] + blk.forward_comm_s
+    blk_b = scale_b * blk.backward_compute_s + op_b * k["bb"] + blk.backward_comm_s
+    send = None
+    if probed is not None:
+        extra_f, extra_b, send = probed.at(tokens)
+        if lay.tp > 1 and probed.tp == lay.tp:
+            # Measured (realrun/probe_tp.py): the block unsharded plus what the split added to it
+            # on these ranks (its four collectives as they run between operators, DTensor's
+            # dispatch, less the sharded matmuls' saving), in place of the roofline's shares and
+            # the tight-loop alpha-beta collectives.
+            blk_f = scale_f * blk1.forward_compute_s + op_f * k["bf"] + extra_f
+            blk_b = scale_b * blk1.backward_compute_s + op_b * k["bb"] + extra_b
     fwd = np.zeros((lay.pp, 1))
     bwd = np.zeros((lay.pp, 1))
     for i, layers in enumerate(base.layers):
-        fwd[i, 0] = layers * (scale_f * blk.forward_compute_s + blk.forward_comm_s)
-        bwd[i, 0] = layers * (scale_b * blk.backward_compute_s + blk.backward_comm_s)
-    fwd[0, 0] += scale_f * head.embedding_forward_s
-    bwd[0, 0] += scale_b * head.embedding_backward_s
-    fwd[-1, 0] += scale_f * head.output_forward_s
-    bwd[-1, 0] += scale_b * head.output_backward_s
-    return base._replace(forward_s=fwd, backward_s=bwd)
+        fwd[i, 0] = layers * blk_f
+        bwd[i, 0] = layers * blk_b
+    sync_f = sync_b = None
+    if probed is not None and lay.tp > 1 and probed.tp == lay.tp:
+        # simulate_3d scales a stage's forward and backward by its TP group's slowest rank and
+        # the per-micro-step noise; the probed extra already holds the wait for the slower rank
+        # of the group (it was timed on every rank, through their collectives), so it goes in as
+        # sync time, neither scaled nor drawn again.
+        sync_f = np.array([[layers * extra_f] for layers in base.layers])
+        sync_b = np.array([[layers * extra_b] for layers in base.layers])
+        fwd -= sync_f
+        bwd -= sync_b
+    fwd[0, 0] += scale_f * head.embedding_forward_s + op_f * k["ef"]
+    bwd[0, 0] += scale_b * head.embedding_backward_s + op_b * k["eb"]
+    fwd[-1, 0] += scale_f * head.output_forward_s + op_f * k["of"]
+    bwd[-1, 0] += scale_b * head.output_backward_s + op_b * k["ob"]
+    # The probe's optimizer is torch's for-loop AdamW: a few operators per parameter tensor, at
+    # these sizes their dispatch, so each rank pays for its tensors (every TP rank holds all of its
+    # stage's tensors, sharded), not for its share of the parameters.
+    opt = base.optimizer_s
+    if calib.compute.optimizer_s is not None:
+        tensors = stage_tensors(shape, base.layers)
+        opt = calib.compute.optimizer_s.value * tensors / tensors.sum()
+    # An activation send between stages that computed before it (realrun/probe_tp.py), when
+    # probed; else sim/parallel3d.py's alpha-beta send on the calibrated link.
+    p2p = send if send is not None and lay.pp > 1 else base.p2p_s
+    return base._replace(
+        forward_s=fwd, backward_s=bwd, optimizer_s=opt, p2p_s=p2p, sync_forward_s=sync_f, sync_backward_s=sync_b
+    )
 
 
 def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: int = 0) -> dict:
@@ -125,6 +226,8 @@ def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: 
     step_s = np.array([d.step_s for d in draws])
     m = sc.training.grad_accum
     compute = (costs.forward_s.sum(axis=1) + costs.backward_s.sum(axis=1)) * m  # per stage, speed 1
+    if costs.sync_forward_s is not None:  # a TP run's records count its collectives in forward/backward
+        compute = compute + (costs.sync_forward_s.sum(axis=1) + costs.sync_backward_s.sum(axis=1)) * m
     return {
         "step_s": step_s,
         "mean_s": float(step_s.mean()),

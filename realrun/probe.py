@@ -16,12 +16,15 @@ import torch.distributed as dist
 from realrun.dist import DistEnv, init
 from realrun.lifeline import let_go_reason
 from realrun.model import preset_config
+from realrun.parallel import layout_problem
 from realrun.probe_collectives import quick, sweep
-from realrun.probe_compute import bucket_profile, compute, overlap
+from realrun.probe_compute import bucket_profile, compute, model_for, overlap
 from realrun.probe_link import LINK_REPEATS, PING_BYTES, RTT_PINGS, probe_links
+from realrun.probe_tp import tp_block
 from realrun.recipe import Recipe
 from realrun.records import RecordWriter, one_line, rank_file
 from realrun.sched import realtime
+from scenarios import load_models
 
 # What one rank cannot measure: each of these needs a peer at the other end.
 NEEDS_A_PEER = {
@@ -133,6 +136,14 @@ def _full(env: DistEnv, args, writer, stage, recipe: Recipe) -> dict:
         if lead:
             _print_compute(args, means, recipe)
             _print_buckets(buckets)
+        tp_refused = layout_problem(env.world_size, 1, None, load_models()[args.model])
+        if env.world_size > 1 and tp_refused is None:
+            stage[0] = f"tensor-parallel block probe ({args.model}, tp {env.world_size})"
+            tp_rows = tp_block(env, args, writer, model_for(args.model, env, args.seed, recipe))
+            if lead:
+                _print_tp(env.world_size, tp_rows, args.seq_len)
+        elif env.world_size > 1 and lead:
+            print(f"# tensor-parallel block: skipped: {tp_refused}", flush=True)
     if "overlap" in args.parts and "overlap" not in skipped:
         stage[0] = "overlap probe (compute under a concurrent allreduce)"
         row = overlap(env, args, mb, writer, recipe)
@@ -190,6 +201,18 @@ def _print_compute(args, means, recipe: Recipe) -> None:
         f"# optimizer: AdamW ({kind}) over {means['params']:,} parameters, with the rest of the step outside"
         f" forward and backward: {means['optimizer_s'] * 1e3:.2f} ms"
     )
+    print("#", flush=True)
+
+
+def _print_tp(tp: int, rows: dict, seq_len: int) -> None:
+    print(f"# tensor-parallel model (realrun/probe_tp.py), tp {tp}, rank 0, medians; send: in-step, half a round trip")
+    print("# micro_batch   tokens fwd(ms) bwd(ms) tp_fwd(ms) tp_bwd(ms) send(us)")
+    for b, r in rows.items():
+        send = f"{r['p2p_s'] * 1e6:8.0f}" if r["p2p_s"] is not None else "       -"
+        print(
+            f"{b:13d} {b * seq_len:8d} {r['mf'] * 1e3:7.2f} {r['mb'] * 1e3:7.2f} {r['sf'] * 1e3:10.2f}"
+            f" {r['sb'] * 1e3:10.2f} {send}"
+        )
     print("#", flush=True)
 
 

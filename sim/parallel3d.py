@@ -154,6 +154,8 @@ def p2p_s(sc: Scenario, lay: Layout, dt: Precision) -> float:
     else:
         bw = fabric.intra_busbw_gb_s * 1e9
         latency = INTRA_HOP_US[net.intra_link][SIMPLE] * 1e-6
+    if net.backend == "gloo":  # a send is one of gloo's ring steps (a TCP message), on any link
+        latency = net.gloo_hop_latency_us * 1e-6
     if lay.tp > 1 and cross_node:  # scatter-gather: 1/tp each over the network, then an allgather
         gather = collective_cost("allgather", size, fabric_for(sc, ranks=lay.tp)).time_s
         return latency + size / lay.tp / bw + gather
@@ -174,6 +176,10 @@ class StepCosts(NamedTuple):
     optimizer_s: np.ndarray  # (pp,)
     params: np.ndarray  # (pp,) on one GPU of each stage
     layers: list[int]  # per virtual stage
+    # (pp, v) per micro-batch, added to forward_s/backward_s unscaled by speed and noise
+    # (sim/pipeline.py run_pipeline); None: none (calibrate/validate3d.py sets them)
+    sync_forward_s: np.ndarray | None = None
+    sync_backward_s: np.ndarray | None = None
 
 
 def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
@@ -367,6 +373,8 @@ def simulate_3d(
                 costs.p2p_s,
                 start_s=start if fsdp else None,
                 op_noise=None if noise is None else noise[j],
+                sync_forward_s=costs.sync_forward_s,
+                sync_backward_s=costs.sync_backward_s,
             )
     # Each stage's reduction waits for that stage in every pipeline.
     end = np.max([r.stage_end_s for r in runs.values()], axis=0)

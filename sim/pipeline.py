@@ -89,11 +89,16 @@ def run_pipeline(
     p2p_s: float,
     start_s: np.ndarray | None = None,
     op_noise: np.ndarray | None = None,
+    sync_forward_s: np.ndarray | None = None,
+    sync_backward_s: np.ndarray | None = None,
 ) -> PipelineRun:
     """Replay the schedule. ``forward_s[i, c]`` and ``backward_s[i, c]``: stage i's chunk c, one
     micro-batch (a slow GPU's factor already in its stage's row); ``p2p_s``: one activation (or
     gradient) send between consecutive stages; ``start_s[i]``: when stage i may begin (FSDP's
-    first gather); ``op_noise[i, k]``: a multiplier on stage i's k-th operation's time."""
+    first gather); ``op_noise[i, k]``: a multiplier on stage i's k-th operation's time;
+    ``sync_forward_s``/``sync_backward_s`` (same shape as ``forward_s``): time added to each
+    operation after the noise, neither scaled nor drawn (the TP group's collectives as measured
+    with the group, its wait for its slower member already in them)."""
     chunks = v if schedule == "interleaved" else 1
     n_virtual = p * chunks
     lists = [stage_ops(schedule, p, m, v, i) for i in range(p)]
@@ -127,6 +132,9 @@ def run_pipeline(
                     break  # its input has not been produced yet: another stage must run first
                 if op_noise is not None:
                     dur *= op_noise[i, ptr[i]]
+                sync = sync_forward_s if op.kind == F else sync_backward_s
+                if sync is not None:
+                    dur += sync[i, op.chunk]
                 start = max(free[i], ready)
                 end = start + dur
                 if op.kind == F:

@@ -355,3 +355,22 @@ def test_the_compute_probe_trains_with_train_defaults():
     launch_only = {"backend", "device", "precision", "compile", "force", "steps", "profile"}
     assert set(mine) == set(train) - launch_only
     assert all(mine[k] == train[k] for k in mine if k != "out") and str(mine["out"]) == str(train["out"])
+
+
+def test_tp_block_and_in_step_send(full):
+    """realrun/probe_tp.py: per rank, each micro-batch size, each iteration, the model bare and
+    with its blocks TP-split over the two ranks; rank 0's in-step sends."""
+    stdout, ranks = full
+    for r in ranks:
+        rows = by_type(r, "tp_block")
+        assert sorted({x["micro_batch"] for x in rows}) == MICRO_BATCHES
+        assert len(rows) == ITERS * len(MICRO_BATCHES)
+        for x in rows:
+            assert x["tp"] == 2 and x["blocks"] == model_shape("gpt2-tiny").n_layer
+            assert x["tokens"] == x["micro_batch"] * SEQ_LEN
+            for key in ("model_forward_s", "model_backward_s", "tp_model_forward_s", "tp_model_backward_s"):
+                assert x[key] > 0, key
+        sends = by_type(r, "p2p")
+        assert len(sends) == (ITERS * len(MICRO_BATCHES) if r.meta["rank"] == 0 else 0)
+        assert all(s["size_bytes"] == s["micro_batch"] * SEQ_LEN * 64 * 4 and s["time_s"] > 0 for s in sends)
+    assert "# tensor-parallel model (realrun/probe_tp.py), tp 2" in stdout

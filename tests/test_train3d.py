@@ -23,6 +23,8 @@ LOSS_RTOL = 1e-4  # float32 sums in another order (sharded matmuls, the schedule
 # inventory is Korthikanti et al.'s for a GPT block and a vocabulary-parallel embedding and output
 # layer; these runs keep both whole on every TP rank (realrun/tp.py), which it does not know.
 MEMORY_RTOL = 0.30
+# validate's p50 step time over the measured one (test_validate_reports_the_prediction).
+PREDICTED_OVER_MEASURED = (0.3, 3.0)
 
 
 def run_cli(*args, timeout=170) -> subprocess.CompletedProcess:
@@ -125,11 +127,19 @@ def test_validate_reports_the_prediction(runs, tmp_path):
     calib_path = tmp_path / "calib.json"
     c = run_cli("calibrate", str(probe), "-o", str(calib_path))
     assert c.returncode == 0, c.stderr[-3000:]
-    report = validate(Calibration.read(calib_path), str(calib_path), [runs["tp"], runs["pp"]])
+    calib = Calibration.read(calib_path)
+    assert calib.compute.tp_block is not None and calib.compute.tp_block.tp == 2  # realrun/probe_tp.py ran
+    report = validate(calib, str(calib_path), [runs["tp"], runs["pp"]])
     for row, (tp, pp) in zip(report["rows"], [(2, 1), (1, 2)], strict=True):
         assert (row["layout"]["tp"], row["layout"]["pp"]) == (tp, pp)
         assert row["predicted_p50_s"] > 0 and row["measured_p50_s"] > 0
-        assert -1.0 < row["error_p50"] < 100.0  # reported, not held: docs/parallelism.md has the numbers
+        # Issue 28's bar is 10 %; this box meets it for neither (docs/parallelism.md, "Prediction":
+        # predicted / measured 0.41-1.44 for TP over repeats, the probe's TP model and the run's a
+        # few minutes apart differing as much). Held: the order of magnitude, in a band wide enough
+        # for that noise; a whole-machine slowdown moves prediction and measurement together.
+        # tests/test_validate3d.py holds the model's costs exactly.
+        ratio = row["predicted_p50_s"] / row["measured_p50_s"]
+        assert PREDICTED_OVER_MEASURED[0] < ratio < PREDICTED_OVER_MEASURED[1], (tp, pp, ratio)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,142 @@
+"""calibrate/validate3d.py's costs of a CPU TP/PP run from a probe (issue 28, "a 2-rank TP and a
+2-stage PP run on CPU are predicted within 10 %"): the probe's fixed per-operator cost is paid
+whole by every TP rank and split over stages by their operators; the per-token cost is split by
+the roofline; the TP block probe (realrun/probe_tp.py) replaces the roofline's block and the
+tight-loop collectives; the optimizer goes by parameter tensors; a gloo send costs gloo's hop.
+Exact, on a hand-made calibration: no process starts (tests/test_train3d.py runs the real ones)."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate.calibration import Calibration, TpBlock
+from calibrate.validate3d import calibrated_costs, stage_tensors
+from sim.parallel3d import fabric_for, layout, simulate_3d, step_costs
+from sim.scenario_file import scenario_from_dict
+from sim.transformer import model_shape, param_tensors
+
+CALIB = Path(__file__).parent / "calib-2026-11-29.json"
+TOKENS = 2 * 32
+
+
+def _calib(intercept_f=0.004, per_token_f=1e-5, intercept_b=0.005, per_token_b=2e-5, tp_block=None):
+    c = Calibration.read(CALIB)
+    comp = c.compute
+    comp = dataclasses.replace(
+        comp,
+        forward_s=comp.forward_s._replace(intercept_s=intercept_f, per_token_s=per_token_f),
+        backward_s=comp.backward_s._replace(intercept_s=intercept_b, per_token_s=per_token_b),
+        tp_block=tp_block,
+    )
+    return dataclasses.replace(c, compute=comp)
+
+
+def _sc(tp=1, pp=1, **net):
+    return scenario_from_dict(
+        {
+            "ranks": tp * pp, "model": {"preset": "llama-tiny"},
+            "training": {"micro_batch_size": 2, "seq_len": 32, "grad_accum": 4, "precision": "fp32", "tp": tp,
+                         "pp": pp, "pp_schedule": "1f1b", "overlap": False},
+            "network": {"backend": "gloo", "gpus_per_node": tp * pp, "intra_link": "pci", "intra_gb_s": 1.0,
+                        "gloo_hop_latency_us": 150.0, **net},
+            "compute": {"optimizer_s": 0.002},
+        }
+    )  # fmt: skip
+
+
+def test_a_tp_rank_pays_the_whole_fixed_cost():
+    # Only a fixed cost: every TP rank runs every operator, so its compute is the one rank's.
+    calib = _calib(per_token_f=0.0, per_token_b=0.0)
+    one, two = calibrated_costs(_sc(), calib), calibrated_costs(_sc(tp=2), calib)
+    comm = step_costs(_sc(tp=2), layout(_sc(tp=2))).tp_comm_s[0]
+    assert one.forward_s.sum() == pytest.approx(0.004, rel=1e-12)
+    assert one.backward_s.sum() == pytest.approx(0.005, rel=1e-12)
+    assert two.forward_s.sum() + two.backward_s.sum() == pytest.approx(0.009 + comm, rel=1e-12)
+    # Only a per-token cost: the TP rank does less of it (its matmuls' shards).
+    calib = _calib(intercept_f=0.0, intercept_b=0.0)
+    one, two = calibrated_costs(_sc(), calib), calibrated_costs(_sc(tp=2), calib)
+    assert one.forward_s.sum() == pytest.approx(1e-5 * TOKENS, rel=1e-12)
+    assert two.forward_s.sum() - comm / 2 < one.forward_s.sum()
+
+
+def test_stages_split_the_fixed_cost_and_sum_to_the_probe():
+    calib = _calib()
+    c = calibrated_costs(_sc(pp=2), calib)
+    assert c.forward_s.sum() == pytest.approx(0.004 + 1e-5 * TOKENS, rel=1e-12)
+    assert c.backward_s.sum() == pytest.approx(0.005 + 2e-5 * TOKENS, rel=1e-12)
+    assert c.forward_s[1, 0] > c.forward_s[0, 0]  # the last stage holds the output layer and the loss
+
+
+def _probed(extra_f, extra_b, send, model_f=(0.002, 2e-5), model_b=(0.003, 3e-5), tp=2):
+    """A TpBlock whose bare model is exactly affine: model_f = (intercept, per token)."""
+    pts = [[t, extra_f, extra_b, send, model_f[0] + model_f[1] * t, model_b[0] + model_b[1] * t] for t in (32.0, 128.0)]
+    return TpBlock(tp=tp, points=pts, samples=8, source="test")
+
+
+def test_the_tp_block_probe_replaces_the_roofline_block():
+    extra_f, extra_b, send = 0.003, 0.004, 0.0008
+    probed = _probed(extra_f, extra_b, send)
+    n = model_shape("llama-tiny").n_layer
+    one = calibrated_costs(_sc(), _calib(tp_block=probed))
+    two = calibrated_costs(_sc(tp=2), _calib(tp_block=probed))
+    # The compute is the probe's bare model (no DDP), not the DDP training path's fit.
+    assert one.forward_s.sum() == pytest.approx(0.002 + 2e-5 * TOKENS, rel=1e-12)
+    assert one.backward_s.sum() == pytest.approx(0.003 + 3e-5 * TOKENS, rel=1e-12)
+    # The block unsharded plus what the split added, measured; nothing of the roofline's split.
+    # The addition is sync time: neither a rank's speed nor its noise scales it (it was timed on
+    # both ranks through their collectives, the wait for the slower one in it).
+    assert two.forward_s.sum() == pytest.approx(one.forward_s.sum(), rel=1e-12)
+    assert two.backward_s.sum() == pytest.approx(one.backward_s.sum(), rel=1e-12)
+    assert two.sync_forward_s.sum() == pytest.approx(n * extra_f, rel=1e-12)
+    assert two.sync_backward_s.sum() == pytest.approx(n * extra_b, rel=1e-12)
+    assert one.sync_forward_s is None
+    sc = _sc(tp=2)
+    sc = dataclasses.replace(sc, noise=dataclasses.replace(sc.noise, distribution="none"))
+    fast, slow = (simulate_3d(sc, None, factors=np.full((1, 1), f), costs=two).pipeline_s for f in (1.0, 2.0))
+    m = sc.training.grad_accum
+    assert fast == pytest.approx(m * (two.forward_s.sum() + two.backward_s.sum() + n * (extra_f + extra_b)))
+    assert slow - fast == pytest.approx(m * (two.forward_s.sum() + two.backward_s.sum()))
+    pp = calibrated_costs(_sc(pp=2), _calib(tp_block=probed))
+    assert pp.p2p_s == pytest.approx(send)
+    assert calibrated_costs(_sc(pp=2), _calib()).p2p_s == step_costs(_sc(pp=2), layout(_sc(pp=2))).p2p_s
+    # Another TP degree than the probe's: the roofline's split of the bare model, no 2-way extra.
+    other = calibrated_costs(_sc(tp=2), _calib(tp_block=_probed(extra_f, extra_b, send, tp=4)))
+    assert other.sync_forward_s is None
+    assert other.forward_s.sum() < one.forward_s.sum() + n * extra_f
+
+
+def test_tp_block_fits_a_line_through_the_probed_sizes():
+    pts = [[128.0, 0.004, 0.006, -1.0, 0.01, 0.02], [32.0, 0.002, 0.002, -1.0, 0.006, 0.008]]
+    probed = TpBlock(tp=2, points=pts, samples=4, source="t")
+    f, b, send = probed.at(64.0)
+    assert (f, b, send) == (pytest.approx(0.002 + 0.002 / 3), pytest.approx(0.002 + 0.004 / 3), None)
+    assert probed.at(1000.0)[:2] == pytest.approx((0.004, 0.006))  # no extrapolation of a latency
+    assert probed.at(1.0)[:2] == pytest.approx((0.002, 0.002))
+    assert probed.model_fit(4) == pytest.approx((0.006 - 32 * 0.004 / 96, 0.004 / 96))
+    falling = TpBlock(tp=2, points=[[32.0, 0, 0, -1.0, 0.01, 0.01], [64.0, 0, 0, -1.0, 0.008, 0.01]], samples=4,
+                      source="t")  # fmt: skip
+    assert falling.model_fit(4) == pytest.approx((0.009, 0.0))  # noise, not a negative cost per token
+
+
+def test_the_optimizer_goes_by_parameter_tensors():
+    calib = _calib()
+    opt = calib.compute.optimizer_s.value
+    assert calibrated_costs(_sc(tp=2), calib).optimizer_s == pytest.approx([opt])  # every tensor, sharded
+    pp = calibrated_costs(_sc(pp=2), calib).optimizer_s
+    assert pp.sum() == pytest.approx(opt)
+    shape = model_shape("llama-tiny")
+    tensors = stage_tensors(shape, [1, 1])
+    assert tensors.sum() == len(param_tensors(shape))
+    assert list(pp / opt) == pytest.approx(list(tensors / tensors.sum()))
+
+
+def test_a_gloo_send_costs_gloos_hop():
+    # One of gloo's ring steps (a TCP message), not the preset PCIe hop of a few microseconds.
+    sc = _sc(pp=2)
+    size = 2 * 32 * 64 * 4
+    bw = fabric_for(sc).intra_busbw_gb_s * 1e9
+    assert step_costs(sc, layout(sc)).p2p_s == pytest.approx(150e-6 + size / bw, rel=1e-12)
+    slower = _sc(pp=2, gloo_hop_latency_us=400.0)
+    assert step_costs(slower, layout(slower)).p2p_s == pytest.approx(400e-6 + size / bw, rel=1e-12)
