@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
-PROBE_PARTS = ("collectives", "link", "compute", "overlap")
+PROBE_PARTS = ("collectives", "link", "compute", "overlap", "tp")
+# "tp" (the tensor-parallel model, realrun/probe_tp.py) only when asked: only a TP prediction
+# reads it (calibrate/validate3d.py), and it adds 10-20 s to a CPU probe.
+DEFAULT_PROBE_PARTS = ("collectives", "link", "compute", "overlap")
 # sim/ has twins of OPS and COMM_HOOKS (realrun may not import sim); tests/test_twins.py holds them equal.
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 # realrun/precision.py's names; repeated here so that importing this module stays torch-free.
@@ -183,7 +186,12 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
     p.add_argument("--out", type=Path, required=True, help="run directory for the records (a new or empty one)")
     p.add_argument("--force", action="store_true", help="--out holds an earlier run: move it aside (never deleted)")
     _add_placement(p)
-    p.add_argument("--parts", type=_csv(PROBE_PARTS), default=list(PROBE_PARTS), help="which probes to run")
+    p.add_argument(
+        "--parts",
+        type=_csv(PROBE_PARTS),
+        default=list(DEFAULT_PROBE_PARTS),
+        help=f"which probes to run (default: {','.join(DEFAULT_PROBE_PARTS)}; tp: the TP model, for --tp predictions)",
+    )
     p.add_argument(
         "--ops", type=_csv(OPS), default=["allreduce", "allgather", "reduce_scatter"], help="collectives to sweep"
     )

@@ -136,13 +136,14 @@ def _full(env: DistEnv, args, writer, stage, recipe: Recipe) -> dict:
         if lead:
             _print_compute(args, means, recipe)
             _print_buckets(buckets)
+    if "tp" in args.parts and env.world_size > 1:
         tp_refused = layout_problem(env.world_size, 1, None, load_models()[args.model])
-        if env.world_size > 1 and tp_refused is None:
+        if tp_refused is None:
             stage[0] = f"tensor-parallel block probe ({args.model}, tp {env.world_size})"
             tp_rows = tp_block(env, args, writer, model_for(args.model, env, args.seed, recipe))
             if lead:
                 _print_tp(env.world_size, tp_rows, args.seq_len)
-        elif env.world_size > 1 and lead:
+        elif lead:
             print(f"# tensor-parallel block: skipped: {tp_refused}", flush=True)
     if "overlap" in args.parts and "overlap" not in skipped:
         stage[0] = "overlap probe (compute under a concurrent allreduce)"

@@ -50,6 +50,7 @@ def full(tmp_path_factory):
         out,
         *("--ops", ",".join(OPS), "--sizes", ",".join(map(str, SIZES)), "--iters", str(ITERS), "--warmup", "2"),
         *("--link-bytes", "4M", "--micro-batches", ",".join(map(str, MICRO_BATCHES)), "--seq-len", str(SEQ_LEN)),
+        *("--parts", "collectives,link,compute,overlap,tp"),  # tp: off by default (realrun/cli.py)
     )
     assert p.returncode == 0, p.stderr[-3000:]
     ranks = read_run(out, "probe")

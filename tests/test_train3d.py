@@ -122,6 +122,7 @@ def test_validate_reports_the_prediction(runs, tmp_path):
     p = run_cli(
         "probe", "--nproc", "2", "--out", str(probe), "--model", "llama-tiny", "--seq-len", "32",
         "--sizes", "64K:4M", "--iters", "4", "--warmup", "1", "--micro-batches", "1,4",
+        "--parts", "collectives,link,compute,overlap,tp",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     calib_path = tmp_path / "calib.json"
