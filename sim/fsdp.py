@@ -413,6 +413,177 @@ def _ranks(
     return _RankRun(took_s, wait, solo, np.maximum(solo_end, solo_replica_end))
 
 
+class _Line(NamedTuple):
+    """A time of every rank at once, affine in the rank's inputs: const + coef . x, with
+    x = (start, forward of micro-step 0..K-1, backward of micro-step 0..K-1). Python floats:
+    _closed makes a few hundred a step, each of a handful of numbers."""
+
+    const: float
+    coef: tuple[float, ...]
+
+    def plus(self, const: float = 0.0, coef: tuple[float, ...] | None = None) -> "_Line":
+        if coef is None:
+            return _Line(self.const + const, self.coef)
+        return _Line(self.const + const, tuple(a + b for a, b in zip(self.coef, coef, strict=True)))
+
+    def at(self, x: list[np.ndarray]) -> np.ndarray:
+        """(ranks,) the line at each rank's inputs ``x`` (arrays, in coef's order)."""
+        out = np.full(len(x[0]), self.const)
+        for c, xi in zip(self.coef, x, strict=True):
+            if c:
+                out += c * xi
+        return out
+
+
+class _Resume(NamedTuple):
+    """Where _closed stopped: its position in the step's plan and every line there."""
+
+    pos: int
+    t: _Line  # the real run, while a bound collective is still to come
+    solo: _Line
+    wait: _Line  # collective wait so far
+    solo_end: _Line
+    solo_replica_end: _Line
+    pending: int  # bound collectives still to come
+    rows: tuple[_Line, ...]  # the solo run's collective ends, per collective of a micro-step
+
+
+class _Split(Exception):
+    """A max in _closed that picks a for some ranks and b for others: a - b = ``margin``;
+    ``resume``: the state before the operation that holds it."""
+
+    def __init__(self, margin: _Line):
+        super().__init__()
+        self.margin = margin
+        self.resume: _Resume | None = None
+
+
+def _later(a: _Line, b: _Line, lo: list[float], hi: list[float]) -> _Line:
+    """max(a, b) for every rank whose inputs lie in the box [lo, hi], if it is the same one of
+    the two for all of them (a linear function's least and greatest values over a box are at
+    its corners: ties give either the same time), else raises _Split."""
+    margin = a.const - b.const
+    if margin == math.inf or (a.coef == b.coef and margin >= 0.0):
+        return a
+    if margin == -math.inf or a.coef == b.coef:
+        return b
+    slope = [p - q for p, q in zip(a.coef, b.coef, strict=True)]
+    ends = [(s * low, s * high) for s, low, high in zip(slope, lo, hi, strict=True)]
+    if margin + sum(min(e) for e in ends) >= 0.0:
+        return a
+    if margin + sum(max(e) for e in ends) <= 0.0:
+        return b
+    raise _Split(_Line(margin, tuple(slope)))
+
+
+def _plan(wl: FsdpWorkload, durations: np.ndarray, st: _Stream) -> list[tuple]:
+    """A step's program for _closed, over every micro-step, the stream's numbers as floats:
+    (index of the collective in its micro-step, hsdp's allreduce?, bound?, stream free, start,
+    duration) for an issue, (index of the allgather waited for or -1, its end, the segment's
+    coefficients) for a compute."""
+    k_micro, per_micro = wl.grad_accum, len(wl.ops) // wl.grad_accum
+    replica, bound = wl.replica_stream.tolist(), st.bound.tolist()
+    starts, ends, free, dur = st.starts.tolist(), st.ends.tolist(), st.free.tolist(), durations.tolist()
+    plan: list[tuple] = []
+    for k in range(k_micro):
+        first = k * per_micro
+        for op in wl.program:
+            c = first + op.issue
+            if op.issue >= 0:
+                plan.append((op.issue, replica[c], bound[c], free[c], starts[c], dur[c]))
+                continue
+            seg = [0.0] * (1 + 2 * k_micro)
+            seg[1 + k], seg[1 + k_micro + k] = op.fwd_share, op.bwd_share
+            plan.append((op.wait, ends[first + op.wait] if op.wait >= 0 else 0.0, tuple(seg)))
+    return plan
+
+
+def _closed_start(wl: FsdpWorkload, st: _Stream) -> _Resume:
+    """_closed's state at the step's start: every run at the rank's start, no collective yet."""
+    zero = (0.0,) * (1 + 2 * wl.grad_accum)
+    start, never = _Line(0.0, (1.0, *zero[1:])), _Line(-math.inf, zero)
+    per_micro = len(wl.ops) // wl.grad_accum
+    return _Resume(0, start, start, _Line(0.0, zero), never, never, int(st.bound.sum()), (never,) * per_micro)
+
+
+def _closed(plan: list[tuple], lo: list[float], hi: list[float], state: _Resume):
+    """Pass 2 in closed form from ``state`` on, when every max of it picks the same side for
+    every rank (the ranks' inputs lie in [lo, hi]): (collective wait, solo run's last
+    compute, its last collective) as _Lines; raises _Split where some max splits the ranks.
+    Typical of a communication-bound step (every allgather waited for, the stream never idle)
+    and of a compute-bound one (no allgather waited for, the stream idle at each issue).
+    Without interference only (a slowed segment is not affine in its inputs)."""
+    _, t, solo, wait, solo_end, solo_replica_end, pending, rows = state
+    rows, zero = list(rows), (0.0,) * len(lo)
+    for pos in range(state.pos, len(plan)):
+        before = (t, solo, wait, solo_end, solo_replica_end, pending)
+        try:
+            if len(plan[pos]) == 6:  # an issue
+                index, replica, bound, free, start, duration = plan[pos]
+                if replica:
+                    row = _later(rows[index - 1], solo_replica_end, lo, hi)
+                else:
+                    if bound:
+                        t = _later(t, _Line(free, zero), lo, hi)
+                        wait, pending = wait.plus(start - t.const, tuple(-v for v in t.coef)), pending - 1
+                    row = _later(solo, solo_end, lo, hi)
+                rows[index] = row = row.plus(duration)
+                solo_replica_end, solo_end = (row, solo_end) if replica else (solo_replica_end, row)
+                continue
+            index, end, seg = plan[pos]
+            if index >= 0:
+                if pending:
+                    t = _later(t, _Line(end, zero), lo, hi)
+                solo = _later(solo, rows[index], lo, hi)
+            t, solo = t.plus(coef=seg), solo.plus(coef=seg)
+        except _Split as split:
+            split.resume = _Resume(pos, *before, tuple(rows))  # rows change only once no max is left
+            raise
+    return wait, solo, _later(solo_end, solo_replica_end, lo, hi)
+
+
+# _closed_run splits the ranks in two at a max at most this many times a step, and leaves at
+# most this share of them to _ranks; past that, _ranks runs every rank.
+_MAX_SPLITS = 16
+_EXACT_SHARE = 0.125
+
+
+def _closed_run(wl, start, fwd, bwd, durations, st: _Stream, exact: np.ndarray) -> _RankRun | None:
+    """_ranks' results: the ranks ``exact`` by _ranks itself, the others from _closed's lines
+    at their inputs. Where a max splits a group of ranks (at first: all but ``exact``), each
+    side is a group of its own, in a box of its own; a group whose box straddles the max
+    although its ranks do not is left to _ranks too. None where that would be too many."""
+    n = len(start)
+    x = [start, *fwd.T, *bwd.T]
+    out = [np.empty(n) for _ in range(3)]
+    rest = np.ones(n, dtype=bool)
+    rest[exact] = False
+    group, plan = np.flatnonzero(rest), _plan(wl, durations, st)
+    todo = [(group, [v[group] for v in x], _closed_start(wl, st))] if len(group) else []
+    left, splits = [exact], 0  # left: to _ranks
+    while todo:
+        group, xs, state = todo.pop()
+        try:
+            lines = _closed(plan, [float(v.min()) for v in xs], [float(v.max()) for v in xs], state)
+        except _Split as split:
+            above = split.margin.at(xs) >= 0.0
+            if splits == _MAX_SPLITS or above.all() or not above.any():
+                left.append(group)
+            else:
+                splits += 1
+                todo += [(group[side], [v[side] for v in xs], split.resume) for side in (above, ~above)]
+            continue
+        for whole, line in zip(out, lines, strict=True):
+            whole[group] = line.at(xs)
+    exact = np.sort(np.concatenate(left))
+    if len(exact) > _EXACT_SHARE * n:
+        return None
+    few = _ranks(wl, start[exact], fwd[exact], bwd[exact], durations, 0.0, st, np.empty((len(wl.ops), len(exact))))
+    for whole, part in zip(out, few[1:], strict=True):
+        whole[exact] = part
+    return _RankRun(None, *out)
+
+
 def _compute_s(wl: FsdpWorkload, fwd: np.ndarray, bwd: np.ndarray) -> np.ndarray:
     """(ranks,) a step's compute without interference: every micro-step's segments summed."""
     fwd_share = sum(op.fwd_share for op in wl.program if op.issue < 0)
@@ -469,7 +640,8 @@ def simulate_fsdp(
         lead = _leaders(start, fwd, bwd, traced if step < trace_steps else [])
         trace = (spans, [(r, int(np.searchsorted(lead, r))) for r in traced]) if step < trace_steps else None
         st = _stream(wl, start[lead], fwd[lead], bwd[lead], durations, gamma, trace)
-        run = _ranks(wl, start, fwd, bwd, durations, gamma, st, rows)
+        run = None if gamma else _closed_run(wl, start, fwd, bwd, durations, st, lead)
+        run = run or _ranks(wl, start, fwd, bwd, durations, gamma, st, rows)
         work = run.took_s if gamma else _compute_s(wl, fwd, bwd)
         if pause is not None:
             work = work + pause
