@@ -449,31 +449,47 @@ class _Resume(NamedTuple):
 
 
 class _Split(Exception):
-    """A max in _closed that picks a for some ranks and b for others: a - b = ``margin``;
-    ``resume``: the state before the operation that holds it."""
+    """A max in _closed that picks a for some ranks of the group and b for others: ``above``,
+    (group,) bool, where a >= b; ``resume``: the state before the operation that holds it."""
 
-    def __init__(self, margin: _Line):
+    def __init__(self, above: np.ndarray):
         super().__init__()
-        self.margin = margin
+        self.above = above
         self.resume: _Resume | None = None
 
 
-def _later(a: _Line, b: _Line, lo: list[float], hi: list[float]) -> _Line:
-    """max(a, b) for every rank whose inputs lie in the box [lo, hi], if it is the same one of
-    the two for all of them (a linear function's least and greatest values over a box are at
-    its corners: ties give either the same time), else raises _Split."""
-    margin = a.const - b.const
-    if margin == math.inf or (a.coef == b.coef and margin >= 0.0):
-        return a
-    if margin == -math.inf or a.coef == b.coef:
-        return b
-    slope = [p - q for p, q in zip(a.coef, b.coef, strict=True)]
-    ends = [(s * low, s * high) for s, low, high in zip(slope, lo, hi, strict=True)]
-    if margin + sum(min(e) for e in ends) >= 0.0:
-        return a
-    if margin + sum(max(e) for e in ends) <= 0.0:
-        return b
-    raise _Split(_Line(margin, tuple(slope)))
+class _Group:
+    """Ranks that _closed follows as one: their inputs ``xs`` (arrays, in _Line's order) and
+    the box around them."""
+
+    def __init__(self, index: np.ndarray, xs: list[np.ndarray]):
+        self.index, self.xs = index, xs
+        self.lo, self.hi = [float(v.min()) for v in xs], [float(v.max()) for v in xs]
+
+    def later(self, a: _Line, b: _Line) -> _Line:
+        """max(a, b) if it is the same one of the two for every rank of the group, else raises
+        _Split. A linear function's least and greatest values over the box are at its corners
+        (ties give either the same time); where the box cannot tell, the ranks' own values do."""
+        margin = a.const - b.const
+        if margin == math.inf or (a.coef == b.coef and margin >= 0.0):
+            return a
+        if margin == -math.inf or a.coef == b.coef:
+            return b
+        slope = [p - q for p, q in zip(a.coef, b.coef, strict=True)]
+        ends = [(s * low, s * high) for s, low, high in zip(slope, self.lo, self.hi, strict=True)]
+        if margin + sum(min(e) for e in ends) >= 0.0:
+            return a
+        if margin + sum(max(e) for e in ends) <= 0.0:
+            return b
+        values = _Line(margin, tuple(slope)).at(self.xs)
+        if values.min() >= 0.0:
+            return a
+        if values.max() <= 0.0:
+            return b
+        raise _Split(values >= 0.0)
+
+    def part(self, side: np.ndarray) -> "_Group":
+        return _Group(self.index[side], [v[side] for v in self.xs])
 
 
 def _plan(wl: FsdpWorkload, durations: np.ndarray, st: _Stream) -> list[tuple]:
@@ -506,78 +522,76 @@ def _closed_start(wl: FsdpWorkload, st: _Stream) -> _Resume:
     return _Resume(0, start, start, _Line(0.0, zero), never, never, int(st.bound.sum()), (never,) * per_micro)
 
 
-def _closed(plan: list[tuple], lo: list[float], hi: list[float], state: _Resume):
+def _closed(plan: list[tuple], group: _Group, state: _Resume):
     """Pass 2 in closed form from ``state`` on, when every max of it picks the same side for
-    every rank (the ranks' inputs lie in [lo, hi]): (collective wait, solo run's last
+    every rank of ``group``: (collective wait, solo run's last
     compute, its last collective) as _Lines; raises _Split where some max splits the ranks.
     Typical of a communication-bound step (every allgather waited for, the stream never idle)
     and of a compute-bound one (no allgather waited for, the stream idle at each issue).
     Without interference only (a slowed segment is not affine in its inputs)."""
     _, t, solo, wait, solo_end, solo_replica_end, pending, rows = state
-    rows, zero = list(rows), (0.0,) * len(lo)
+    rows, zero, later = list(rows), (0.0,) * len(t.coef), group.later
     for pos in range(state.pos, len(plan)):
         before = (t, solo, wait, solo_end, solo_replica_end, pending)
         try:
             if len(plan[pos]) == 6:  # an issue
                 index, replica, bound, free, start, duration = plan[pos]
                 if replica:
-                    row = _later(rows[index - 1], solo_replica_end, lo, hi)
+                    row = later(rows[index - 1], solo_replica_end)
                 else:
                     if bound:
-                        t = _later(t, _Line(free, zero), lo, hi)
-                        wait, pending = wait.plus(start - t.const, tuple(-v for v in t.coef)), pending - 1
-                    row = _later(solo, solo_end, lo, hi)
+                        issued = later(t, _Line(free, zero))  # waits from its issue or the stream's end
+                        wait = wait.plus(start - issued.const, tuple(-v for v in issued.coef))
+                        pending -= 1
+                    row = later(solo, solo_end)
                 rows[index] = row = row.plus(duration)
                 solo_replica_end, solo_end = (row, solo_end) if replica else (solo_replica_end, row)
                 continue
             index, end, seg = plan[pos]
             if index >= 0:
                 if pending:
-                    t = _later(t, _Line(end, zero), lo, hi)
-                solo = _later(solo, rows[index], lo, hi)
+                    t = later(t, _Line(end, zero))
+                solo = later(solo, rows[index])
             t, solo = t.plus(coef=seg), solo.plus(coef=seg)
         except _Split as split:
             split.resume = _Resume(pos, *before, tuple(rows))  # rows change only once no max is left
             raise
-    return wait, solo, _later(solo_end, solo_replica_end, lo, hi)
+    return wait, solo, later(solo_end, solo_replica_end)
 
 
-# _closed_run splits the ranks in two at a max at most this many times a step, and leaves at
-# most this share of them to _ranks; past that, _ranks runs every rank.
-_MAX_SPLITS = 16
+# A split costs _closed ~0.5-1 ms of Python (hsdp at 65,536 ranks: ~11 runs or resumes a step
+# in ~9 ms), what _ranks spends on ~2000 ranks (~25 ms a step there): past ranks / 2048 splits
+# a step, _ranks is the cheaper way. _ranks also runs every rank where the ranks left to it
+# (the leaders) are more than this share of them (tiny jobs).
+_RANKS_PER_SPLIT = 2048
 _EXACT_SHARE = 0.125
 
 
 def _closed_run(wl, start, fwd, bwd, durations, st: _Stream, exact: np.ndarray) -> _RankRun | None:
     """_ranks' results: the ranks ``exact`` by _ranks itself, the others from _closed's lines
     at their inputs. Where a max splits a group of ranks (at first: all but ``exact``), each
-    side is a group of its own, in a box of its own; a group whose box straddles the max
-    although its ranks do not is left to _ranks too. None where that would be too many."""
+    side goes on as a group of its own from there. None where _ranks would be cheaper."""
     n = len(start)
+    if len(exact) > _EXACT_SHARE * n:
+        return None
     x = [start, *fwd.T, *bwd.T]
     out = [np.empty(n) for _ in range(3)]
     rest = np.ones(n, dtype=bool)
     rest[exact] = False
-    group, plan = np.flatnonzero(rest), _plan(wl, durations, st)
-    todo = [(group, [v[group] for v in x], _closed_start(wl, st))] if len(group) else []
-    left, splits = [exact], 0  # left: to _ranks
+    index, plan = np.flatnonzero(rest), _plan(wl, durations, st)
+    todo, splits = [(_Group(index, [v[index] for v in x]), _closed_start(wl, st))], 0
     while todo:
-        group, xs, state = todo.pop()
+        group, state = todo.pop()
         try:
-            lines = _closed(plan, [float(v.min()) for v in xs], [float(v.max()) for v in xs], state)
+            lines = _closed(plan, group, state)
         except _Split as split:
-            above = split.margin.at(xs) >= 0.0
-            if splits == _MAX_SPLITS or above.all() or not above.any():
-                left.append(group)
-            else:
-                splits += 1
-                todo += [(group[side], [v[side] for v in xs], split.resume) for side in (above, ~above)]
+            splits += 1
+            if splits > n // _RANKS_PER_SPLIT:
+                return None
+            todo += [(group.part(side), split.resume) for side in (split.above, ~split.above)]
             continue
         for whole, line in zip(out, lines, strict=True):
-            whole[group] = line.at(xs)
-    exact = np.sort(np.concatenate(left))
-    if len(exact) > _EXACT_SHARE * n:
-        return None
+            whole[group.index] = line.at(group.xs)
     few = _ranks(wl, start[exact], fwd[exact], bwd[exact], durations, 0.0, st, np.empty((len(wl.ops), len(exact))))
     for whole, part in zip(out, few[1:], strict=True):
         whole[exact] = part
