@@ -60,6 +60,7 @@ most of a lemon as wait too (tests/test_answers_fsdp.py).
 """
 
 import math
+import operator
 import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -424,7 +425,7 @@ class _Line(NamedTuple):
     def plus(self, const: float = 0.0, coef: tuple[float, ...] | None = None) -> "_Line":
         if coef is None:
             return _Line(self.const + const, self.coef)
-        return _Line(self.const + const, tuple(a + b for a, b in zip(self.coef, coef, strict=True)))
+        return _Line(self.const + const, tuple(map(operator.add, self.coef, coef)))
 
     def at(self, x: list[np.ndarray]) -> np.ndarray:
         """(ranks,) the line at each rank's inputs ``x`` (arrays, in coef's order)."""
@@ -469,19 +470,23 @@ class _Group:
     def later(self, a: _Line, b: _Line) -> _Line:
         """max(a, b) if it is the same one of the two for every rank of the group, else raises
         _Split. A linear function's least and greatest values over the box are at its corners
-        (ties give either the same time); where the box cannot tell, the ranks' own values do."""
+        (ties give either the same time); where the box cannot tell, the ranks' own values do.
+        Plain loops: _closed calls this ~1000 times a step."""
         margin = a.const - b.const
-        if margin == math.inf or (a.coef == b.coef and margin >= 0.0):
+        if a.coef == b.coef or margin in (math.inf, -math.inf):
+            return a if margin >= 0.0 else b
+        least = most = margin
+        for p, q, low, high in zip(a.coef, b.coef, self.lo, self.hi, strict=True):
+            s = p - q
+            if s > 0.0:
+                least, most = least + s * low, most + s * high
+            elif s < 0.0:
+                least, most = least + s * high, most + s * low
+        if least >= 0.0:
             return a
-        if margin == -math.inf or a.coef == b.coef:
+        if most <= 0.0:
             return b
-        slope = [p - q for p, q in zip(a.coef, b.coef, strict=True)]
-        ends = [(s * low, s * high) for s, low, high in zip(slope, self.lo, self.hi, strict=True)]
-        if margin + sum(min(e) for e in ends) >= 0.0:
-            return a
-        if margin + sum(max(e) for e in ends) <= 0.0:
-            return b
-        values = _Line(margin, tuple(slope)).at(self.xs)
+        values = _Line(margin, tuple(map(operator.sub, a.coef, b.coef))).at(self.xs)
         if values.min() >= 0.0:
             return a
         if values.max() <= 0.0:
@@ -565,6 +570,8 @@ def _closed(plan: list[tuple], group: _Group, state: _Resume):
 # (the leaders) are more than this share of them (tiny jobs).
 _RANKS_PER_SPLIT = 2048
 _EXACT_SHARE = 0.125
+# Below this many ranks _ranks' numpy calls cost less than _closed's Python (~1-2 ms a step).
+_CLOSED_MIN_RANKS = 8192
 
 
 def _closed_run(wl, start, fwd, bwd, durations, st: _Stream, exact: np.ndarray) -> _RankRun | None:
@@ -572,7 +579,7 @@ def _closed_run(wl, start, fwd, bwd, durations, st: _Stream, exact: np.ndarray) 
     at their inputs. Where a max splits a group of ranks (at first: all but ``exact``), each
     side goes on as a group of its own from there. None where _ranks would be cheaper."""
     n = len(start)
-    if len(exact) > _EXACT_SHARE * n:
+    if n < _CLOSED_MIN_RANKS or len(exact) > _EXACT_SHARE * n:
         return None
     x = [start, *fwd.T, *bwd.T]
     out = [np.empty(n) for _ in range(3)]
