@@ -417,7 +417,7 @@ def _ranks(
 class _Line(NamedTuple):
     """A time of every rank at once, affine in the rank's inputs: const + coef . x, with
     x = (start, forward of micro-step 0..K-1, backward of micro-step 0..K-1). Python floats:
-    _closed makes a few hundred a step, each of a handful of numbers."""
+    the closed form makes a few hundred a step, each of a handful of numbers."""
 
     const: float
     coef: tuple[float, ...]
@@ -437,20 +437,15 @@ class _Line(NamedTuple):
 
 
 class _Resume(NamedTuple):
-    """Where _closed stopped: its position in the step's plan and every line there."""
+    """Where _closed_real or _closed_solo stopped: its position in the step's plan and its
+    state there."""
 
     pos: int
-    t: _Line  # the real run, while a bound collective is still to come
-    solo: _Line
-    wait: _Line  # collective wait so far
-    solo_end: _Line
-    solo_replica_end: _Line
-    pending: int  # bound collectives still to come
-    rows: tuple[_Line, ...]  # the solo run's collective ends, per collective of a micro-step
+    lines: tuple
 
 
 class _Split(Exception):
-    """A max in _closed that picks a for some ranks of the group and b for others: ``above``,
+    """A max in the closed form that picks a for some ranks of the group and b for others: ``above``,
     (group,) bool, where a >= b; ``resume``: the state before the operation that holds it."""
 
     def __init__(self, above: np.ndarray):
@@ -460,7 +455,7 @@ class _Split(Exception):
 
 
 class _Group:
-    """Ranks that _closed follows as one: their inputs ``xs`` (arrays, in _Line's order) and
+    """Ranks that the closed form follows as one: their inputs ``xs`` (arrays, in _Line's order) and
     the box around them."""
 
     def __init__(self, index: np.ndarray, xs: list[np.ndarray]):
@@ -471,7 +466,7 @@ class _Group:
         """max(a, b) if it is the same one of the two for every rank of the group, else raises
         _Split. A linear function's least and greatest values over the box are at its corners
         (ties give either the same time); where the box cannot tell, the ranks' own values do.
-        Plain loops: _closed calls this ~1000 times a step."""
+        Plain loops: the closed form calls this ~1000 times a step."""
         margin = a.const - b.const
         if a.coef == b.coef or margin in (math.inf, -math.inf):
             return a if margin >= 0.0 else b
@@ -498,7 +493,7 @@ class _Group:
 
 
 def _plan(wl: FsdpWorkload, durations: np.ndarray, st: _Stream) -> list[tuple]:
-    """A step's program for _closed, over every micro-step, the stream's numbers as floats:
+    """A step's program for the closed form, over every micro-step, the stream's numbers as floats:
     (index of the collective in its micro-step, hsdp's allreduce?, bound?, stream free, start,
     duration) for an issue, (index of the allgather waited for or -1, its end, the segment's
     coefficients) for a compute."""
@@ -519,86 +514,119 @@ def _plan(wl: FsdpWorkload, durations: np.ndarray, st: _Stream) -> list[tuple]:
     return plan
 
 
-def _closed_start(wl: FsdpWorkload, st: _Stream) -> _Resume:
-    """_closed's state at the step's start: every run at the rank's start, no collective yet."""
+def _closed_starts(wl: FsdpWorkload, st: _Stream) -> tuple[_Resume, _Resume]:
+    """_closed_real's and _closed_solo's states at the step's start: each run at the rank's
+    start, no collective yet."""
     zero = (0.0,) * (1 + 2 * wl.grad_accum)
     start, never = _Line(0.0, (1.0, *zero[1:])), _Line(-math.inf, zero)
     per_micro = len(wl.ops) // wl.grad_accum
-    return _Resume(0, start, start, _Line(0.0, zero), never, never, int(st.bound.sum()), (never,) * per_micro)
+    return _Resume(0, (start, _Line(0.0, zero), int(st.bound.sum()))), _Resume(
+        0, (start, never, never, (never,) * per_micro)
+    )
 
 
-def _closed(plan: list[tuple], group: _Group, state: _Resume):
-    """Pass 2 in closed form from ``state`` on, when every max of it picks the same side for
-    every rank of ``group``: (collective wait, solo run's last
-    compute, its last collective) as _Lines; raises _Split where some max splits the ranks.
-    Typical of a communication-bound step (every allgather waited for, the stream never idle)
-    and of a compute-bound one (no allgather waited for, the stream idle at each issue).
-    Without interference only (a slowed segment is not affine in its inputs)."""
-    _, t, solo, wait, solo_end, solo_replica_end, pending, rows = state
-    rows, zero, later = list(rows), (0.0,) * len(t.coef), group.later
+def _closed_real(plan: list[tuple], group: _Group, state: _Resume) -> tuple[_Line]:
+    """The collective wait in closed form: the real run from ``state`` on, as far as a bound
+    collective is left, when every max picks the same side for every rank of ``group``;
+    raises _Split where one does not. State: (t, wait so far, bound collectives to come)."""
+    t, wait, pending = state.lines
+    zero, later = (0.0,) * len(t.coef), group.later
     for pos in range(state.pos, len(plan)):
-        before = (t, solo, wait, solo_end, solo_replica_end, pending)
+        if not pending:
+            break
+        before = (t, wait, pending)
         try:
             if len(plan[pos]) == 6:  # an issue
-                index, replica, bound, free, start, duration = plan[pos]
-                if replica:
-                    row = later(rows[index - 1], solo_replica_end)
-                else:
-                    if bound:
-                        issued = later(t, _Line(free, zero))  # waits from its issue or the stream's end
-                        wait = wait.plus(start - issued.const, tuple(-v for v in issued.coef))
-                        pending -= 1
-                    row = later(solo, solo_end)
-                rows[index] = row = row.plus(duration)
-                solo_replica_end, solo_end = (row, solo_end) if replica else (solo_replica_end, row)
+                bound, free, start = plan[pos][2:5]
+                if bound:
+                    issued = later(t, _Line(free, zero))  # waits from its issue or the stream's end
+                    wait = wait.plus(start - issued.const, tuple(-v for v in issued.coef))
+                    pending -= 1
                 continue
             index, end, seg = plan[pos]
             if index >= 0:
-                if pending:
-                    t = later(t, _Line(end, zero))
-                solo = later(solo, rows[index])
-            t, solo = t.plus(coef=seg), solo.plus(coef=seg)
+                t = later(t, _Line(end, zero))
+            t = t.plus(coef=seg)
         except _Split as split:
-            split.resume = _Resume(pos, *before, tuple(rows))  # rows change only once no max is left
+            split.resume = _Resume(pos, before)
             raise
-    return wait, solo, later(solo_end, solo_replica_end)
+    return (wait,)
 
 
-# A split costs _closed ~0.5-1 ms of Python (hsdp at 65,536 ranks: ~11 runs or resumes a step
-# in ~9 ms), what _ranks spends on ~2000 ranks (~25 ms a step there): past ranks / 2048 splits
-# a step, _ranks is the cheaper way. _ranks also runs every rank where the ranks left to it
-# (the leaders) are more than this share of them (tiny jobs).
+def _closed_solo(plan: list[tuple], group: _Group, state: _Resume) -> tuple[_Line, _Line]:
+    """The solo run in closed form from ``state`` on (its last compute, its last collective),
+    when every max picks the same side for every rank of ``group``; raises _Split where one
+    does not. State: (solo, its stream's end, its replica stream's end, its collective ends)."""
+    solo, solo_end, solo_replica_end, rows = state.lines
+    rows, later = list(rows), group.later
+    for pos in range(state.pos, len(plan)):
+        before = (solo, solo_end, solo_replica_end)
+        try:
+            if len(plan[pos]) == 6:  # an issue
+                index, replica, duration = plan[pos][0], plan[pos][1], plan[pos][5]
+                row = later(rows[index - 1], solo_replica_end) if replica else later(solo, solo_end)
+                rows[index] = row = row.plus(duration)
+                solo_replica_end, solo_end = (row, solo_end) if replica else (solo_replica_end, row)
+                continue
+            index, _, seg = plan[pos]
+            if index >= 0:
+                solo = later(solo, rows[index])
+            solo = solo.plus(coef=seg)
+        except _Split as split:
+            split.resume = _Resume(pos, (*before, tuple(rows)))  # rows change only once no max is left
+            raise
+    return solo, later(solo_end, solo_replica_end)
+
+
+# A split costs ~0.5 ms of Python (hsdp at 65,536 ranks: ~6 splits and ~17 runs or resumes
+# a step in ~9 ms), what _ranks spends on ~1000-2000 ranks (~25 ms a step there): past ranks /
+# 2048 splits a step, _ranks is the cheaper way. _ranks also runs every rank where the ranks
+# left to it (the leaders) are more than this share of them (tiny jobs).
 _RANKS_PER_SPLIT = 2048
 _EXACT_SHARE = 0.125
-# Below this many ranks _ranks' numpy calls cost less than _closed's Python (~1-2 ms a step).
+# Below this many ranks _ranks' numpy calls cost less than the closed form's Python (~1-2 ms a step).
 _CLOSED_MIN_RANKS = 8192
 
 
-def _closed_run(wl, start, fwd, bwd, durations, st: _Stream, exact: np.ndarray) -> _RankRun | None:
-    """_ranks' results: the ranks ``exact`` by _ranks itself, the others from _closed's lines
-    at their inputs. Where a max splits a group of ranks (at first: all but ``exact``), each
-    side goes on as a group of its own from there. None where _ranks would be cheaper."""
-    n = len(start)
-    if n < _CLOSED_MIN_RANKS or len(exact) > _EXACT_SHARE * n:
-        return None
-    x = [start, *fwd.T, *bwd.T]
-    out = [np.empty(n) for _ in range(3)]
-    rest = np.ones(n, dtype=bool)
-    rest[exact] = False
-    index, plan = np.flatnonzero(rest), _plan(wl, durations, st)
-    todo, splits = [(_Group(index, [v[index] for v in x]), _closed_start(wl, st))], 0
+def _grouped(run, state: _Resume, plan: list[tuple], group: _Group, max_splits: int, out: list[np.ndarray]) -> bool:
+    """``out``: ``run``'s lines (_closed_real or _closed_solo) at the inputs of each rank of
+    ``group``. Where a max splits a group, each side goes on as a group of its own from there;
+    False past ``max_splits``."""
+    todo, splits = [(group, state)], 0
     while todo:
         group, state = todo.pop()
         try:
-            lines = _closed(plan, group, state)
+            lines = run(plan, group, state)
         except _Split as split:
             splits += 1
-            if splits > n // _RANKS_PER_SPLIT:
-                return None
+            if splits > max_splits:
+                return False
             todo += [(group.part(side), split.resume) for side in (split.above, ~split.above)]
             continue
         for whole, line in zip(out, lines, strict=True):
             whole[group.index] = line.at(group.xs)
+    return True
+
+
+def _closed_run(wl, start, fwd, bwd, durations, st: _Stream, exact: np.ndarray) -> _RankRun | None:
+    """_ranks' results: the ranks ``exact`` by _ranks itself, the others in closed form (the
+    real run and the solo run each on its own: a max that splits one need not split the
+    other). None where _ranks would be cheaper."""
+    n = len(start)
+    if n < _CLOSED_MIN_RANKS or len(exact) > _EXACT_SHARE * n:
+        return None
+    x = [start, *fwd.T, *bwd.T]
+    rest = np.ones(n, dtype=bool)
+    rest[exact] = False
+    index, plan = np.flatnonzero(rest), _plan(wl, durations, st)
+    group, (real, solo) = _Group(index, [v[index] for v in x]), _closed_starts(wl, st)
+    out = [np.empty(n) for _ in range(3)]
+    limit = n // _RANKS_PER_SPLIT
+    if not (
+        _grouped(_closed_real, real, plan, group, limit, out[:1])
+        and _grouped(_closed_solo, solo, plan, group, limit, out[1:])
+    ):
+        return None
     few = _ranks(wl, start[exact], fwd[exact], bwd[exact], durations, 0.0, st, np.empty((len(wl.ops), len(exact))))
     for whole, part in zip(out, few[1:], strict=True):
         whole[exact] = part
