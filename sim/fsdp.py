@@ -60,6 +60,7 @@ most of a lemon as wait too (tests/test_answers_fsdp.py).
 """
 
 import math
+import operator
 import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -243,6 +244,402 @@ def _busy(starts: np.ndarray, ends: np.ndarray, two_streams: bool) -> Busy:
     return Busy(*map(np.array, merged(starts, ends))) if two_streams else Busy(starts, ends)
 
 
+# Leaders are picked one at a time while so few remain; past this many, all the rest are kept.
+_MAX_LEADERS = 64
+
+
+def _leaders(start: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, keep: list[int]) -> np.ndarray:
+    """Sorted indices of a set of ranks that holds, for every rank, one that starts no earlier
+    and computes each micro-step's forward and backward no faster (plus ``keep``). A rank's
+    times in the step are nondecreasing in those inputs (max, +, float rounding and
+    Busy.finish's V(t) all are), so the latest rank to issue any collective is among them:
+    the stream needs no other rank. ``fwd``, ``bwd``: (ranks, micro-steps)."""
+    columns = [start, *fwd.T, *bwd.T]
+    top = int(np.argmax(start + fwd[:, -1] + bwd[:, -1]))  # a rank near the top outruns few others
+    outrun = np.zeros(len(start), dtype=bool)  # ranks that top does not cover
+    for col in columns:
+        outrun |= col > col[top]
+    remaining, picked = np.flatnonzero(outrun), [top]
+    keys = np.column_stack([col[remaining] for col in columns])
+    while len(remaining) and len(picked) < _MAX_LEADERS:
+        i = int(keys.sum(axis=1).argmax())
+        picked.append(int(remaining[i]))
+        still = (keys > keys[i]).any(axis=1)
+        remaining, keys = remaining[still], keys[still]
+    return np.union1d(np.union1d(picked, keep), remaining).astype(np.intp)
+
+
+class _Segments:
+    """One micro-step's compute segments, share_f x forward + share_b x backward, each pair
+    computed once (every block's segment is the same)."""
+
+    def __init__(self, fwd: np.ndarray, bwd: np.ndarray):
+        self.fwd, self.bwd, self._cache = fwd, bwd, {}
+
+    def __call__(self, op: _Op) -> np.ndarray:
+        key = (op.fwd_share, op.bwd_share)
+        seg = self._cache.get(key)
+        if seg is None:  # a share of 0 adds +0.0: leaving it out gives the same floats
+            seg = op.fwd_share * self.fwd if op.fwd_share else np.zeros_like(self.fwd)
+            if op.bwd_share:
+                seg = seg + op.bwd_share * self.bwd
+            self._cache[key] = seg
+        return seg
+
+
+class _Stream(NamedTuple):
+    """One step's collectives, from the leaders' real run."""
+
+    starts: np.ndarray  # (collectives per step,)
+    ends: np.ndarray
+    free: np.ndarray  # the shard stream's end before each of its collectives (-inf: the step's first)
+    bound: np.ndarray  # bool: it started when the last rank issued it (the stream was free before)
+    comm_end: float  # both streams' end
+
+
+def _stream(
+    wl: FsdpWorkload, t: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, durations: np.ndarray, gamma: float, trace
+) -> _Stream:
+    """Pass 1 of a step: the real run of the leaders (``t``: their start times; ``fwd``, ``bwd``:
+    (leaders, micro-steps)), whose latest issue starts each collective (NCCL runs a
+    communicator's collectives in issue order). ``trace``: None, or (spans, [(rank, index in
+    the leaders)]) to record the traced ranks' spans."""
+    n_coll, per_micro = len(wl.ops), len(wl.ops) // wl.grad_accum
+    replica = wl.replica_stream
+    two_streams = bool(replica.any())
+    starts, ends, free = np.zeros(n_coll), np.zeros(n_coll), np.full(n_coll, -math.inf)
+    bound = np.zeros(n_coll, dtype=bool)
+    stream_end = replica_end = -math.inf
+    issued = 0
+    for k in range(wl.grad_accum):
+        segs, first = _Segments(fwd[:, k], bwd[:, k]), k * per_micro
+        for op in wl.program:
+            if op.issue >= 0:
+                c = first + op.issue
+                if replica[c]:  # hsdp: the shard the reduce-scatter before it just made
+                    start = max(ends[c - 1], replica_end)
+                    replica_end = start + durations[c]
+                else:
+                    t_max = float(t.max())
+                    start = max(t_max, stream_end)
+                    free[c], bound[c] = stream_end, t_max > stream_end
+                    stream_end = start + durations[c]
+                starts[c], ends[c] = start, start + durations[c]
+                issued = c + 1
+                if trace:
+                    name, lane = f"{wl.ops[c]} unit {wl.units[c]}", 3 if replica[c] else 1  # sim/trace.py's lanes
+                    trace[0].extend((r, lane, name, start, float(ends[c])) for r, _ in trace[1])
+                continue
+            if op.wait >= 0:
+                t = np.maximum(t, ends[first + op.wait])
+            seg = segs(op)
+            # Collectives issued later start after this segment ends on this rank: the ones
+            # issued so far are all that can slow it.
+            done = _busy(starts[:issued], ends[:issued], two_streams).finish(t, seg, gamma) if gamma else t + seg
+            if trace:
+                name = f"{'backward' if op.bwd_share else 'forward'} {k}"
+                trace[0].extend((r, 0, name, float(t[i]), float(done[i])) for r, i in trace[1])
+            t = done
+    return _Stream(starts, ends, free, bound, max(stream_end, replica_end))
+
+
+class _RankRun(NamedTuple):
+    """Pass 2's per-rank results for one step, (ranks,) each."""
+
+    took_s: np.ndarray | None  # compute as slowed by interference (None without: the segments' sum)
+    collective_wait_s: np.ndarray
+    solo_end_s: np.ndarray  # the solo run's last compute
+    solo_comm_end_s: np.ndarray  # the solo run's last collective, on either stream
+
+
+def _ranks(
+    wl: FsdpWorkload,
+    start: np.ndarray,
+    fwd: np.ndarray,
+    bwd: np.ndarray,
+    durations: np.ndarray,
+    gamma: float,
+    st: _Stream,
+    rows: np.ndarray,
+) -> _RankRun:
+    """Pass 2 of a step: every rank against the stream pass 1 found. The real run is only
+    followed as far as a rank's own time matters: to the last collective that waited for the
+    last issuer (what a rank waits there depends on when it issued), or to the end with
+    interference (each segment's slowdown depends on when it runs). Each rank's solo run (the
+    module docstring) is followed to the end. ``rows``: (collectives per micro-step, ranks)
+    scratch for the solo run's collective ends."""
+    n, per_micro = len(start), len(wl.ops) // wl.grad_accum
+    replica = wl.replica_stream
+    two_streams = bool(replica.any())
+    t, solo, wait, tmp = start.copy(), start.copy(), np.zeros(n), np.empty(n)
+    took_s = np.zeros(n) if gamma else None
+    solo_end = solo_replica_end = np.full(n, -math.inf)
+    pending, issued = int(st.bound.sum()), 0  # bound collectives still to come
+    for k in range(wl.grad_accum):
+        segs, first = _Segments(fwd[:, k], bwd[:, k]), k * per_micro
+        for op in wl.program:
+            real = gamma or pending
+            if op.issue >= 0:
+                c, row = first + op.issue, rows[op.issue]
+                if replica[c]:
+                    np.maximum(rows[op.issue - 1], solo_replica_end, out=row)
+                    row += durations[c]
+                    solo_replica_end = row
+                else:
+                    if st.bound[c]:  # each rank waits from its issue or the stream's end
+                        np.maximum(t, st.free[c], out=tmp)
+                        np.subtract(st.starts[c], tmp, out=tmp)
+                        wait += tmp
+                        pending -= 1
+                    np.maximum(solo, solo_end, out=row)
+                    row += durations[c]
+                    solo_end = row
+                issued = c + 1
+                continue
+            if op.wait >= 0:
+                if real:
+                    np.maximum(t, st.ends[first + op.wait], out=t)
+                np.maximum(solo, rows[op.wait], out=solo)
+            seg = segs(op)
+            if gamma:
+                done = _busy(st.starts[:issued], st.ends[:issued], two_streams).finish(t, seg, gamma)
+                took = np.subtract(done, t, out=t)  # t is done with: reuse its memory
+                took_s += took
+                solo += took
+                t = done
+            else:
+                solo += seg
+                if real:
+                    t += seg
+    return _RankRun(took_s, wait, solo, np.maximum(solo_end, solo_replica_end))
+
+
+class _Line(NamedTuple):
+    """A time of every rank at once, affine in the rank's inputs: const + coef . x, with
+    x = (start, forward of micro-step 0..K-1, backward of micro-step 0..K-1). Python floats:
+    the closed form makes a few hundred a step, each of a handful of numbers."""
+
+    const: float
+    coef: tuple[float, ...]
+
+    def plus(self, const: float = 0.0, coef: tuple[float, ...] | None = None) -> "_Line":
+        if coef is None:
+            return _Line(self.const + const, self.coef)
+        return _Line(self.const + const, tuple(map(operator.add, self.coef, coef)))
+
+    def at(self, x: list[np.ndarray]) -> np.ndarray:
+        """(ranks,) the line at each rank's inputs ``x`` (arrays, in coef's order)."""
+        out = np.full(len(x[0]), self.const)
+        for c, xi in zip(self.coef, x, strict=True):
+            if c:
+                out += c * xi
+        return out
+
+
+class _Resume(NamedTuple):
+    """Where _closed_real or _closed_solo stopped: its position in the step's plan and its
+    state there."""
+
+    pos: int
+    lines: tuple
+
+
+class _Split(Exception):
+    """A max in the closed form that picks a for some ranks of the group and b for others: ``above``,
+    (group,) bool, where a >= b; ``resume``: the state before the operation that holds it."""
+
+    def __init__(self, above: np.ndarray):
+        super().__init__()
+        self.above = above
+        self.resume: _Resume | None = None
+
+
+class _Group:
+    """Ranks that the closed form follows as one: their inputs ``xs`` (arrays, in _Line's order) and
+    the box around them."""
+
+    def __init__(self, index: np.ndarray, xs: list[np.ndarray]):
+        self.index, self.xs = index, xs
+        self.lo, self.hi = [float(v.min()) for v in xs], [float(v.max()) for v in xs]
+
+    def later(self, a: _Line, b: _Line) -> _Line:
+        """max(a, b) if it is the same one of the two for every rank of the group, else raises
+        _Split. A linear function's least and greatest values over the box are at its corners
+        (ties give either the same time); where the box cannot tell, the ranks' own values do.
+        Plain loops: the closed form calls this ~1000 times a step."""
+        margin = a.const - b.const
+        if a.coef == b.coef or margin in (math.inf, -math.inf):
+            return a if margin >= 0.0 else b
+        least = most = margin
+        for p, q, low, high in zip(a.coef, b.coef, self.lo, self.hi, strict=True):
+            s = p - q
+            if s > 0.0:
+                least, most = least + s * low, most + s * high
+            elif s < 0.0:
+                least, most = least + s * high, most + s * low
+        if least >= 0.0:
+            return a
+        if most <= 0.0:
+            return b
+        values = _Line(margin, tuple(map(operator.sub, a.coef, b.coef))).at(self.xs)
+        if values.min() >= 0.0:
+            return a
+        if values.max() <= 0.0:
+            return b
+        raise _Split(values >= 0.0)
+
+    def part(self, side: np.ndarray) -> "_Group":
+        return _Group(self.index[side], [v[side] for v in self.xs])
+
+
+def _plan(wl: FsdpWorkload, durations: np.ndarray, st: _Stream) -> list[tuple]:
+    """A step's program for the closed form, over every micro-step, the stream's numbers as floats:
+    (index of the collective in its micro-step, hsdp's allreduce?, bound?, stream free, start,
+    duration) for an issue, (index of the allgather waited for or -1, its end, the segment's
+    coefficients) for a compute."""
+    k_micro, per_micro = wl.grad_accum, len(wl.ops) // wl.grad_accum
+    replica, bound = wl.replica_stream.tolist(), st.bound.tolist()
+    starts, ends, free, dur = st.starts.tolist(), st.ends.tolist(), st.free.tolist(), durations.tolist()
+    plan: list[tuple] = []
+    for k in range(k_micro):
+        first = k * per_micro
+        for op in wl.program:
+            c = first + op.issue
+            if op.issue >= 0:
+                plan.append((op.issue, replica[c], bound[c], free[c], starts[c], dur[c]))
+                continue
+            seg = [0.0] * (1 + 2 * k_micro)
+            seg[1 + k], seg[1 + k_micro + k] = op.fwd_share, op.bwd_share
+            plan.append((op.wait, ends[first + op.wait] if op.wait >= 0 else 0.0, tuple(seg)))
+    return plan
+
+
+def _closed_starts(wl: FsdpWorkload, st: _Stream) -> tuple[_Resume, _Resume]:
+    """_closed_real's and _closed_solo's states at the step's start: each run at the rank's
+    start, no collective yet."""
+    zero = (0.0,) * (1 + 2 * wl.grad_accum)
+    start, never = _Line(0.0, (1.0, *zero[1:])), _Line(-math.inf, zero)
+    per_micro = len(wl.ops) // wl.grad_accum
+    return _Resume(0, (start, _Line(0.0, zero), int(st.bound.sum()))), _Resume(
+        0, (start, never, never, (never,) * per_micro)
+    )
+
+
+def _closed_real(plan: list[tuple], group: _Group, state: _Resume) -> tuple[_Line]:
+    """The collective wait in closed form: the real run from ``state`` on, as far as a bound
+    collective is left, when every max picks the same side for every rank of ``group``;
+    raises _Split where one does not. State: (t, wait so far, bound collectives to come)."""
+    t, wait, pending = state.lines
+    zero, later = (0.0,) * len(t.coef), group.later
+    for pos in range(state.pos, len(plan)):
+        if not pending:
+            break
+        before = (t, wait, pending)
+        try:
+            if len(plan[pos]) == 6:  # an issue
+                bound, free, start = plan[pos][2:5]
+                if bound:
+                    issued = later(t, _Line(free, zero))  # waits from its issue or the stream's end
+                    wait = wait.plus(start - issued.const, tuple(-v for v in issued.coef))
+                    pending -= 1
+                continue
+            index, end, seg = plan[pos]
+            if index >= 0:
+                t = later(t, _Line(end, zero))
+            t = t.plus(coef=seg)
+        except _Split as split:
+            split.resume = _Resume(pos, before)
+            raise
+    return (wait,)
+
+
+def _closed_solo(plan: list[tuple], group: _Group, state: _Resume) -> tuple[_Line, _Line]:
+    """The solo run in closed form from ``state`` on (its last compute, its last collective),
+    when every max picks the same side for every rank of ``group``; raises _Split where one
+    does not. State: (solo, its stream's end, its replica stream's end, its collective ends)."""
+    solo, solo_end, solo_replica_end, rows = state.lines
+    rows, later = list(rows), group.later
+    for pos in range(state.pos, len(plan)):
+        before = (solo, solo_end, solo_replica_end)
+        try:
+            if len(plan[pos]) == 6:  # an issue
+                index, replica, duration = plan[pos][0], plan[pos][1], plan[pos][5]
+                row = later(rows[index - 1], solo_replica_end) if replica else later(solo, solo_end)
+                rows[index] = row = row.plus(duration)
+                solo_replica_end, solo_end = (row, solo_end) if replica else (solo_replica_end, row)
+                continue
+            index, _, seg = plan[pos]
+            if index >= 0:
+                solo = later(solo, rows[index])
+            solo = solo.plus(coef=seg)
+        except _Split as split:
+            split.resume = _Resume(pos, (*before, tuple(rows)))  # rows change only once no max is left
+            raise
+    return solo, later(solo_end, solo_replica_end)
+
+
+# A split costs ~0.5 ms of Python (hsdp at 65,536 ranks: ~6 splits and ~17 runs or resumes
+# a step in ~9 ms), what _ranks spends on ~1000-2000 ranks (~25 ms a step there): past ranks /
+# 2048 splits a step, _ranks is the cheaper way. _ranks also runs every rank where the ranks
+# left to it (the leaders) are more than this share of them (tiny jobs).
+_RANKS_PER_SPLIT = 2048
+_EXACT_SHARE = 0.125
+# Below this many ranks _ranks' numpy calls cost less than the closed form's Python (~1-2 ms a step).
+_CLOSED_MIN_RANKS = 8192
+
+
+def _grouped(run, state: _Resume, plan: list[tuple], group: _Group, max_splits: int, out: list[np.ndarray]) -> bool:
+    """``out``: ``run``'s lines (_closed_real or _closed_solo) at the inputs of each rank of
+    ``group``. Where a max splits a group, each side goes on as a group of its own from there;
+    False past ``max_splits``."""
+    todo, splits = [(group, state)], 0
+    while todo:
+        group, state = todo.pop()
+        try:
+            lines = run(plan, group, state)
+        except _Split as split:
+            splits += 1
+            if splits > max_splits:
+                return False
+            todo += [(group.part(side), split.resume) for side in (split.above, ~split.above)]
+            continue
+        for whole, line in zip(out, lines, strict=True):
+            whole[group.index] = line.at(group.xs)
+    return True
+
+
+def _closed_run(wl, start, fwd, bwd, durations, st: _Stream, exact: np.ndarray) -> _RankRun | None:
+    """_ranks' results: the ranks ``exact`` by _ranks itself, the others in closed form (the
+    real run and the solo run each on its own: a max that splits one need not split the
+    other). None where _ranks would be cheaper."""
+    n = len(start)
+    if n < _CLOSED_MIN_RANKS or len(exact) > _EXACT_SHARE * n:
+        return None
+    x = [start, *fwd.T, *bwd.T]
+    rest = np.ones(n, dtype=bool)
+    rest[exact] = False
+    index, plan = np.flatnonzero(rest), _plan(wl, durations, st)
+    group, (real, solo) = _Group(index, [v[index] for v in x]), _closed_starts(wl, st)
+    out = [np.empty(n) for _ in range(3)]
+    limit = n // _RANKS_PER_SPLIT
+    if not (
+        _grouped(_closed_real, real, plan, group, limit, out[:1])
+        and _grouped(_closed_solo, solo, plan, group, limit, out[1:])
+    ):
+        return None
+    few = _ranks(wl, start[exact], fwd[exact], bwd[exact], durations, 0.0, st, np.empty((len(wl.ops), len(exact))))
+    for whole, part in zip(out, few[1:], strict=True):
+        whole[exact] = part
+    return _RankRun(None, *out)
+
+
+def _compute_s(wl: FsdpWorkload, fwd: np.ndarray, bwd: np.ndarray) -> np.ndarray:
+    """(ranks,) a step's compute without interference: every micro-step's segments summed."""
+    fwd_share = sum(op.fwd_share for op in wl.program if op.issue < 0)
+    bwd_share = sum(op.bwd_share for op in wl.program if op.issue < 0)
+    return (fwd * fwd_share + bwd * bwd_share).sum(axis=1)
+
+
 def simulate_fsdp(
     sc: Scenario,
     *,
@@ -256,109 +653,58 @@ def simulate_fsdp(
     """Simulate ``sc.steps`` FSDP optimizer steps of ``sc.ranks`` ranks (``training.mode`` is
     not read: the caller chose FSDP). The first ``trace_steps`` steps of ``trace_ranks``
     (default: as sim/results.py picks them) are kept as Chrome trace spans. ``progress``,
-    ``records``, ``medians``, ``held``: as sim/engine.py's simulate()."""
+    ``records``, ``medians``, ``held``: as sim/engine.py's simulate().
+
+    Each step runs in two passes, so that its cost is O(ranks) per collective with a small
+    constant: pass 1 (_stream) runs the leaders alone (_leaders: the ranks that can be the
+    last to issue) to place the collectives; pass 2 (_ranks) runs every rank against them with
+    in-place updates, and a rank's idle and exposed time follow from its compute and run ends."""
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     wl = build_fsdp_workload(sc, rng)
     traced = sorted(trace_ranks) if trace_ranks is not None else pick_trace_ranks(sc, wl)
     spans: list[tuple] = []  # (rank, lane, name, start_s, end_s); lane 0 compute, 1 comm, 3 hsdp's allreduces
     n, k_micro, steps = sc.ranks, wl.grad_accum, sc.steps
-    n_coll, per_micro = len(wl.ops), len(wl.ops) // wl.grad_accum
     gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
     needed = Effects.needed(sc.episodes, sc.pauses, held)
     effects = Effects(sc.episodes, sc.pauses, n, sc.seed, held) if needed else None
     noise_cfg = sc.noise
-    replica = wl.replica_stream
-    two_streams = bool(replica.any())
-    solo_ends: list = [None] * per_micro  # per collective of a micro-step, its end in each rank's solo run
+    rows = np.empty((len(wl.ops) // k_micro, n))
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     stats = OnlineStats(steps, n, records=records, medians=medians)
     t0 = 0.0
     for step in range(steps):
         # Draw order as sim/engine.py: the step's noise, then its jitter.
         noise = multipliers(rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples)
-        jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, n_coll)
-        t = t0 + wl.dataloader_s
-        work = np.zeros(n)  # compute per rank this step
-        coll_wait = np.zeros(n)
+        jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, len(wl.ops))
+        begin = t0 + wl.dataloader_s  # compute starts here, after any pause
+        start, pause = begin, None
         if effects:  # episodes and pauses, as sim/engine.py applies them
             fx = effects.at(step, t0)
             noise, jitter = fx.apply(noise, jitter)
             if fx.pause_s is not None:  # a pause counts as compute, as in sim/results.py
-                t, work = t + fx.pause_s, work + fx.pause_s
-        starts, ends = np.zeros(n_coll), np.zeros(n_coll)
+                start, pause = begin + fx.pause_s, fx.pause_s
+        fwd, bwd = wl.forward_s[:, None] * noise, wl.backward_s[:, None] * noise
         durations = wl.collective_s * jitter
-        stream_end = replica_end = -math.inf
-        # Each rank's solo run: the same program with its own compute segments (as they really
-        # ran) and streams fed by its own issue times alone, as if every rank were as fast as it.
-        solo, solo_end, solo_replica_end = t.copy(), np.full(n, -math.inf), np.full(n, -math.inf)
-        idle, exposed = np.zeros(n), np.zeros(n)  # exposed: the solo run's idle time
-        issued = 0
-        for k in range(k_micro):
-            fwd, bwd = wl.forward_s * noise[:, k], wl.backward_s * noise[:, k]
-            segs: dict[tuple[float, float], np.ndarray] = {}  # every block's segment is the same
-            first = k * per_micro
-            for op in wl.program:
-                if op.issue >= 0:
-                    c = first + op.issue
-                    if replica[c]:  # hsdp: the shard the reduce-scatter before it just made
-                        start = max(ends[c - 1], replica_end)
-                        replica_end = start + durations[c]
-                        solo_replica_end = np.maximum(solo_ends[op.issue - 1], solo_replica_end) + durations[c]
-                        solo_ends[op.issue] = solo_replica_end
-                    else:
-                        t_max = float(t.max())
-                        start = max(t_max, stream_end)
-                        if t_max > stream_end:  # else every rank waits from the stream's end: 0 s
-                            coll_wait += start - np.maximum(t, stream_end)
-                        solo_end = np.maximum(solo, solo_end)
-                        solo_end += durations[c]
-                        solo_ends[op.issue] = solo_end
-                    ends[c] = start + durations[c]
-                    starts[c] = start
-                    stream_end = stream_end if replica[c] else ends[c]
-                    issued = c + 1
-                    if step < trace_steps:
-                        name = f"{wl.ops[c]} unit {wl.units[c]}"
-                        lane = 3 if replica[c] else 1  # sim/trace.py's lanes
-                        spans.extend((r, lane, name, start, float(ends[c])) for r in traced)
-                    continue
-                if op.wait >= 0:
-                    w = first + op.wait
-                    if ends[w] > float(t.min()):  # else no rank waits for it
-                        done = np.maximum(t, ends[w])
-                        idle += done - t
-                        t = done
-                    solo_done = np.maximum(solo, solo_ends[op.wait])
-                    exposed += solo_done - solo
-                    solo = solo_done
-                seg = segs.get((op.fwd_share, op.bwd_share))
-                if seg is None:  # a share of 0 adds +0.0: leaving it out gives the same floats
-                    seg = op.fwd_share * fwd if op.fwd_share else np.zeros(n)
-                    if op.bwd_share:
-                        seg = seg + op.bwd_share * bwd
-                    segs[(op.fwd_share, op.bwd_share)] = seg
-                # Collectives issued later start after this segment ends on this rank: the
-                # ones issued so far are all that can slow it.
-                done = _busy(starts[:issued], ends[:issued], two_streams).finish(t, seg, gamma) if gamma else t + seg
-                if step < trace_steps:
-                    name = f"{'backward' if op.bwd_share else 'forward'} {k}"
-                    spans.extend((r, 0, name, float(t[r]), float(done[r])) for r in traced)
-                took = np.subtract(done, t, out=t)  # t is done with: reuse its memory
-                work += took
-                solo += took
-                t = done
-        # The step ends when both streams have (the optimizer needs every gradient shard).
-        comm_end = max(stream_end, replica_end)
-        idle += comm_end - t
-        exposed += np.maximum(np.maximum(solo_end, solo_replica_end) - solo, 0.0)
+        lead = _leaders(start, fwd, bwd, traced if step < trace_steps else [])
+        trace = (spans, [(r, int(np.searchsorted(lead, r))) for r in traced]) if step < trace_steps else None
+        st = _stream(wl, start[lead], fwd[lead], bwd[lead], durations, gamma, trace)
+        run = None if gamma else _closed_run(wl, start, fwd, bwd, durations, st, lead)
+        run = run or _ranks(wl, start, fwd, bwd, durations, gamma, st, rows)
+        work = run.took_s if gamma else _compute_s(wl, fwd, bwd)
+        if pause is not None:
+            work = work + pause
+        # A rank's step from ``begin`` is compute plus idle (waiting for an allgather, and from
+        # its last compute to the end of the last collective), in the real run and in its solo one.
+        idle = st.comm_end - begin - work
+        exposed = np.maximum(run.solo_comm_end_s, run.solo_end_s) - begin - work
         # The real run ends no earlier than the solo one (every real collective starts no earlier
         # than its solo twin), so its extra idle time, the straggler wait, is >= 0; the minimum
         # only absorbs rounding.
         exposed = np.minimum(exposed, idle)
-        end = comm_end + wl.optimizer_s
+        end = st.comm_end + wl.optimizer_s
         if step < trace_steps:
-            spans.extend((r, 0, "optimizer", comm_end, end) for r in traced if wl.optimizer_s > 0)
+            spans.extend((r, 0, "optimizer", st.comm_end, end) for r in traced if wl.optimizer_s > 0)
             spans.extend((r, 2, f"step {step}", t0, end) for r in traced)
         step_time[step], step_end[step], comm_busy[step] = end - t0, end, durations.sum()
         stats.add(
@@ -366,7 +712,7 @@ def simulate_fsdp(
             compute_s=work,
             exposed_comm_s=exposed,
             straggler_wait_s=idle - exposed,
-            collective_wait_s=coll_wait,
+            collective_wait_s=run.collective_wait_s,
         )
         t0 = end
         if progress:

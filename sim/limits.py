@@ -62,13 +62,17 @@ DDP_GAMMA_SECONDS_PER_RANK_STEP = 150e-9
 SECONDS_PER_RANK_MICRO_STEP = 60e-9
 MEDIAN_SECONDS_PER_RANK_STEP = 110e-9
 # FSDP per unit and micro-step: ~65 us of program per step (~220 us with interference: each
-# segment builds the busy intervals issued before it), ~30-80 ns per rank (x 2.5 with
-# interference: each segment is slowed by the collectives issued before it). Measured on CPU
-# seconds in measurements/sim-speed.txt: 1.3-10.9 s at 1024 ranks, 52-168 s at 65,536.
+# segment builds the busy intervals issued before it). Per rank and unit (sim/fsdp.py's two
+# passes), measured at 65,536 ranks: without interference the closed form ~5 ns (fsdp) to
+# ~14 ns (hsdp, whose compute-bound steps split the ranks a few times), the in-place pass it
+# gives way to ~12-22 ns; 30 ns bounds a closed form given up at its last split and the
+# in-place pass after it. With interference every rank runs in place, each segment slowed by
+# the collectives issued before it: ~80 ns x 2.7, as before the two passes (52-168 s at
+# 65,536 ranks x 1000 steps then, 128-168 s with interference).
 FSDP_SECONDS_PER_UNIT_MICRO = 70e-6
 FSDP_GAMMA_SECONDS_PER_UNIT_MICRO = 250e-6
-FSDP_SECONDS_PER_RANK_UNIT_MICRO = 80e-9
-FSDP_GAMMA_FACTOR = 2.7
+FSDP_SECONDS_PER_RANK_UNIT_MICRO = 30e-9
+FSDP_GAMMA_SECONDS_PER_RANK_UNIT_MICRO = 216e-9
 
 # --- sim/reference.py, the SimPy model of a DDP step: a process per rank and per bucket
 # collective, ~10-20 us an event, a few events per rank-bucket (~1 s a step at 256 ranks and
@@ -115,8 +119,9 @@ def simulation_cost(sc: Scenario, *, export: bool = False, records: bool = False
     if sc.training.mode in SHARDED_MODES:  # hsdp: a third more collectives per unit, the same order
         units = sc.model.shape.n_layer + 1
         work_bytes = FSDP_WORK_BYTES_PER_RANK_UNIT_MICRO * units * k
+        rank_unit_s = FSDP_GAMMA_SECONDS_PER_RANK_UNIT_MICRO if gamma else FSDP_SECONDS_PER_RANK_UNIT_MICRO
         seconds = (FSDP_GAMMA_SECONDS_PER_UNIT_MICRO if gamma else FSDP_SECONDS_PER_UNIT_MICRO) * units * k
-        seconds += n * FSDP_SECONDS_PER_RANK_UNIT_MICRO * units * k * (FSDP_GAMMA_FACTOR if gamma else 1.0)
+        seconds += n * rank_unit_s * units * k
     else:
         nb = _buckets(sc)
         work_bytes = DDP_GAMMA_BYTES_PER_RANK if gamma else 0.0

@@ -90,10 +90,10 @@ def test_available_memory_reads_meminfo_and_a_cgroup_limit(tmp_path):
 
 
 def test_long_simulation_needs_yes(capsys):
-    # ~8 min here by the estimate (FSDP, 1024 ranks x 100,000 steps): refused before it starts.
+    # ~8 min here by the estimate (FSDP, 1024 ranks x 200,000 steps): refused before it starts.
     t0 = time.perf_counter()
-    line = refused(capsys, "simulate", "h100-1024", "--steps", "100000", "--set", "training.mode=fsdp")
-    assert "ranks 1024 x steps 100000" in line and "pass --yes" in line and "min" in line, line
+    line = refused(capsys, "simulate", "h100-1024", "--steps", "200000", "--set", "training.mode=fsdp")
+    assert "ranks 1024 x steps 200000" in line and "pass --yes" in line and "min" in line, line
     assert time.perf_counter() - t0 < 2.0
 
 
