@@ -3,62 +3,29 @@ returns what `--json` prints and otherwise prints for people. Output files are w
 (output/jsonfile.py), so an error leaves nothing half-written."""
 
 import sys
-from dataclasses import replace
-from pathlib import Path
 
-from calibrate.calibration import Calibration
 from ddplab.progress import StatusLine, StepProgress, say
-from output.jsonfile import write_json_atomic
-from output.ownfiles import check_target
-from sim.units import fmt_bytes, fmt_seconds
-
-
-def _check_output(path: Path) -> None:
-    if path.suffix != ".json":
-        raise ValueError(f"-o: {path}: expected a .json file name")
-    check_target(path, "-o")  # only a new file or ddplab's own, in a folder that exists (output/ownfiles.py)
+from workflow import calibration
+from workflow.units import fmt_bytes, fmt_seconds
 
 
 def calibrate(args):
-    from calibrate import plausible
-    from calibrate.admit import check_admitted
-    from calibrate.calib import calibrate as fit
-    from output.calib_plots import write_calibration_plots
-
-    _check_output(args.output)
-    command = " ".join(["ddplab", *args.argv])
-    traces = [p for p in args.runs if p.name.endswith((".json", ".json.gz")) and not p.is_dir()]
-    if traces and len(traces) != len(args.runs):
-        raise ValueError("calibrate: give probe run directories or profiler traces, not both in one call")
-    if traces:
-        calib = _calibrate_traces(args, traces, command)
-    else:
-        calib = fit(args.runs, seed=args.seed, command=command, progress=say)
-    plausible.check(calib, f"{args.output}: not written")  # impossible fits, before any file is written
-    check_admitted(calib, str(args.output))
-    pngs = write_calibration_plots(calib, args.output.with_suffix(""))
-    calib = replace(calib, plots=[p.name for p in pngs])
-    write_json_atomic(args.output, calib.to_json())
+    calib = calibration.calibrate_runs(
+        args.runs, args.output, seed=args.seed, command=" ".join(["ddplab", *args.argv]), model=args.model,
+        seq_len=args.seq_len, micro_batch=args.micro_batch, precision=args.precision, say=say,
+        # Bytes of each file read so far: silent for a small trace, a line per quarter for a large one.
+        trace_progress=lambda: StepProgress("calibrate: reading traces"),
+    )  # fmt: skip
     if args.json:
         return calib.to_json()
     print_calibration(calib)
     if calib.trace is not None:
         print_trace(calib)
-    print(f"wrote {args.output} and {', '.join(p.name for p in pngs)}")
+    print(f"wrote {args.output} and {', '.join(calib.plots)}")
     return calib.to_json()
 
 
-def _calibrate_traces(args, traces: list[Path], command: str) -> Calibration:
-    from calibrate.trace_calib import JobShape, calibrate_traces
-
-    say(f"calibrate: reading {len(traces)} profiler trace(s)")
-    # Bytes of each file read so far: silent for a small trace, a line per quarter for a large one.
-    progress = StepProgress("calibrate: reading traces")
-    given = JobShape(model=args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, precision=args.precision)
-    return calibrate_traces(traces, given=given, seed=args.seed, command=command, progress=progress)
-
-
-def print_trace(c: Calibration) -> None:
+def print_trace(c) -> None:
     """What only a trace shows: per rank, its steps' breakdown; the job's collectives; overlap,
     the slowest rank and what stragglers cost; what the trace does not say."""
     import numpy as np
@@ -100,7 +67,7 @@ def print_trace(c: Calibration) -> None:
         print(f"absent    {a}")
 
 
-def print_calibration(c: Calibration) -> None:
+def print_calibration(c) -> None:
     import numpy as np
 
     compiled = ", torch.compile" if c.compiled else ""
@@ -204,23 +171,15 @@ def _flop_rate(tflop_s: float) -> str:
 
 
 def validate(args):
-    from calibrate.validate import validate as run
-    from output.calib_plots import predicted_vs_measured, step_distributions
-
     if args.public:
         if args.runs or args.calib:
             raise ValueError("--public: takes no RUN_DIR or --calib (it predicts published measurements)")
         return _validate_public(args)
     if not args.runs or args.calib is None:
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
-    calib = Calibration.read(args.calib)
-    plot = args.plot or args.calib.with_name("validation.png")
-    check_target(plot, "--plot")  # before the simulations: only a new file or ddplab's own
-    out = run(calib, str(args.calib), args.runs, seed=args.seed, progress=None if args.json else say)
-    predicted_vs_measured(out["rows"], out["mape"], plot)
-    cdf = plot.with_name(f"{plot.stem}-cdf.png")
-    step_distributions(out["rows"], cdf)
-    out["plot"], out["plot_cdf"] = str(plot), str(cdf)
+    out = calibration.validate_runs(
+        args.runs, args.calib, plot=args.plot, seed=args.seed, say=None if args.json else say
+    )
     if args.json:
         return out
     print(
@@ -251,46 +210,24 @@ def validate(args):
         f"distribution: {out['ks_pass']} of {n} runs pass the two-sample KS test at p >= {out['ks_alpha']:g}"
         f" ({measured} measured against {out['rows'][0]['simulated_steps']} simulated steps; distance mean"
         f" {out['ks_mean']:.2f}, max {out['ks_max']:.2f}); {out['autocorrelated']} of {n} with lag-1"
-        f" autocorrelation above 2/sqrt(steps); plots {plot}, {cdf}"
+        f" autocorrelation above 2/sqrt(steps); plots {out['plot']}, {out['plot_cdf']}"
     )
     return out
 
 
 def _validate_public(args):
-    """The public-record table (calibrate/public.py): measured, predicted, error, tier, held out."""
-    from calibrate.public import SOURCES, headline, public_table
-
-    results = public_table()
-    rows = [
-        {
-            "what": r.row.what,
-            "source": r.row.source,
-            "citation": SOURCES[r.row.source][0],
-            "conditions": SOURCES[r.row.source][1],
-            "unit": r.row.unit,
-            "measured": r.row.measured,
-            "predicted": r.predicted,
-            "error": r.error,
-            "bound": r.row.bound,
-            "tier": r.row.tier,
-            "within": r.ok,
-            "held_out": r.row.held_out,
-            "fitted": r.row.fitted,
-            "command": r.row.command,
-        }
-        for r in results
-    ]
+    """The public-record table (workflow/calibration.py): measured, predicted, error, tier, held out."""
+    rows, h = calibration.public_validation()
     if args.json:
         return rows
     print(f"{'what':<46} {'measured':>15} {'predicted':>10} {'error':>8}  bound  held out")
-    for r in results:
-        flag = "" if r.ok else "  MISS"
-        held = "yes" if r.row.held_out else "fitted"
+    for r in rows:
+        flag = "" if r["within"] else "  MISS"
+        held = "yes" if r["held_out"] else "fitted"
         print(
-            f"{r.row.what:<46} {r.row.measured:>10.4g} {r.row.unit:<4} {r.predicted:>10.4g} {r.error:>+8.1%}"
-            f"  {r.row.bound:>4.0%}  {held}{flag}"
+            f"{r['what']:<46} {r['measured']:>10.4g} {r['unit']:<4} {r['predicted']:>10.4g} {r['error']:>+8.1%}"
+            f"  {r['bound']:>4.0%}  {held}{flag}"
         )
-    h = headline(results)
     for name in ("held_out", "in_sample"):
         part = h[name]
         worst = part["worst"]

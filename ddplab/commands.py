@@ -1,53 +1,24 @@
 """The table commands: `ddplab cost`, `collective`, `scenarios` and `models`. Each returns what
-`--json` prints; without `--json` it prints a table for people instead."""
+`--json` prints (workflow/tables.py); without `--json` it prints a table for people instead."""
 
 from ddplab.simcmds import network_line
-from sim.collectives import algbw_busbw_gb_s, collective_cost
-from sim.cost import SEED_LINKS, link_costs, parse_link
-from sim.precision import PRECISIONS, precision_dtypes
-from sim.scenario_file import load_scenario
-from sim.units import fmt_bytes, fmt_seconds, parse_count, parse_sizes
-from sim.workload import fabric_for
+from workflow import tables
+from workflow.units import fmt_bytes, fmt_seconds
 
 
 def cost(args):
-    args.params = parse_count(str(args.params), "--params")
-    links = [parse_link(x) for x in args.link] if args.link else SEED_LINKS
-    # The gradients DDP reduces are the parameters' dtype: fp32 under autocast (sim/precision.py).
-    if args.precision not in PRECISIONS:
-        raise ValueError(f"--precision: must be one of {', '.join(PRECISIONS)}, got {args.precision!r}")
-    grad_bytes = precision_dtypes(args.precision).grad_bytes
-    given = args.bytes_per_param is not None
-    bytes_per_param = args.bytes_per_param if given else grad_bytes
-    rows = link_costs(
-        params=args.params,
-        bytes_per_param=bytes_per_param,
-        ranks=args.ranks,
-        efficiency=args.efficiency,
-        links=links,
-        compute_s=args.compute_s,
-        grad_accum=args.grad_accum,
-    )
-    out = []
-    for r in rows:
-        row = {
-            "link": r.link,
-            "link_gbit_s": r.link_gbit_s,
-            "precision": None if given else args.precision,
-            "bytes_per_param": bytes_per_param,
-            "traffic_bytes": r.traffic_bytes,
-            "seconds_per_step": r.seconds_per_step,
-        }
-        if r.comm_compute_ratio is not None:
-            row["comm_compute_ratio"] = r.comm_compute_ratio
-        out.append(row)
+    args.params, out = tables.link_costs_per_step(
+        args.params, links=args.link, precision=args.precision, bytes_per_param=args.bytes_per_param,
+        ranks=args.ranks, efficiency=args.efficiency, compute_s=args.compute_s, grad_accum=args.grad_accum,
+    )  # fmt: skip
     if args.json:
         return out
+    bytes_per_param = out[0]["bytes_per_param"]
     s = args.params * bytes_per_param
-    why = "--bytes-per-param" if given else f"{args.precision} gradients"
+    why = "--bytes-per-param" if args.bytes_per_param is not None else f"{args.precision} gradients"
     print(
         f"Ring allreduce of {args.params:.4g} params x {bytes_per_param:g} B ({why}) = {s / 1e9:.2f} GB"
-        f" over N={args.ranks}: 2(N-1)/N x S = {rows[0].traffic_bytes / 1e9:.2f} GB per rank per step,"
+        f" over N={args.ranks}: 2(N-1)/N x S = {out[0]['traffic_bytes'] / 1e9:.2f} GB per rank per step,"
         f" at {args.efficiency:.0%} of line rate"
     )
     if args.grad_accum > 1:
@@ -56,10 +27,10 @@ def cost(args):
     if args.compute_s:
         header += f" {'T_comm/T_compute':>17}"
     print(header)
-    for r in rows:
-        line = f"{r.link:<12} {r.link_gbit_s:>8g} {fmt_seconds(r.seconds_per_step):>15}"
-        if r.comm_compute_ratio is not None:
-            k = r.comm_compute_ratio
+    for r in out:
+        line = f"{r['link']:<12} {r['link_gbit_s']:>8g} {fmt_seconds(r['seconds_per_step']):>15}"
+        if "comm_compute_ratio" in r:
+            k = r["comm_compute_ratio"]
             verdict = f"communication-bound x {k:.1f}" if k >= 1 else f"compute-bound ({k:.2f})"
             line += f" {k:>17.2f}  {verdict}"
         print(line)
@@ -67,38 +38,8 @@ def cost(args):
 
 
 def collective(args):
-    from sim.collectives import candidates
-
-    sizes = parse_sizes(args.sizes)
-    sc = load_scenario(args.scenario, args.set, ranks=args.ranks)
-    fabric = fabric_for(sc)
-    if fabric.ranks < 2:
-        raise ValueError(f"--ranks: a collective needs 2 or more ranks, got {fabric.ranks}")
-    rows = []
-    for size in sizes:
-        c = collective_cost(args.op, size, fabric)
-        algbw, busbw = algbw_busbw_gb_s(args.op, size, c.time_s, fabric.ranks)
-        row = {
-            "op": args.op,
-            "size_bytes": size,
-            "count": size // 4,
-            "type": "float",
-            "ranks": fabric.ranks,
-            "algorithm": c.algorithm,
-            "time_us": c.time_s * 1e6,
-            "algbw_gb_s": algbw,
-            "busbw_gb_s": busbw,
-        }
-        if c.chosen is not None:  # NCCL/RCCL: what the library estimated, and the runner-up
-            ranked = sorted(candidates(args.op, size, fabric), key=lambda o: o.tuner_us)
-            row["why"] = {
-                "library_estimate_us": c.chosen.tuner_us,
-                "next": [{"algorithm": o.algorithm, "library_estimate_us": o.tuner_us} for o in ranked[1:3]],
-                "latency_us": c.chosen.latency_us,
-                "network_steps": c.chosen.network_steps,
-                "bytes_us": c.chosen.time_us - c.chosen.latency_us,
-            }
-        rows.append(row)
+    found = tables.collective_rows(args.op, args.sizes, args.scenario, args.set, args.ranks)
+    sc, rows = found.scenario, found.rows
     if args.json:
         return rows
     redop = "sum" if args.op in ("allreduce", "reduce_scatter") else "none"
@@ -108,7 +49,7 @@ def collective(args):
         if sc.network.backend == "nccl"
         else "gloo's ring"
     )
-    print(f"# nranks {fabric.ranks}, nodes {fabric.nodes}; {how}")
+    print(f"# nranks {found.ranks}, nodes {found.nodes}; {how}")
     print("#")
     head = ("size", "count", "type", "redop", "algorithm", "time", "algbw", "busbw")
     units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)")
@@ -138,15 +79,9 @@ def collective(args):
 
 
 def scenarios(args):
-    from scenarios import scenario_names
-    from sim.scenario_file import scenario_data
-
     if args.keys:
         return scenario_keys(args)
-    out = []
-    for name in scenario_names():
-        data = scenario_data(name)
-        out.append({"name": name, "description": data.get("description", ""), "ranks": data.get("ranks")})
+    out = tables.scenario_list()
     if not args.json:
         for row in out:
             print(f"{row['name']:<16} {row['ranks']:>5} ranks  {row['description']}")
@@ -164,13 +99,10 @@ def _toml_value(value) -> str:
 
 def scenario_keys(args):
     """`ddplab scenarios --keys`: every key a scenario file may set, from sim/config.py."""
-    from sim.scenario_file import BASE_HINT
-    from sim.scenario_keys import scenario_keys as rows
-
-    out = rows()
+    out = tables.scenario_keys()
     if not args.json:
         width = max(len(r["key"]) for r in out) + 2
-        print(f"# every scenario key (sim/config.py); * = a file without base must set it, or use {BASE_HINT}")
+        print(f"# every scenario key (sim/config.py); * = a file without base must set it, or use {tables.BASE_HINT}")
         print(f"{'key':<{width}} {'unit':<8} {'default':<12} meaning")
         for r in out:
             key = r["key"] + (" *" if r["must_set_without_base"] else "")

@@ -1,12 +1,8 @@
 """`ddplab plan MODEL CLUSTER`: the TP x PP x DP layouts of a model on a cluster that fit in
-memory, fastest first (sim/planner.py), with the keys that give each to `ddplab simulate`."""
+memory, fastest first (workflow/layouts.py), with the keys that give each to `ddplab simulate`."""
 
-import time
-
-from sim.parallel3d import ASSUMED
-from sim.planner import plan
-from sim.scenario_file import load_scenario
-from sim.units import fmt_seconds
+from workflow.layouts import plan_layouts, scenario_sets
+from workflow.units import fmt_seconds
 
 
 def add_arguments(sub) -> None:
@@ -24,26 +20,14 @@ def add_arguments(sub) -> None:
 
 
 def run(args):
-    sets = [f"model.preset={args.model}", *args.set]
-    sets.append(f"training.seq_len={args.seq_len or 0}")  # 0: the model's context
-    base = load_scenario(args.cluster, sets)
-    gpus = args.gpus or base.ranks
-    batch = args.global_batch or gpus
-    if gpus < 1 or batch < 1:
-        raise ValueError(f"--gpus and --global-batch: must be >= 1, got {gpus} and {batch}")
-    t0 = time.perf_counter()
-    ranked, considered = plan(base, gpus, batch, finalists=max(1, args.finalists))
-    took = time.perf_counter() - t0
-    if not ranked:
-        raise ValueError(f"no layout of {args.model} on {gpus} GPUs at global batch {batch} fits in memory")
-    rows = [_row(s) for s in ranked[: args.top]]
+    found = plan_layouts(args.model, args.cluster, gpus=args.gpus, global_batch=args.global_batch,
+                         seq_len=args.seq_len, sets=args.set, top=args.top, finalists=args.finalists)  # fmt: skip
     if args.json:
-        return {"model": args.model, "cluster": args.cluster, "gpus": gpus, "global_batch": batch,
-                "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
-                "seconds": took, "assumed": ASSUMED, "layouts": rows}  # fmt: skip
-    replayed = min(len(ranked), args.finalists)
-    print(f"{args.model} on {gpus} GPUs of {args.cluster}, global batch {batch} x {base.seq_len} tokens: "
-          f"{len(ranked)} of {considered} layouts fit; {replayed} replayed ({took:.1f} s)")  # fmt: skip
+        return found
+    rows, gpus, batch = found["layouts"], found["gpus"], found["global_batch"]
+    fit, replayed = found["fitting"], min(found["fitting"], args.finalists)
+    print(f"{args.model} on {gpus} GPUs of {args.cluster}, global batch {batch} x {found['seq_len']} tokens: "
+          f"{fit} of {found['considered']} layouts fit; {replayed} replayed ({found['seconds']:.1f} s)")  # fmt: skip
     print(f"  {'tp':>2} {'pp':>3} {'dp':>4} {'mb':>2} {'accum':>5} {'schedule':<14} {'recompute':<9} {'mode':<4}"
           f" {'step':>9} {'MFU':>6} {'memory':>9} {'bubble':>6} {'TP comm':>9} {'DP exp.':>9}")  # fmt: skip
     for r in rows:
@@ -55,9 +39,9 @@ def run(args):
               f"{_s(r['dp_exposed_s']):>9}{mark}")  # fmt: skip
     print(
         f"  best: ddplab simulate {args.cluster} --ranks {gpus} "
-        + " ".join(f"--set {x}" for x in [*sets, *rows[0]["sets"]])
+        + " ".join(f"--set {x}" for x in [*scenario_sets(args.model, args.set, args.seq_len), *rows[0]["sets"]])
     )
-    print(f"  assumed: {ASSUMED}; sequence parallelism on whenever tp > 1; identical GPUs")
+    print(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs")
     return rows
 
 
@@ -67,19 +51,3 @@ def _pct(x) -> str:
 
 def _s(x) -> str:
     return "-" if x is None else fmt_seconds(x)
-
-
-def _row(s) -> dict:
-    c, step = s.candidate, s.step
-    return c._asdict() | {
-        "step_time_s": s.step_s,
-        "estimate_s": s.estimate_s,
-        "replayed": step is not None,
-        "memory_gib": s.memory_gib,
-        "mfu": step.mfu if step else None,
-        "tokens_per_s": step.tokens_per_s if step else None,
-        "bubble_fraction": step.bubble_fraction if step else None,
-        "tp_comm_s": step.tp_comm_s if step else None,
-        "dp_exposed_s": step.dp_exposed_s if step else None,
-        "sets": c.sets(),
-    }

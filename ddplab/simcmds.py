@@ -1,16 +1,12 @@
-"""`ddplab simulate`: one scale or a sweep of a scenario, optionally calibrated; the summary,
-the memory estimate and the sweep table as people read them, or JSON."""
+"""`ddplab simulate`: one scale or a sweep of a scenario, optionally calibrated
+(workflow/simulation.py); the summary, the memory estimate and the sweep table as people read
+them, or JSON."""
 
-import time
-
-from calibrate.calibration import Calibration
-from ddplab import limits, threedcmd, traincost
+from ddplab import threedcmd, traincost
 from ddplab.progress import StepProgress, say
 from ddplab.signals import sigterm_as_ctrl_c
-from sim.optimizer import optimizer_basis
-from sim.scenario_file import load_scenario
-from sim.transformer import param_count
-from sim.units import fmt_bytes, fmt_count, fmt_seconds, parse_int_list
+from workflow import simulation, threed
+from workflow.units import fmt_bytes, fmt_count, fmt_seconds
 
 
 def simulate(args):
@@ -21,66 +17,42 @@ def simulate(args):
 
 
 def _simulate(args):
-    if args.sweep_ranks and args.ranks:
-        raise ValueError("--ranks and --sweep-ranks: give one of them")
-    counts = parse_int_list(args.sweep_ranks, "--sweep-ranks") if args.sweep_ranks else [args.ranks]
-    sets = _device_memory(args)
+    counts = simulation.rank_counts(args.ranks, args.sweep_ranks)
+    sets = simulation.device_memory_sets(args.set, getattr(args, "device_gib", None))
     tokens, price = traincost.parse(args)
     # Validate every scale before simulating any, so a bad count fails fast.
-    if getattr(args, "calib", None):
-        scenarios, provenance = _calibrated_scenarios(args, sets, counts)
-    else:
-        scenarios = [load_scenario(args.scenario, sets, ranks=n, steps=args.steps, seed=args.seed) for n in counts]
-        provenance = None
+    calib = getattr(args, "calib", None)
+    scenarios, provenance, warning = simulation.build_scenarios(
+        args.scenario, sets, counts, steps=args.steps, seed=args.seed, calib=calib,
+        calib_network=getattr(args, "calib_network", None), calib_mode=getattr(args, "calib_mode", "auto"),
+    )  # fmt: skip
+    if warning:
+        say(f"ddplab simulate: warning: {warning}")
     sweep = args.sweep_ranks is not None
-    if any(threedcmd.is_3d(sc) for sc in scenarios):  # tensor or pipeline parallel: sim/parallel3d.py
+    if any(threed.is_3d(sc) for sc in scenarios):  # tensor or pipeline parallel: sim/parallel3d.py
         if getattr(args, "engine", "fast") == "simpy":
             raise ValueError("--engine simpy: the reference models a DDP step; training.tp/pp run sim/parallel3d.py")
         return threedcmd.simulate(args, scenarios)
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")
     engine = getattr(args, "engine", "fast")
-    if engine == "simpy":
-        from sim.reference import check_reference
-
-        for sc in scenarios:
-            check_reference(sc)
-    _check_size(args, scenarios)
+    ranks = f"--sweep-ranks {args.sweep_ranks}" if args.sweep_ranks else f"ranks {scenarios[0].ranks}"
+    simulation.check_sizes(
+        scenarios, f"{ranks} x steps {scenarios[0].steps}", engine=engine, out=args.out is not None,
+        records=args.records, yes=getattr(args, "yes", False),
+    )  # fmt: skip
     if args.out:  # fail before simulating, not after; a reused folder would mix two runs' records
-        from output.outdir import claim
-
-        _, moved = claim(args.out, force=args.force)
+        moved = simulation.claim_out(args.out, force=args.force)
         if moved is not None:
             say(f"--force: moved the earlier run in {args.out} to {moved}")
-    summaries = []
-    for i, sc in enumerate(scenarios, 1):
-        t = time.perf_counter()
-        oom = out_of_memory(sc, ignore=getattr(args, "ignore_memory", False))
-        if oom:  # its step time would be an OOM error's: not simulated (sim/memory_fit.py)
-            args.exit_code = 3
-            summaries.append(oom)
-            continue
-        # With --out, ranks.csv carries each rank's median compute, estimated as it runs.
-        medians = args.out is not None
-        result, summary = run_scale(sc, records=args.records, medians=medians, engine=engine)
-        if sc.episodes.active:
-            summary["episodes"] = _episodes(sc, summary, args.horizon_h)
-        if provenance:
-            summary.update(provenance[i - 1])
-            _mark_measured(summary)
-        traincost.attach(summary, tokens, price)
-        summaries.append(summary)
-        if sweep:
-            say(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
-        if args.out:
-            from output.export import write_result
-
-            write_result(result, args.out, progress=say if args.records else None)
+    summaries = simulation.simulate_scales(
+        scenarios, provenance, engine=engine, records=args.records, out=args.out, sweep=sweep,
+        horizon_h=args.horizon_h, tokens=tokens, price=price, ignore_memory=getattr(args, "ignore_memory", False),
+        progress=step_progress, say=say,
+    )  # fmt: skip
+    if any("verdict" in s for s in summaries):
+        args.exit_code = 3
     simulated = [s for s in summaries if "verdict" not in s]
-    if args.out and simulated:
-        from output.export import write_summaries
-
-        write_summaries(simulated, args.out, sweep=sweep)
     if args.json:
         return summaries if sweep else summaries[0]
     if sweep:
@@ -106,24 +78,9 @@ def _simulate(args):
     return summaries
 
 
-def _episodes(sc, summary: dict, horizon_h: float) -> dict:
-    """Rare episodes: their expected cost over the horizon (sim/episode_cost.py), and a warning
-    when this run was too short to contain them."""
-    from sim.episode_cost import expected_cost, horizon_warning
-
-    if not (horizon_h > 0 and horizon_h < float("inf")):
-        raise ValueError(f"--horizon-h: must be > 0 and finite, got {horizon_h}")
-    e = expected_cost(sc, horizon_h=horizon_h)
-    return {
-        "horizon_h": horizon_h,
-        "expected_tokens_per_s": e.tokens_per_s,
-        "clear_tokens_per_s": e.clear_tokens_per_s,
-        "cost": e.cost,
-        "cost_sd": e.cost_sd,
-        "comm_share": e.comm_share,
-        "compute_share": e.compute_share,
-        "warning": horizon_warning(sc, summary["step_time_s"]["mean"] * sc.steps),
-    }
+def step_progress(sc) -> StepProgress:
+    """The engine's progress line for one scale (ddplab/progress.py)."""
+    return StepProgress(f"simulating {sc.ranks} ranks")
 
 
 def _print_episodes(e: dict) -> None:
@@ -135,101 +92,6 @@ def _print_episodes(e: dict) -> None:
         f" {e['clear_tokens_per_s']:,.0f} without; network degraded {e['comm_share']:.0%} of the time, a rank"
         f" throttled {e['compute_share']:.0%} (each state's steady step weighed by its share: docs/episodes.md)"
     )
-
-
-def run_scale(sc, *, records: bool = False, medians: bool = False, engine: str = "fast"):
-    """(result, summary) of one scale as `simulate` prints it: the engine's summary with the
-    memory estimate. `ddplab compare` runs each set-up through here, so its rows are these.
-    ``engine``: "fast" (sim/engine.py) or "simpy" (sim/reference.py, small DDP jobs)."""
-    if engine == "simpy":
-        from sim.reference import simulate_reference as run
-    else:
-        from sim.engine import simulate as run
-
-    progress = StepProgress(f"simulating {sc.ranks} ranks")
-    try:
-        result = run(sc, progress=progress, records=records, medians=medians)
-    finally:
-        progress.close()
-    summary = result.summary()
-    summary["memory_gib"] = _memory(sc)
-    return result, summary
-
-
-def out_of_memory(sc, *, ignore: bool = False) -> dict | None:
-    """None when ``sc`` fits its device (or ``ignore``); else what is reported in place of its
-    summary: the scenario, then sim/memory_fit.py's verdict with what would fit."""
-    from sim.memory_fit import fit, verdict
-
-    f = fit(sc)
-    if f.fits or ignore:
-        return None
-    t = sc.training
-    return {
-        "scenario": sc.name,
-        "model": sc.model.shape.name,
-        "mode": t.mode,
-        "ranks": sc.ranks,
-        "nodes": -(-sc.ranks // sc.network.gpus_per_node),
-        "steps": sc.steps,
-        "seed": sc.seed,
-        "memory_gib": _memory(sc),
-    } | verdict(sc, f)
-
-
-def _device_memory(args) -> list[str]:
-    """--set with --device-gib as compute.device_memory_gib (the flag wins over the file)."""
-    gib = getattr(args, "device_gib", None)
-    if gib is None:
-        return list(args.set)
-    if not gib > 0:
-        raise ValueError(f"--device-gib: must be > 0, got {gib}")
-    return [*args.set, f"compute.device_memory_gib={gib!r}"]
-
-
-def _check_size(args, scenarios) -> None:
-    """Refuse, before any array exists, what this machine cannot hold or finish (ddplab/limits.py)."""
-    from sim.limits import simulation_cost, sweep_cost
-
-    cost = sweep_cost([simulation_cost(sc, export=args.out is not None, records=args.records) for sc in scenarios])
-    ranks = f"--sweep-ranks {args.sweep_ranks}" if args.sweep_ranks else f"ranks {scenarios[0].ranks}"
-    limits.check_simulation(cost, f"{ranks} x steps {scenarios[0].steps}", yes=getattr(args, "yes", False))
-
-
-def _memory(sc) -> dict:
-    from sim.memory import estimate_memory
-    from sim.memory_fit import fit
-
-    est = estimate_memory(sc)
-    out = {k: v for k, v in est._asdict().items() if k.endswith("_gib")} | {"peak_phase": est.peak_phase}
-    measured = sc.compute.memory_peak_gib
-    if measured is not None:  # a GPU calibration's own peak decides; the estimate stays beside it
-        out["measured_peak_allocated_gib"] = measured
-    f = fit(sc)
-    out["total_gib"] = f.total_gib
-    if f.checked:  # compute.device_memory_gib = 0: a CPU rank, nothing to check against
-        out["device_gib"], out["fits"] = f.device_gib, f.fits
-    return out
-
-
-def _calibrated_scenarios(args, sets, counts):
-    """Each scale's scenario with the calibration applied, and {calibration, parameters}
-    for its summary (calibrate/apply.py)."""
-    from calibrate.apply import calibrated_scenario, transfer_warning
-
-    calib = Calibration.read(args.calib)
-    pairs = [
-        calibrated_scenario(
-            args.scenario, sets, calib, str(args.calib), args.calib_network, args.calib_mode,
-            ranks=n, steps=args.steps, seed=args.seed,
-        )
-        for n in counts
-    ]  # fmt: skip
-    first, extra = pairs[0]
-    warning = transfer_warning(first, calib, extra["parameters"])  # the same at every scale of a sweep
-    if warning:
-        say(f"ddplab simulate: warning: {warning}")
-    return [sc for sc, _ in pairs], [extra for _, extra in pairs]
 
 
 # What each compute basis means, beside the compute time (sim/mfu.py compute_basis).
@@ -248,13 +110,6 @@ def mfu_line(s: dict) -> str:
         f"{s['mfu']:.1%} of the step, {s['compute_mfu']:.1%} of compute ({s['flop_count']} ="
         f" {s['flops_per_token'] / 1e9:.3g} GFLOP/token against {s['peak_tflop_s']:g} TFLOP/s peak)"
     )
-
-
-def _mark_measured(summary: dict) -> None:
-    """A calibration that set the compute time (or its MFU) makes the stack "measured"."""
-    keys = {"compute.step_compute_s", "compute.mfu"}
-    if any(p["key"] in keys and not p["source"].startswith("assumed") for p in summary["parameters"]):
-        summary["stack"] = "measured"
 
 
 def _print_parameters(summary: dict) -> None:
@@ -311,7 +166,7 @@ def _print_summary(sc, s: dict) -> None:
     ]
     notes = {
         "compute (fwd+bwd)": STACK_NOTES[s["stack"]],
-        "optimizer": optimizer_basis(sc),
+        "optimizer": simulation.optimizer_basis(sc),
         "dataloader": "waiting for batches the DataLoader's workers have not built (docs/loader.md)",
     }
     for name, value in parts:
@@ -430,15 +285,11 @@ def _mode(sc) -> str:
 
 
 def _print_sweep(sc, summaries: list[dict]) -> None:
-    from sim.describe import description_over
-
     # sc is the first scale's, its description already written for sc.ranks (sim/describe.py).
     counts = [s["ranks"] for s in summaries]
-    print(f"{sc.name}: {description_over(sc.description, sc.ranks, counts, sc.network.gpus_per_node)}")
-    print(
-        f"  {sc.model.shape.name} ({fmt_count(param_count(sc.model.shape))} params){_mode(sc)}, {network_line(sc)};"
-        f" {sc.steps} steps, seed {sc.seed}"
-    )
+    print(f"{sc.name}: {simulation.description_over(sc.description, sc.ranks, counts, sc.network.gpus_per_node)}")
+    params = fmt_count(simulation.param_count(sc.model.shape))
+    print(f"  {sc.model.shape.name} ({params} params){_mode(sc)}, {network_line(sc)}; {sc.steps} steps, seed {sc.seed}")
     print(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
     for s in summaries:
         print(_sweep_row(s))

@@ -1,5 +1,5 @@
 """`ddplab stragglers RUN_DIR`: which rank is slow, from a real train run's records or a
-simulation's (the analysis is calibrate/stragglers.py). Like calcmds.py it returns what
+simulation's (the analysis is workflow/stragglers.py's). Like calcmds.py it returns what
 `--json` prints and otherwise prints for people; the plot is written either way."""
 
 from pathlib import Path
@@ -29,16 +29,9 @@ def add_parser(sub) -> None:
 
 
 def stragglers(args):
-    from calibrate import stragglers as st
-    from output import calib_plots
-    from output.ownfiles import check_target
+    from workflow.stragglers import find_stragglers  # matplotlib and numpy: only when asked
 
-    if args.ranks is not None and args.ranks < 1:
-        raise ValueError(f"--ranks: {args.ranks}: must be >= 1")
-    if args.plot is not None:  # before the analysis: only a new file or ddplab's own (output/ownfiles.py)
-        check_target(args.plot, "--plot")
-    rep = st.analyse(st.load(args.run_dir, args.ranks))
-    plot = calib_plots.stragglers(rep, args.plot or rep.path / "stragglers.png")
+    rep, plot = find_stragglers(args.run_dir, args.ranks, args.plot)
     out = rep.to_json() | {"plot": str(plot)}
     if args.json:
         return out
@@ -48,7 +41,7 @@ def stragglers(args):
 
 
 def print_report(rep) -> None:
-    from calibrate.stragglers import verdict
+    from workflow.stragglers import verdict
 
     n = len(rep.ranks)
     skipped = f" after {rep.skipped_steps} warm-up steps" if rep.skipped_steps else ""

@@ -7,11 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab import limits
 from ddplab.progress import RunProgress
 from ddplab.signals import sigterm_as_ctrl_c
 from realrun.cli import EpilogFormatter
-from sim.mfu import FLOP_COUNT
+from workflow import limits
+from workflow.units import FLOP_COUNT
 
 # --dashboard alone: Dask's usual port, still on this machine only; 0.0.0.0:8787 serves everyone.
 DASHBOARD = "127.0.0.1:8787"
@@ -116,13 +116,13 @@ def sweep(args):
 
         ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
     if engine.parallelism is not None and runnable:  # refuse before starting any worker
-        _check_cost(grid, runnable, engine, yes=args.yes)
+        grid_sweep.check_cost(grid, runnable, engine, yes=args.yes)
     # SIGTERM as Ctrl-C: the engine's exit then ends its workers (and Dask's) and says one line.
     with sigterm_as_ctrl_c(), engine:
         if engine.name == "dask":  # what listens, and where (issue 25 D5)
             print(engine.listens(), file=sys.stderr, flush=True)
         if engine.parallelism is not None and args.scheduler and runnable:  # a cluster's size: known only now
-            _check_cost(grid, runnable, engine, yes=args.yes)
+            grid_sweep.check_cost(grid, runnable, engine, yes=args.yes)
         result = grid_sweep.run(grid, built, engine, RunProgress(len(runnable) * len(grid.seeds)), oom)
     if args.out:
         from workflow.sweep_out import write_sweep
@@ -134,26 +134,6 @@ def sweep(args):
     if args.out:
         print(f"{', '.join(written[:-1])} and {written[-1]} in {args.out}/")
     return result
-
-
-def _check_cost(grid, built, engine, *, yes: bool) -> None:
-    """The whole grid's time here (sim/limits.py's estimate per run, over the workers) and,
-    for processes on this machine, the memory of as many runs at once as there are workers."""
-    from sim.limits import SimCost, simulation_cost
-    from workflow.sweep_engines import WORKER_BYTES
-
-    costs = [simulation_cost(b.scenario) for b in built]
-    remote = engine.name == "dask" and engine.scheduler is not None  # its memory and cores are not ours
-    at_once = min(engine.parallelism, grid.runs)
-    # Each worker process here is an interpreter of its own before it simulates anything; local's
-    # one worker is this process.
-    in_here = engine.name == "local" and engine.workers == 1
-    workers = 0 if remote or in_here else engine.workers * WORKER_BYTES
-    peak = max(c.peak_bytes for c in costs) * (1 if remote else at_once) + workers
-    # Processes here share this machine's cores: more workers than cores are no faster.
-    cores = at_once if remote else min(at_once, os.cpu_count() or 1)
-    seconds = sum(c.seconds for c in costs) * len(grid.seeds) / cores
-    limits.check_simulation(SimCost(peak, 0.0, seconds), f"{grid.runs:,} runs ({grid.describe()})", yes=yes)
 
 
 def _seeds(seeds: list[int]) -> str:

@@ -1,57 +1,18 @@
 """`ddplab simulate` of a tensor- or pipeline-parallel scenario (training.tp or training.pp > 1):
-one step of sim/parallel3d.py per scale, its memory per stage, and what a straggler costs and
-which stage it is charged to."""
+the steps workflow/threed.py simulates, printed per scale with their memory per stage and what a
+straggler costs."""
 
-import dataclasses
-
-import numpy as np
-
-from sim.parallel3d import ASSUMED, Step3D, layout, simulate_3d
-from sim.units import fmt_seconds
-
-
-def is_3d(sc) -> bool:
-    return sc.training.tp * sc.training.pp > 1
-
-
-def run(sc) -> tuple[Step3D, dict]:
-    """The step and its summary; with stragglers, the same job without them beside it."""
-    step = simulate_3d(sc, np.random.default_rng(sc.seed))
-    s = step.summary() | {"scenario": sc.name, "model": sc.model.shape.name, "ranks": sc.ranks, "mode": _mode(sc)}
-    if sc.straggler_map:  # the same draws without the stragglers (they scale after the draw)
-        lay = layout(sc)
-        base = simulate_3d(dataclasses.replace(sc, stragglers=""), np.random.default_rng(sc.seed))
-        stages = sorted({lay.stage_of(r) for r in sc.straggler_map})
-        s["straggler"] = {
-            "ranks": sorted(sc.straggler_map),
-            "stages": stages,
-            "step_time_without_s": base.step_s,
-            "cost_s": step.step_s - base.step_s,
-            "cost_fraction": step.step_s / base.step_s - 1.0,
-        }
-    return step, s
-
-
-def _mode(sc) -> str:
-    t = sc.training
-    return f"tp{t.tp} x pp{t.pp} x {t.mode}{sc.dp}"
-
-
-def fits(sc, step: Step3D, ignore: bool) -> bool:
-    device = sc.compute.device_memory_gib
-    return ignore or not device or step.peak_memory_gib <= device
+from workflow import threed
+from workflow.units import fmt_seconds
 
 
 def simulate(args, scenarios) -> list[dict]:
     if args.out or args.records:
         raise ValueError("--out, --records: tp/pp scenarios write no tables or traces yet; use --json")
     out = []
-    for sc in scenarios:
-        step, s = run(sc)
-        device = sc.compute.device_memory_gib
-        if not fits(sc, step, getattr(args, "ignore_memory", False)):
+    for sc, step, s in threed.simulate(scenarios, ignore_memory=getattr(args, "ignore_memory", False)):
+        if "verdict" in s:
             args.exit_code = 3
-            s["verdict"] = f"out of memory: {step.peak_memory_gib:.1f} GiB per GPU > {device:g} GiB"
         out.append(s)
         if not args.json:
             print_step(sc, step, s)
@@ -60,7 +21,7 @@ def simulate(args, scenarios) -> list[dict]:
     return out
 
 
-def print_step(sc, step: Step3D, s: dict) -> None:
+def print_step(sc, step, s: dict) -> None:
     lay = step.layout
     sched = lay.schedule + (f", v={lay.v}" if lay.v > 1 else "")
     mb = f"{lay.m} micro-batches of {sc.training.micro_batch_size} x {sc.seq_len}"
@@ -82,4 +43,4 @@ def print_step(sc, step: Step3D, s: dict) -> None:
         print(f"  straggler      ranks {g['ranks']} in stage(s) {g['stages']}: +{fmt_seconds(g['cost_s'])} per step "
               f"({g['cost_fraction']:+.1%}) over {fmt_seconds(g['step_time_without_s'])} without; "
               f"charged to stage {g['stages'][0]}")  # fmt: skip
-    print(f"  assumed: {ASSUMED}")
+    print(f"  assumed: {threed.ASSUMED}")

@@ -1,10 +1,8 @@
 """`--tokens` and `--usd-per-gpu-hour` on `simulate` and `compare`: days, GPU-hours and dollars
 to train, at the simulated throughput with failures folded in (sim/train_cost.py), added to
-each summary as ``to_train`` and printed under it."""
+each summary as ``to_train`` (workflow/train_cost.py) and printed under it."""
 
-import math
-
-from sim.units import parse_count
+from workflow import train_cost
 
 
 def add_arguments(parser) -> None:
@@ -18,38 +16,8 @@ def add_arguments(parser) -> None:
 
 
 def parse(args) -> tuple[float | None, float | None]:
-    """(tokens, price) from the flags, or ValueError naming the flag: checked before simulating."""
-    tokens_text, price_text = getattr(args, "tokens", None), getattr(args, "usd_per_gpu_hour", None)
-    tokens = price = None
-    if tokens_text is not None:
-        try:
-            tokens = parse_count(tokens_text, "--tokens")
-        except ValueError:
-            raise ValueError(
-                f"--tokens: expected a token count like 2T, 300B or 1e12 (1 to 1e15), got {tokens_text!r}"
-            ) from None
-    if price_text is not None:
-        if tokens is None:
-            raise ValueError("--usd-per-gpu-hour: needs --tokens (the tokens to train, e.g. --tokens 2T)")
-        try:
-            price = float(price_text)
-        except ValueError:
-            price = math.nan
-        if not (math.isfinite(price) and price > 0):
-            raise ValueError(f"--usd-per-gpu-hour: expected a price > 0 in US dollars, got {price_text!r}")
-    return tokens, price
-
-
-def attach(summary: dict, tokens: float | None, price: float | None) -> None:
-    """``summary["to_train"]``: sim/train_cost.py's numbers for this row's throughput and GPUs."""
-    if tokens is None or "verdict" in summary:  # an out-of-memory row has no throughput
-        return
-    from sim.train_cost import train_cost
-
-    cost = train_cost(
-        tokens=tokens, tokens_per_s=summary["tokens_per_s"], gpus=summary["ranks"], usd_per_gpu_hour=price
-    )
-    summary["to_train"] = cost.as_dict()
+    """(tokens, price) from the flags (workflow/train_cost.py), or ValueError naming the flag."""
+    return train_cost.parse(getattr(args, "tokens", None), getattr(args, "usd_per_gpu_hour", None))
 
 
 def _tokens(n: float) -> str:

@@ -2,8 +2,7 @@
 
 from pathlib import Path
 
-from ddplab import limits
-from sim.units import fmt_seconds
+from workflow.units import fmt_seconds
 
 
 def add_parser(sub) -> None:
@@ -47,40 +46,23 @@ def add_parser(sub) -> None:
 
 
 def whatif(args):
-    from output.plot import run_title
-    from sim.scenario_file import scenario_data, scenario_from_dict
-    from sim.whatif import compare, row_scenarios
+    from workflow.whatif import study  # scipy.stats (sim/episode_cost.py): only when asked
 
-    if args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0:
-        raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {args.usd_per_gpu_hour}")
-    data = scenario_data(args.scenario, args.set, ranks=args.ranks, steps=args.steps, seed=args.seed)
-    chosen = None
-    if not args.tries:  # the mitigations that fit what the scenario models (sim/whatif_defaults.py)
-        from sim.whatif_defaults import default_tries
-
-        args.tries, why = default_tries(scenario_from_dict(data))
-        chosen = f"no --try given: trying {', '.join(args.tries)} ({why})"
-    # The rows run one after another, each result dropped before the next (ddplab/limits.py).
-    limits.check_in_turn(row_scenarios(data, args.tries), "simulations", yes=args.yes)
-    if args.out:  # fail before simulating, not after
-        from output.outdir import ensure
-
-        ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
-    rows = compare(
-        data, args.tries, horizon_h=args.horizon_h, restart_min=args.restart_min, ignore_memory=args.ignore_memory
+    found = study(
+        args.scenario,
+        args.set,
+        ranks=args.ranks,
+        steps=args.steps,
+        seed=args.seed,
+        tries=args.tries,
+        horizon_h=args.horizon_h,
+        restart_min=args.restart_min,
+        ignore_memory=args.ignore_memory,
+        usd_per_gpu_hour=args.usd_per_gpu_hour,
+        yes=args.yes,
+        out=args.out,
     )
-    base = rows[0]
-    out = []
-    for r in rows:
-        # A row not simulated (out of memory) has no throughput, and with the base one none has a ratio.
-        ran = r.tokens_per_s is not None and base.tokens_per_s is not None
-        row = r._asdict() | {"speedup": r.tokens_per_s / base.tokens_per_s if ran else None}
-        if args.usd_per_gpu_hour is not None:
-            row["usd_per_btok"] = r.gpu_h_per_btok * args.usd_per_gpu_hour if r.gpu_h_per_btok is not None else None
-        out.append(row)
-    sc = scenario_from_dict(data)
-    if args.out:
-        _write(out, args.out, run_title([sc.name], [r["ranks"] for r in out], [sc.training.mode]))
+    out, sc, chosen = found.rows, found.scenario, found.chosen
     if args.json:
         return out
     print(f"{sc.name}: {sc.description}")
@@ -89,12 +71,12 @@ def whatif(args):
     episodic = any(r.get("episode_cost") is not None for r in out)
     if episodic:
         print(
-            f"  {data.get('steps')} steps per episode state, seed {data.get('seed', 0)}, same jitter draws in every"
+            f"  {found.steps} steps per episode state, seed {found.seed}, same jitter draws in every"
             f" row; each row is expected over {args.horizon_h:g} h, the states (network degraded, a rank throttled,"
             " the diurnal phase) weighed by their share of time (docs/episodes.md)"
         )
     else:
-        print(f"  {data.get('steps')} steps per row, seed {data.get('seed', 0)}, same jitter draws in every row")
+        print(f"  {found.steps} steps per row, seed {found.seed}, same jitter draws in every row")
     usd = args.usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in out))  # a row of several keys is a long name
     print(
@@ -132,23 +114,3 @@ def whatif(args):
     if args.out:
         print(f"whatif.csv, whatif.json and whatif.png in {args.out}/")
     return out
-
-
-def _write(rows: list[dict], out: Path, title: str) -> None:
-    """What --json prints, as whatif.json and (a column per key) whatif.csv; whatif.png: each
-    row's mean step split into its parts, with its throughput against doing nothing."""
-    from output.atomic import write_csv_atomic
-    from output.jsonfile import write_json_atomic
-    from output.plot import plot_breakdown
-
-    write_json_atomic(out / "whatif.json", rows)
-    header = list(rows[0])
-    write_csv_atomic(out / "whatif.csv", header, [["" if r[k] is None else r[k] for k in header] for r in rows])
-    ran = [r for r in rows if r["step_time_s"] is not None]  # an OOM row has no step to draw
-    if not ran:
-        return
-    notes = [f"{r['speedup']:.3f}x tokens/s" if r["speedup"] is not None else "" for r in ran]
-    oom = [r["mitigation"] for r in rows if r["step_time_s"] is None]
-    labels = [f"{r['mitigation']}\n{r['ranks']} ranks" for r in ran]
-    title = f"ddplab whatif {title}" + (f" (out of memory, not drawn: {', '.join(oom)})" if oom else "")
-    plot_breakdown(ran, labels, out / "whatif.png", title=title, notes=notes)

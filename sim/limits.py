@@ -1,7 +1,7 @@
 """What a run will cost before it runs: the peak memory and the CPU time of a simulation
 (sim/engine.py, sim/fsdp.py) and of a goodput campaign (sim/goodput.py), from the sizes
 alone. Arithmetic only: nothing here allocates per rank or per step, and nothing reads the
-machine; ddplab/limits.py compares the estimates with what this machine has.
+machine; workflow/limits.py compares the estimates with what this machine has.
 
 The constants are upper envelopes of what tracemalloc and the wall clock measured on the
 2-core development machine: the engine on h100-1024 at 8-65,536 ranks and 10-4000 steps, with

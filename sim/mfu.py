@@ -17,7 +17,7 @@ FLOP_COUNT = "6N + 12 L d T"
 def compute_basis(sc: Scenario) -> str:
     """What decides the compute time: the roofline of a stack (eager | compiled), a time given
     in the scenario (given: compute.step_compute_s), or a fixed MFU (compute.mfu). A calibration
-    that sets either of the last two says "measured" instead (ddplab/simcmds.py)."""
+    that sets either of the last two says "measured" instead (workflow/simulation.py)."""
     c = sc.compute
     if c.step_compute_s is not None:
         return "given"

@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 from conftest import in_process as ddplab
 
-from ddplab.comparecmd import parse_setup
 from sim.units import fmt_seconds
+from workflow.compare import parse_setup
 
 MY_CLUSTER = str(ROOT / "scenarios" / "examples" / "my-cluster.toml")
 FOUR_BY_200 = "h100-1024:network.nics_per_node=4,network.nic_gbit_s=200"

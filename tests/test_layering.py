@@ -15,7 +15,7 @@ from conftest import ROOT
 PACKAGES = ("ddplab", "workflow", "output", "calibrate", "sim", "realrun", "scenarios")
 # What each package must never import (of the project's packages, and torch).
 FORBIDDEN = {
-    "ddplab": set(),
+    "ddplab": {"sim", "calibrate"},  # the front door: parses, calls workflow/, prints
     "workflow": {"ddplab"},
     "output": {"torch", "ddplab", "workflow", "realrun"},
     "calibrate": {"torch", "ddplab", "workflow", "output", "realrun"},
@@ -63,6 +63,13 @@ def test_the_layer_rules_can_fail():
     # The rule above reads real import statements: a forbidden arrow is one it finds.
     assert "sim.config" in _imports(MODULES["calibrate.apply"])
     assert "sim" in FORBIDDEN["realrun"] and "calibrate" in FORBIDDEN["realrun"]
+
+
+def test_the_front_door_rule_can_fail():
+    # ddplab/ parses, calls workflow/ (and realrun's launcher, doctor and netlab) and prints
+    # (issue 27): what a command computes lives in workflow/, which may import sim/.
+    assert "sim.units" in _imports(MODULES["workflow.units"])
+    assert {"sim", "calibrate"} <= FORBIDDEN["ddplab"]
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] in ("sim", "calibrate")))

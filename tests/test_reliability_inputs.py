@@ -19,12 +19,12 @@ import pytest
 from conftest import free_port
 from conftest import in_process as ddplab
 
-from ddplab import limits
 from realrun import findings, footprint, netrules, nodes
 from realrun.hostfacts import Facts, PortProbe
 from sim import limits as sim_limits
 from sim.engine import simulate
 from sim.scenario_file import load_scenario
+from workflow import limits
 
 GIB = 1 << 30
 

@@ -1,5 +1,5 @@
-"""`ddplab stragglers` (calibrate/stragglers.py, ddplab/straggcmd.py): scores, flags and the
-least-waiting rank on simulated records (the real simulator, a known slow GPU) and on
+"""`ddplab stragglers` (calibrate/stragglers.py, workflow/stragglers.py, ddplab/straggcmd.py):
+scores, flags and the least-waiting rank on simulated records (the real simulator, a known slow GPU) and on
 hand-written train records (realrun/SCHEMA.md "train") whose answers are exact."""
 
 import argparse

@@ -215,9 +215,9 @@ def test_a_million_runs_without_yes_is_refused_by_the_real_entry_point():
 
 
 def test_a_long_grid_needs_yes():
-    from ddplab.limits import LONG_RUN_S
     from sim.limits import simulation_cost
     from sim.scenario_file import load_scenario
+    from workflow.limits import LONG_RUN_S
 
     # 1024 ranks x 20000 steps on one worker, as many seeds as make twice the limit by
     # sim/limits.py's estimate (whatever its constants are today).
@@ -263,7 +263,7 @@ def test_d4_the_grids_own_memory_is_checked_before_it_is_built(capsys, monkeypat
     from workflow.sweep import BYTES_PER_RUN
 
     # 100,000 runs' bookkeeping (~1.2 GB) on a machine with 1 GB available.
-    monkeypatch.setattr("ddplab.limits.available_bytes", lambda: 1e9)
+    monkeypatch.setattr("workflow.limits.available_bytes", lambda: 1e9)
     code, out, err = in_process(capsys, "sweep", *SMALL, "--seeds", "100000", "--yes")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "100,000 runs" in err and "memory" in err and "sweep fewer values" in err
@@ -274,7 +274,7 @@ def test_d21_the_memory_check_counts_each_worker_process(capsys, monkeypatch):
     from workflow.sweep_engines import WORKER_BYTES
 
     # Four workers' interpreters alone (4 x 45 MB) exceed 80 % of 200 MB; the runs are small.
-    monkeypatch.setattr("ddplab.limits.available_bytes", lambda: 200e6)
+    monkeypatch.setattr("workflow.limits.available_bytes", lambda: 200e6)
     monkeypatch.setattr("os.cpu_count", lambda: 4)
     code, out, err = in_process(capsys, "sweep", *SMALL, "--seeds", "4", "--workers", "4")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err

@@ -103,22 +103,19 @@ def _fixes(calib: Calibration, calib_path: str, steps: int) -> list[dict]:
 
 def _goodput() -> dict:
     """Failures on the same 1024 GPUs (128 nodes), restarts and checkpoints at Daly's interval
-    (sim/goodput.py), at the rates of workflow/plan.py."""
-    from sim.checkpointing import daly_interval_min, job_mtbf_min, wall_per_work_analytic
-    from sim.goodput import Campaign
-    from sim.goodput_estimate import estimate
+    (workflow/goodput.py, as `ddplab goodput` runs them), at the rates of workflow/plan.py."""
+    from sim.checkpointing import daly_interval_min, job_mtbf_min
+    from workflow.goodput import simulate_campaign
 
     mtbf = job_mtbf_min(failures_per_1000_node_days=FAILURES_PER_1000_NODE_DAYS, nodes=128)
-    costs = {"mtbf_min": mtbf, "restart_min": RESTART_MIN, "checkpoint_min": CHECKPOINT_MIN}
     tau = daly_interval_min(checkpoint_min=CHECKPOINT_MIN, mtbf_min=mtbf)
-    sim = estimate(Campaign(work_min=1000 * mtbf, interval_min=tau, **costs), seed=0)
+    sim, analytic = simulate_campaign(
+        mtbf_min=mtbf, restart_min=RESTART_MIN, checkpoint_min=CHECKPOINT_MIN, interval_min=tau, work_min=1000 * mtbf
+    )
     return {
         "mtbf_h": mtbf / 60.0,
         "interval_min": tau,
-        "wall_per_work": {
-            "simulated": sim.wall_per_work,
-            "analytic": wall_per_work_analytic(interval_min=tau, **costs),
-        },
+        "wall_per_work": {"simulated": sim.wall_per_work, "analytic": analytic},
         "failures_per_week": 7 * 24 * 60 / mtbf,
     }
 

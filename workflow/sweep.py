@@ -14,6 +14,7 @@ with its peak, and carries no metric. This module knows no command line.
 
 import itertools
 import math
+import os
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,8 +22,11 @@ from typing import NamedTuple
 
 from output.export import SUMMARY_COLUMNS
 from sim.config import Scenario
+from sim.limits import SimCost, simulation_cost
 from sim.mfu import compute_basis
 from sim.scenario_file import apply_overrides, check_assigned_keys, scenario_data, scenario_from_dict
+from workflow import limits
+from workflow.sweep_engines import WORKER_BYTES
 
 # Keys the grid itself owns: the seed is --seeds, so a --set or --vary of it would be ambiguous.
 OWN_KEYS = {"seed": "the sweep's own axis; give it with --seeds"}
@@ -297,3 +301,20 @@ def grid_dict(grid: Grid) -> dict:
         "shape": grid.describe(),
         "confidence": CONFIDENCE,
     }
+
+
+def check_cost(grid, built, engine, *, yes: bool) -> None:
+    """The whole grid's time here (sim/limits.py's estimate per run, over the workers) and,
+    for processes on this machine, the memory of as many runs at once as there are workers."""
+    costs = [simulation_cost(b.scenario) for b in built]
+    remote = engine.name == "dask" and engine.scheduler is not None  # its memory and cores are not ours
+    at_once = min(engine.parallelism, grid.runs)
+    # Each worker process here is an interpreter of its own before it simulates anything; local's
+    # one worker is this process.
+    in_here = engine.name == "local" and engine.workers == 1
+    workers = 0 if remote or in_here else engine.workers * WORKER_BYTES
+    peak = max(c.peak_bytes for c in costs) * (1 if remote else at_once) + workers
+    # Processes here share this machine's cores: more workers than cores are no faster.
+    cores = at_once if remote else min(at_once, os.cpu_count() or 1)
+    seconds = sum(c.seconds for c in costs) * len(grid.seeds) / cores
+    limits.check_simulation(SimCost(peak, 0.0, seconds), f"{grid.runs:,} runs ({grid.describe()})", yes=yes)

@@ -3,7 +3,7 @@
 The estimates are sim/limits.py's (arithmetic on the sizes); what the machine has is read
 by realrun/footprint.py, which checks real runs the same way. A run past the memory is
 refused; a long one needs ``--yes``; one past a day is refused even then. Each refusal is
-one ValueError line with the estimate and the reason, which ddplab/cli.py prints with exit
+one ValueError line with the estimate and the reason, which the CLI (ddplab/cli.py) prints with exit
 code 2.
 """
 

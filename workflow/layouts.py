@@ -1,0 +1,64 @@
+"""The TP x PP x DP layouts of a model on a cluster that fit in memory, fastest first
+(sim/planner.py), with the scenario keys that give each to `ddplab simulate`: what `ddplab plan
+MODEL CLUSTER` prints.
+
+    found = plan_layouts("llama3-70b", "h100-1024", gpus=512)
+    found["layouts"][0]["sets"]  # ["training.tp=8", ...]: the fastest layout's keys
+"""
+
+import time
+
+from sim.parallel3d import ASSUMED
+from sim.planner import plan
+from sim.scenario_file import load_scenario
+
+
+def scenario_sets(model: str, sets=(), seq_len: int | None = None) -> list[str]:
+    """The ``--set`` keys of the planned scenario: the model, the user's keys, the sequence
+    length (0: the model's context)."""
+    return [f"model.preset={model}", *sets, f"training.seq_len={seq_len or 0}"]
+
+
+def plan_layouts(
+    model: str,
+    cluster: str,
+    *,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    seq_len: int | None = None,
+    sets=(),
+    top: int = 10,
+    finalists: int = 12,
+) -> dict:
+    """The search's answer as `ddplab plan --json` prints it: the ``top`` layouts that fit,
+    fastest first (the first ``finalists`` replayed event by event, the rest estimated), with
+    how many were considered and fit. No layout that fits is one ValueError line."""
+    base = load_scenario(cluster, scenario_sets(model, sets, seq_len))
+    gpus = gpus or base.ranks
+    batch = global_batch or gpus
+    if gpus < 1 or batch < 1:
+        raise ValueError(f"--gpus and --global-batch: must be >= 1, got {gpus} and {batch}")
+    t0 = time.perf_counter()
+    ranked, considered = plan(base, gpus, batch, finalists=max(1, finalists))
+    took = time.perf_counter() - t0
+    if not ranked:
+        raise ValueError(f"no layout of {model} on {gpus} GPUs at global batch {batch} fits in memory")
+    return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch,
+            "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
+            "seconds": took, "assumed": ASSUMED, "layouts": [_row(s) for s in ranked[:top]]}  # fmt: skip
+
+
+def _row(s) -> dict:
+    c, step = s.candidate, s.step
+    return c._asdict() | {
+        "step_time_s": s.step_s,
+        "estimate_s": s.estimate_s,
+        "replayed": step is not None,
+        "memory_gib": s.memory_gib,
+        "mfu": step.mfu if step else None,
+        "tokens_per_s": step.tokens_per_s if step else None,
+        "bubble_fraction": step.bubble_fraction if step else None,
+        "tp_comm_s": step.tp_comm_s if step else None,
+        "dp_exposed_s": step.dp_exposed_s if step else None,
+        "sets": c.sets(),
+    }

@@ -1,0 +1,44 @@
+"""Days, GPU-hours and dollars to train a number of tokens at a simulated throughput, with
+failures folded in (sim/train_cost.py): what `--tokens` and `--usd-per-gpu-hour` add to each
+summary of `simulate` and `compare` as ``to_train``.
+
+    tokens, price = parse("2T", "2.5")
+    attach(summary, tokens, price)  # summary["to_train"]: days, gpu_hours, usd, goodput, ...
+"""
+
+import math
+
+from sim.train_cost import train_cost
+from sim.units import parse_count
+
+
+def parse(tokens_text: str | None, price_text: str | None) -> tuple[float | None, float | None]:
+    """(tokens, price) from the flags' text, or ValueError naming the flag: checked before simulating."""
+    tokens = price = None
+    if tokens_text is not None:
+        try:
+            tokens = parse_count(tokens_text, "--tokens")
+        except ValueError:
+            raise ValueError(
+                f"--tokens: expected a token count like 2T, 300B or 1e12 (1 to 1e15), got {tokens_text!r}"
+            ) from None
+    if price_text is not None:
+        if tokens is None:
+            raise ValueError("--usd-per-gpu-hour: needs --tokens (the tokens to train, e.g. --tokens 2T)")
+        try:
+            price = float(price_text)
+        except ValueError:
+            price = math.nan
+        if not (math.isfinite(price) and price > 0):
+            raise ValueError(f"--usd-per-gpu-hour: expected a price > 0 in US dollars, got {price_text!r}")
+    return tokens, price
+
+
+def attach(summary: dict, tokens: float | None, price: float | None) -> None:
+    """``summary["to_train"]``: sim/train_cost.py's numbers for this row's throughput and GPUs."""
+    if tokens is None or "verdict" in summary:  # an out-of-memory row has no throughput
+        return
+    cost = train_cost(
+        tokens=tokens, tokens_per_s=summary["tokens_per_s"], gpus=summary["ranks"], usd_per_gpu_hour=price
+    )
+    summary["to_train"] = cost.as_dict()

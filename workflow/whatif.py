@@ -1,0 +1,89 @@
+"""Which fix pays for what slows a job: the scenario as it is beside each mitigation tried
+(sim/whatif.py), one row each with its speedup and, given a price, dollars per billion tokens:
+what `ddplab whatif` prints.
+
+    found = study("straggler-failslow", tries=["rebalance", "exclude-slowest"])
+    [(r["mitigation"], r["speedup"]) for r in found.rows]
+"""
+
+from pathlib import Path
+from typing import NamedTuple
+
+from output.atomic import write_csv_atomic
+from output.jsonfile import write_json_atomic
+from output.outdir import ensure
+from output.plot import plot_breakdown, run_title
+from sim.scenario_file import scenario_data, scenario_from_dict
+from sim.whatif import compare, row_scenarios
+from sim.whatif_defaults import default_tries
+from workflow import limits
+
+
+class WhatIf(NamedTuple):
+    rows: list[dict]  # what `ddplab whatif --json` prints: the base row first
+    scenario: object  # the base Scenario (sim/config.py)
+    steps: int | None  # steps per row (per episode state)
+    seed: int
+    chosen: str | None  # why these tries, when none was given
+
+
+def study(
+    scenario: str,
+    sets=(),
+    *,
+    ranks: int | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    tries: list[str] | None = None,
+    horizon_h: float = 24.0,
+    restart_min: float = 10.0,
+    ignore_memory: bool = False,
+    usd_per_gpu_hour: float | None = None,
+    yes: bool = False,
+    out: Path | None = None,
+) -> WhatIf:
+    """Each of ``tries`` (default: the mitigations that fit what the scenario models,
+    sim/whatif_defaults.py) simulated with the same jitter draws as the scenario itself; with
+    ``out``, whatif.json, whatif.csv and whatif.png are written there. Bad inputs, and rows this
+    machine cannot hold or finish (unless ``yes``), are one ValueError line before any runs."""
+    if usd_per_gpu_hour is not None and usd_per_gpu_hour < 0:
+        raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {usd_per_gpu_hour}")
+    data = scenario_data(scenario, list(sets), ranks=ranks, steps=steps, seed=seed)
+    chosen = None
+    if not tries:  # the mitigations that fit what the scenario models (sim/whatif_defaults.py)
+        tries, why = default_tries(scenario_from_dict(data))
+        chosen = f"no --try given: trying {', '.join(tries)} ({why})"
+    # The rows run one after another, each result dropped before the next (workflow/limits.py).
+    limits.check_in_turn(row_scenarios(data, tries), "simulations", yes=yes)
+    if out:  # fail before simulating, not after
+        ensure(out)  # marked as ours: a rerun may replace what it wrote, nothing else
+    rows = compare(data, tries, horizon_h=horizon_h, restart_min=restart_min, ignore_memory=ignore_memory)
+    base = rows[0]
+    found = []
+    for r in rows:
+        # A row not simulated (out of memory) has no throughput, and with the base one none has a ratio.
+        ran = r.tokens_per_s is not None and base.tokens_per_s is not None
+        row = r._asdict() | {"speedup": r.tokens_per_s / base.tokens_per_s if ran else None}
+        if usd_per_gpu_hour is not None:
+            row["usd_per_btok"] = r.gpu_h_per_btok * usd_per_gpu_hour if r.gpu_h_per_btok is not None else None
+        found.append(row)
+    sc = scenario_from_dict(data)
+    if out:
+        write(found, out, run_title([sc.name], [r["ranks"] for r in found], [sc.training.mode]))
+    return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen)
+
+
+def write(rows: list[dict], out: Path, title: str) -> None:
+    """What --json prints, as whatif.json and (a column per key) whatif.csv; whatif.png: each
+    row's mean step split into its parts, with its throughput against doing nothing."""
+    write_json_atomic(out / "whatif.json", rows)
+    header = list(rows[0])
+    write_csv_atomic(out / "whatif.csv", header, [["" if r[k] is None else r[k] for k in header] for r in rows])
+    ran = [r for r in rows if r["step_time_s"] is not None]  # an OOM row has no step to draw
+    if not ran:
+        return
+    notes = [f"{r['speedup']:.3f}x tokens/s" if r["speedup"] is not None else "" for r in ran]
+    oom = [r["mitigation"] for r in rows if r["step_time_s"] is None]
+    labels = [f"{r['mitigation']}\n{r['ranks']} ranks" for r in ran]
+    title = f"ddplab whatif {title}" + (f" (out of memory, not drawn: {', '.join(oom)})" if oom else "")
+    plot_breakdown(ran, labels, out / "whatif.png", title=title, notes=notes)
