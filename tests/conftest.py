@@ -64,23 +64,17 @@ def ddplab():
 # listeners), bind ports, use network namespaces or time themselves: run concurrently with
 # each other they would race for ports and the 2 cores their margins assume. They carry the
 # `serial` mark; `make test` runs `-m "not serial"` with `-n auto`, then `-m serial` alone.
+# In a module of mostly pure tests, the few such tests carry `@pytest.mark.serial` themselves.
 SERIAL_MODULES = {
-    "test_answers_calib",
     "test_calibrate_realrun",
     "test_demo",
     "test_doctor",
-    "test_first_user",
     "test_launch",
-    "test_llama",
     "test_netlab",
-    "test_netrules",
     "test_planner",
-    "test_precision",
-    "test_readme_commands",
     "test_realrun_probe",
     "test_realrun_train",
     "test_reliability_inputs",
-    "test_reliability_io",
     "test_reliability_procs",
     "test_reliability_runs",
     "test_shared_shapes",
