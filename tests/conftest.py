@@ -58,6 +58,46 @@ def ddplab():
     return run
 
 
+# --- the serial pass: `make test` runs these alone, the rest in parallel (pytest-xdist) ---------
+
+# Modules whose tests start real processes (torchrun and its ranks, a Dask cluster, doctor's
+# listeners), bind ports, use network namespaces or time themselves: run concurrently with
+# each other they would race for ports and the 2 cores their margins assume. They carry the
+# `serial` mark; `make test` runs `-m "not serial"` with `-n auto`, then `-m serial` alone.
+# In a module of mostly pure tests, the few such tests carry `@pytest.mark.serial` themselves.
+SERIAL_MODULES = {
+    "test_calibrate_realrun",
+    "test_demo",
+    "test_doctor",
+    "test_launch",
+    "test_netlab",
+    "test_planner",
+    "test_realrun_probe",
+    "test_realrun_train",
+    "test_reliability_inputs",
+    "test_reliability_procs",
+    "test_reliability_runs",
+    "test_shared_shapes",
+    "test_sweep",
+    "test_traces_realrun",
+    "test_train3d",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the mark
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+
+
+def pytest_runtest_setup(item):
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER") and item.get_closest_marker("serial"):
+        pytest.fail("a serial test in a parallel run: run it with -m serial, without -n (as make test does)")
+
+
 # --- no process a test started outlives the suite (tests/procs.py) ---------------------------
 
 LEFT_OVER_GRACE_S = 10.0  # a run stopped by the last test may take its launcher's 3 s to end
@@ -72,6 +112,15 @@ def pytest_configure(config):
     os.environ.setdefault(MARK, str(os.getpid()))
 
 
+_WORKERS: set[int] = set()  # pytest-xdist's worker processes, each reporting its pid as it ends
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without it, never called
+def pytest_testnodedown(node, error):
+    if pid := getattr(node, "workeroutput", {}).get("pid"):
+        _WORKERS.add(pid)
+
+
 def pytest_sessionfinish(session, exitstatus):
     import os
     import signal
@@ -79,6 +128,8 @@ def pytest_sessionfinish(session, exitstatus):
 
     from procs import MARK, marked
 
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: its controller checks
+        session.config.workeroutput["pid"] = os.getpid()
     if os.environ.get(MARK) != str(os.getpid()) or not Path("/proc/self/environ").exists():
         return  # a suite started inside another's (a test of the suite itself), or no /proc
     deadline = time.monotonic() + LEFT_OVER_GRACE_S
@@ -99,12 +150,18 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def _left_over(procs: dict[int, str]) -> dict[int, str]:
-    """All but this process's own multiprocessing resource tracker (started by the first pool
-    an in-process sweep made): it is this process's for its life and reads to the end of its
-    pipe, so it exits with this process, by design."""
+    """All but pytest-xdist's workers (they end as their controller tears them down) and the
+    multiprocessing resource tracker of this process or a worker (started by the first pool an
+    in-process sweep made): it is its parent's for that parent's life and reads to the end of
+    its pipe, so it exits with its parent, by design."""
     import os
 
     from procs import children
 
-    mine = set(children().get(os.getpid(), []))
-    return {pid: cmd for pid, cmd in procs.items() if not (pid in mine and "multiprocessing.resource_tracker" in cmd)}
+    kids = children()
+    mine = {pid for parent in (os.getpid(), *_WORKERS) for pid in kids.get(parent, [])}
+    return {
+        pid: cmd
+        for pid, cmd in procs.items()
+        if pid not in _WORKERS and not (pid in mine and "multiprocessing.resource_tracker" in cmd)
+    }

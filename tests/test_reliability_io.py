@@ -319,6 +319,7 @@ def test_a_tiny_probe_calibration_applies_to_the_model_it_measured(capsys, tmp_p
 @pytest.mark.skipif(
     __import__("os").geteuid() != 0 or __import__("shutil").which("tc") is None, reason="netlab needs root and tc"
 )
+@pytest.mark.serial  # makes network namespaces (tests/conftest.py)
 def test_netlab_up_twice_is_idempotent_and_other_settings_are_one_line(capsys):
     import os
 
@@ -428,6 +429,7 @@ def test_a_full_disk_in_a_rank_or_the_log_names_the_file():
 
 
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.serial  # starts real ranks (tests/conftest.py)
 def test_train_onto_a_full_disk_is_a_line_per_file_not_a_traceback(tmp_path):
     import subprocess
     import sys
