@@ -190,7 +190,7 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
         "--parts",
         type=_csv(PROBE_PARTS),
         default=list(DEFAULT_PROBE_PARTS),
-        help=f"which probes to run (default: {','.join(DEFAULT_PROBE_PARTS)}; tp: the TP model, for --tp predictions)",
+        help="which probes to run; tp (the TP model, for --tp predictions) only when named",
     )
     p.add_argument(
         "--ops", type=_csv(OPS), default=["allreduce", "allgather", "reduce_scatter"], help="collectives to sweep"

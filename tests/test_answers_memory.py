@@ -218,7 +218,7 @@ def test_a_candidate_the_scenario_refuses_is_skipped():
 
 def test_whatif_marks_oom_rows_and_ranks_only_what_runs(capsys, tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr("output.plot.plot_breakdown", lambda rows, labels, *a, **k: drawn.extend(labels))
+    monkeypatch.setattr("workflow.whatif.plot_breakdown", lambda rows, labels, *a, **k: drawn.extend(labels))
     argv = ["whatif", LLAMA, "--ranks", "16", "--steps", "3", "--try", "training.mode=fsdp"]
     code, out, err = in_process(capsys, *argv, "--try", "training.activation_checkpointing=true", "--json")
     assert code == 0, err
@@ -247,7 +247,7 @@ def test_whatif_keeps_ratios_of_rows_that_run(capsys):
 
 def test_compare_marks_oom_rows(capsys, tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr("output.plot.plot_breakdown", lambda rows, labels, *a, **k: drawn.extend(labels))
+    monkeypatch.setattr("workflow.compare.plot_breakdown", lambda rows, labels, *a, **k: drawn.extend(labels))
     setups = [LLAMA, f"fsdp={LLAMA}:training.mode=fsdp"]
     code, out, err = in_process(capsys, "compare", *setups, "--ranks", "16", "--steps", "3", "--json")
     assert code == 0, err
