@@ -221,7 +221,7 @@ def _rows() -> list[Row]:
     )  # fmt: skip
     rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY]
     rows += [_torchtitan_row(*r) for r in data.TORCHTITAN]
-    rows += [_torchtitan_float8_row(*r) for r in data.TORCHTITAN_FLOAT8]
+    rows += [_torchtitan_tp_row(*r, fp8=True) for r in data.TORCHTITAN_FLOAT8]
     for model, gpus, tp, batch, ac, bf16_tps, fp8_tps in data.TORCHTITAN_VANILLA_TP:
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, bf16_tps, fp8=False))
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, fp8_tps, fp8=True))
@@ -321,20 +321,26 @@ def _foundry_row(section, model, gpus, micro_batch, accum, global_tokens, tokens
     return _simulate_row(what, "llm-foundry", global_tokens / tokens_s, preset, gpus, sets)
 
 
+def _torchtitan_sets(model: str, local_batch: int, precision: str, act_ckpt: str, compiled: bool) -> list[str]:
+    """What every torchtitan row sets: the model at seq 8192 under FSDP, its local batch as one
+    micro-batch, the precision, checkpointing (any is modelled as full) and the stack."""
+    return [
+        f"model.preset={model}",
+        "training.seq_len=8192",
+        "training.mode=fsdp",
+        f"training.micro_batch_size={local_batch}",
+        f"training.precision={precision}",
+        f"training.activation_checkpointing={'true' if act_ckpt != 'none' else 'false'}",
+        f"compute.stack={'compiled' if compiled else 'eager'}",
+    ]
+
+
 def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_s_gpu) -> Row:
     """One torchtitan row. ddplab's activation checkpointing is none or full: a row that
     checkpointed at all is modelled as full, which recomputes more than selective AC does (and
     without any, the 8B at local batch 2 needs 137 GiB by sim/memory.py). The H100 rows' HBM2e
     at 2.4 TB/s is set as stated; their 500 W power limit is not modelled."""
-    sets = [
-        f"model.preset={model}",
-        "training.seq_len=8192",
-        "training.mode=fsdp",
-        f"training.micro_batch_size={local_batch}",
-        "training.precision=bf16-amp",
-        f"training.activation_checkpointing={'true' if act_ckpt != 'none' else 'false'}",
-        f"compute.stack={'compiled' if compiled else 'eager'}",
-    ]
+    sets = _torchtitan_sets(model, local_batch, "bf16-amp", act_ckpt, compiled)
     preset = "a100-8" if table.startswith("a100") else "h100-1024"
     if table.startswith("h100"):
         sets.append("compute.hbm_tb_s=2.4")
@@ -344,25 +350,12 @@ def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_
     return _simulate_row(what, "torchtitan", local_batch * 8192 / tokens_s_gpu, preset, gpus, sets)
 
 
-def _torchtitan_float8_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu) -> Row:
-    return _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu, fp8=True)
-
-
 def _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu, fp8: bool) -> Row:
     """One of torchtitan's compiled H100 rows with FP8 or TP: as _torchtitan_row, compiled, with
     FP8 matmuls where the row has them, and TP over each node's GPUs with sequence parallelism
     (torchtitan's TP plan) where it has TP. A TP group shares its local batch, so a GPU's tokens
     per step are local batch x 8192 / TP."""
-    sets = [
-        f"model.preset={model}",
-        "training.seq_len=8192",
-        "training.mode=fsdp",
-        f"training.micro_batch_size={local_batch}",
-        f"training.precision={'fp8' if fp8 else 'bf16-amp'}",
-        f"training.activation_checkpointing={'true' if act_ckpt != 'none' else 'false'}",
-        "compute.stack=compiled",
-        "compute.hbm_tb_s=2.4",
-    ]
+    sets = [*_torchtitan_sets(model, local_batch, "fp8" if fp8 else "bf16-amp", act_ckpt, True), "compute.hbm_tb_s=2.4"]
     layout = "FSDP"
     if tp > 1:
         sets += [f"training.tp={tp}", "training.sequence_parallel=true"]
