@@ -678,9 +678,14 @@ class Scenario:
         if shape.n_kv_head is not None and t.tp <= shape.n_kv_head:
             why = f"must divide model.n_kv_head ({shape.n_kv_head})"
             _require(shape.n_kv_head % t.tp == 0, "training.tp", t.tp, why)
+        # The two end chunks may hold no block: the first only the embedding, the last only the
+        # output layer and loss, as Llama 3 405B ran (126 layers in 16 x 8 chunks; docs/references.md).
         chunks = t.pp * t.pp_virtual_stages
         _require(
-            shape.n_layer >= chunks, "training.pp", t.pp, f"x pp_virtual_stages exceeds model.n_layer ({shape.n_layer})"
+            shape.n_layer + 2 >= chunks,
+            "training.pp",
+            t.pp,
+            f"x pp_virtual_stages exceeds model.n_layer + 2 ({shape.n_layer + 2})",
         )
         _require(self.ranks % (t.tp * t.pp) == 0, "ranks", self.ranks, f"must be a multiple of tp x pp ({t.tp * t.pp})")
         if t.pp_layers is not None:

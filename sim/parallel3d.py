@@ -100,24 +100,30 @@ def dtypes_3d(sc: Scenario) -> Precision:
     return sharded(sc.training.dtypes)
 
 
-def stage_params(sc: Scenario, lay: Layout, sizes: list[int]) -> np.ndarray:
-    """Parameters on one GPU of each stage: the stage's blocks' matmuls and their split biases
-    / tp, norms (and row-split biases) whole; the vocabulary-parallel embedding / tp on the
-    first stage, the output layer / tp on the last (a tied one as a copy there, Megatron)."""
+def chunk_params(sc: Scenario, lay: Layout, sizes: list[int]) -> np.ndarray:
+    """(pp, v) parameters of each model chunk on one GPU of its stage: the chunk's blocks'
+    matmuls and their split biases / tp, norms (and row-split biases) whole; the
+    vocabulary-parallel embedding / tp in the first chunk, the output layer / tp in the last (a
+    tied one as a copy there, Megatron)."""
     shape = sc.model.shape
     d = shape.n_embd
     norms = (4 if shape.biases else 2) * d
     split_bias = (shape.qkv_dim if shape.qkv_bias else 0) + (shape.fc_dim if shape.biases else 0)
     row_bias = 2 * d if shape.biases else 0
     block = (shape.block_matmul_numel + split_bias) / lay.tp + norms + row_bias
-    out = np.zeros(lay.pp)
+    out = np.zeros((lay.pp, lay.v))
     for g, n in enumerate(sizes):
-        out[g % lay.pp] += n * block
-    out[0] += shape.embedding_numel / lay.tp + (shape.block_size * d if shape.learned_positions else 0)
-    out[-1] += shape.embedding_numel / lay.tp + (2 if shape.biases else 1) * d  # output layer, ln_f
+        out[g % lay.pp, g // lay.pp] += n * block
+    out[0, 0] += shape.embedding_numel / lay.tp + (shape.block_size * d if shape.learned_positions else 0)
+    out[-1, -1] += shape.embedding_numel / lay.tp + (2 if shape.biases else 1) * d  # output layer, ln_f
     if lay.pp == 1 and shape.tied_embeddings:
-        out[0] -= shape.embedding_numel / lay.tp  # one table serves both ends
+        out[0, 0] -= shape.embedding_numel / lay.tp  # one table serves both ends
     return out
+
+
+def stage_params(sc: Scenario, lay: Layout, sizes: list[int]) -> np.ndarray:
+    """Parameters on one GPU of each stage: its chunks' (chunk_params)."""
+    return chunk_params(sc, lay, sizes).sum(axis=1)
 
 
 def dp_fabric(sc: Scenario, lay: Layout) -> Fabric:
@@ -130,12 +136,13 @@ def dp_fabric(sc: Scenario, lay: Layout) -> Fabric:
     return dataclasses.replace(full, gpus_per_node=per_node, inter_busbw_gb_s=full.inter_busbw_gb_s / sharing)
 
 
-def bucketed_s(op: str, size_bytes: float, fabric: Fabric, cap_mb: float) -> tuple[float, float]:
-    """(all buckets, the last bucket) of a collective over ``size_bytes`` in buckets of the
-    DDP cap, seconds."""
+def bucketed_s(op: str, size_bytes: float, fabric: Fabric, cap_mb: float, units: int = 0) -> tuple[float, float]:
+    """(all buckets, the last bucket) of a collective over ``size_bytes``, seconds: in buckets
+    of the DDP cap, or with ``units`` > 0 one collective per FSDP unit (each block its own
+    flat parameter, sim/fsdp.py; FSDP has no bucket cap)."""
     if size_bytes <= 0 or fabric.ranks == 1:
         return 0.0, 0.0
-    n = max(1, math.ceil(size_bytes / (cap_mb * MIB)))
+    n = units if units > 0 else max(1, math.ceil(size_bytes / (cap_mb * MIB)))
     one = collective_cost(op, size_bytes / n, fabric).time_s
     return n * one, one
 
@@ -170,7 +177,7 @@ class StepCosts(NamedTuple):
     tp_comm_s: np.ndarray  # (pp,) exposed TP collectives per micro-batch (forward + backward)
     p2p_s: float
     dp_s: np.ndarray  # (pp,) the data-parallel reduction of the stage's gradients
-    dp_last_bucket_s: np.ndarray  # (pp,)
+    dp_last_bucket_s: np.ndarray  # (pp,) of the stage's last chunk to finish (chunk 0)
     gather_s: np.ndarray  # (pp,) fsdp's allgather of the stage's weights before the first forward
     tie_s: float  # the tied embedding's allreduce between the first and last stages
     optimizer_s: np.ndarray  # (pp,)
@@ -180,6 +187,9 @@ class StepCosts(NamedTuple):
     # (sim/pipeline.py run_pipeline); None: none (calibrate/validate3d.py sets them)
     sync_forward_s: np.ndarray | None = None
     sync_backward_s: np.ndarray | None = None
+    # (pp, v) each model chunk's share of dp_s and its last bucket; None: one chunk per stage
+    dp_chunk_s: np.ndarray | None = None
+    dp_chunk_last_s: np.ndarray | None = None
 
 
 def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
@@ -208,19 +218,24 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     bwd[0, 0] += head.embedding_backward_s
     fwd[-1, -1] += head.output_forward_s
     bwd[-1, -1] += head.output_backward_s
-    params = stage_params(sc, lay, sizes)
+    per_chunk = chunk_params(sc, lay, sizes)
+    params = per_chunk.sum(axis=1)
     fabric = dp_fabric(sc, lay)
     cap = t.bucket_cap_mb
-    dp_s, last = np.zeros(lay.pp), np.zeros(lay.pp)
+    dp_c, last_c = np.zeros((lay.pp, lay.v)), np.zeros((lay.pp, lay.v))
     gather = np.zeros(lay.pp)
-    for i in range(lay.pp):
-        if t.mode == "fsdp":
-            dp_s[i], last[i] = bucketed_s("reduce_scatter", params[i] * dt.grad_bytes, fabric, cap)
-            gather[i] = bucketed_s("allgather", params[i] * dt.compute_bytes, fabric, cap)[0]
+    for g, n in enumerate(sizes):
+        i, chunk = g % lay.pp, g // lay.pp
+        size = per_chunk[i, chunk]
+        if t.mode == "fsdp":  # one unit per block, and one for what the chunk holds besides blocks
+            units = max(1, n + (g in (0, len(sizes) - 1)))
+            dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap, units)
+            gather[i] += bucketed_s("allgather", size * dt.compute_bytes, fabric, cap, units)[0]
         else:  # a fp16/bf16 comm hook puts 2 bytes per gradient on the wire, and pays its casts
             wire = 2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes
-            dp_s[i], last[i] = bucketed_s("allreduce", params[i] * wire, fabric, cap)
-            dp_s[i] += t.compress_s_per_gb * params[i] * dt.grad_bytes / 1e9
+            dp_c[i, chunk], last_c[i, chunk] = bucketed_s("allreduce", size * wire, fabric, cap)
+            dp_c[i, chunk] += t.compress_s_per_gb * size * dt.grad_bytes / 1e9
+    dp_s, last = dp_c.sum(axis=1), last_c[:, 0]
     tie = 0.0
     if lay.pp > 1 and shape.tied_embeddings:
         pair = dataclasses.replace(fabric_for(sc, ranks=2), gpus_per_node=1)
@@ -228,13 +243,15 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     if not sc.network.enabled:
         comm[:] = 0.0
         dp_s[:], last[:], gather[:] = 0.0, 0.0, 0.0
+        dp_c[:], last_c[:] = 0.0, 0.0
         tie = 0.0
     shard = lay.dp if t.mode == "fsdp" else 1
     opt = np.array([adamw_step_s(n / shard, dt, c.hbm_tb_s) for n in params])
     if c.optimizer_s is not None:  # the whole model's, given: each GPU its share
         opt = c.optimizer_s * params / param_count(shape) / shard
+    p2p = p2p_s(sc, lay, dt) if sc.network.enabled else 0.0
     return StepCosts(
-        fwd, bwd, comm, p2p_s(sc, lay, dt) if sc.network.enabled else 0.0, dp_s, last, gather, tie, opt, params, sizes
+        fwd, bwd, comm, p2p, dp_s, last, gather, tie, opt, params, sizes, dp_chunk_s=dp_c, dp_chunk_last_s=last_c
     )
 
 
@@ -345,6 +362,30 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
     return out
 
 
+def overlapped_dp_end(costs: StepCosts, runs) -> np.ndarray:
+    """(pp,) when each stage's overlapped data-parallel reduction ends. Each model chunk's
+    buckets (or FSDP units) reduce as its last micro-batch's backward produces them, the
+    chunks one after another on the stage's stream in the order they finish: a chunk's
+    reduction runs under its last backward and under whatever the stage computes after it.
+    Interleaved, chunk v-1 finishes first and chunk 0 last, so the early chunks' reductions
+    hide behind the drain (Megatron-LM's overlap_grad_reduce launches each chunk's
+    reduction when its gradients are ready, distributed.DistributedDataParallel with
+    virtual pipelines; Llama 3's FSDP reduces "asynchronously", arXiv 2407.21783 Sec. 3.3.2).
+    With one chunk: max(its end + the last bucket, its last backward's start + all buckets)."""
+    chunk_end = np.max([r.chunk_end_s for r in runs], axis=0)
+    chunk_start = np.max([r.chunk_last_start_s for r in runs], axis=0)
+    dp_c = costs.dp_chunk_s if costs.dp_chunk_s is not None else costs.dp_s[:, None]
+    last_c = costs.dp_chunk_last_s if costs.dp_chunk_last_s is not None else costs.dp_last_bucket_s[:, None]
+    done = np.zeros(len(chunk_end))
+    for i in range(len(chunk_end)):
+        t = 0.0
+        for c in np.argsort(chunk_end[i], kind="stable"):
+            t = max(t, chunk_start[i, c]) + dp_c[i, c]
+            t = max(t, chunk_end[i, c] + last_c[i, c])
+        done[i] = t
+    return done
+
+
 def simulate_3d(
     sc: Scenario, rng: np.random.Generator | None, *, factors: np.ndarray | None = None, costs: StepCosts | None = None
 ) -> Step3D:
@@ -378,9 +419,8 @@ def simulate_3d(
             )
     # Each stage's reduction waits for that stage in every pipeline.
     end = np.max([r.stage_end_s for r in runs.values()], axis=0)
-    last_start = np.max([r.last_backward_start_s for r in runs.values()], axis=0)
     if overlap:
-        done = np.maximum(end + costs.dp_last_bucket_s, last_start + costs.dp_s)
+        done = overlapped_dp_end(costs, runs.values())
     else:
         done = end + costs.dp_s
     done[0] += costs.tie_s

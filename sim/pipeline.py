@@ -77,6 +77,8 @@ class PipelineRun(NamedTuple):
     idle_s: np.ndarray  # (p,) makespan - busy: the bubble, and waiting on a slower stage
     peak_in_flight: np.ndarray  # (p,) most chunk-micro-batches whose activations a stage held at once
     ops: int
+    chunk_end_s: np.ndarray  # (p, chunks) when each model chunk's last backward ended
+    chunk_last_start_s: np.ndarray  # (p, chunks) when it started
 
 
 def run_pipeline(
@@ -108,6 +110,8 @@ def run_pipeline(
     in_flight = np.zeros(p, dtype=int)
     peak = np.zeros(p, dtype=int)
     last_b_start = np.zeros(p)
+    chunk_end = np.zeros((p, chunks))
+    chunk_start = np.zeros((p, chunks))
     f_end = np.full((m, n_virtual), np.nan)
     b_end = np.full((m, n_virtual), np.nan)
     remaining = sum(len(x) for x in lists)
@@ -145,6 +149,7 @@ def run_pipeline(
                     b_end[op.micro_batch, g] = end
                     in_flight[i] -= 1
                     last_b_start[i] = start
+                    chunk_start[i, op.chunk], chunk_end[i, op.chunk] = start, end
                 free[i] = end
                 busy[i] += dur
                 ptr[i] += 1
@@ -153,7 +158,9 @@ def run_pipeline(
         if not progressed:
             raise RuntimeError(f"pipeline schedule {schedule} deadlocked (p={p}, m={m}, v={v})")
     makespan = float(free.max())
-    return PipelineRun(makespan, free.copy(), last_b_start, busy, makespan - busy, peak, total)
+    return PipelineRun(
+        makespan, free.copy(), last_b_start, busy, makespan - busy, peak, total, chunk_end, chunk_start
+    )
 
 
 def in_flight_closed_form(schedule: str, p: int, m: int, v: int, stage: int) -> int:
