@@ -113,6 +113,13 @@ SOURCES = {
         " one layer per chunk, V = 8), 'without activation checkpointing' at 8K, FSDP not resharding weights"
         " after forward, gradients reduce-scattered in FP32",
     ),
+    "nemo-2407": (
+        "NVIDIA/NeMo docs/source/performance/performance_summary.md at 8e3d65dc ('24.07 perf numbers'),"
+        " pre-training table; shapes: NeMo-Megatron-Launcher conf/training/gpt3, Touvron et al. 2023",
+        "DGX-H100 (8 x H100 SXM 80GB, NVLink4, 8 x 400 Gb/s per node), Container NeMo24.07, 'FP8 precision';"
+        " GBS, MBS, sequence length, TP, PP, VP as printed, CP 1 rows of GPT3 and LLAMA2 only; step time ="
+        " GBS x sequence length / (tokens/s/GPU x GPUs)",
+    ),
 }
 
 
@@ -230,6 +237,7 @@ def _rows() -> list[Row]:
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, fp8_tps, fp8=True))
     rows += [_megatron_row(*r) for r in data.MEGATRON_TABLE1]
     rows += [_llama3_row(*r) for r in data.LLAMA3_TABLE4]
+    rows += [_nemo_row(*r) for r in data.NEMO_2407_H100_FP8]
     return rows
 
 
@@ -258,6 +266,34 @@ def _llama3_row(gpus, tp, cp, pp, dp, seq, batch_per_dp, tokens, tflop_s, mfu) -
     what = f"Llama 3 405B on {gpus} x H100 (tp {tp}, pp {pp}, dp {dp}, v {chunks}), no recompute, BF16 MFU"
     command = f"ddplab simulate h100-16k --ranks {gpus} --steps 1 " + " ".join(f"--set {x}" for x in sets)
     return Row(what, "llama3-table4", "MFU", mfu, command, "step")
+
+
+def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> Row:
+    """One row of NeMo 24.07's H100 FP8 pre-training table (the rule, docs/validation-public.md,
+    fixed before predicting): the model and job as printed, FP8, on h100-1024; sequence
+    parallelism where TP > 1, fused attention and kernels, DDP overlapped with backward, and the
+    least recomputation whose memory fits 80 GB. Compared as the step time the printed tokens/s
+    per GPU imply."""
+    from sim.parallel3d import layout, memory_by_stage, step_costs
+
+    dp = gpus // (tp * pp)
+    shape = [f"model.{k}={v}" for k, v in data.NEMO_SHAPES[model].items()]
+    sets = [
+        f"model.name={model.lower()}", *shape, f"model.block_size={seq}", f"training.seq_len={seq}",
+        f"training.micro_batch_size={mbs}", f"training.grad_accum={gbs // (mbs * dp)}", f"training.tp={tp}",
+        f"training.pp={pp}", f"training.sequence_parallel={'true' if tp > 1 else 'false'}", "training.mode=ddp",
+        "training.precision=fp8", "training.fused_attention=true", "training.overlap=true", "compute.stack=compiled",
+    ]  # fmt: skip
+    if vp > 1:
+        sets += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={vp}"]
+    for recompute in ("none", "selective", "full"):
+        sc = load_scenario("h100-1024", [*sets, f"training.activation_checkpointing={recompute}"], ranks=gpus)
+        lay = layout(sc)
+        if max(m.total_gib for m in memory_by_stage(sc, lay, step_costs(sc, lay))) <= sc.compute.device_memory_gib:
+            break
+    sets.append(f"training.activation_checkpointing={recompute}")
+    what = f"NeMo 24.07 {model} on {gpus} x H100 (tp {tp}, pp {pp}, vp {vp}, dp {dp}), FP8, {recompute} recompute, step"
+    return _simulate_row(what, "nemo-2407", gbs * seq / (tokens_s_gpu * gpus), "h100-1024", gpus, sets)
 
 
 def _megatron_row(name, heads, hidden, layers, tp, pp, gpus, batch, tflop_s, micro_batch, per_virtual, ddp) -> Row:

@@ -399,3 +399,34 @@ LLAMA3_TABLE4 = (
     (8192, 8, 1, 16, 64, 8192, 32, "16M", 430, 0.43),
     (16384, 8, 1, 16, 128, 8192, 16, "16M", 400, 0.41),
 )
+
+# NVIDIA NeMo, docs/source/performance/performance_summary.md at 8e3d65dc ("24.07 perf
+# numbers"): "pre-training performance ... at FP8 precision", "Container: NeMo24.07", "System:
+# DGX-H100". The rows with CP = 1 whose model ddplab has a layout for (the rule in
+# docs/validation-public.md). Columns as printed: (model, GPUs, GBS, MBS, sequence length, TP,
+# PP, VP, tokens/s per GPU, model TFLOP/s per GPU).
+NEMO_2407_H100_FP8 = (
+    ("GPT3-5B", 64, 2048, 4, 2048, 1, 1, 1, 23406, 765),
+    ("GPT3-20B", 64, 256, 2, 2048, 2, 1, 1, 5851, 750),
+    ("GPT3-175B", 128, 256, 1, 2048, 4, 8, 6, 716, 771),
+    ("GPT3-175B", 512, 2048, 2, 2048, 4, 8, 6, 825, 888),
+    ("LLAMA2-7B", 8, 128, 1, 4096, 1, 1, 1, 16934, 780),
+    ("LLAMA2-13B", 16, 128, 1, 4096, 1, 4, 10, 8715, 760),
+    ("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 20, 1728, 768),
+)
+# Shapes: GPT-3 5B and 20B from NVIDIA/NeMo-Megatron-Launcher launcher_scripts/conf/training/gpt3
+# (5b.yaml: 24 layers, hidden 4096, 32 heads; 20b.yaml: 44, 6144, 48; ffn 4 x hidden; GPT-2 BPE
+# padded to a multiple of 128: 50,304), 175B from Brown et al. 2020 Table 2.1 (96, 12288, 96);
+# Llama 2 from Touvron et al. 2023 (7B: 32 layers, 4096, 32 heads, ffn 11,008; 13B: 40, 5120,
+# 40, 13,824; 70B: 80, 8192, 64 heads, 8 key/value heads, 28,672; vocabulary 32,000).
+NEMO_SHAPES = {
+    "GPT3-5B": {"layout": "gpt2", "n_layer": 24, "n_embd": 4096, "n_head": 32, "vocab_size": 50304},
+    "GPT3-20B": {"layout": "gpt2", "n_layer": 44, "n_embd": 6144, "n_head": 48, "vocab_size": 50304},
+    "GPT3-175B": {"layout": "gpt2", "n_layer": 96, "n_embd": 12288, "n_head": 96, "vocab_size": 50304},
+    "LLAMA2-7B": {"layout": "llama", "n_layer": 32, "n_embd": 4096, "n_head": 32, "n_kv_head": 32,
+                  "ffn_hidden": 11008, "vocab_size": 32000, "tied_embeddings": "false"},
+    "LLAMA2-13B": {"layout": "llama", "n_layer": 40, "n_embd": 5120, "n_head": 40, "n_kv_head": 40,
+                   "ffn_hidden": 13824, "vocab_size": 32000, "tied_embeddings": "false"},
+    "LLAMA2-70B": {"layout": "llama", "n_layer": 80, "n_embd": 8192, "n_head": 64, "n_kv_head": 8,
+                   "ffn_hidden": 28672, "vocab_size": 32000, "tied_embeddings": "false"},
+}  # fmt: skip
