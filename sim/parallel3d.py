@@ -18,10 +18,11 @@ A step, on each of the dp pipelines (replicas):
    tp x pp fills the node, each GPU on its own NIC: the concurrent groups of a node share its
    NICs, as sim/hsdp.py's replica groups do). The reduction waits for the slowest replica's
    stage. With training.overlap, bucket all-reduces run under the last micro-batch's backward
-   (DDP's hooks; Megatron's ``--overlap-grad-reduce``); without, after it (Megatron-LM 2021's
-   "local" DDP). fsdp: the stage's 16-bit weights are allgathered once before the first
-   forward (prefetched layer by layer behind it when overlapping) and gradients reduce-scattered
-   after the last backward;
+   (DDP's hooks; Megatron's ``--overlap-grad-reduce``), each model chunk's as soon as its own
+   last backward ends (overlapped_dp_end); without, after it (Megatron-LM 2021's "local" DDP).
+   fsdp: the stage's 16-bit weights are allgathered once before the first forward (prefetched
+   layer by layer behind it when overlapping) and gradients reduce-scattered after the last
+   backward, one collective per block (FSDP's unit, sim/fsdp.py), not in DDP's buckets;
 3. a tied embedding spread over the first and last stages allreduces its gradient between them;
 4. the optimizer steps the GPU's parameters (its shard under fsdp).
 

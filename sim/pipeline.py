@@ -158,9 +158,7 @@ def run_pipeline(
         if not progressed:
             raise RuntimeError(f"pipeline schedule {schedule} deadlocked (p={p}, m={m}, v={v})")
     makespan = float(free.max())
-    return PipelineRun(
-        makespan, free.copy(), last_b_start, busy, makespan - busy, peak, total, chunk_end, chunk_start
-    )
+    return PipelineRun(makespan, free.copy(), last_b_start, busy, makespan - busy, peak, total, chunk_end, chunk_start)
 
 
 def in_flight_closed_form(schedule: str, p: int, m: int, v: int, stage: int) -> int:

@@ -3,12 +3,21 @@ model they are today's model; the TP collectives are the ones Megatron issues; a
 charged to its stage; the keys refuse bad values in one line; FP8 and selective recompute."""
 
 import json
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 from sim.collectives import collective_cost
-from sim.parallel3d import dtypes_3d, layout, megatron_flops_per_step, simulate_3d, step_costs
+from sim.parallel3d import (
+    dp_fabric,
+    dtypes_3d,
+    layout,
+    megatron_flops_per_step,
+    overlapped_dp_end,
+    simulate_3d,
+    step_costs,
+)
 from sim.roofline import micro_step_time, rates, step_kernels
 from sim.scenario_file import load_scenario
 from sim.tp import block_time
@@ -221,3 +230,70 @@ def test_per_micro_step_noise_waits_for_each_tp_groups_slowest_gpu():
     assert noisy[0].step_s == noisy[1].step_s != noisy[2].step_s  # the seed decides every draw
     # Mean-1 draws, but each operation waits for the slowest of 8: the step is slower.
     assert all(n.step_s > quiet.step_s for n in noisy)
+
+
+def test_end_chunks_may_hold_no_block():
+    # Llama 3 405B's layout: 126 layers in 16 x 8 chunks, the first only the embedding, the last
+    # only the output layer and loss (arXiv 2407.21783 Sec. 3.3.2); one chunk more is refused.
+    sets = ["training.pp=4", "training.pp_schedule=interleaved", "training.grad_accum=8"]
+    sc = _sc(*sets, "training.pp_virtual_stages=8", ranks=4)
+    sizes = step_costs(sc, layout(sc)).layers
+    assert len(sizes) == 32 and sum(sizes) == 32  # 32 layers, 32 chunks: one each
+    sc = _sc("model.n_layer=30", *sets, "training.pp_virtual_stages=8", ranks=4)
+    sizes = step_costs(sc, layout(sc)).layers
+    assert sizes[0] == sizes[-1] == 0 and all(n == 1 for n in sizes[1:-1])
+    with pytest.raises(ValueError, match="^training.pp: .*n_layer \\+ 2 \\(31\\)"):
+        _sc("model.n_layer=29", *sets, "training.pp_virtual_stages=8", ranks=4)
+
+
+class _Run(NamedTuple):
+    chunk_end_s: np.ndarray
+    chunk_last_start_s: np.ndarray
+
+
+def test_overlapped_dp_reduction_one_chunk_is_the_closed_form():
+    c = step_costs(_sc("training.pp=4", "training.grad_accum=8", ranks=32), layout(_sc("training.pp=4", ranks=32)))
+    run = _Run(np.array([[10.0], [11.0], [12.0], [13.0]]), np.array([[9.9], [10.8], [11.9], [12.7]]))
+    want = np.maximum(run.chunk_end_s[:, 0] + c.dp_last_bucket_s, run.chunk_last_start_s[:, 0] + c.dp_s)
+    assert overlapped_dp_end(c, [run]) == pytest.approx(want, rel=1e-12)
+
+
+def test_interleaved_chunks_reduce_as_their_last_backward_ends():
+    # One stage, two chunks: chunk 1 ends first (at 6), its reduction (3) runs under chunk 0's
+    # backwards; chunk 0's starts at its last backward (9): 9 + 3 = 12, where waiting for the
+    # stage's last backward would give 9 + 6 = 15.
+    c = step_costs(_sc(), layout(_sc()))._replace(
+        dp_s=np.array([6.0]), dp_last_bucket_s=np.array([1.0]),
+        dp_chunk_s=np.array([[3.0, 3.0]]), dp_chunk_last_s=np.array([[1.0, 1.0]]),
+    )  # fmt: skip
+    run = _Run(np.array([[10.0, 6.0]]), np.array([[9.0, 5.0]]))
+    assert overlapped_dp_end(c, [run]) == pytest.approx([12.0])
+    # Chunk 1 ending late: the stream is serial, chunk 0's waits for it.
+    run = _Run(np.array([[10.0, 9.5]]), np.array([[9.0, 8.0]]))
+    assert overlapped_dp_end(c, [run]) == pytest.approx([14.0])
+
+
+def test_pipeline_reports_each_chunks_last_backward():
+    from sim.pipeline import run_pipeline
+
+    p, m, v = 4, 8, 2
+    fwd, bwd = np.full((p, v), 1.0), np.full((p, v), 2.0)
+    run = run_pipeline("interleaved", p, m, v, fwd, bwd, 0.0)
+    assert run.chunk_end_s.max(axis=1) == pytest.approx(run.stage_end_s)
+    assert np.all(run.chunk_end_s[:, 1] < run.chunk_end_s[:, 0])  # the later chunk drains first
+    assert np.all(run.chunk_end_s - run.chunk_last_start_s == pytest.approx(2.0))
+
+
+def test_fsdp_reduces_one_block_at_a_time():
+    # FSDP has no bucket cap: a reduce-scatter (and an allgather) per block, and one for the
+    # embedding or output layer on the end stages (sim/fsdp.py's units).
+    sc = _sc("training.pp=4", "training.mode=fsdp", "training.grad_accum=8", ranks=64)
+    lay = layout(sc)
+    c = step_costs(sc, lay)
+    fabric = dp_fabric(sc, lay)
+    dt = dtypes_3d(sc)
+    for i, layers in enumerate(c.layers):
+        units = layers + (i in (0, lay.pp - 1))
+        one = collective_cost("reduce_scatter", c.params[i] * dt.grad_bytes / units, fabric).time_s
+        assert c.dp_s[i] == pytest.approx(units * one, rel=1e-12)
+        assert c.dp_last_bucket_s[i] == pytest.approx(one, rel=1e-12)
