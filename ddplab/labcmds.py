@@ -2,14 +2,13 @@
 
 import os
 import shutil
-import signal
 import sys
 
 from ddplab.progress import say
 from ddplab.runcmds import print_train_summary
 from realrun import netlab
 from realrun.cli import PARSERS, check_args
-from realrun.netlab_run import Discovery, run
+from realrun.netlab_run import Discovery, run_in_lab
 from realrun.runfolder import claim
 
 
@@ -125,10 +124,6 @@ def down(args):
     return removed
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run_cmd(args):
     """Bring a lab up (unless --name names one that is up), run the verb on every host,
     take the lab down again on any exit, Ctrl-C included."""
@@ -162,26 +157,21 @@ def run_cmd(args):
 
 
 def _run_in_lab(args, verb: str, verb_args: list[str], folder) -> tuple[int, list[str], int]:
-    existing = args.name in {lab["name"] for lab in netlab.status()}
-    lab = netlab.load(args.name) if existing else netlab.up(spec_from_args(args))
-    print("\n".join(_describe(lab)), flush=True)
-    if folder.moved_to:
-        print(f"netlab run: moved the earlier run in {folder.path}/ to {folder.moved_to}/", flush=True)
-    # SIGTERM (a CI timeout, `kill`) must clean up like Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        d = Discovery(gloo_ifname=not args.no_ifname, local_addr=not args.no_local_addr, is_host=not args.no_is_host)
-        code, diagnosis = run(
-            lab,
-            verb,
-            verb_args,
-            folder,
-            discovery=d,
-            start_timeout_s=args.start_timeout_s,
-            timeout_s=args.timeout_s,
-        )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if not existing and not args.keep:
-            netlab.down(lab.spec.name)
+    def show(lab) -> None:
+        print("\n".join(_describe(lab)), flush=True)
+        if folder.moved_to:
+            print(f"netlab run: moved the earlier run in {folder.path}/ to {folder.moved_to}/", flush=True)
+
+    d = Discovery(gloo_ifname=not args.no_ifname, local_addr=not args.no_local_addr, is_host=not args.no_is_host)
+    code, diagnosis, lab = run_in_lab(
+        spec_from_args(args),
+        verb,
+        verb_args,
+        folder,
+        keep=args.keep,
+        on_lab=show,
+        discovery=d,
+        start_timeout_s=args.start_timeout_s,
+        timeout_s=args.timeout_s,
+    )
     return code, diagnosis, lab.spec.hosts

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import TextIO
 
 from realrun.records import end_unfinished
 from realrun.runfolder import RUN_ID_ENV, RunFolder
@@ -81,9 +82,17 @@ def run_env(folder: RunFolder, base: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
-def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, timeout_s: float | None = None) -> int:
+def run_local(
+    verb: str,
+    worker_args: list[str],
+    nproc: int,
+    folder: RunFolder,
+    timeout_s: float | None = None,
+    console: TextIO | None = None,
+) -> int:
     """Run torchrun with ``nproc`` ranks writing into ``folder``; returns its exit code, 130
-    after Ctrl-C (or SIGTERM), 124 past ``timeout_s``."""
+    after Ctrl-C (or SIGTERM), 124 past ``timeout_s``. The ranks' filtered output goes to
+    ``console`` (both streams; the demo gives its stage log), else to this process's own."""
     env = run_env(folder)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     # Share the cores instead of every rank spawning one thread per core.
@@ -108,7 +117,7 @@ def run_local(verb: str, worker_args: list[str], nproc: int, folder: RunFolder, 
         # Once the launcher stops the run, the ranks' last words (a peer gone, mid-collective)
         # are its echo: the log keeps them, the console gets the launcher's one line.
         stopping = threading.Event()
-        echoes = start_echo(proc, log, stopping)
+        echoes = start_echo(proc, log, stopping, console)
         code, why = _wait(proc, timeout_s)
         if why:
             stopping.set()
@@ -267,14 +276,18 @@ class RunLog:
         self._f.close()
 
 
-def start_echo(proc: subprocess.Popen, log, stopping: threading.Event | None = None) -> list[threading.Thread]:
+def start_echo(
+    proc: subprocess.Popen, log, stopping: threading.Event | None = None, console: TextIO | None = None
+) -> list[threading.Thread]:
     """Threads copying torchrun's stdout and stderr (``proc`` started with both piped) whole into
-    ``log`` and, filtered (TorchrunFilter), onto this process's; join them after ``proc`` ends."""
+    ``log`` and, filtered (TorchrunFilter), onto this process's (or both onto ``console``); join
+    them after ``proc`` ends."""
     lock = threading.Lock()
     stopping = stopping or threading.Event()
+    sinks = (console, console) if console is not None else (sys.stdout, sys.stderr)
     echoes = [
         threading.Thread(target=_echo, args=(stream, sink, log, lock, stopping), daemon=True)
-        for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+        for stream, sink in zip((proc.stdout, proc.stderr), sinks, strict=True)
     ]
     for echo in echoes:
         echo.start()
@@ -287,11 +300,11 @@ def _echo(stream, sink, log, lock: threading.Lock, stopping: threading.Event) ->
     keep = TorchrunFilter()
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace")
-        with lock:
+        with lock:  # one lock for both streams: they may share one console
             log.write(raw)
-        if keep.show(line) and not stopping.is_set():
-            try:
-                sink.write(line)
-                sink.flush()
-            except (BrokenPipeError, ValueError):  # `ddplab train | head`: keep logging
-                pass
+            if keep.show(line) and not stopping.is_set():
+                try:
+                    sink.write(line)
+                    sink.flush()
+                except (BrokenPipeError, ValueError):  # `ddplab train | head`: keep logging
+                    pass

@@ -18,12 +18,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from realrun import netlab
 from realrun.launch import TorchrunFilter, die_with_parent, run_env
-from realrun.netlab import Lab
+from realrun.netlab import Lab, LabSpec
 from realrun.records import end_unfinished
 from realrun.runfolder import LIFELINE_ENV, RUN_ID_ENV, RunFolder
 
@@ -136,6 +138,40 @@ def run(
     finally:
         _kill_all(procs, folder, ended)
         end_unfinished(out_dir, verb, ended)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_in_lab(
+    spec: LabSpec,
+    verb: str,
+    verb_args: list[str],
+    folder: RunFolder,
+    *,
+    keep: bool = False,
+    on_lab=lambda lab: None,
+    **run_kw,
+) -> tuple[int, list[str], Lab]:
+    """``run`` in the lab ``spec`` names: the one up under that name, else a new one that is
+    taken down again on any exit (Ctrl-C and SIGTERM included) unless ``keep``. ``on_lab``
+    sees the lab before the run starts. Returns (exit code, diagnosis lines, the lab)."""
+    existing = spec.name in {lab["name"] for lab in netlab.status()}
+    lab = netlab.load(spec.name) if existing else netlab.up(spec)
+    # SIGTERM (a CI timeout, `kill`) must clean up like Ctrl-C does; only the main thread
+    # may set a handler, and only it receives signals.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    try:
+        on_lab(lab)
+        code, diagnosis = run(lab, verb, verb_args, folder, **run_kw)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        if not existing and not keep:
+            netlab.down(spec.name)
+    return code, diagnosis, lab
 
 
 class _Tail:

@@ -40,6 +40,16 @@ def test_recovers_known_alpha_and_busbw(op, ranks):
     assert fit.r2_log > 0.99
 
 
+def test_a_latency_at_its_bound_is_zero_not_a_rounding_error():
+    # Times with no latency at all (and a small one's worth of noise): the fit's alpha sits on
+    # its bound. The solver stopped 1e-22 s inside it once, which the scenario's range check
+    # refuses ("must be 0 or between 1e-12 and 1e+12"); a hop latency must be 0 or a real one.
+    rng = np.random.default_rng(3)
+    fit = fit_collective("allreduce", 2, synthetic("allreduce", 2, 0.0, 0.118, rng, outliers=False), rng=rng)
+    assert fit.alpha_s == 0.0 and fit.hop_latency_us == 0.0
+    assert fit.busbw_gb_s == pytest.approx(0.118, rel=0.02)
+
+
 def test_holdout_half_the_sizes_within_10_percent_on_synthetic():
     rng = np.random.default_rng(2)
     errors = holdout_errors("allreduce", 2, synthetic("allreduce", 2, 100e-6, 1.1, rng), rng=rng)

@@ -72,6 +72,28 @@ def test_the_front_door_rule_can_fail():
     assert {"sim", "calibrate"} <= FORBIDDEN["ddplab"]
 
 
+def _starts_the_cli(source: str) -> bool:
+    """Whether the code builds a command line ``... "-m", "ddplab" ...`` (a run-time arrow up
+    to the front door that the import rule cannot see)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.List | ast.Tuple):
+            words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            if any(a == "-m" and b == "ddplab" for a, b in zip(words, words[1:], strict=False)):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if not n.startswith("ddplab")))
+def test_no_package_below_the_front_door_starts_it(name):
+    # The demo starts torchrun through realrun and calls workflow's functions (issue 27).
+    assert not _starts_the_cli(MODULES[name].read_text()), f"{name} runs `python -m ddplab`"
+
+
+def test_the_cli_start_check_can_fail():
+    assert _starts_the_cli('subprocess.call([sys.executable, "-m", "ddplab", "probe"])')
+    assert not _starts_the_cli('subprocess.call([sys.executable, "-m", "realrun", "probe"])')
+
+
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[0] in ("sim", "calibrate")))
 def test_sim_and_calibrate_import_no_output_module(name):
     # They return values; output/ writes them (its modules may import theirs, never the reverse).

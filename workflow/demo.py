@@ -4,22 +4,28 @@ probe -> train -> calibrate -> validate -> simulate -> report. With root and
 iproute2 the two ranks are two emulated hosts on a 1 Gbit/s link (`ddplab netlab`);
 otherwise two processes on loopback, and the report says so. Each stage leaves a
 stamp in ``demo.json`` when it finishes; a rerun skips stamped stages whose outputs
-are still there (``fresh`` redoes everything). Long stages run as `ddplab`
-subprocesses with their output in ``logs/<stage>.log``; the caller's ``status``
-shows progress (ddplab/progress.py draws a status line from that log).
+are still there (``fresh`` redoes everything). The real runs start torchrun through
+realrun's launchers (realrun/launch.py, realrun/netlab_run.py), as `ddplab probe`,
+`train` and `netlab run` do; each stage's console lines go to ``logs/<stage>.log``
+and the caller's ``status`` shows progress (ddplab/progress.py draws a status line
+from that log).
 """
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from calibrate.calibration import Calibration
 from output.jsonfile import write_json_atomic
 from output.outdir import ensure
+from realrun.cli import PARSERS, check_args
+from realrun.launch import run_local
+from realrun.netlab import LabSpec
+from realrun.netlab_run import run_in_lab
+from realrun.report import failure_line, summarize_train
+from realrun.runfolder import claim
 from sim.units import fmt_seconds
 from workflow.plan import MICRO_BATCH, MODEL, PROBE, QUICK_SWEEP, SEQ_LEN, SIM_STEPS, SWEEP, TRAIN_STEPS
 
@@ -78,20 +84,44 @@ class Demo:
         self.state.setdefault("stages", {})[stage] = {"seconds": round(seconds, 1), "unix": time.time()}
         self._save()
 
-    def _subprocess(self, argv: list[str], log: Path) -> None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w") as f:
-            code = subprocess.call([sys.executable, "-m", "ddplab", *argv], stdout=f, stderr=subprocess.STDOUT)
-        if code != 0:
-            tail = [x for x in log.read_text(errors="replace").splitlines() if x.strip()][-1:] or ["(no output)"]
-            raise RuntimeError(f"`ddplab {' '.join(argv[:3])} ...` exited {code}: {tail[0]} (log: {log})")
-
-    def _worker(self, verb: str, run_dir: Path, args: list[str]) -> list[str]:
-        if run_dir.exists():
+    def _launch(self, verb: str, run_dir: Path, args: list[str], log: Path) -> None:
+        """A real torchrun run of ``verb`` through realrun's launchers (netlab's two hosts or two
+        local ranks), the ranks' console lines in ``log``; a failure is one RuntimeError line."""
+        worker = ["--out", str(run_dir), *args]
+        check_args(verb, PARSERS[verb](f"ddplab demo: {verb}").parse_args(worker))
+        if run_dir.exists():  # a stage redone starts from nothing (its stamp was already dropped)
             shutil.rmtree(run_dir)
-        if self.lab:
-            return ["netlab", "run", "--name", "demo", "--rate", "1gbit", "--", verb, "--out", str(run_dir), *args]
-        return [verb, "--nproc", "2", "--out", str(run_dir), *args]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        folder = claim(run_dir)
+        with open(log, "w", buffering=1) as console:
+            try:
+                if self.lab:
+                    code, diagnosis, _ = run_in_lab(
+                        LabSpec(name="demo", rate="1gbit"), verb, worker, folder,
+                        progress=lambda line: print(line, file=console),
+                    )  # fmt: skip
+                    print(*diagnosis, sep="\n", file=console)
+                else:
+                    code = run_local(verb, worker, 2, folder, console=console)
+            finally:
+                folder.release()
+            if code == 0 and verb == "train":
+                print(*summarize_train(run_dir), sep="\n", file=console)
+        if code == 130:  # Ctrl-C reached the launcher: it stopped the run, the demo stops too
+            raise KeyboardInterrupt
+        if code != 0:
+            raise RuntimeError(f"{verb} exited {code}: {failure_line(run_dir, verb, code)} (log: {log})")
+
+    def _calibrate(self, log: Path) -> None:
+        from workflow.calibration import calibrate_runs  # scipy and matplotlib: only when it runs
+
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w", buffering=1) as console:
+            calib = calibrate_runs(
+                [self.out / "probe"], self.out / "calib.json", command="ddplab demo",
+                say=lambda line: print(line, file=console),
+            )  # fmt: skip
+            print(f"wrote {self.out / 'calib.json'} and {', '.join(calib.plots)}", file=console)
 
     # --- the stages
     def stages(self):
@@ -101,21 +131,18 @@ class Demo:
             "probe",
             "probe: collectives, raw link, compute, buckets, overlap",
             [o / "probe" / "probe-rank0001.jsonl"],
-            lambda: self._subprocess(
-                self._worker("probe", o / "probe", [*model, "--ops", "allreduce", *PROBE[self.quick]]),
-                o / "logs" / "probe.log",
+            lambda: self._launch(
+                "probe", o / "probe", [*model, "--ops", "allreduce", *PROBE[self.quick]], o / "logs" / "probe.log"
             ),
         )
         yield (
             "train",
             f"train: real DDP {MODEL}, {TRAIN_STEPS[self.quick]} steps",
             [o / "train" / "train-rank0001.jsonl"],
-            lambda: self._subprocess(
-                self._worker(
-                    "train",
-                    o / "train",
-                    [*model, "--micro-batch", str(MICRO_BATCH), "--steps", str(TRAIN_STEPS[self.quick])],
-                ),
+            lambda: self._launch(
+                "train",
+                o / "train",
+                [*model, "--micro-batch", str(MICRO_BATCH), "--steps", str(TRAIN_STEPS[self.quick])],
                 o / "logs" / "train.log",
             ),
         )
@@ -123,9 +150,7 @@ class Demo:
             "calibrate",
             "calibrate: fit the probe",
             [o / "calib.json"],
-            lambda: self._subprocess(
-                ["calibrate", str(o / "probe"), "-o", str(o / "calib.json")], o / "logs" / "calibrate.log"
-            ),
+            lambda: self._calibrate(o / "logs" / "calibrate.log"),
         )
         yield (
             "validate",
