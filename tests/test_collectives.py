@@ -171,6 +171,26 @@ def test_rccl_runs_its_allpairs_allreduce_on_one_mi300x_node_without_its_tuner()
         assert MSCCL_ALGORITHM not in by_name(op, size, fabric), (op, size, fabric.ranks)
 
 
+def test_rccl_ring_ll_below_the_allpairs_chunk_takes_rccls_ring_latency():
+    """ROCm/rccl: the all-pairs LL allreduce runs only when the element count divides into its 256
+    chunks (msccl_lifecycle.cc), so below 1 KiB of floats the call is RCCL's ring of 14 LL steps,
+    timed at RCCL's ring LL latency (tuning_model_5: 12 + 14 x 0.8 = 23.2 us), not the all-pairs
+    path's fitted 13.5 us; NVIDIA platforms (no MSCCL) keep their fitted one-node LL latency."""
+    from sim.msccl import runs_msccl_ll
+
+    net = load_scenario("mi300x-1024").network
+    for size in (8, 64, 512, 1024 + 4):  # under 256 floats, or not a multiple of them
+        assert not runs_msccl_ll("allreduce", size, net.msccl_gb_s, 8, 1), size
+        o = collective_cost("allreduce", size, mi300x(8))
+        assert o.algorithm == "ring/LL"
+        assert o.chosen.latency_us == pytest.approx(12.0 + 14 * 0.8, rel=1e-12), size
+    for size in (1024, 64 * 1024, 64 * 1024 + 2048, 256 * 1024):
+        assert runs_msccl_ll("allreduce", size, net.msccl_gb_s, 8, 1), size
+        assert collective_cost("allreduce", size, mi300x(8)).chosen.latency_us == pytest.approx(net.latency_ll_us)
+    assert not runs_msccl_ll("allreduce", 64 * 1024 + 1024, net.msccl_gb_s, 8, 1)  # 64tb: 512 chunks
+    assert collective_cost("allreduce", 8, h100(8)).chosen.latency_us == pytest.approx(35.0)
+
+
 def _flipped(table, field):
     """The table with one field's numbers doubled (every weight, cap, latency and correction)."""
 
