@@ -263,3 +263,59 @@ def test_each_pair_is_monotone_in_bytes(n, size, factor):
 def test_bad_size():
     with pytest.raises(ValueError, match="size_bytes"):
         collective_cost("allreduce", 0, gloo(2))
+
+
+# NVIDIA/nccl v2.26.2 (the together-h100 runs' version), src/graph/search.cc ncclTopoCompute on one
+# 8 x H100 SXM node (18 NVLinks x SM90_NVLINK_BW 20.6 = 370.8 GB/s per GPU, no NIC in a one-node
+# comm): the ring search starts at sm90SpeedArrayIntra's 60 GB/s, fits 6 channels (360 < 370.8),
+# finds nothing better at 50, 40 or 30, and ncclTopoDupChannels makes it 12 x 30; the tree takes
+# the ring's 12 channels at 30 (12 x 40 exceeds the links); NVLS needs 8 heads, each costing every
+# GPU's link 7 x bw + 2 x bw at its head, so 9 x 40 <= 370.8 < 9 x 50: 8 x 40 (pass 2 raises
+# bwInter to 60, which no NVLS path uses on one node; tuning.cc takes the min). tuning.cc then
+# sets each pair's bus bandwidth from nChannels x bw and its latency from baseLat + hwLat.
+NCCL_H100_GRAPH = {"ring": (12, 30.0), "tree": (12, 30.0), "nvls": (8, 40.0)}
+_TREE_CORRECTION = TABLES["nccl-hopper"].tree_correction
+
+
+def _nccl_rule_pick(op, size, algorithms):
+    """NCCL 2.26.2's own pick on one 8 x H100 node, from its searched graphs (ncclTopoTuneModel,
+    ncclTopoGetAlgoTime): the least latency + bytes / (1000 x algorithm bandwidth)."""
+    n, steps = 8, (14 if op == "allreduce" else 7)
+    ring = NCCL_H100_GRAPH["ring"][0] * NCCL_H100_GRAPH["ring"][1]
+    tree = NCCL_H100_GRAPH["tree"][0] * NCCL_H100_GRAPH["tree"][1]
+    ring_bw = (min(141.0, ring * 0.5), min(ring * 0.92, 12 * 36.7), ring)
+    tree_simple = min(tree * 0.92, 12 * 38.7)
+    tree_bw = (min(tree_simple / 3.8, 141.0), min(tree_simple * 7 / 9, 12 * 36.7), tree_simple)
+    times = {}
+    for p, name in enumerate(("LL", "LL128", "Simple")):
+        if "ring" in algorithms:
+            lat = (6.6, 14.0, 8.4)[p] + steps * (0.6, 1.9, 3.4)[p]
+            times[f"ring/{name}"] = lat + size / (1000 * ring_bw[p] * n / steps)
+        if "tree" in algorithms and op == "allreduce":
+            log_size = int(math.log2(size // 64)) if size >= 64 else -1
+            corr = _TREE_CORRECTION[p][log_size] if 0 <= log_size < 23 else 1.0
+            lat = (6.8, 14.0, 8.4)[p] + 2 * (n - 1) * (0.6, 1.25, 4.0)[p]
+            times[f"tree/{name}"] = lat + size / (1000 * tree_bw[p] * 0.5 * corr)
+    if "nvls" in algorithms and op == "allreduce":
+        nvls = NCCL_H100_GRAPH["nvls"][0] * NCCL_H100_GRAPH["nvls"][1]
+        times["nvls/Simple"] = 25.0 + size / (1000 * nvls * 5 / 6)
+    return min(times, key=times.get)
+
+
+@pytest.mark.parametrize(
+    "op,algorithm,offered",
+    [
+        ("allreduce", "ring", ("ring",)),
+        ("allgather", "ring", ("ring",)),
+        ("reduce_scatter", "ring", ("ring",)),
+        ("allreduce", "auto", ("ring", "tree", "nvls")),
+    ],
+)
+def test_one_h100_node_pick_is_nccls_rule_on_its_searched_graph(op, algorithm, offered):
+    """Issue 23's H100 misses at 2-16 MiB are not the pick: on every size the together-h100 runs
+    print (8 B-8 GiB), the replay (its bandwidths from the preset's achieved ring and NVLS rates)
+    picks what NCCL 2.26.2's own tuner picks with the bandwidths its topology search finds."""
+    fabric = h100(8, algorithm)
+    for k in range(3, 34):
+        size = 2**k
+        assert collective_cost(op, size, fabric).algorithm == _nccl_rule_pick(op, size, offered), (op, size)
