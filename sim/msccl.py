@@ -11,10 +11,10 @@ and an all-gather of one step each, where a ring takes 2(n - 1) = 14.
 Modelled here: the Simple one (``allreduce-allpairs-8n-simple.xml``: proto="Simple",
 nchannels="8", nchunksperloop="512", minBytes="524288", maxBytes="11534336" in place; its
 out-of-place twin and ``-simple_2`` cover up to 16 MiB), which DDP's fp32 gradient buckets of
-0.5-16 MiB meet on one MI300X node. The LL ones (up to 512 KiB) are left to the one-node LL
-model, whose fixed latency was fitted on that range already (docs/validation-public.md). Its
-latency and bus bandwidth are the preset's ``msccl_latency_us`` and ``msccl_gb_s``; a platform
-with none (every NVIDIA one) sets 0.
+0.5-16 MiB meet on one MI300X node. Its latency and bus bandwidth are the preset's
+``msccl_latency_us`` and ``msccl_gb_s``; a platform with none (every NVIDIA one) sets 0. The LL
+ones (up to 512 KiB) run first as well (sim/nccl.py), timed by the one-node LL latency
+``latency_ll_us``, which was fitted on that range (docs/validation-public.md).
 
 ``runs_msccl_ll`` says where the LL ones run (allreduce-allpairs-8n-ll-32tb.xml: nchunksperloop
 "256", minBytes "0", maxBytes "65536"; -ll-64tb.xml: "512", 65537-524287). The scheduler takes
@@ -26,6 +26,7 @@ RCCL's tuner, which picks the ring (sim/nccl_time.py times that ring's LL latenc
 
 KIB, MIB = 1024, 1024 * 1024
 MSCCL_ALGORITHM = "msccl-allpairs/Simple"
+MSCCL_LL_ALGORITHM = "msccl-allpairs/LL"
 MSCCL_RANKS = 8  # ngpus="8": the algorithms are written for one node of 8
 # Size range of the in-place algorithm (DDP reduces its buckets in place): minBytes..maxBytes of
 # allreduce-allpairs-8n-simple.xml, then allreduce-allpairs-8n-simple_2.xml's.

@@ -18,9 +18,10 @@ Latency (microseconds):
   256 KiB (about 35 us on 8 x H100, about 13.5 us on 8 x MI300X): the launch, the first and
   last step and the completion, not the 2(n - 1) per-hop latencies of tuning.cc, which put
   8 GPUs at 15 us for LL and 56 us for Simple.
-- one MI300X node, LL, where RCCL's MSCCL all-pairs LL allreduce does not run (below 1 KiB:
-  sim/msccl.py ``runs_msccl_ll``): that fitted 13.5 us is the all-pairs path's (two steps), and
-  the call is a ring of 2(n - 1) LL steps. Its latency is RCCL's own for that ring (ROCm/rccl
+- a ring LL on a platform that runs RCCL's MSCCL all-pairs algorithms (MI300X): its fitted
+  13.5 us LL latency is the all-pairs LL path's (two steps, 1 KiB-512 KiB, which sim/nccl.py
+  takes before this module), while a ring is 2(n - 1) LL steps (below 1 KiB, where no all-pairs
+  algorithm applies, or forced). Its latency is RCCL's own for that ring (ROCm/rccl
   src/graph/tuning.cc, tuning_model_5, the MI300X model: base 12 us + 0.8 us per xGMI LL step,
   12 + 14 x 0.8 = 23.2 us on 8 GPUs), nothing fitted; the constants live here, apart from the
   tuner tables, so the choice's weights still time nothing.
@@ -53,7 +54,6 @@ Bus bandwidth (GB/s), from where the bytes go:
 
 import math
 
-from sim.msccl import runs_msccl_ll
 from sim.topology import FLAT
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -103,15 +103,7 @@ def busbw_gb_s(p, s, algo: str, proto: int, nic: float) -> float:
     return bw
 
 
-def _rccl_ring_ll(p, s, op: str, algo: str, proto: int, size_bytes: float) -> bool:
-    """A one-node ring LL call on a platform whose fitted LL latency is RCCL's all-pairs LL
-    path's (it runs MSCCL), at a size that path does not take."""
-    if algo != "ring" or proto != 0 or s.nodes != 1 or p.msccl_busbw_gb_s <= 0:
-        return False
-    return not runs_msccl_ll(op, size_bytes, p.msccl_busbw_gb_s, s.ranks, s.nodes)
-
-
-def latency_us(p, s, op: str, algo: str, proto: int, size_bytes: float) -> tuple[float, int]:
+def latency_us(p, s, op: str, algo: str, proto: int) -> tuple[float, int]:
     """(latency in us, network steps on the critical path) of this pair, without the bytes."""
     if algo == "nvls":
         return p.nvls_latency_us, 0
@@ -120,12 +112,13 @@ def latency_us(p, s, op: str, algo: str, proto: int, size_bytes: float) -> tuple
         net_steps = 2 * _log2_floor(s.nodes)
         return p.nvls_latency_us + net_steps * net_step, net_steps
     fixed = p.latency_us[proto]
+    if algo == "ring" and proto == 0 and p.msccl_busbw_gb_s > 0:
+        # the one-node ring's own LL latency by RCCL (its fitted LL latency is the all-pairs path's)
+        fixed = RCCL_RING_LL_BASE_US + ring_steps(op, s.ppn, 1)[0] * INTRA_HOP_US[p.intra_link][0]
     if algo == "tree":
         net_steps = 2 * _log2_floor(s.nodes) if s.nodes > 1 else 0
         return fixed + net_steps * net_step, net_steps
     steps, net_steps = ring_steps(op, s.ranks, s.nodes)
-    if _rccl_ring_ll(p, s, op, algo, proto, size_bytes):
-        return RCCL_RING_LL_BASE_US + steps * INTRA_HOP_US[p.intra_link][0], 0
     if s.nodes == 1:
         return fixed, 0
     own = ring_steps(op, s.ppn, 1)[0]  # the one-node ring that ``fixed`` was measured on
@@ -137,7 +130,7 @@ def latency_us(p, s, op: str, algo: str, proto: int, size_bytes: float) -> tuple
 def time_pair(p, s, op: str, size_bytes: float, bus_factor: float, algo: str, proto: int):
     """(latency us, network steps, busbw GB/s, time us) of one pair on this platform, with the
     tiers above the node (sim/topology.py) in the latency and the NIC side."""
-    latency, net_steps = latency_us(p, s, op, algo, proto, size_bytes)
+    latency, net_steps = latency_us(p, s, op, algo, proto)
     nic = p.inter_busbw_gb_s
     if p.tiers != FLAT:
         latency += p.tiers.extra_us(algo, op, s.nodes)

@@ -157,7 +157,7 @@ def test_rccl_runs_its_allpairs_allreduce_on_one_mi300x_node_without_its_tuner()
         want_us = net.msccl_latency_us + 2 * 7 / 8 * size / (net.msccl_gb_s * 1e3)
         assert collective_cost("allreduce", size, mi300x(8)).time_s * 1e6 == pytest.approx(want_us, rel=1e-12)
     not_allpairs = [
-        ("allreduce", 256 * 1024, mi300x(8)),  # below minBytes: the LL range, left to the ring model
+        ("allreduce", 256 * 1024, mi300x(8)),  # below minBytes: the LL range (the test below)
         ("allreduce", 12 * 2**20, mi300x(8)),  # between the two in-place ranges
         ("allreduce", 32 * 2**20, mi300x(8)),  # past maxBytes
         ("allreduce", 2**20 + 1024, mi300x(8)),  # 262,400 floats: not 512 chunks
@@ -171,23 +171,33 @@ def test_rccl_runs_its_allpairs_allreduce_on_one_mi300x_node_without_its_tuner()
         assert MSCCL_ALGORITHM not in by_name(op, size, fabric), (op, size, fabric.ranks)
 
 
-def test_rccl_ring_ll_below_the_allpairs_chunk_takes_rccls_ring_latency():
-    """ROCm/rccl: the all-pairs LL allreduce runs only when the element count divides into its 256
-    chunks (msccl_lifecycle.cc), so below 1 KiB of floats the call is RCCL's ring of 14 LL steps,
-    timed at RCCL's ring LL latency (tuning_model_5: 12 + 14 x 0.8 = 23.2 us), not the all-pairs
-    path's fitted 13.5 us; NVIDIA platforms (no MSCCL) keep their fitted one-node LL latency."""
-    from sim.msccl import runs_msccl_ll
+def test_rccl_allpairs_ll_runs_first_and_a_ring_ll_takes_rccls_ring_latency():
+    """ROCm/rccl: MSCCL's all-pairs LL allreduce (1 KiB-512 KiB) runs before the tuner, as the
+    Simple one does, when the element count divides into its 256 (to 64 KiB) or 512 chunks
+    (msccl_lifecycle.cc); it is timed at the one-node LL latency fitted on that path. Otherwise
+    (below 1 KiB, or forced) the call is RCCL's ring of 14 LL steps, timed at RCCL's ring LL
+    latency (tuning_model_5: 12 + 14 x 0.8 = 23.2 us), not the all-pairs path's 13.5 us. NVIDIA
+    platforms (no MSCCL) keep their fitted one-node LL latency."""
+    from sim.msccl import MSCCL_LL_ALGORITHM, runs_msccl_ll
 
     net = load_scenario("mi300x-1024").network
+    ring_ll_us = 12.0 + 14 * 0.8
     for size in (8, 64, 512, 1024 + 4):  # under 256 floats, or not a multiple of them
         assert not runs_msccl_ll("allreduce", size, net.msccl_gb_s, 8, 1), size
         o = collective_cost("allreduce", size, mi300x(8))
         assert o.algorithm == "ring/LL"
-        assert o.chosen.latency_us == pytest.approx(12.0 + 14 * 0.8, rel=1e-12), size
-    for size in (1024, 64 * 1024, 64 * 1024 + 2048, 256 * 1024):
+        assert o.chosen.latency_us == pytest.approx(ring_ll_us, rel=1e-12), size
+    # 384 KiB: RCCL's tuner would take a Simple ring (60 us here); the all-pairs LL runs first.
+    for size in (1024, 64 * 1024, 64 * 1024 + 2048, 256 * 1024, 384 * 1024, 512 * 1024 - 2048):
         assert runs_msccl_ll("allreduce", size, net.msccl_gb_s, 8, 1), size
-        assert collective_cost("allreduce", size, mi300x(8)).chosen.latency_us == pytest.approx(net.latency_ll_us)
+        (only,) = candidates("allreduce", size, mi300x(8))
+        assert only.algorithm == MSCCL_LL_ALGORITHM, size
+        want_us = net.latency_ll_us + 2 * 7 / 8 * size / (0.5 * 448 * 0.75 * 1e3)
+        assert only.time_us == pytest.approx(want_us, rel=1e-12), size
     assert not runs_msccl_ll("allreduce", 64 * 1024 + 1024, net.msccl_gb_s, 8, 1)  # 64tb: 512 chunks
+    assert not runs_msccl_ll("allreduce", 4096, net.msccl_gb_s, 16, 2)  # ngpus="8": one node
+    forced = collective_cost("allreduce", 4096, mi300x(8, "ring"))
+    assert (forced.algorithm, forced.chosen.latency_us) == ("ring/LL", pytest.approx(ring_ll_us))
     assert collective_cost("allreduce", 8, h100(8)).chosen.latency_us == pytest.approx(35.0)
 
 
