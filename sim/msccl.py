@@ -11,14 +11,22 @@ and an all-gather of one step each, where a ring takes 2(n - 1) = 14.
 Modelled here: the Simple one (``allreduce-allpairs-8n-simple.xml``: proto="Simple",
 nchannels="8", nchunksperloop="512", minBytes="524288", maxBytes="11534336" in place; its
 out-of-place twin and ``-simple_2`` cover up to 16 MiB), which DDP's fp32 gradient buckets of
-0.5-16 MiB meet on one MI300X node. The LL ones (up to 512 KiB) are left to the one-node LL
-model, whose fixed latency was fitted on that range already (docs/validation-public.md). Its
-latency and bus bandwidth are the preset's ``msccl_latency_us`` and ``msccl_gb_s``; a platform
-with none (every NVIDIA one) sets 0.
+0.5-16 MiB meet on one MI300X node. Its latency and bus bandwidth are the preset's
+``msccl_latency_us`` and ``msccl_gb_s``; a platform with none (every NVIDIA one) sets 0. The LL
+ones (up to 512 KiB) run first as well (sim/nccl.py), timed by the one-node LL latency
+``latency_ll_us``, which was fitted on that range (docs/validation-public.md).
+
+``runs_msccl_ll`` says where the LL ones run (allreduce-allpairs-8n-ll-32tb.xml: nchunksperloop
+"256", minBytes "0", maxBytes "65536"; -ll-64tb.xml: "512", 65537-524287). The scheduler takes
+an algorithm only when the element count divides into its chunks (msccl_lifecycle.cc,
+mscclInternalSchedulerSelectAlgo: ``(count * sizeMultiplier) % nChunksPerLoop == 0``, the
+multiplier 1 for allreduce): below 256 floats (1 KiB) no all-pairs LL runs and the call goes to
+RCCL's tuner, which picks the ring (sim/nccl_time.py times that ring's LL latency).
 """
 
 KIB, MIB = 1024, 1024 * 1024
 MSCCL_ALGORITHM = "msccl-allpairs/Simple"
+MSCCL_LL_ALGORITHM = "msccl-allpairs/LL"
 MSCCL_RANKS = 8  # ngpus="8": the algorithms are written for one node of 8
 # Size range of the in-place algorithm (DDP reduces its buckets in place): minBytes..maxBytes of
 # allreduce-allpairs-8n-simple.xml, then allreduce-allpairs-8n-simple_2.xml's.
@@ -35,3 +43,14 @@ def runs_msccl(op: str, size_bytes: float, busbw_gb_s: float, ranks: int, nodes:
     if size_bytes % MSCCL_CHUNK_BYTES:
         return False
     return any(lo <= size_bytes <= hi for lo, hi in MSCCL_RANGES_BYTES)
+
+
+# The LL all-pairs algorithms: (minBytes, maxBytes, nchunksperloop x 4-byte elements).
+MSCCL_LL_RANGES = ((0, 64 * KIB, 256 * 4), (64 * KIB + 1, 512 * KIB - 1, 512 * 4))
+
+
+def runs_msccl_ll(op: str, size_bytes: float, busbw_gb_s: float, ranks: int, nodes: int) -> bool:
+    """Whether RCCL's scheduler takes this call to an all-pairs LL allreduce."""
+    if busbw_gb_s <= 0 or op != "allreduce" or ranks != MSCCL_RANKS or nodes != 1 or size_bytes <= 0:
+        return False
+    return any(lo <= size_bytes <= hi and size_bytes % chunk == 0 for lo, hi, chunk in MSCCL_LL_RANGES)

@@ -5,7 +5,8 @@ inside an NVSwitch node) and NVLS-tree (NVLS inside, a tree across), each with t
 or Simple protocol, by its own cost model (src/graph/tuning.cc; constants in
 sim/tuning_tables.py): a base and per-hop latency, a bus bandwidth with per-protocol caps,
 correction factors; the cheapest wins (src/enqueue.cc). RCCL asks its MSCCL scheduler first,
-and on one 8 x MI300X node takes the all-pairs allreduce where it applies (sim/msccl.py).
+and on one 8 x MI300X node takes the all-pairs allreduce, LL or Simple, where it applies
+(sim/msccl.py).
 ``options`` replays that estimate for every pair and ``choose`` the pick. The estimate only
 chooses: some of its numbers are weights, not times (RCCL charges a Simple ring 320 us per
 network step and runs it at 0.1 of its bandwidth below 512 MiB, to keep it off those sizes).
@@ -19,8 +20,8 @@ count; docs/validation-public.md holds the result to published measurements.
 import math
 from typing import NamedTuple
 
-from sim.msccl import MSCCL_ALGORITHM, runs_msccl
-from sim.nccl_time import PROTOCOLS, time_pair
+from sim.msccl import MSCCL_ALGORITHM, MSCCL_LL_ALGORITHM, runs_msccl, runs_msccl_ll
+from sim.nccl_time import DATA_FRACTION, PROTOCOLS, time_pair
 from sim.topology import FLAT, Tiers
 from sim.tuning_tables import NCCL_AMD_HOST_LL_MAX, TABLES, TunerTable
 
@@ -140,6 +141,12 @@ def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float
         # RCCL asks its MSCCL scheduler before its tuner: a matching algorithm runs, unweighed.
         time_us = p.msccl_latency_us + bus_factor * size_bytes / (p.msccl_busbw_gb_s * 1e3)
         return [Option(MSCCL_ALGORITHM, time_us, p.msccl_latency_us, 0, p.msccl_busbw_gb_s, time_us)]
+    if algorithm == "auto" and runs_msccl_ll(op, size_bytes, p.msccl_busbw_gb_s, s.ranks, s.nodes):
+        # Its all-pairs LL allreduce (1 KiB-512 KiB) goes before the tuner too: the one-node LL
+        # latency fitted on this path (1-128 KiB), at LL's half of the node's ring rate.
+        busbw = p.intra_busbw_gb_s * DATA_FRACTION[0]
+        time_us = p.latency_us[0] + bus_factor * size_bytes / (busbw * 1e3)
+        return [Option(MSCCL_LL_ALGORITHM, time_us, p.latency_us[0], 0, busbw, time_us)]
     t = TABLES[p.tuner]
     rccl = t.bw_ratio is not None
     log_size = _log2i(size_bytes / 64.0) if size_bytes >= 64 else -1

@@ -18,6 +18,13 @@ Latency (microseconds):
   256 KiB (about 35 us on 8 x H100, about 13.5 us on 8 x MI300X): the launch, the first and
   last step and the completion, not the 2(n - 1) per-hop latencies of tuning.cc, which put
   8 GPUs at 15 us for LL and 56 us for Simple.
+- a ring LL on a platform that runs RCCL's MSCCL all-pairs algorithms (MI300X): its fitted
+  13.5 us LL latency is the all-pairs LL path's (two steps, 1 KiB-512 KiB, which sim/nccl.py
+  takes before this module), while a ring is 2(n - 1) LL steps (below 1 KiB, where no all-pairs
+  algorithm applies, or forced). Its latency is RCCL's own for that ring (ROCm/rccl
+  src/graph/tuning.cc, tuning_model_5, the MI300X model: base 12 us + 0.8 us per xGMI LL step,
+  12 + 14 x 0.8 = 23.2 us on 8 GPUs), nothing fitted; the constants live here, apart from the
+  tuner tables, so the choice's weights still time nothing.
 - across nodes: each network step adds NVIDIA's measured NET latency (tuning.cc hwLat, NET
   row) plus the fabric's ``net_hop_us`` (NIC, switches, the proxy thread); a ring's steps
   beyond one node's own pay the larger of the intra-node hop latency (hwLat's NVLink row,
@@ -62,6 +69,8 @@ NET_HOP_US = {
     "nvlstree": (0.0, 0.0, 20.9),
 }
 NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}  # per ring step with a network in it; x3 for Simple
+# RCCL's base latency of a ring LL collective (ROCm/rccl tuning.cc tuning_model_5 baseLat, Ring LL).
+RCCL_RING_LL_BASE_US = 12.0
 
 
 def _log2_floor(x: int) -> int:
@@ -103,6 +112,9 @@ def latency_us(p, s, op: str, algo: str, proto: int) -> tuple[float, int]:
         net_steps = 2 * _log2_floor(s.nodes)
         return p.nvls_latency_us + net_steps * net_step, net_steps
     fixed = p.latency_us[proto]
+    if algo == "ring" and proto == 0 and p.msccl_busbw_gb_s > 0:
+        # the one-node ring's own LL latency by RCCL (its fitted LL latency is the all-pairs path's)
+        fixed = RCCL_RING_LL_BASE_US + ring_steps(op, s.ppn, 1)[0] * INTRA_HOP_US[p.intra_link][0]
     if algo == "tree":
         net_steps = 2 * _log2_floor(s.nodes) if s.nodes > 1 else 0
         return fixed + net_steps * net_step, net_steps

@@ -157,7 +157,7 @@ def test_rccl_runs_its_allpairs_allreduce_on_one_mi300x_node_without_its_tuner()
         want_us = net.msccl_latency_us + 2 * 7 / 8 * size / (net.msccl_gb_s * 1e3)
         assert collective_cost("allreduce", size, mi300x(8)).time_s * 1e6 == pytest.approx(want_us, rel=1e-12)
     not_allpairs = [
-        ("allreduce", 256 * 1024, mi300x(8)),  # below minBytes: the LL range, left to the ring model
+        ("allreduce", 256 * 1024, mi300x(8)),  # below minBytes: the LL range (the test below)
         ("allreduce", 12 * 2**20, mi300x(8)),  # between the two in-place ranges
         ("allreduce", 32 * 2**20, mi300x(8)),  # past maxBytes
         ("allreduce", 2**20 + 1024, mi300x(8)),  # 262,400 floats: not 512 chunks
@@ -169,6 +169,36 @@ def test_rccl_runs_its_allpairs_allreduce_on_one_mi300x_node_without_its_tuner()
     ]
     for op, size, fabric in not_allpairs:
         assert MSCCL_ALGORITHM not in by_name(op, size, fabric), (op, size, fabric.ranks)
+
+
+def test_rccl_allpairs_ll_runs_first_and_a_ring_ll_takes_rccls_ring_latency():
+    """ROCm/rccl: MSCCL's all-pairs LL allreduce (1 KiB-512 KiB) runs before the tuner, as the
+    Simple one does, when the element count divides into its 256 (to 64 KiB) or 512 chunks
+    (msccl_lifecycle.cc); it is timed at the one-node LL latency fitted on that path. Otherwise
+    (below 1 KiB, or forced) the call is RCCL's ring of 14 LL steps, timed at RCCL's ring LL
+    latency (tuning_model_5: 12 + 14 x 0.8 = 23.2 us), not the all-pairs path's 13.5 us. NVIDIA
+    platforms (no MSCCL) keep their fitted one-node LL latency."""
+    from sim.msccl import MSCCL_LL_ALGORITHM, runs_msccl_ll
+
+    net = load_scenario("mi300x-1024").network
+    ring_ll_us = 12.0 + 14 * 0.8
+    for size in (8, 64, 512, 1024 + 4):  # under 256 floats, or not a multiple of them
+        assert not runs_msccl_ll("allreduce", size, net.msccl_gb_s, 8, 1), size
+        o = collective_cost("allreduce", size, mi300x(8))
+        assert o.algorithm == "ring/LL"
+        assert o.chosen.latency_us == pytest.approx(ring_ll_us, rel=1e-12), size
+    # 384 KiB: RCCL's tuner would take a Simple ring (60 us here); the all-pairs LL runs first.
+    for size in (1024, 64 * 1024, 64 * 1024 + 2048, 256 * 1024, 384 * 1024, 512 * 1024 - 2048):
+        assert runs_msccl_ll("allreduce", size, net.msccl_gb_s, 8, 1), size
+        (only,) = candidates("allreduce", size, mi300x(8))
+        assert only.algorithm == MSCCL_LL_ALGORITHM, size
+        want_us = net.latency_ll_us + 2 * 7 / 8 * size / (0.5 * 448 * 0.75 * 1e3)
+        assert only.time_us == pytest.approx(want_us, rel=1e-12), size
+    assert not runs_msccl_ll("allreduce", 64 * 1024 + 1024, net.msccl_gb_s, 8, 1)  # 64tb: 512 chunks
+    assert not runs_msccl_ll("allreduce", 4096, net.msccl_gb_s, 16, 2)  # ngpus="8": one node
+    forced = collective_cost("allreduce", 4096, mi300x(8, "ring"))
+    assert (forced.algorithm, forced.chosen.latency_us) == ("ring/LL", pytest.approx(ring_ll_us))
+    assert collective_cost("allreduce", 8, h100(8)).chosen.latency_us == pytest.approx(35.0)
 
 
 def _flipped(table, field):
@@ -243,3 +273,59 @@ def test_each_pair_is_monotone_in_bytes(n, size, factor):
 def test_bad_size():
     with pytest.raises(ValueError, match="size_bytes"):
         collective_cost("allreduce", 0, gloo(2))
+
+
+# NVIDIA/nccl v2.26.2 (the together-h100 runs' version), src/graph/search.cc ncclTopoCompute on one
+# 8 x H100 SXM node (18 NVLinks x SM90_NVLINK_BW 20.6 = 370.8 GB/s per GPU, no NIC in a one-node
+# comm): the ring search starts at sm90SpeedArrayIntra's 60 GB/s, fits 6 channels (360 < 370.8),
+# finds nothing better at 50, 40 or 30, and ncclTopoDupChannels makes it 12 x 30; the tree takes
+# the ring's 12 channels at 30 (12 x 40 exceeds the links); NVLS needs 8 heads, each costing every
+# GPU's link 7 x bw + 2 x bw at its head, so 9 x 40 <= 370.8 < 9 x 50: 8 x 40 (pass 2 raises
+# bwInter to 60, which no NVLS path uses on one node; tuning.cc takes the min). tuning.cc then
+# sets each pair's bus bandwidth from nChannels x bw and its latency from baseLat + hwLat.
+NCCL_H100_GRAPH = {"ring": (12, 30.0), "tree": (12, 30.0), "nvls": (8, 40.0)}
+_TREE_CORRECTION = TABLES["nccl-hopper"].tree_correction
+
+
+def _nccl_rule_pick(op, size, algorithms):
+    """NCCL 2.26.2's own pick on one 8 x H100 node, from its searched graphs (ncclTopoTuneModel,
+    ncclTopoGetAlgoTime): the least latency + bytes / (1000 x algorithm bandwidth)."""
+    n, steps = 8, (14 if op == "allreduce" else 7)
+    ring = NCCL_H100_GRAPH["ring"][0] * NCCL_H100_GRAPH["ring"][1]
+    tree = NCCL_H100_GRAPH["tree"][0] * NCCL_H100_GRAPH["tree"][1]
+    ring_bw = (min(141.0, ring * 0.5), min(ring * 0.92, 12 * 36.7), ring)
+    tree_simple = min(tree * 0.92, 12 * 38.7)
+    tree_bw = (min(tree_simple / 3.8, 141.0), min(tree_simple * 7 / 9, 12 * 36.7), tree_simple)
+    times = {}
+    for p, name in enumerate(("LL", "LL128", "Simple")):
+        if "ring" in algorithms:
+            lat = (6.6, 14.0, 8.4)[p] + steps * (0.6, 1.9, 3.4)[p]
+            times[f"ring/{name}"] = lat + size / (1000 * ring_bw[p] * n / steps)
+        if "tree" in algorithms and op == "allreduce":
+            log_size = int(math.log2(size // 64)) if size >= 64 else -1
+            corr = _TREE_CORRECTION[p][log_size] if 0 <= log_size < 23 else 1.0
+            lat = (6.8, 14.0, 8.4)[p] + 2 * (n - 1) * (0.6, 1.25, 4.0)[p]
+            times[f"tree/{name}"] = lat + size / (1000 * tree_bw[p] * 0.5 * corr)
+    if "nvls" in algorithms and op == "allreduce":
+        nvls = NCCL_H100_GRAPH["nvls"][0] * NCCL_H100_GRAPH["nvls"][1]
+        times["nvls/Simple"] = 25.0 + size / (1000 * nvls * 5 / 6)
+    return min(times, key=times.get)
+
+
+@pytest.mark.parametrize(
+    "op,algorithm,offered",
+    [
+        ("allreduce", "ring", ("ring",)),
+        ("allgather", "ring", ("ring",)),
+        ("reduce_scatter", "ring", ("ring",)),
+        ("allreduce", "auto", ("ring", "tree", "nvls")),
+    ],
+)
+def test_one_h100_node_pick_is_nccls_rule_on_its_searched_graph(op, algorithm, offered):
+    """Issue 23's H100 misses at 2-16 MiB are not the pick: on every size the together-h100 runs
+    print (8 B-8 GiB), the replay (its bandwidths from the preset's achieved ring and NVLS rates)
+    picks what NCCL 2.26.2's own tuner picks with the bandwidths its topology search finds."""
+    fabric = h100(8, algorithm)
+    for k in range(3, 34):
+        size = 2**k
+        assert collective_cost(op, size, fabric).algorithm == _nccl_rule_pick(op, size, offered), (op, size)
