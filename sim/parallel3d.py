@@ -258,6 +258,9 @@ class Step3D:
     slowest_stage: int  # the stage whose group is slowest (the straggler's, when there is one)
     stage_factor: np.ndarray  # (dp, pp) each TP group's compute-time factor
     costs: StepCosts
+    busy_s: np.ndarray  # (dp, pp) each TP group's compute in this step (its forwards and backwards)
+    stage_end_s: np.ndarray  # (dp, pp) when its last backward ended
+    reduced_s: np.ndarray  # (pp,) when each stage's data-parallel reduction (and the tie) ended
 
     @property
     def gpus(self) -> int:
@@ -354,40 +357,57 @@ def simulate_3d(
     lay = layout(sc)
     costs = step_costs(sc, lay) if costs is None else costs
     factors = group_factors(sc, lay, rng) if factors is None else factors
+    noise = op_noise(sc, lay, rng) if rng is not None else None
+    return step_3d(sc, lay, costs, factors, noise)
+
+
+def step_3d(
+    sc: Scenario,
+    lay: Layout,
+    costs: StepCosts,
+    factors: np.ndarray,
+    noise: np.ndarray | None,
+    *,
+    memory: list[StageMemory] | None = None,
+) -> Step3D:
+    """One step given its draws: ``factors`` (dp, pp), ``noise`` (dp, pp, ops) or None
+    (op_noise); ``memory``: memory_by_stage's, when the caller has it (sim/steps3d.py runs
+    many steps of one layout). The dp pipelines replay together (sim/pipeline.py's batch),
+    identical ones once."""
     overlap, fsdp = sc.training.overlap, sc.training.mode == "fsdp"
     start = costs.gather_s / np.array([max(1, sum(costs.layers[g] for g in range(i, len(costs.layers), lay.pp)))
                                        for i in range(lay.pp)]) if overlap else costs.gather_s  # fmt: skip
-    noise = op_noise(sc, lay, rng) if rng is not None else None
-    runs = {}
-    for j in range(lay.dp):
-        key = (j,) if noise is not None else tuple(factors[j])
-        if key not in runs:  # identical pipelines replay identically
-            f = factors[j][:, None]
-            runs[key] = run_pipeline(
-                lay.schedule,
-                lay.pp,
-                lay.m,
-                lay.v,
-                costs.forward_s * f,
-                costs.backward_s * f,
-                costs.p2p_s,
-                start_s=start if fsdp else None,
-                op_noise=None if noise is None else noise[j],
-                sync_forward_s=costs.sync_forward_s,
-                sync_backward_s=costs.sync_backward_s,
-            )
+    if noise is None:  # identical pipelines replay identically
+        rows, which = np.unique(factors, axis=0, return_inverse=True)
+        which = which.reshape(-1)
+    else:
+        rows, which = factors, np.arange(lay.dp)
+    f = rows[:, :, None]
+    run = run_pipeline(
+        lay.schedule,
+        lay.pp,
+        lay.m,
+        lay.v,
+        costs.forward_s * f,
+        costs.backward_s * f,
+        costs.p2p_s,
+        start_s=start if fsdp else None,
+        op_noise=noise,
+        sync_forward_s=costs.sync_forward_s,
+        sync_backward_s=costs.sync_backward_s,
+    )
+    stage_end = run.stage_end_s[which]  # (dp, pp)
     # Each stage's reduction waits for that stage in every pipeline.
-    end = np.max([r.stage_end_s for r in runs.values()], axis=0)
-    last_start = np.max([r.last_backward_start_s for r in runs.values()], axis=0)
+    end = stage_end.max(axis=0)
+    last_start = run.last_backward_start_s.max(axis=0)
     if overlap:
         done = np.maximum(end + costs.dp_last_bucket_s, last_start + costs.dp_s)
     else:
         done = end + costs.dp_s
     done[0] += costs.tie_s
     done[-1] += costs.tie_s
-    slow_key = max(runs, key=lambda k: runs[k].makespan_s)
-    slow = runs[slow_key]
-    pipeline_s = max(r.makespan_s for r in runs.values())
+    slow = int(np.argmax(run.makespan_s))
+    pipeline_s = float(run.makespan_s[slow])
     finish = float(np.max(done + costs.optimizer_s))
     t = sc.training
     tokens = lay.dp * lay.m * t.micro_batch_size * sc.seq_len
@@ -398,16 +418,19 @@ def simulate_3d(
         dp_exposed_s=float(np.max(done)) - pipeline_s,
         optimizer_s=float(costs.optimizer_s.max()),
         bubble_fraction=bubble_fraction(lay.schedule, lay.pp, lay.m, lay.v),
-        idle_fraction=slow.idle_s / slow.makespan_s,
+        idle_fraction=run.idle_s[slow] / pipeline_s,
         tp_comm_s=float(costs.tp_comm_s.max() * lay.m),
         p2p_s=costs.p2p_s,
         tokens_per_step=tokens,
         model_flops_per_step=flops_per_token(sc.model.shape, sc.seq_len) * tokens,
         peak_tflop_s=sc.compute.peak_for(t.dtypes),
-        memory=memory_by_stage(sc, lay, costs),
+        memory=memory_by_stage(sc, lay, costs) if memory is None else memory,
         slowest_stage=int(np.argmax(np.max(factors, axis=0))),
         stage_factor=factors,
         costs=costs,
+        busy_s=run.busy_s[which],
+        stage_end_s=stage_end,
+        reduced_s=done,
     )
 
 
