@@ -183,14 +183,6 @@ def test_selective_keeps_all_but_the_attention_core_in_ddp_memory():
     assert full.activations_gib < sel.activations_gib
 
 
-def test_3d_simulate_refuses_out_in_one_line(tmp_path, capsys):
-    from ddplab.cli import main
-
-    sets = [x for s in [*BASE, "training.tp=8"] for x in ("--set", s)]
-    assert main(["simulate", "h100-1024", "--ranks", "64", "--out", str(tmp_path), *sets]) == 2
-    assert capsys.readouterr().err.count("\n") == 1
-
-
 def test_pp_layers_place_blocks_by_hand():
     even = _sc("training.pp=4", "training.grad_accum=8")
     hand = _sc("training.pp=4", "training.grad_accum=8", "training.pp_layers=[7,9,9,7]")
