@@ -30,9 +30,10 @@ group runs at its slowest member (its collectives are synchronous), so the stage
 pipeline is slowed, the pipeline replay carries the delay to the stages that wait on it, and
 the data-parallel reduction carries it to every other pipeline. Per-micro-step noise
 (``noise.distribution``, ``noise.sigma``) is drawn per GPU for every forward and backward of
-every micro-batch, and a TP group's operation takes its slowest GPU's draw; one step is drawn
-(its many micro-batches average it). Assumed: loader waits, episodes and compute interference
-are not applied here; the output says so.
+every micro-batch, and a TP group's operation takes its slowest GPU's draw; ``simulate_3d``
+draws one step (its many micro-batches average it), sim/steps3d.py many (`ddplab simulate`).
+Assumed: loader waits, episodes and compute interference are not applied here; the output
+says so.
 """
 
 import dataclasses
