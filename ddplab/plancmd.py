@@ -53,7 +53,9 @@ def add_arguments(sub) -> None:
 def run(args):
     from workflow.sweep_engines import make_engine
 
-    workers = args.workers or (1 if args.engine == "local" else os.cpu_count() or 1)
+    workers = args.workers
+    if workers is None:  # local: this process; a LocalCluster: every core, as `ddplab sweep`'s
+        workers = 1 if args.engine == "local" else os.cpu_count() or 1
     engine = make_engine(args.engine, workers, args.scheduler, args.dashboard)
     # SIGTERM as Ctrl-C: the engine's exit then ends its workers (and Dask's) and says one line;
     # a LocalCluster starts with SIGINT blocked (sweep_engines.py), as `ddplab sweep`'s does.

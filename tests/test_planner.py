@@ -85,3 +85,15 @@ def test_llama3_70b_on_h100_1024_plans_through_the_cli(capsys):
     sc = load_scenario("h100-1024", ["model.preset=llama3-70b", "training.seq_len=0", *best["sets"]], ranks=1024)
     step = simulate_3d(sc, None, factors=np.ones((best["dp"], best["pp"])))
     assert step.step_s == pytest.approx(best["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "flags,field",
+    [(["--scheduler", "tcp://127.0.0.1:1"], "--scheduler"), (["--workers", "0", "--engine", "dask"], "--workers")],
+)
+def test_plan_engine_flags_refuse_in_one_line(flags, field, capsys):
+    from ddplab.cli import main
+
+    assert main(["plan", "llama3-8b", "h100-1024", "--gpus", "16", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err
