@@ -1,8 +1,15 @@
 """`ddplab plan MODEL CLUSTER`: the TP x PP x DP layouts of a model on a cluster that fit in
-memory, fastest first (workflow/layouts.py), with the keys that give each to `ddplab simulate`."""
+memory, fastest first (workflow/layouts.py), with the keys that give each to `ddplab simulate`;
+here, in local processes or on a Dask cluster (workflow/sweep_engines.py, as `ddplab sweep`)."""
 
+import os
+import sys
+
+from ddplab.signals import sigterm_as_ctrl_c
 from workflow.layouts import plan_layouts, scenario_sets
 from workflow.units import fmt_seconds
+
+DASHBOARD = "127.0.0.1:8787"  # --dashboard alone, as `ddplab sweep`'s
 
 
 def add_arguments(sub) -> None:
@@ -16,12 +23,46 @@ def add_arguments(sub) -> None:
     p.add_argument("--top", type=int, default=10, help="layouts to print (default 10)")
     p.add_argument("--finalists", type=int, default=12, help="layouts replayed event by event (default 12)")
     p.add_argument("--json", action="store_true", help="print JSON: the ranked layouts with their --set keys")
+    p.add_argument(
+        "--engine",
+        default="local",
+        choices=["local", "dask"],
+        help="local: this process (--workers N: N processes); dask: a Dask cluster (pip install 'ddplab[dask]')",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="processes: local's pool (default 1: this process, no pool), or the LocalCluster --engine dask"
+        " starts without --scheduler (default: every core)",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --engine dask: a running cluster's scheduler (tcp://HOST:8786) instead of a LocalCluster",
+    )
+    p.add_argument(
+        "--dashboard",
+        nargs="?",
+        const=DASHBOARD,
+        metavar="HOST:PORT",
+        help=f"with --engine dask and no --scheduler: the LocalCluster's dashboard (alone: {DASHBOARD})",
+    )
     p.set_defaults(func=run)
 
 
 def run(args):
-    found = plan_layouts(args.model, args.cluster, gpus=args.gpus, global_batch=args.global_batch,
-                         seq_len=args.seq_len, sets=args.set, top=args.top, finalists=args.finalists)  # fmt: skip
+    from workflow.sweep_engines import make_engine
+
+    workers = args.workers
+    if workers is None:  # local: this process; a LocalCluster: every core, as `ddplab sweep`'s
+        workers = 1 if args.engine == "local" else os.cpu_count() or 1
+    engine = make_engine(args.engine, workers, args.scheduler, args.dashboard)
+    # SIGTERM as Ctrl-C: the engine's exit then ends its workers (and Dask's) and says one line;
+    # a LocalCluster starts with SIGINT blocked (sweep_engines.py), as `ddplab sweep`'s does.
+    with sigterm_as_ctrl_c():
+        found = plan_layouts(args.model, args.cluster, gpus=args.gpus, global_batch=args.global_batch,
+                             seq_len=args.seq_len, sets=args.set, top=args.top, finalists=args.finalists,
+                             engine=engine, started=_listens)  # fmt: skip
     if args.json:
         return found
     rows, gpus, batch = found["layouts"], found["gpus"], found["global_batch"]
@@ -43,6 +84,11 @@ def run(args):
     )
     print(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs")
     return rows
+
+
+def _listens(engine) -> None:
+    if engine.name == "dask":  # what listens, and where (issue 25 D5)
+        print(engine.listens(), file=sys.stderr, flush=True)
 
 
 def _pct(x) -> str:

@@ -31,9 +31,10 @@ group runs at its slowest member (its collectives are synchronous), so the stage
 pipeline is slowed, the pipeline replay carries the delay to the stages that wait on it, and
 the data-parallel reduction carries it to every other pipeline. Per-micro-step noise
 (``noise.distribution``, ``noise.sigma``) is drawn per GPU for every forward and backward of
-every micro-batch, and a TP group's operation takes its slowest GPU's draw; one step is drawn
-(its many micro-batches average it). Assumed: loader waits, episodes and compute interference
-are not applied here; the output says so.
+every micro-batch, and a TP group's operation takes its slowest GPU's draw; ``simulate_3d``
+draws one step (its many micro-batches average it), sim/steps3d.py many (`ddplab simulate`).
+Assumed: loader waits, episodes and compute interference are not applied here; the output
+says so.
 """
 
 import dataclasses
@@ -49,7 +50,7 @@ from sim.memory3d import StageMemory, layer_terms, stage_memory
 from sim.nccl_time import INTRA_HOP_US, NET_HOP_US
 from sim.noise import multipliers, speed_factors
 from sim.optimizer import adamw_step_s
-from sim.pipeline import bubble_fraction, in_flight_closed_form, run_pipeline
+from sim.pipeline import PipelineRun, bubble_fraction, in_flight_closed_form, run_pipeline
 from sim.precision import Precision, sharded
 from sim.roofline import rates
 from sim.tp import block_time, head_time
@@ -276,6 +277,9 @@ class Step3D:
     slowest_stage: int  # the stage whose group is slowest (the straggler's, when there is one)
     stage_factor: np.ndarray  # (dp, pp) each TP group's compute-time factor
     costs: StepCosts
+    busy_s: np.ndarray  # (dp, pp) each TP group's compute in this step (its forwards and backwards)
+    stage_end_s: np.ndarray  # (dp, pp) when its last backward ended
+    reduced_s: np.ndarray  # (pp,) when each stage's data-parallel reduction (and the tie) ended
 
     @property
     def gpus(self) -> int:
@@ -363,7 +367,7 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
     return out
 
 
-def overlapped_dp_end(costs: StepCosts, runs) -> np.ndarray:
+def overlapped_dp_end(costs: StepCosts, run: PipelineRun) -> np.ndarray:
     """(pp,) when each stage's overlapped data-parallel reduction ends. Each model chunk's
     buckets (or FSDP units) reduce as its last micro-batch's backward produces them, the
     chunks one after another on the stage's stream in the order they finish: a chunk's
@@ -372,9 +376,12 @@ def overlapped_dp_end(costs: StepCosts, runs) -> np.ndarray:
     hide behind the drain (Megatron-LM's overlap_grad_reduce launches each chunk's
     reduction when its gradients are ready, distributed.DistributedDataParallel with
     virtual pipelines; Llama 3's FSDP reduces "asynchronously", arXiv 2407.21783 Sec. 3.3.2).
-    With one chunk: max(its end + the last bucket, its last backward's start + all buckets)."""
-    chunk_end = np.max([r.chunk_end_s for r in runs], axis=0)
-    chunk_start = np.max([r.chunk_last_start_s for r in runs], axis=0)
+    With one chunk: max(its end + the last bucket, its last backward's start + all buckets).
+    ``run``: one pipeline's replay or a batch's (leading axes); a chunk's reduction waits for
+    that chunk in every pipeline."""
+    chunks = run.chunk_end_s.shape[-2:]
+    chunk_end = run.chunk_end_s.reshape(-1, *chunks).max(axis=0)
+    chunk_start = run.chunk_last_start_s.reshape(-1, *chunks).max(axis=0)
     dp_c = costs.dp_chunk_s if costs.dp_chunk_s is not None else costs.dp_s[:, None]
     last_c = costs.dp_chunk_last_s if costs.dp_chunk_last_s is not None else costs.dp_last_bucket_s[:, None]
     done = np.zeros(len(chunk_end))
@@ -396,39 +403,56 @@ def simulate_3d(
     lay = layout(sc)
     costs = step_costs(sc, lay) if costs is None else costs
     factors = group_factors(sc, lay, rng) if factors is None else factors
+    noise = op_noise(sc, lay, rng) if rng is not None else None
+    return step_3d(sc, lay, costs, factors, noise)
+
+
+def step_3d(
+    sc: Scenario,
+    lay: Layout,
+    costs: StepCosts,
+    factors: np.ndarray,
+    noise: np.ndarray | None,
+    *,
+    memory: list[StageMemory] | None = None,
+) -> Step3D:
+    """One step given its draws: ``factors`` (dp, pp), ``noise`` (dp, pp, ops) or None
+    (op_noise); ``memory``: memory_by_stage's, when the caller has it (sim/steps3d.py runs
+    many steps of one layout). The dp pipelines replay together (sim/pipeline.py's batch),
+    identical ones once."""
     overlap, fsdp = sc.training.overlap, sc.training.mode == "fsdp"
     start = costs.gather_s / np.array([max(1, sum(costs.layers[g] for g in range(i, len(costs.layers), lay.pp)))
                                        for i in range(lay.pp)]) if overlap else costs.gather_s  # fmt: skip
-    noise = op_noise(sc, lay, rng) if rng is not None else None
-    runs = {}
-    for j in range(lay.dp):
-        key = (j,) if noise is not None else tuple(factors[j])
-        if key not in runs:  # identical pipelines replay identically
-            f = factors[j][:, None]
-            runs[key] = run_pipeline(
-                lay.schedule,
-                lay.pp,
-                lay.m,
-                lay.v,
-                costs.forward_s * f,
-                costs.backward_s * f,
-                costs.p2p_s,
-                start_s=start if fsdp else None,
-                op_noise=None if noise is None else noise[j],
-                sync_forward_s=costs.sync_forward_s,
-                sync_backward_s=costs.sync_backward_s,
-            )
+    if noise is None:  # identical pipelines replay identically
+        rows, which = np.unique(factors, axis=0, return_inverse=True)
+        which = which.reshape(-1)
+    else:
+        rows, which = factors, np.arange(lay.dp)
+    f = rows[:, :, None]
+    run = run_pipeline(
+        lay.schedule,
+        lay.pp,
+        lay.m,
+        lay.v,
+        costs.forward_s * f,
+        costs.backward_s * f,
+        costs.p2p_s,
+        start_s=start if fsdp else None,
+        op_noise=noise,
+        sync_forward_s=costs.sync_forward_s,
+        sync_backward_s=costs.sync_backward_s,
+    )
+    stage_end = run.stage_end_s[which]  # (dp, pp)
     # Each stage's reduction waits for that stage in every pipeline.
-    end = np.max([r.stage_end_s for r in runs.values()], axis=0)
+    end = stage_end.max(axis=0)
     if overlap:
-        done = overlapped_dp_end(costs, runs.values())
+        done = overlapped_dp_end(costs, run)
     else:
         done = end + costs.dp_s
     done[0] += costs.tie_s
     done[-1] += costs.tie_s
-    slow_key = max(runs, key=lambda k: runs[k].makespan_s)
-    slow = runs[slow_key]
-    pipeline_s = max(r.makespan_s for r in runs.values())
+    slow = int(np.argmax(run.makespan_s))
+    pipeline_s = float(run.makespan_s[slow])
     finish = float(np.max(done + costs.optimizer_s))
     t = sc.training
     tokens = lay.dp * lay.m * t.micro_batch_size * sc.seq_len
@@ -439,16 +463,19 @@ def simulate_3d(
         dp_exposed_s=float(np.max(done)) - pipeline_s,
         optimizer_s=float(costs.optimizer_s.max()),
         bubble_fraction=bubble_fraction(lay.schedule, lay.pp, lay.m, lay.v),
-        idle_fraction=slow.idle_s / slow.makespan_s,
+        idle_fraction=run.idle_s[slow] / pipeline_s,
         tp_comm_s=float(costs.tp_comm_s.max() * lay.m),
         p2p_s=costs.p2p_s,
         tokens_per_step=tokens,
         model_flops_per_step=flops_per_token(sc.model.shape, sc.seq_len) * tokens,
         peak_tflop_s=sc.compute.peak_for(t.dtypes),
-        memory=memory_by_stage(sc, lay, costs),
+        memory=memory_by_stage(sc, lay, costs) if memory is None else memory,
         slowest_stage=int(np.argmax(np.max(factors, axis=0))),
         stage_factor=factors,
         costs=costs,
+        busy_s=run.busy_s[which],
+        stage_end_s=stage_end,
+        reduced_s=done,
     )
 
 

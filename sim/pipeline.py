@@ -70,7 +70,11 @@ def bubble_fraction(schedule: str, p: int, m: int, v: int = 1) -> float:
 
 
 class PipelineRun(NamedTuple):
-    makespan_s: float
+    """One replay; with a batch of pipelines (leading axes B of ``forward_s``) each array has
+    them in front: makespan_s (B), stage_end_s (B, p), ...; peak_in_flight is the schedule's,
+    the same for every pipeline."""
+
+    makespan_s: float | np.ndarray
     stage_end_s: np.ndarray  # (p,) when each stage's last backward ends
     last_backward_start_s: np.ndarray  # (p,) when it started
     busy_s: np.ndarray  # (p,) compute time on each stage
@@ -94,26 +98,34 @@ def run_pipeline(
     sync_forward_s: np.ndarray | None = None,
     sync_backward_s: np.ndarray | None = None,
 ) -> PipelineRun:
-    """Replay the schedule. ``forward_s[i, c]`` and ``backward_s[i, c]``: stage i's chunk c, one
-    micro-batch (a slow GPU's factor already in its stage's row); ``p2p_s``: one activation (or
-    gradient) send between consecutive stages; ``start_s[i]``: when stage i may begin (FSDP's
-    first gather); ``op_noise[i, k]``: a multiplier on stage i's k-th operation's time;
-    ``sync_forward_s``/``sync_backward_s`` (same shape as ``forward_s``): time added to each
-    operation after the noise, neither scaled nor drawn (the TP group's collectives as measured
-    with the group, its wait for its slower member already in them)."""
+    """Replay the schedule. ``forward_s[..., i, c]`` and ``backward_s[..., i, c]``: stage i's
+    chunk c, one micro-batch (a slow GPU's factor already in its stage's row), any leading axes
+    a batch of pipelines replayed together (the same schedule, so the same order of events;
+    only the times differ); ``p2p_s``: one activation (or gradient) send between consecutive
+    stages; ``start_s[i]``: when stage i may begin (FSDP's first gather); ``op_noise[..., i, k]``:
+    a multiplier on stage i's k-th operation's time; ``sync_forward_s``/``sync_backward_s``
+    (p, v): time added to each operation after the noise, neither scaled nor drawn (the TP
+    group's collectives as measured with the group, its wait for its slower member already in
+    them)."""
     chunks = v if schedule == "interleaved" else 1
     n_virtual = p * chunks
+    forward_s, backward_s = np.asarray(forward_s, dtype=float), np.asarray(backward_s, dtype=float)
+    batch = forward_s.shape[:-2]
     lists = [stage_ops(schedule, p, m, v, i) for i in range(p)]
     ptr = [0] * p
-    free = np.zeros(p) if start_s is None else np.array(start_s, dtype=float)
-    busy = np.zeros(p)
+    free = np.zeros((*batch, p))
+    if start_s is not None:
+        free[...] = start_s
+    busy = np.zeros((*batch, p))
     in_flight = np.zeros(p, dtype=int)
     peak = np.zeros(p, dtype=int)
-    last_b_start = np.zeros(p)
-    chunk_end = np.zeros((p, chunks))
-    chunk_start = np.zeros((p, chunks))
-    f_end = np.full((m, n_virtual), np.nan)
-    b_end = np.full((m, n_virtual), np.nan)
+    last_b_start = np.zeros((*batch, p))
+    chunk_end = np.zeros((*batch, p, chunks))
+    chunk_start = np.zeros((*batch, p, chunks))
+    f_end = np.zeros((*batch, m, n_virtual))
+    b_end = np.zeros((*batch, m, n_virtual))
+    f_done = np.zeros((m, n_virtual), dtype=bool)  # the order of events is every pipeline's
+    b_done = np.zeros((m, n_virtual), dtype=bool)
     remaining = sum(len(x) for x in lists)
     total = remaining
     while remaining:
@@ -124,41 +136,50 @@ def run_pipeline(
                 op = ops[ptr[i]]
                 g = op.chunk * p + i
                 if op.kind == F:
-                    ready = 0.0 if g == 0 else f_end[op.micro_batch, g - 1] + p2p_s
-                    dur = forward_s[i, op.chunk]
+                    if g and not f_done[op.micro_batch, g - 1]:
+                        break  # its input has not been produced yet: another stage must run first
+                    ready = 0.0 if g == 0 else f_end[..., op.micro_batch, g - 1] + p2p_s
+                    dur = forward_s[..., i, op.chunk]
                 elif g == n_virtual - 1:
-                    ready = f_end[op.micro_batch, g]  # the loss is on this stage
-                    dur = backward_s[i, op.chunk]
+                    if not f_done[op.micro_batch, g]:
+                        break
+                    ready = f_end[..., op.micro_batch, g]  # the loss is on this stage
+                    dur = backward_s[..., i, op.chunk]
                 else:
-                    ready = b_end[op.micro_batch, g + 1] + p2p_s
-                    dur = backward_s[i, op.chunk]
-                if np.isnan(ready):
-                    break  # its input has not been produced yet: another stage must run first
+                    if not b_done[op.micro_batch, g + 1]:
+                        break
+                    ready = b_end[..., op.micro_batch, g + 1] + p2p_s
+                    dur = backward_s[..., i, op.chunk]
                 if op_noise is not None:
-                    dur *= op_noise[i, ptr[i]]
+                    dur = dur * op_noise[..., i, ptr[i]]
                 sync = sync_forward_s if op.kind == F else sync_backward_s
                 if sync is not None:
-                    dur += sync[i, op.chunk]
-                start = max(free[i], ready)
+                    dur = dur + sync[i, op.chunk]
+                start = np.maximum(free[..., i], ready)
                 end = start + dur
                 if op.kind == F:
-                    f_end[op.micro_batch, g] = end
+                    f_end[..., op.micro_batch, g] = end
+                    f_done[op.micro_batch, g] = True
                     in_flight[i] += 1
                     peak[i] = max(peak[i], in_flight[i])
                 else:
-                    b_end[op.micro_batch, g] = end
+                    b_end[..., op.micro_batch, g] = end
+                    b_done[op.micro_batch, g] = True
                     in_flight[i] -= 1
-                    last_b_start[i] = start
-                    chunk_start[i, op.chunk], chunk_end[i, op.chunk] = start, end
-                free[i] = end
-                busy[i] += dur
+                    last_b_start[..., i] = start
+                    chunk_start[..., i, op.chunk], chunk_end[..., i, op.chunk] = start, end
+                free[..., i] = end
+                busy[..., i] += dur
                 ptr[i] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:
             raise RuntimeError(f"pipeline schedule {schedule} deadlocked (p={p}, m={m}, v={v})")
-    makespan = float(free.max())
-    return PipelineRun(makespan, free.copy(), last_b_start, busy, makespan - busy, peak, total, chunk_end, chunk_start)
+    makespan = free.max(axis=-1)
+    if not batch:
+        makespan = float(makespan)
+    idle = np.expand_dims(makespan, -1) - busy
+    return PipelineRun(makespan, free, last_b_start, busy, idle, peak, total, chunk_end, chunk_start)
 
 
 def in_flight_closed_form(schedule: str, p: int, m: int, v: int, stage: int) -> int:

@@ -17,9 +17,16 @@ divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 a
 where the layers allow, recompute none, selective and full, ddp and fsdp over the DP group.
 Sequence parallelism is on whenever tp > 1 (in this model it moves the same bytes and only
 removes work and memory). GPipe is left out: its bubble is 1F1B's and it holds more.
+
+Both passes are lists of independent tasks (chunks of the grid, then one finalist each) handed
+to a ``map_fn(fn, tasks) -> results in task order``: by default run here, one after another;
+`ddplab plan --engine` gives a sweep engine's map (workflow/sweep_engines.py: local processes
+or Dask). The tasks are module-level functions of picklable arguments, and each result is
+computed as it would be here, so the ranking is the same whichever ran them.
 """
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +38,10 @@ MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTES = ("none", "selective", "full")
 MODES = ("ddp", "fsdp")
 VIRTUAL = (2, 4)
+# Candidates per pass-1 task: a task costs ~2 ms a candidate here, so 64 make ~0.1 s, long
+# enough that a Dask task's own overhead (a few ms) stays small, and 720 layouts still make
+# a dozen tasks to spread over workers.
+CHUNK = 64
 
 
 class Candidate(NamedTuple):
@@ -118,23 +129,39 @@ def estimate(sc: Scenario) -> tuple[float, float]:
     return pipeline + dp + 2 * c.tie_s + float(c.optimizer_s.max()), memory
 
 
-def plan(base: Scenario, gpus: int, global_batch: int, *, finalists: int = 12) -> tuple[list[Scored], int]:
-    """(the fitting layouts, fastest first: finalists replayed, the rest by estimate; how many
-    layouts were considered)."""
+def _in_process(fn, tasks: list) -> list:
+    return [fn(t) for t in tasks]
+
+
+def score_chunk(task: tuple[Scenario, int, list[Candidate]]) -> list[Scored]:
+    """Pass 1 on one chunk of the grid: the layouts that fit, with their estimates, in order."""
+    base, gpus, chunk = task
     device = base.compute.device_memory_gib
+    out = []
+    for c in chunk:
+        est, mem = estimate(scenario_for(base, c, gpus))
+        if not (device and mem > device):
+            out.append(Scored(c, est, mem, None))
+    return out
+
+
+def replay(task: tuple[Scenario, int, Candidate]) -> Step3D:
+    """Pass 2 on one finalist: its step event by event on identical GPUs."""
+    base, gpus, c = task
+    return simulate_3d(scenario_for(base, c, gpus), None, factors=np.ones((c.dp, c.pp)))
+
+
+def plan(
+    base: Scenario, gpus: int, global_batch: int, *, finalists: int = 12, map_fn: Callable | None = None
+) -> tuple[list[Scored], int]:
+    """(the fitting layouts, fastest first: finalists replayed, the rest by estimate; how many
+    layouts were considered). ``map_fn``: where the tasks run (module docstring)."""
+    run = map_fn or _in_process
     candidates = grid(base, gpus, global_batch)
-    scored = []
-    for c in candidates:
-        sc = scenario_for(base, c, gpus)
-        est, mem = estimate(sc)
-        if device and mem > device:
-            continue
-        scored.append(Scored(c, est, mem, None))
-    scored.sort(key=lambda s: s.estimate_s)
-    ones = lambda c: np.ones((c.dp, c.pp))  # noqa: E731  identical GPUs: the layout's own speed
-    top = [
-        s._replace(step=simulate_3d(scenario_for(base, s.candidate, gpus), None, factors=ones(s.candidate)))
-        for s in scored[:finalists]
-    ]
+    chunks = [(base, gpus, candidates[i : i + CHUNK]) for i in range(0, len(candidates), CHUNK)]
+    scored = [s for part in run(score_chunk, chunks) for s in part]
+    scored.sort(key=lambda s: s.estimate_s)  # stable: ties keep the grid's order, wherever scored
+    steps = run(replay, [(base, gpus, s.candidate) for s in scored[:finalists]])
+    top = [s._replace(step=step) for s, step in zip(scored, steps, strict=False)]
     top.sort(key=lambda s: s.step_s)
     return top + scored[finalists:], len(candidates)

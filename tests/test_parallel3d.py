@@ -192,14 +192,6 @@ def test_selective_keeps_all_but_the_attention_core_in_ddp_memory():
     assert full.activations_gib < sel.activations_gib
 
 
-def test_3d_simulate_refuses_out_in_one_line(tmp_path, capsys):
-    from ddplab.cli import main
-
-    sets = [x for s in [*BASE, "training.tp=8"] for x in ("--set", s)]
-    assert main(["simulate", "h100-1024", "--ranks", "64", "--out", str(tmp_path), *sets]) == 2
-    assert capsys.readouterr().err.count("\n") == 1
-
-
 def test_pp_layers_place_blocks_by_hand():
     even = _sc("training.pp=4", "training.grad_accum=8")
     hand = _sc("training.pp=4", "training.grad_accum=8", "training.pp_layers=[7,9,9,7]")
@@ -255,7 +247,7 @@ def test_overlapped_dp_reduction_one_chunk_is_the_closed_form():
     c = step_costs(_sc("training.pp=4", "training.grad_accum=8", ranks=32), layout(_sc("training.pp=4", ranks=32)))
     run = _Run(np.array([[10.0], [11.0], [12.0], [13.0]]), np.array([[9.9], [10.8], [11.9], [12.7]]))
     want = np.maximum(run.chunk_end_s[:, 0] + c.dp_last_bucket_s, run.chunk_last_start_s[:, 0] + c.dp_s)
-    assert overlapped_dp_end(c, [run]) == pytest.approx(want, rel=1e-12)
+    assert overlapped_dp_end(c, run) == pytest.approx(want, rel=1e-12)
 
 
 def test_interleaved_chunks_reduce_as_their_last_backward_ends():
@@ -267,10 +259,10 @@ def test_interleaved_chunks_reduce_as_their_last_backward_ends():
         dp_chunk_s=np.array([[3.0, 3.0]]), dp_chunk_last_s=np.array([[1.0, 1.0]]),
     )  # fmt: skip
     run = _Run(np.array([[10.0, 6.0]]), np.array([[9.0, 5.0]]))
-    assert overlapped_dp_end(c, [run]) == pytest.approx([12.0])
+    assert overlapped_dp_end(c, run) == pytest.approx([12.0])
     # Chunk 1 ending late: the stream is serial, chunk 0's waits for it.
     run = _Run(np.array([[10.0, 9.5]]), np.array([[9.0, 8.0]]))
-    assert overlapped_dp_end(c, [run]) == pytest.approx([14.0])
+    assert overlapped_dp_end(c, run) == pytest.approx([14.0])
 
 
 def test_pipeline_reports_each_chunks_last_backward():

@@ -1,8 +1,9 @@
 """`ddplab plan` (sim/planner.py): what it returns fits, its best is the grid's best within
-10 %, and llama3-70b on h100-1024 plans in seconds."""
+10 % (on llama3-70b x h100-1024 too, issue 28's acceptance grid), and local processes and Dask
+rank as this process does. The acceptance's time (under 30 s on 2 cores) is measured by
+bench/plan_speed.py (measurements/plan-speed.txt), not here."""
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from sim.parallel3d import simulate_3d
 from sim.planner import estimate, grid, plan, scenario_for
 from sim.scenario_file import load_scenario
+from workflow.sweep_engines import DaskEngine, LocalEngine
 
 
 @pytest.fixture(scope="module")
@@ -17,16 +19,23 @@ def small():
     return load_scenario("h100-1024", ["model.preset=llama3-8b", "training.seq_len=4096"])
 
 
+def _grid_best(base, gpus: int, batch: int) -> float:
+    """The fastest layout that fits, every one of the grid replayed event by event."""
+    device = base.compute.device_memory_gib
+    best = np.inf
+    for c in grid(base, gpus, batch):
+        sc = scenario_for(base, c, gpus)
+        if estimate(sc)[1] > device:
+            continue
+        best = min(best, simulate_3d(sc, None, factors=np.ones((c.dp, c.pp))).step_s)
+    return best
+
+
 def test_best_is_within_10_percent_of_the_whole_grid_replayed(small):
     gpus, batch = 32, 64
     ranked, considered = plan(small, gpus, batch, finalists=4)
     device = small.compute.device_memory_gib
-    best = np.inf
-    for c in grid(small, gpus, batch):
-        sc = scenario_for(small, c, gpus)
-        if estimate(sc)[1] > device:
-            continue
-        best = min(best, simulate_3d(sc, None, factors=np.ones((c.dp, c.pp))).step_s)
+    best = _grid_best(small, gpus, batch)
     assert considered == len(grid(small, gpus, batch)) > 50
     assert ranked[0].step is not None
     assert ranked[0].step_s <= 1.10 * best
@@ -41,12 +50,32 @@ def test_the_estimate_tracks_the_replay(small):
         assert s.estimate_s == pytest.approx(s.step.step_s, rel=0.10)
 
 
-def test_llama3_70b_on_h100_1024_plans_in_seconds(capsys):
+def test_llama3_70b_on_h100_1024_is_within_10_percent_of_its_whole_grid():
+    base = load_scenario("h100-1024", ["model.preset=llama3-70b", "training.seq_len=0"])
+    ranked, considered = plan(base, 1024, 1024)
+    assert considered == 720 and ranked[0].step is not None
+    assert ranked[0].step_s <= 1.10 * _grid_best(base, 1024, 1024)
+
+
+def test_local_processes_and_dask_rank_as_this_process_does(small):
+    pytest.importorskip("distributed")
+    here, considered = plan(small, 16, 32, finalists=5)
+    for engine in (LocalEngine(2), DaskEngine(2)):
+        with engine:
+            there, n = plan(small, 16, 32, finalists=5, map_fn=engine.map)
+        assert n == considered
+        # The same layouts in the same order, with the same floats: the tasks compute what this
+        # process computes, wherever they run.
+        assert [(s.candidate, s.estimate_s, s.memory_gib, s.step_s) for s in there] == [
+            (s.candidate, s.estimate_s, s.memory_gib, s.step_s) for s in here
+        ]
+        assert sum(s.step is not None for s in there) == 5
+
+
+def test_llama3_70b_on_h100_1024_plans_through_the_cli(capsys):
     from ddplab.cli import main
 
-    t = time.perf_counter()
     assert main(["plan", "llama3-70b", "h100-1024", "--json", "--top", "3"]) == 0
-    assert time.perf_counter() - t < 30
     out = json.loads(capsys.readouterr().out)
     assert out["gpus"] == 1024 and out["seq_len"] == 8192 and out["fitting"] > 10
     best = out["layouts"][0]
@@ -56,3 +85,15 @@ def test_llama3_70b_on_h100_1024_plans_in_seconds(capsys):
     sc = load_scenario("h100-1024", ["model.preset=llama3-70b", "training.seq_len=0", *best["sets"]], ranks=1024)
     step = simulate_3d(sc, None, factors=np.ones((best["dp"], best["pp"])))
     assert step.step_s == pytest.approx(best["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "flags,field",
+    [(["--scheduler", "tcp://127.0.0.1:1"], "--scheduler"), (["--workers", "0", "--engine", "dask"], "--workers")],
+)
+def test_plan_engine_flags_refuse_in_one_line(flags, field, capsys):
+    from ddplab.cli import main
+
+    assert main(["plan", "llama3-8b", "h100-1024", "--gpus", "16", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err

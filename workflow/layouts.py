@@ -6,6 +6,7 @@ MODEL CLUSTER` prints.
     found["layouts"][0]["sets"]  # ["training.tp=8", ...]: the fastest layout's keys
 """
 
+import contextlib
 import time
 
 from sim.parallel3d import ASSUMED
@@ -29,18 +30,26 @@ def plan_layouts(
     sets=(),
     top: int = 10,
     finalists: int = 12,
+    engine=None,
+    started=None,
 ) -> dict:
     """The search's answer as `ddplab plan --json` prints it: the ``top`` layouts that fit,
     fastest first (the first ``finalists`` replayed event by event, the rest estimated), with
-    how many were considered and fit. No layout that fits is one ValueError line."""
+    how many were considered and fit. No layout that fits is one ValueError line. ``engine``:
+    a sweep engine (workflow/sweep_engines.py) to run the search's tasks on, entered once the
+    inputs are checked (a bad one starts no worker), ``started(engine)`` called once it is up;
+    None: here, one after another."""
     base = load_scenario(cluster, scenario_sets(model, sets, seq_len))
     gpus = gpus or base.ranks
     batch = global_batch or gpus
     if gpus < 1 or batch < 1:
         raise ValueError(f"--gpus and --global-batch: must be >= 1, got {gpus} and {batch}")
-    t0 = time.perf_counter()
-    ranked, considered = plan(base, gpus, batch, finalists=max(1, finalists))
-    took = time.perf_counter() - t0
+    with engine or contextlib.nullcontext():
+        if engine is not None and started is not None:
+            started(engine)
+        t0 = time.perf_counter()
+        ranked, considered = plan(base, gpus, batch, finalists=max(1, finalists), map_fn=engine and engine.map)
+        took = time.perf_counter() - t0
     if not ranked:
         raise ValueError(f"no layout of {model} on {gpus} GPUs at global batch {batch} fits in memory")
     return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch,

@@ -1,17 +1,18 @@
 """A tensor- or pipeline-parallel scenario (training.tp or training.pp > 1) simulated as
-`ddplab simulate` does: one step of sim/parallel3d.py per scale, its memory per stage, and what
-a straggler costs and which stage it is charged to.
+`ddplab simulate` does: ``steps`` steps of sim/steps3d.py per scale (sim/parallel3d.py's step,
+each with its own draws), its memory per stage, what a straggler costs and which TP group the
+records put it in, and with ``out`` the records written (output/export3d.py).
 
-    for sc, step, summary in simulate(scenarios):
+    for sc, run, summary in simulate(scenarios):
         print(summary["step_time_s"], summary.get("verdict", "fits"))
 """
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
-import numpy as np
-
-from sim.parallel3d import ASSUMED, Step3D, layout, simulate_3d
+from output.export3d import write_run3d, write_summaries_3d
+from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
 
 __all__ = ["ASSUMED", "is_3d", "run", "simulate"]
 
@@ -20,22 +21,25 @@ def is_3d(sc) -> bool:
     return sc.training.tp * sc.training.pp > 1
 
 
-def run(sc) -> tuple[Step3D, dict]:
-    """The step and its summary; with stragglers, the same job without them beside it."""
-    step = simulate_3d(sc, np.random.default_rng(sc.seed))
-    s = step.summary() | {"scenario": sc.name, "model": sc.model.shape.name, "ranks": sc.ranks, "mode": _mode(sc)}
-    if sc.straggler_map:  # the same draws without the stragglers (they scale after the draw)
-        lay = layout(sc)
-        base = simulate_3d(dataclasses.replace(sc, stragglers=""), np.random.default_rng(sc.seed))
-        stages = sorted({lay.stage_of(r) for r in sc.straggler_map})
+def run(sc, *, records: bool = False, progress: Callable | None = None) -> tuple[Run3D, dict]:
+    """The steps and their summary; with stragglers, the same job without them beside it (the
+    same draws: the stragglers scale after them) and where the records put the slowdown."""
+    r = simulate_3d_steps(sc, records=records, progress=progress)
+    s = r.summary() | {"scenario": sc.name, "model": sc.model.shape.name, "ranks": sc.ranks, "mode": _mode(sc)}
+    if sc.straggler_map:
+        lay = r.layout
+        base = simulate_3d_steps(dataclasses.replace(sc, stragglers=""))
+        replica, stage = r.slowed_group()
         s["straggler"] = {
             "ranks": sorted(sc.straggler_map),
-            "stages": stages,
-            "step_time_without_s": base.step_s,
-            "cost_s": step.step_s - base.step_s,
-            "cost_fraction": step.step_s / base.step_s - 1.0,
+            "stages": sorted({lay.stage_of(x) for x in sc.straggler_map}),
+            "step_time_without_s": base.mean_step_s,
+            "cost_s": r.mean_step_s - base.mean_step_s,
+            "cost_fraction": r.mean_step_s / base.mean_step_s - 1.0,
+            # From the records, not the scenario: the TP group whose compute grew most.
+            "charged_to": {"stage": stage, "replica": replica},
         }
-    return step, s
+    return r, s
 
 
 def _mode(sc) -> str:
@@ -43,12 +47,34 @@ def _mode(sc) -> str:
     return f"tp{t.tp} x pp{t.pp} x {t.mode}{sc.dp}"
 
 
-def simulate(scenarios: Iterable, *, ignore_memory: bool = False) -> Iterator[tuple[object, Step3D, dict]]:
-    """(scenario, step, summary) for each scenario, one at a time; a step that does not fit the
-    GPU's memory has ``summary["verdict"]`` (unless ``ignore_memory``)."""
+def simulate(
+    scenarios: Iterable,
+    *,
+    ignore_memory: bool = False,
+    records: bool = False,
+    out: Path | None = None,
+    sweep: bool = False,
+    progress: Callable | None = None,
+) -> Iterator[tuple[object, Run3D, dict]]:
+    """(scenario, run, summary) for each scenario, one at a time; a step that does not fit the
+    GPU's memory has ``summary["verdict"]`` (unless ``ignore_memory``). With ``out`` (claimed:
+    workflow/simulation.py claim_out) each scale that fits is written as it ends, and the
+    summaries at the end. ``progress(sc)``: a step progress callback with close(), per scale."""
+    written = []
     for sc in scenarios:
-        step, s = run(sc)
+        bar = progress(sc) if progress else None
+        try:
+            r, s = run(sc, records=records, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
         device = sc.compute.device_memory_gib
-        if not (ignore_memory or not device or step.peak_memory_gib <= device):
-            s["verdict"] = f"out of memory: {step.peak_memory_gib:.1f} GiB per GPU > {device:g} GiB"
-        yield sc, step, s
+        peak = r.first.peak_memory_gib
+        if not (ignore_memory or not device or peak <= device):
+            s["verdict"] = f"out of memory: {peak:.1f} GiB per GPU > {device:g} GiB"
+        elif out is not None:
+            write_run3d(r, out)
+            written.append(s)
+        yield sc, r, s
+    if out is not None and written:
+        write_summaries_3d(written, out, sweep=sweep)
