@@ -9,14 +9,25 @@ MODEL CLUSTER` prints.
 import time
 
 from sim.parallel3d import ASSUMED
+from sim.patches import Patch, parse_sets
 from sim.planner import plan
-from sim.scenario_file import load_scenario
+from sim.scenario_file import resolve
 
 
 def scenario_sets(model: str, sets=(), seq_len: int | None = None) -> list[str]:
-    """The ``--set`` keys of the planned scenario: the model, the user's keys, the sequence
-    length (0: the model's context)."""
+    """The ``--set`` keys of the planned scenario as `ddplab plan` prints them for `simulate`: the
+    model, the user's keys, the sequence length (0: the model's context)."""
     return [f"model.preset={model}", *sets, f"training.seq_len={seq_len or 0}"]
+
+
+def _layers(model: str, sets, seq_len: int | None) -> tuple:
+    """The same keys as patches (sim/patches.py): the model and sequence are plan's own
+    arguments, the user's --set texts parsed once between them."""
+    return (
+        (Patch("model.preset", model, "MODEL"),),
+        parse_sets(sets),
+        (Patch("training.seq_len", seq_len or 0, "--seq-len"),),
+    )
 
 
 def plan_layouts(
@@ -33,7 +44,7 @@ def plan_layouts(
     """The search's answer as `ddplab plan --json` prints it: the ``top`` layouts that fit,
     fastest first (the first ``finalists`` replayed event by event, the rest estimated), with
     how many were considered and fit. No layout that fits is one ValueError line."""
-    base = load_scenario(cluster, scenario_sets(model, sets, seq_len))
+    base = resolve(cluster, *_layers(model, sets, seq_len)).scenario
     gpus = gpus or base.ranks
     batch = global_batch or gpus
     if gpus < 1 or batch < 1:
