@@ -1,9 +1,10 @@
 """Typed patches: what each layer above a scenario file sets, key by key, and who set it.
 
 A scenario is its file (a preset or .toml, with its ``base`` underneath: sim/scenario_file.py),
-then, in this order, a calibration's measured values (calibrate/apply.py), the user's ``--set``,
-a command's own keys (whatif's ``--try``, sweep's ``--vary``) and its flags (``--ranks``,
-``--steps``, ``--seed``, ``--device-gib``). Each layer is a sequence of ``Patch``: a
+then, in this order, a calibration's measured values (calibrate/apply.py), the user's ``--set``
+and the flags (``--ranks``, ``--steps``, ``--seed``, ``--device-gib``); a command's own keys go
+where it puts them (sweep's ``--vary`` under the flags, whatif's ``--try`` over the scenario
+the flags made, as exclude-slowest changes its ranks). Each layer is a sequence of ``Patch``: a
 ``KEY=VALUE`` is parsed into one once, where it enters (``parse_sets``), and never turned back
 into text; ``apply_patches`` lays them over the file's data and says which patch set each key,
 so the provenance table credits whoever really set it (issue 27).

@@ -212,8 +212,9 @@ class Refused(ValueError):
 
 def resolve(name_or_path: str, *layers) -> Resolved:
     """The scenario of a preset or TOML file with each layer of patches applied in order, lowest
-    first: calibration < --set < a command's own keys < flags. Built (and so checked) once; a
-    refused value raises Refused, naming the key as ever, with the patch that set it."""
+    first: calibration < --set < flags (sweep's --vary under the flags, whatif's --try over the
+    scenario they made). Built (and so checked) once; a refused value raises Refused, naming the
+    key as ever, with the patch that set it."""
     from scenarios import scenario_path
 
     path = scenario_path(name_or_path)
