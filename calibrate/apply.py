@@ -39,11 +39,11 @@ from typing import NamedTuple
 import numpy as np
 
 from calibrate.calibration import Calibration, Network
-from calibrate.refusal import scenario_or_refusal
 from sim.config import MIN_SAMPLES, Scenario
 from sim.memory import GIB
 from sim.model_source import same_as_preset
-from sim.scenario_file import apply_overrides, scenario_data, scenario_from_dict
+from sim.patches import Patch, apply_patches
+from sim.scenario_file import Resolved, scenario_from_dict
 from sim.transformer import model_shape, param_count
 
 MODES = ("auto", "all", "device", "shape")
@@ -70,6 +70,20 @@ REPORTED = (
     ("noise.speed_spread_sd", "per-rank speed spread"),
     ("stragglers", "slow ranks"),
 )
+
+
+class Layer(NamedTuple):
+    """A calibration as a layer of the scenario (sim/patches.py): above the file, under --set."""
+
+    patches: tuple[Patch, ...]  # source "calibration", detail: where and how it was measured
+    mode: str  # all | device | shape
+    why: str  # why that mode
+    withheld: list[dict]  # [{key, value, reason}]: measured, not carried, and why
+
+    @property
+    def measured(self) -> dict[str, str]:
+        """{key: where its value came from}."""
+        return {p.key: p.detail for p in self.patches}
 
 
 class Applied(NamedTuple):
@@ -123,29 +137,37 @@ def choose_mode(sc: Scenario, calib: Calibration, mode: str) -> tuple[str, str]:
     return "shape", f"only dimensionless values transfer: {mismatch}"
 
 
-def _set(data: dict, key: str, value) -> None:
-    section, _, name = key.rpartition(".")
-    (data.setdefault(section, {}) if section else data)[name] = value
-
-
 def apply_calibration(
     data: dict, calib: Calibration, *, calib_path: str, network: str | None = None, mode: str = "auto"
 ) -> Applied:
     """The scenario data with the calibration applied, where each value came from, what was
     left out and why, and the mode."""
-    data = apply_overrides(data)  # a copy
-    sc = scenario_from_dict(data)
+    layer = calibration_layer(scenario_from_dict(data), calib, calib_path=calib_path, network=network, mode=mode)
+    return Applied(apply_patches(data, layer.patches)[0], layer.measured, layer.mode, layer.why, layer.withheld)
+
+
+def calibration_layer(
+    sc: Scenario,
+    calib: Calibration,
+    *,
+    calib_path: str,
+    network: str | None = None,
+    mode: str = "auto",
+    ranks: int | None = None,
+) -> Layer:
+    """The calibration as patches over the scenario ``sc`` (as the user set it: its model,
+    sequence, backend decide what transfers), with the mode, why, and what was left out. With
+    ``ranks`` (the scale run), only the measured slow ranks that exist at it."""
     mode, why = choose_mode(sc, calib, mode)
     c, noise = calib.compute, calib.noise
-    measured: dict[str, str] = {}
+    patches: list[Patch] = []
     withheld: list[dict] = []
     where = f"measured on {calib.probed_on}: {calib_path}"
     if calib.trace is not None:  # the traces, ranks and steps each value was measured in
         where = f"{'; '.join(r.provenance for r in calib.trace.ranks.values())} ({calib.probed_on}): {calib_path}"
 
     def put(key: str, value, origin: str) -> None:
-        _set(data, key, value)
-        measured[key] = f"{where} ({origin})"
+        patches.append(Patch(key, value, "calibration", f"{where} ({origin})"))
 
     def hold(key: str, value, reason: str) -> None:
         withheld.append({"key": key, "value": value, "reason": reason})
@@ -187,12 +209,13 @@ def apply_calibration(
     if mode == "all":
         if net is not None:
             _apply_measured_network(label, net, put)
-        _apply_compute(data, sc, calib, put)
+        _apply_compute(sc, calib, put)
         _apply_memory(sc, calib, put)
-        slow = {r: v.speed_factor for r, v in calib.ranks.items() if v.speed_factor > 1.0}
+        # The measured slow ranks (those that exist at the scale run, if given).
+        slow = {r: v.speed_factor for r, v in calib.ranks.items() if v.speed_factor > 1.0 and r < (ranks or r + 1)}
         put("stragglers", ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items())), "per-rank median speed")
         put("noise.speed_spread_sd", 0.0, "the measured ranks' own factors are the stragglers entry")
-        return Applied(data, measured, mode, why, withheld)
+        return Layer(tuple(patches), mode, why, withheld)
     if calib.networks:
         nets = [net] if net is not None else list(calib.networks.values())
         mine = f"a property of the measured link, not of {sc.name}'s network"
@@ -200,7 +223,7 @@ def apply_calibration(
         if sc.network.backend == "gloo":
             hold("network.gloo_hop_latency_us", _span([n.allreduce.hop_latency_us for n in nets]), mine)
     if mode == "device":
-        _apply_compute(data, sc, calib, put)
+        _apply_compute(sc, calib, put)
         _apply_memory(sc, calib, put)
     else:
         key, value = _compute_value(sc, calib)
@@ -217,7 +240,7 @@ def apply_calibration(
     if slow:
         text = ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items()))
         hold("stragglers", text, f"the probe's own ranks, not {sc.name}'s")
-    return Applied(data, measured, mode, why, withheld)
+    return Layer(tuple(patches), mode, why, withheld)
 
 
 def _noise_at_size(sc, calib: Calibration) -> tuple[int, list[float]] | None:
@@ -282,7 +305,7 @@ def _compute_value(sc, calib: Calibration) -> tuple[str, float]:
     return "compute.mfu", c.achieved_tflop_s.value / sc.compute.peak_for(sc.training.dtypes)
 
 
-def _apply_compute(data, sc, calib: Calibration, put) -> None:
+def _apply_compute(sc, calib: Calibration, put) -> None:
     """Compute per micro-step and the optimizer step of one speed-1 rank, as measured: the
     affine fit in tokens for the same model and sequence, else the achieved FLOP/s as an MFU."""
     c = calib.compute
@@ -293,7 +316,7 @@ def _apply_compute(data, sc, calib: Calibration, put) -> None:
         backward, how = c.backward_s.at(tokens)
         put("compute.backward_fraction", backward / step, f"backward / (forward + backward), {how}")
     else:
-        _set(data, "compute.step_compute_s", None)
+        put("compute.step_compute_s", None, "the preset's time left out: the measured FLOP/s decide (compute.mfu)")
         achieved = c.achieved_tflop_s.value
         peak = sc.compute.peak_for(sc.training.dtypes)
         if achieved > peak:
@@ -355,9 +378,12 @@ def _toml_comments(path: Path) -> dict[str, str]:
     return out
 
 
-def provenance(sc, measured: dict[str, str], scenario_path: Path, typed: frozenset[str] = frozenset()) -> list[dict]:
-    """Every reported parameter of the scenario with its value and origin: the user's --set
-    (``typed``), else the calibration (``measured``), else the scenario file's comment."""
+def provenance(resolved: Resolved) -> list[dict]:
+    """Every reported parameter of the scenario with its value and origin, from the resolver's
+    record of who set each key (sim/scenario_file.py): a flag or the user's --set ("set: --set on
+    the command line"), else the calibration (where and how it was measured), else the scenario
+    file's comment ("assumed: ...")."""
+    sc, scenario_path = resolved.scenario, resolved.path
     comments = _toml_comments(scenario_path) if scenario_path.suffix == ".toml" else {}
     data = {
         "network": sc.network,
@@ -387,48 +413,27 @@ def provenance(sc, measured: dict[str, str], scenario_path: Path, typed: frozens
             if not value:
                 continue
             value = f"{len(value)} multipliers, sd {float(np.std(value)):.4f}"
-        if key in typed:
-            origin = "set: --set on the command line"
+        patch = resolved.origin.get(key)
+        if patch is None:
+            origin = f"assumed: {comments.get(key, scenario_path.name)}"
+        elif patch.source == "calibration":
+            origin = patch.detail
         else:
-            origin = measured.get(key) or f"assumed: {comments.get(key, scenario_path.name)}"
+            origin = f"set: {patch.source} on the command line"
         rows.append({"key": key, "meaning": meaning, "value": value, "source": origin})
     return rows
 
 
-class Calibrated(NamedTuple):
-    data: dict
-    measured: dict[str, str]
-    mode: str
-    why: str
-    withheld: list[dict]
-    path: Path  # the scenario file
-    typed: frozenset[str]  # the keys the user's --set gave
-
-
-def load_for_simulation(
-    name_or_path: str, overrides, calib: Calibration, calib_path: str, network, mode, **top
-) -> Calibrated:
-    """Scenario data as `simulate` loads it, with the calibration applied underneath the
-    --set overrides (what the user types wins)."""
-    from scenarios import scenario_path
-
-    # Calibrate the scenario as the user set it (model, sequence...), with the mode decided
-    # before --ranks/--sweep-ranks (a sweep keeps one mode at every scale); then the user's
-    # own keys are applied again, so what they type wins over what was measured.
-    user = scenario_data(name_or_path, overrides)
-    data, measured, used, why, withheld = apply_calibration(
-        user, calib, calib_path=calib_path, network=network, mode=mode
-    )
-    data = apply_overrides(data, **top)
-    if "stragglers" in measured:  # the measured slow ranks that exist at this scale
-        ranks = data.get("ranks", 1)
-        kept = [item for item in data["stragglers"].split(",") if item and int(item.split(":")[0]) < ranks]
-        data["stragglers"] = ",".join(kept)
-    data = apply_overrides(data, overrides)
-    typed = frozenset(text.partition("=")[0].strip() for text in overrides)
-    measured = {k: v for k, v in measured.items() if k not in typed}
-    withheld = [w for w in withheld if w["key"] not in typed]  # the user's value is used anyway
-    return Calibrated(data, measured, used, why, withheld, scenario_path(name_or_path), typed)
+def calibration_summary(resolved: Resolved, layer: Layer, calib_path: str) -> dict:
+    """What `simulate --calib` adds to a summary: {calibration: file, mode, why and withheld
+    (each measured value not carried, unless the user's own value replaced it anyway: key,
+    value, reason); parameters: every reported parameter with its origin}."""
+    user = {k for k, p in resolved.origin.items() if p.source != "calibration"}
+    withheld = [w for w in layer.withheld if w["key"] not in user]
+    return {
+        "calibration": {"file": calib_path, "mode": layer.mode, "why": layer.why, "withheld": withheld},
+        "parameters": provenance(resolved),
+    }
 
 
 def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -> str | None:
@@ -451,17 +456,3 @@ def transfer_warning(sc: Scenario, calib: Calibration, parameters: list[dict]) -
         f" {sc.model.shape.name} (seq {sc.seq_len}), a model other than the one measured, through FLOP counts:"
         f" {fmt_seconds(step_s)} of compute per step"
     )
-
-
-def calibrated_scenario(
-    name_or_path: str, overrides, calib: Calibration, calib_path: str, network, mode, **top
-) -> tuple[Scenario, dict]:
-    """The scenario `simulate --calib` runs, and for its summary {calibration: file, mode, why
-    and withheld (each measured value not carried: key, value, reason); parameters: every
-    reported parameter as measured (file) or assumed (preset and source)}."""
-    cal = load_for_simulation(name_or_path, overrides, calib, calib_path, network, mode, **top)
-    sc = scenario_or_refusal(cal.data, cal.measured, calib, calib_path, can_set=True)
-    return sc, {
-        "calibration": {"file": calib_path, "mode": cal.mode, "why": cal.why, "withheld": cal.withheld},
-        "parameters": provenance(sc, cal.measured, cal.path, cal.typed),
-    }

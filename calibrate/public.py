@@ -23,8 +23,9 @@ from typing import NamedTuple
 from calibrate import public_data as data
 from sim.collectives import algbw_busbw_gb_s, collective_cost
 from sim.optimizer import adamw_step_s
+from sim.patches import Patch, flag_patches
 from sim.precision import precision_dtypes
-from sim.scenario_file import load_scenario
+from sim.scenario_file import load_scenario, resolve
 from sim.transformer import flops_per_token, model_shape, param_count
 from sim.units import fmt_bytes
 from sim.workload import fabric_for
@@ -123,14 +124,53 @@ SOURCES = {
 }
 
 
+def _text(value) -> str:
+    """A --set value as typed: true/false, a number as short as it reads back exactly, a string bare."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and float(f"{value:g}") == value:
+        return f"{value:g}"
+    return str(value)
+
+
+def sets(**keys) -> tuple[Patch, ...]:
+    """``sets(training__tp=8)``: --set patches, a double underscore for the section's dot."""
+    return tuple(Patch(k.replace("__", "."), v, "--set") for k, v in keys.items())
+
+
+class Job(NamedTuple):
+    """The ddplab command that predicts a row, as values (``command`` prints it)."""
+
+    kind: str  # "collective" or "simulate"
+    preset: str
+    ranks: int
+    sets: tuple[Patch, ...] = ()
+    steps: int = 0  # simulate's
+    op: str = ""  # collective's
+    size: int = 0  # collective's, bytes
+
+    @property
+    def command(self) -> str:
+        if self.kind == "collective":
+            head = f"ddplab collective {self.preset} --ranks {self.ranks} --op {self.op} --sizes {self.size}"
+        else:
+            head = f"ddplab simulate {self.preset} --ranks {self.ranks} --steps {self.steps}"
+        return head + "".join(f" --set {p.key}={_text(p.value)}" for p in self.sets)
+
+
 class Row(NamedTuple):
     what: str
     source: str  # a key of SOURCES
     unit: str  # "GB/s" (busbw), "us" or "s"
     measured: float
-    command: str  # the ddplab command that predicts it
+    job: Job  # what predicts it
     tier: str  # a key of TIERS
     fitted: str = ""  # "" = held out; else the constant fitted on this row (and on what)
+
+    @property
+    def command(self) -> str:
+        """The ddplab command that predicts it."""
+        return self.job.command
 
     @property
     def bound(self) -> float:
@@ -141,9 +181,8 @@ class Row(NamedTuple):
         return not self.fitted
 
 
-def _collective(preset: str, ranks: int, size: int, op: str, sets: tuple[str, ...]) -> str:
-    s = "".join(f" --set {x}" for x in sets)
-    return f"ddplab collective {preset} --ranks {ranks} --op {op} --sizes {size}{s}"
+def _collective(preset: str, ranks: int, size: int, op: str, patches: tuple[Patch, ...]) -> Job:
+    return Job("collective", preset, ranks, patches, op=op, size=size)
 
 
 def _tier(size: int, nodes: int) -> str:
@@ -156,13 +195,13 @@ def _tier(size: int, nodes: int) -> str:
     return "nic-bound" if size >= 64 * MIB else "multi-node"
 
 
-def _curve(label, source, preset, ranks, op, curve, sets=(), fitted=lambda size: ""):
+def _curve(label, source, preset, ranks, op, curve, patches=(), fitted=lambda size: ""):
     nodes = max(1, ranks // 8)
     rows = []
     for size, time_us, busbw in curve:
         unit, measured = ("us", time_us) if size < MIB else ("GB/s", busbw)
         rows.append(
-            Row(f"{label}, {fmt_bytes(size)}", source, unit, measured, _collective(preset, ranks, size, op, sets),
+            Row(f"{label}, {fmt_bytes(size)}", source, unit, measured, _collective(preset, ranks, size, op, patches),
                 _tier(size, nodes), fitted(size))
         )  # fmt: skip
     return rows
@@ -187,7 +226,7 @@ def _mi300x_blog_fit(size: int) -> str:
 
 
 def _rows() -> list[Row]:
-    ring = ("network.algorithm=ring",)
+    ring = sets(network__algorithm="ring")
     rows = _curve("8 x H100, allreduce, ring", "together-h100", "h100-1024", 8, "allreduce",
                   data.T1_RING_ALLREDUCE, ring, _h100_ring_fit)  # fmt: skip
     rows += _curve("8 x H100, allgather, ring", "together-h100", "h100-1024", 8, "allgather",
@@ -208,10 +247,10 @@ def _rows() -> list[Row]:
     # NVIDIA/nccl#1221: "about" figures at 4-8 GB, read at 8 GiB (the largest size of the run).
     for nodes, nvls, busbw in ((1, False, 330.0), (1, True, 430.0), (2, False, 330.0), (2, True, 430.0),
                                (4, False, 320.0), (4, True, 320.0)):  # fmt: skip
-        sets = () if nvls else ("network.nvls_gb_s=0",)
+        off = () if nvls else sets(network__nvls_gb_s=0)
         rows.append(
             Row(f"{nodes} x 8 H100 RoCE, 8 GiB, NVLS {'on' if nvls else 'off'}", "nccl-1221", "GB/s", busbw,
-                _collective("h100-1024", 8 * nodes, 8 * GIB, "allreduce", sets),
+                _collective("h100-1024", 8 * nodes, 8 * GIB, "allreduce", off),
                 "one-node" if nodes == 1 else "nic-bound")
         )  # fmt: skip
     rows.append(
@@ -222,12 +261,11 @@ def _rows() -> list[Row]:
         gpu = preset.split("-")[0].upper()
         rows.append(
             Row(f"llm.c {model} on 8 x {gpu}, step", "llm.c", "s", step_s,
-                f"ddplab simulate {preset} --ranks 8 --steps {STEPS} "
-                + " ".join(f"--set {x}" for x in llmc_sets(preset, model, mb, accum)), "step")
+                Job("simulate", preset, 8, llmc_sets(preset, model, mb, accum), STEPS), "step")
         )  # fmt: skip
     rows.append(
         Row("nanoGPT gpt2-124m on 8 x A100, step", "nanogpt", "s", 4 * 86400 / 600_000,
-            f"ddplab simulate a100-8 --ranks 8 --steps {STEPS} " + " ".join(f"--set {x}" for x in NANOGPT_SETS), "step")
+            Job("simulate", "a100-8", 8, NANOGPT_SETS, STEPS), "step")
     )  # fmt: skip
     rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY]
     rows += [_torchtitan_row(*r) for r in data.TORCHTITAN]
@@ -254,18 +292,17 @@ def _llama3_row(gpus, tp, cp, pp, dp, seq, batch_per_dp, tokens, tflop_s, mfu) -
     gradients reduce-scattered in FP32, asynchronously (overlapped). The preset's eager stack.
     Compared: BF16 MFU, in the step tier. ddplab's memory model puts this job above 80 GB
     (the paper fits it with deallocations ddplab does not model); the row is run as described."""
-    shape = [f"model.{k}={v}" for k, v in data.LLAMA3_405B_SHAPE.items()]
+    shape = sets(**{f"model__{k}": v for k, v in data.LLAMA3_405B_SHAPE.items()})
     chunks = (data.LLAMA3_405B_SHAPE["n_layer"] + 2) // pp
-    sets = [
-        "model.name=llama3-405b", "model.layout=llama", *shape, f"model.block_size={seq}", "model.rope_theta=500000",
-        f"training.seq_len={seq}", "training.micro_batch_size=1", f"training.grad_accum={batch_per_dp}",
-        f"training.tp={tp}", f"training.pp={pp}", "training.sequence_parallel=true", "training.mode=fsdp",
-        "training.precision=bf16-amp", "training.pp_schedule=interleaved", f"training.pp_virtual_stages={chunks}",
-        "training.activation_checkpointing=none", "training.overlap=true",
-    ]  # fmt: skip
+    job = (
+        *sets(model__name="llama3-405b", model__layout="llama"), *shape,
+        *sets(model__block_size=seq, model__rope_theta=500000, training__seq_len=seq, training__micro_batch_size=1,
+              training__grad_accum=batch_per_dp, training__tp=tp, training__pp=pp, training__sequence_parallel=True,
+              training__mode="fsdp", training__precision="bf16-amp", training__pp_schedule="interleaved",
+              training__pp_virtual_stages=chunks, training__activation_checkpointing="none", training__overlap=True),
+    )  # fmt: skip
     what = f"Llama 3 405B on {gpus} x H100 (tp {tp}, pp {pp}, dp {dp}, v {chunks}), no recompute, BF16 MFU"
-    command = f"ddplab simulate h100-16k --ranks {gpus} --steps 1 " + " ".join(f"--set {x}" for x in sets)
-    return Row(what, "llama3-table4", "MFU", mfu, command, "step")
+    return Row(what, "llama3-table4", "MFU", mfu, Job("simulate", "h100-16k", gpus, job, 1), "step")
 
 
 def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> Row:
@@ -277,23 +314,24 @@ def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> 
     from sim.parallel3d import layout, memory_by_stage, step_costs
 
     dp = gpus // (tp * pp)
-    shape = [f"model.{k}={v}" for k, v in data.NEMO_SHAPES[model].items()]
-    sets = [
-        f"model.name={model.lower()}", *shape, f"model.block_size={seq}", f"training.seq_len={seq}",
-        f"training.micro_batch_size={mbs}", f"training.grad_accum={gbs // (mbs * dp)}", f"training.tp={tp}",
-        f"training.pp={pp}", f"training.sequence_parallel={'true' if tp > 1 else 'false'}", "training.mode=ddp",
-        "training.precision=fp8", "training.fused_attention=true", "training.overlap=true", "compute.stack=compiled",
-    ]  # fmt: skip
+    shape = sets(**{f"model__{k}": v for k, v in data.NEMO_SHAPES[model].items()})
+    job = (
+        *sets(model__name=model.lower()), *shape,
+        *sets(model__block_size=seq, training__seq_len=seq, training__micro_batch_size=mbs,
+              training__grad_accum=gbs // (mbs * dp), training__tp=tp, training__pp=pp,
+              training__sequence_parallel=tp > 1, training__mode="ddp", training__precision="fp8",
+              training__fused_attention=True, training__overlap=True, compute__stack="compiled"),
+    )  # fmt: skip
     if vp > 1:
-        sets += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={vp}"]
+        job += sets(training__pp_schedule="interleaved", training__pp_virtual_stages=vp)
     for recompute in ("none", "selective", "full"):
-        sc = load_scenario("h100-1024", [*sets, f"training.activation_checkpointing={recompute}"], ranks=gpus)
+        tried = (*job, *sets(training__activation_checkpointing=recompute))
+        sc = resolve("h100-1024", tried, flag_patches(ranks=gpus)).scenario
         lay = layout(sc)
         if max(m.total_gib for m in memory_by_stage(sc, lay, step_costs(sc, lay))) <= sc.compute.device_memory_gib:
             break
-    sets.append(f"training.activation_checkpointing={recompute}")
     what = f"NeMo 24.07 {model} on {gpus} x H100 (tp {tp}, pp {pp}, vp {vp}, dp {dp}), FP8, {recompute} recompute, step"
-    return _simulate_row(what, "nemo-2407", gbs * seq / (tokens_s_gpu * gpus), "h100-1024", gpus, sets)
+    return _simulate_row(what, "nemo-2407", gbs * seq / (tokens_s_gpu * gpus), "h100-1024", gpus, tried)
 
 
 def _megatron_row(name, heads, hidden, layers, tp, pp, gpus, batch, tflop_s, micro_batch, per_virtual, ddp) -> Row:
@@ -305,29 +343,28 @@ def _megatron_row(name, heads, hidden, layers, tp, pp, gpus, batch, tflop_s, mic
     torch's overlaps buckets with backward, Megatron's "local" reduces after the pipeline."""
     dp = gpus // (tp * pp)
     v = layers // pp // per_virtual if per_virtual else 1
-    sets = [
-        f"model.name=gpt-{name.lower()}", "model.layout=gpt2", f"model.n_layer={layers}", f"model.n_embd={hidden}",
-        f"model.n_head={heads}", "model.block_size=2048", "model.vocab_size=51200", "training.seq_len=2048",
-        f"training.micro_batch_size={micro_batch}", f"training.grad_accum={batch // (micro_batch * dp)}",
-        f"training.tp={tp}", f"training.pp={pp}", "training.precision=fp16-amp",
-        "training.activation_checkpointing=full", "training.fused_attention=false",
-        f"training.overlap={'true' if ddp == 'torch' else 'false'}", "compute.stack=compiled",
-    ]  # fmt: skip
+    job = sets(
+        model__name=f"gpt-{name.lower()}", model__layout="gpt2", model__n_layer=layers, model__n_embd=hidden,
+        model__n_head=heads, model__block_size=2048, model__vocab_size=51200, training__seq_len=2048,
+        training__micro_batch_size=micro_batch, training__grad_accum=batch // (micro_batch * dp),
+        training__tp=tp, training__pp=pp, training__precision="fp16-amp",
+        training__activation_checkpointing="full", training__fused_attention=False,
+        training__overlap=ddp == "torch", compute__stack="compiled",
+    )  # fmt: skip
     if v > 1:
-        sets += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={v}"]
+        job += sets(training__pp_schedule="interleaved", training__pp_virtual_stages=v)
     what = f"Megatron-LM GPT {name} on {gpus} x A100 80GB (tp {tp}, pp {pp}, dp {dp}), TFLOP/s per GPU"
-    command = f"ddplab simulate a100-8 --ranks {gpus} --steps {FSDP_STEPS} " + " ".join(f"--set {x}" for x in sets)
-    return Row(what, "megatron-table1", "TFLOP/s", float(tflop_s), command, "step")
+    return Row(what, "megatron-table1", "TFLOP/s", float(tflop_s), Job("simulate", "a100-8", gpus, job, FSDP_STEPS),
+               "step")  # fmt: skip
 
 
-def _simulate_row(what: str, source: str, step_s: float, preset: str, ranks: int, sets: list[str]) -> Row:
-    command = f"ddplab simulate {preset} --ranks {ranks} --steps {FSDP_STEPS} " + " ".join(f"--set {x}" for x in sets)
-    return Row(what, source, "s", step_s, command, "step")
+def _simulate_row(what: str, source: str, step_s: float, preset: str, ranks: int, patches) -> Row:
+    return Row(what, source, "s", step_s, Job("simulate", preset, ranks, tuple(patches), FSDP_STEPS), "step")
 
 
 # A100 40GB beside the a100-8 preset's 80GB part: the same SMs and peak, 1,555 GB/s of HBM2
 # (NVIDIA A100 datasheet) and 40 GiB.
-A100_40GB_SETS = ("compute.hbm_tb_s=1.555", "compute.device_memory_gib=40")
+A100_40GB_SETS = sets(compute__hbm_tb_s=1.555, compute__device_memory_gib=40)
 
 
 def _foundry_row(section, model, gpus, micro_batch, accum, global_tokens, tokens_s, precision, act_ckpt) -> Row:
@@ -335,41 +372,41 @@ def _foundry_row(section, model, gpus, micro_batch, accum, global_tokens, tokens
     exactly the parameter counts the README prints), FSDP, the row's batch, precision and
     checkpointing; Composer runs eager."""
     n_layer, n_embd, n_head = data.MPT_SHAPES[model]
-    sets = [
-        f"model.name=mpt-{model}",
-        f"model.n_layer={n_layer}",
-        f"model.n_embd={n_embd}",
-        f"model.n_head={n_head}",
-        "model.block_size=2048",
-        "model.vocab_size=50368",
-        "training.seq_len=2048",
-        "training.mode=fsdp",
-        f"training.micro_batch_size={micro_batch}",
-        f"training.grad_accum={accum}",
-        f"training.precision={'bf16-amp' if precision == 'amp_bf16' else 'bf16'}",
-        f"training.activation_checkpointing={str(act_ckpt).lower()}",
-        "compute.stack=eager",
-    ]
+    job = sets(
+        model__name=f"mpt-{model}",
+        model__n_layer=n_layer,
+        model__n_embd=n_embd,
+        model__n_head=n_head,
+        model__block_size=2048,
+        model__vocab_size=50368,
+        training__seq_len=2048,
+        training__mode="fsdp",
+        training__micro_batch_size=micro_batch,
+        training__grad_accum=accum,
+        training__precision="bf16-amp" if precision == "amp_bf16" else "bf16",
+        training__activation_checkpointing=act_ckpt,
+        compute__stack="eager",
+    )
     preset = "h100-1024" if section == "h100" else "a100-8"
     if section == "a100-40gb":
-        sets += A100_40GB_SETS
+        job += A100_40GB_SETS
     gpu = {"h100": "H100 80GB", "a100-80gb": "A100 80GB", "a100-40gb": "A100 40GB"}[section]
     what = f"llm-foundry mpt-{model} on {gpus} x {gpu}, mb {micro_batch} x {accum}, step"
-    return _simulate_row(what, "llm-foundry", global_tokens / tokens_s, preset, gpus, sets)
+    return _simulate_row(what, "llm-foundry", global_tokens / tokens_s, preset, gpus, job)
 
 
-def _torchtitan_sets(model: str, local_batch: int, precision: str, act_ckpt: str, compiled: bool) -> list[str]:
+def _torchtitan_sets(model: str, local_batch: int, precision: str, act_ckpt: str, compiled: bool) -> tuple[Patch, ...]:
     """What every torchtitan row sets: the model at seq 8192 under FSDP, its local batch as one
     micro-batch, the precision, checkpointing (any is modelled as full) and the stack."""
-    return [
-        f"model.preset={model}",
-        "training.seq_len=8192",
-        "training.mode=fsdp",
-        f"training.micro_batch_size={local_batch}",
-        f"training.precision={precision}",
-        f"training.activation_checkpointing={'true' if act_ckpt != 'none' else 'false'}",
-        f"compute.stack={'compiled' if compiled else 'eager'}",
-    ]
+    return sets(
+        model__preset=model,
+        training__seq_len=8192,
+        training__mode="fsdp",
+        training__micro_batch_size=local_batch,
+        training__precision=precision,
+        training__activation_checkpointing=act_ckpt != "none",
+        compute__stack="compiled" if compiled else "eager",
+    )
 
 
 def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_s_gpu) -> Row:
@@ -377,14 +414,14 @@ def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_
     checkpointed at all is modelled as full, which recomputes more than selective AC does (and
     without any, the 8B at local batch 2 needs 137 GiB by sim/memory.py). The H100 rows' HBM2e
     at 2.4 TB/s is set as stated; their 500 W power limit is not modelled."""
-    sets = _torchtitan_sets(model, local_batch, "bf16-amp", act_ckpt, compiled)
+    job = _torchtitan_sets(model, local_batch, "bf16-amp", act_ckpt, compiled)
     preset = "a100-8" if table.startswith("a100") else "h100-1024"
     if table.startswith("h100"):
-        sets.append("compute.hbm_tb_s=2.4")
+        job += sets(compute__hbm_tb_s=2.4)
     gpu = "A100 80GB" if table.startswith("a100") else "H100 96GB"
     stack = "compiled" if compiled else "eager"
     what = f"torchtitan {model} on {gpus} x {gpu}, FSDP, {act_ckpt} AC, {stack}, step"
-    return _simulate_row(what, "torchtitan", local_batch * 8192 / tokens_s_gpu, preset, gpus, sets)
+    return _simulate_row(what, "torchtitan", local_batch * 8192 / tokens_s_gpu, preset, gpus, job)
 
 
 def _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu, fp8: bool) -> Row:
@@ -392,15 +429,16 @@ def _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_g
     FP8 matmuls where the row has them, and TP over each node's GPUs with sequence parallelism
     (torchtitan's TP plan) where it has TP. A TP group shares its local batch, so a GPU's tokens
     per step are local batch x 8192 / TP."""
-    sets = [*_torchtitan_sets(model, local_batch, "fp8" if fp8 else "bf16-amp", act_ckpt, True), "compute.hbm_tb_s=2.4"]
+    job = (*_torchtitan_sets(model, local_batch, "fp8" if fp8 else "bf16-amp", act_ckpt, True),
+           *sets(compute__hbm_tb_s=2.4))  # fmt: skip
     layout = "FSDP"
     if tp > 1:
-        sets += [f"training.tp={tp}", "training.sequence_parallel=true"]
+        job += sets(training__tp=tp, training__sequence_parallel=True)
         layout = f"FSDP {gpus // tp} x TP {tp}"
     what = f"torchtitan {model} on {gpus} x H100 96GB ({table}), {layout}, {'Float8' if fp8 else 'bf16'}"
     what += f", {act_ckpt} AC, compiled, step"
     step_s = local_batch * 8192 / tp / tokens_s_gpu
-    return _simulate_row(what, "torchtitan", step_s, "h100-1024", gpus, sets)
+    return _simulate_row(what, "torchtitan", step_s, "h100-1024", gpus, job)
 
 
 STEPS = 50
@@ -414,17 +452,17 @@ LLMC_ROWS = (
     ("a100-8", "gpt2-large", 32, 2, 1.7),
     ("h100-1024", "gpt2-xl", 16, 8, 2.80),
 )
-NANOGPT_SETS = (
-    "model.preset=gpt2-124m",
-    "training.seq_len=1024",
-    "training.micro_batch_size=12",
-    "training.grad_accum=5",
-    "training.precision=bf16-amp",
-    "compute.stack=compiled",
+NANOGPT_SETS = sets(
+    model__preset="gpt2-124m",
+    training__seq_len=1024,
+    training__micro_batch_size=12,
+    training__grad_accum=5,
+    training__precision="bf16-amp",
+    compute__stack="compiled",
 )
 
 
-def llmc_sets(preset: str, model: str, micro_batch: int, accum: int) -> list[str]:
+def llmc_sets(preset: str, model: str, micro_batch: int, accum: int) -> tuple[Patch, ...]:
     """llm.c's set-up in the preset: a fused stack (its own CUDA kernels: compute.stack
     compiled), bf16 weights and gradients (its reduce-scatter is bf16), seq 1024, and its ZeRO-1
     optimizer, which updates 1/8 of the parameters on each of 8 GPUs. Its AdamW reads the bf16
@@ -432,15 +470,15 @@ def llmc_sets(preset: str, model: str, micro_batch: int, accum: int) -> list[str
     per parameter, bf16-amp's count (sim/optimizer.py), at the preset's HBM."""
     sc = load_scenario(preset)
     opt = adamw_step_s(param_count(model_shape(model)), precision_dtypes("bf16-amp"), sc.compute.hbm_tb_s) / 8
-    return [
-        f"model.preset={model}",
-        "training.seq_len=1024",
-        f"training.micro_batch_size={micro_batch}",
-        f"training.grad_accum={accum}",
-        "training.precision=bf16",
-        "compute.stack=compiled",
-        f"compute.optimizer_s={opt:.6g}",
-    ]
+    return sets(
+        model__preset=model,
+        training__seq_len=1024,
+        training__micro_batch_size=micro_batch,
+        training__grad_accum=accum,
+        training__precision="bf16",
+        compute__stack="compiled",
+        compute__optimizer_s=float(f"{opt:.6g}"),  # as the row's command prints it
+    )
 
 
 class Result(NamedTuple):
@@ -450,27 +488,17 @@ class Result(NamedTuple):
     ok: bool  # |error| within the row's tier
 
 
-def _parse_sets(command: str) -> list[str]:
-    words = command.split()
-    return [words[i + 1] for i, w in enumerate(words) if w == "--set"]
-
-
 def predict(row: Row) -> float:
-    words = row.command.split()
-    preset = words[2]
-    sets = _parse_sets(row.command)
-    ranks = int(words[words.index("--ranks") + 1])
-    if words[1] == "collective":
-        size = int(words[words.index("--sizes") + 1])
-        op = words[words.index("--op") + 1]
-        c = collective_cost(op, size, fabric_for(load_scenario(preset, sets, ranks=ranks)))
+    job = row.job
+    if job.kind == "collective":
+        sc = resolve(job.preset, job.sets, flag_patches(ranks=job.ranks)).scenario
+        c = collective_cost(job.op, job.size, fabric_for(sc))
         if row.unit == "us":
             return c.time_s * 1e6
-        return algbw_busbw_gb_s(op, size, c.time_s, ranks)[1]
+        return algbw_busbw_gb_s(job.op, job.size, c.time_s, job.ranks)[1]
     from sim.engine import simulate
 
-    steps = int(words[words.index("--steps") + 1])
-    sc = load_scenario(preset, sets, ranks=ranks, steps=steps)
+    sc = resolve(job.preset, job.sets, flag_patches(ranks=job.ranks, steps=job.steps)).scenario
     if sc.training.tp * sc.training.pp > 1:  # as `ddplab simulate` does: sim/parallel3d.py
         import numpy as np
 

@@ -424,9 +424,9 @@ NEMO_SHAPES = {
     "GPT3-20B": {"layout": "gpt2", "n_layer": 44, "n_embd": 6144, "n_head": 48, "vocab_size": 50304},
     "GPT3-175B": {"layout": "gpt2", "n_layer": 96, "n_embd": 12288, "n_head": 96, "vocab_size": 50304},
     "LLAMA2-7B": {"layout": "llama", "n_layer": 32, "n_embd": 4096, "n_head": 32, "n_kv_head": 32,
-                  "ffn_hidden": 11008, "vocab_size": 32000, "tied_embeddings": "false"},
+                  "ffn_hidden": 11008, "vocab_size": 32000, "tied_embeddings": False},
     "LLAMA2-13B": {"layout": "llama", "n_layer": 40, "n_embd": 5120, "n_head": 40, "n_kv_head": 40,
-                   "ffn_hidden": 13824, "vocab_size": 32000, "tied_embeddings": "false"},
+                   "ffn_hidden": 13824, "vocab_size": 32000, "tied_embeddings": False},
     "LLAMA2-70B": {"layout": "llama", "n_layer": 80, "n_embd": 8192, "n_head": 64, "n_kv_head": 8,
-                   "ffn_hidden": 28672, "vocab_size": 32000, "tied_embeddings": "false"},
+                   "ffn_hidden": 28672, "vocab_size": 32000, "tied_embeddings": False},
 }  # fmt: skip

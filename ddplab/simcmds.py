@@ -18,12 +18,12 @@ def simulate(args):
 
 def _simulate(args):
     counts = simulation.rank_counts(args.ranks, args.sweep_ranks)
-    sets = simulation.device_memory_sets(args.set, getattr(args, "device_gib", None))
     tokens, price = traincost.parse(args)
     # Validate every scale before simulating any, so a bad count fails fast.
     calib = getattr(args, "calib", None)
     scenarios, provenance, warning = simulation.build_scenarios(
-        args.scenario, sets, counts, steps=args.steps, seed=args.seed, calib=calib,
+        args.scenario, args.set, counts, steps=args.steps, seed=args.seed,
+        device_gib=getattr(args, "device_gib", None), calib=calib,
         calib_network=getattr(args, "calib_network", None), calib_mode=getattr(args, "calib_mode", "auto"),
     )  # fmt: skip
     if warning:

@@ -1,7 +1,8 @@
-"""Scenario data into a checked ``Scenario``: a preset or TOML file (with its ``base`` preset
-underneath), ``--set KEY=VALUE`` overrides and top-level fields (ranks, steps, seed), each
-value coerced to its field's type or refused naming the key. The one place sim/ reads files
-for a scenario; sim/config.py is the schema it fills.
+"""The one scenario resolver: a preset or TOML file (with its ``base`` preset underneath), then
+the layers of typed patches above it (sim/patches.py: a calibration, ``--set``, a command's own
+keys, its flags), each value coerced to its field's type or refused naming the key, built into
+a checked ``Scenario`` once, with the source of every key. The one place sim/ reads files for a
+scenario; sim/config.py is the schema it fills.
 """
 
 import dataclasses
@@ -10,9 +11,10 @@ import tomllib
 import types
 import typing
 from pathlib import Path
+from typing import NamedTuple
 
 from sim.config import Scenario
-from sim.model_source import SHAPE_KEYS, with_changes
+from sim.patches import Patch, apply_patches, flag_patches, hf_config_from, parse_sets
 from sim.precision import PRECISIONS
 from sim.readfile import read_text
 
@@ -163,7 +165,7 @@ def load_scenario_data(path: Path, _seen: tuple = ()) -> dict:
     from scenarios import base_path
 
     data = load_toml(path)
-    _hf_config_from(data, path.parent)
+    hf_config_from(data, path.parent)
     base = data.pop("base", None)
     if base is None:
         _check_complete(path, data)
@@ -184,119 +186,55 @@ def load_scenario_data(path: Path, _seen: tuple = ()) -> dict:
     return merged
 
 
-def _hf_config_from(data: dict, folder: Path) -> None:
-    """A relative ``model.hf_config`` made absolute against ``folder`` (the naming file's, as a
-    ``base``; the working directory's for --set), so the data loads the same anywhere."""
-    model = data.get("model")
-    if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
-        model["hf_config"] = str(folder.absolute() / model["hf_config"])
+class Resolved(NamedTuple):
+    scenario: Scenario
+    data: dict  # what it was built from: a worker rebuilds the same Scenario from it
+    origin: dict[str, Patch]  # each key a patch set, with the patch that set it last
+    path: Path  # the scenario file
+    file_data: dict  # the file's own data, its base filled in underneath
+
+    def source(self, key: str) -> str:
+        """Who set ``key``: the patch's source ("--set", "--ranks", "calibration"...), else the
+        scenario file's name (it or its base), else "default" (sim/config.py)."""
+        if key in self.origin:
+            return self.origin[key].source
+        return self.path.name if _has(self.file_data, key) else "default"
 
 
-# Keys that name a whole model: --set one and the scenario's other model keys go (a later --set
-# model.n_layer=... then changes the model just named).
-_MODEL_NAMERS = {"preset", "hf_config"}
+class Refused(ValueError):
+    """A value the dataclasses refused, with the patch that set it (None: the file's own), so a
+    caller can name where it came from (calibrate/refusal.py: a calibration's file and fix)."""
+
+    def __init__(self, error: ValueError, patch: Patch | None):
+        super().__init__(str(error))
+        self.patch = patch
 
 
-def _rename_changed_model(table: dict, path: list[str], value) -> None:
-    """A model the file names (``name = "llama3.2-3b"``) whose shape --set changes is named
-    for the change too: ``llama3.2-3b+n_layer=30``."""
-    name = table.get("name")
-    if path[0] == "model" and path[1] in SHAPE_KEYS and isinstance(name, str) and table.get(path[1]) != value:
-        table["name"] = with_changes(name, {path[1]: value})
-
-
-def parse_override(text: str) -> tuple[list[str], object]:
-    """``noise.sigma=0.05`` -> (["noise", "sigma"], 0.05). The value is read as a TOML
-    value when it is one (numbers, true/false, quoted strings), else as a bare string."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ValueError(f"--set: expected KEY=VALUE, got {text!r}")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    except RecursionError:
-        raise ValueError(f"--set {key}: value nested too deeply to read") from None
-    return key.split("."), value
-
-
-def split_assignments(text: str, words=()) -> list[str]:
-    """Several KEY=VALUE in one argument: ``a.b=1,c=2`` -> ["a.b=1", "c=2"]. A piece with no
-    ``=`` (and not one of ``words``, whatif's named fixes) continues the value before it, so
-    ``stragglers=17:1.4,100:2.0`` stays one assignment."""
-    out: list[str] = []
-    for piece in text.split(","):
-        if out and "=" not in piece and piece.strip() not in words:
-            out[-1] += "," + piece
-        else:
-            out.append(piece)
-    return out
-
-
-def check_assigned_keys(assigned, owned: dict[str, str]) -> None:
-    """The keys a command line assigns, as (option, key) pairs in order, e.g. ("--set",
-    "noise.sigma"): refused, naming the option and key, when a key is one the command sets by
-    an option of its own (``owned``: key -> that option, with why) or is assigned twice, where
-    the last would silently win. `sweep` (--set, --vary) and `whatif` (each --try) share it."""
-    seen: dict[str, str] = {}
-    for option, key in assigned:
-        if key in owned:
-            raise ValueError(f"{option} {key}: {owned[key]}, not {option}")
-        if key in seen:
-            twice = "given twice" if seen[key] == option else f"also given by {seen[key]} {key}"
-            raise ValueError(f"{option} {key}: {twice}; give it once")
-        seen[key] = option
-
-
-def apply_overrides(data: dict, overrides=(), **top_level) -> dict:
-    """A deep copy of ``data`` with each KEY=VALUE applied, then the top-level fields given
-    (ranks, steps, seed; None leaves one as it is). Checked later by the dataclasses."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for text in overrides:
-        path, value = parse_override(text)
-        if len(path) > 2:
-            raise ValueError(f"{'.'.join(path)}: unknown key (keys are SECTION.FIELD or FIELD)")
-        if len(path) == 2:
-            out.setdefault(path[0], {})
-            if not isinstance(out[path[0]], dict):
-                raise ValueError(f"{'.'.join(path)}: unknown key ({path[0]} is not a section)")
-            if path[0] == "model" and path[1] in _MODEL_NAMERS:
-                out["model"] = {}
-            _rename_changed_model(out[path[0]], path, value)
-            out[path[0]][path[1]] = value
-            if path == ["model", "hf_config"]:
-                _hf_config_from(out, Path.cwd())
-        else:
-            out[path[0]] = value
-    out.update({k: v for k, v in top_level.items() if v is not None})
-    _describe_run(data, out)
-    return out
-
-
-def _describe_run(data: dict, out: dict) -> None:
-    """A description that names the file's GPU count follows the ranks run (sim/describe.py),
-    unless it was itself overridden."""
-    from sim.config import NetworkConfig
-    from sim.describe import description_at
-
-    file_ranks, ranks, text = data.get("ranks"), out.get("ranks"), out.get("description")
-    network = out.get("network") if isinstance(out.get("network"), dict) else {}
-    per_node = network.get("gpus_per_node", NetworkConfig.gpus_per_node)
-    if text != data.get("description") or not all(isinstance(v, int) and v > 0 for v in (file_ranks, ranks, per_node)):
-        return  # overridden, or a wrong type the dataclasses will name
-    if isinstance(text, str):
-        out["description"] = description_at(text, file_ranks, ranks, per_node)
-
-
-def scenario_data(name_or_path: str, overrides=(), **top_level) -> dict:
-    """A preset's or TOML file's data with ``--set`` overrides and top-level fields applied:
-    what every command simulates, before the dataclasses check it."""
+def resolve(name_or_path: str, *layers) -> Resolved:
+    """The scenario of a preset or TOML file with each layer of patches applied in order, lowest
+    first: calibration < --set < flags (sweep's --vary under the flags, whatif's --try over the
+    scenario they made). Built (and so checked) once; a refused value raises Refused, naming the
+    key as ever, with the patch that set it."""
     from scenarios import scenario_path
 
-    return apply_overrides(load_scenario_data(scenario_path(name_or_path)), overrides, **top_level)
+    path = scenario_path(name_or_path)
+    file_data = load_scenario_data(path)
+    data, origin = apply_patches(file_data, *layers)
+    try:
+        sc = scenario_from_dict(data)
+    except ValueError as e:
+        raise Refused(e, origin.get(str(e).partition(":")[0])) from None
+    return Resolved(sc, data, origin, path, file_data)
 
 
-def load_scenario(name_or_path: str, overrides=(), **top_level) -> Scenario:
-    """A preset or TOML file, with ``--set`` overrides and top-level fields (ranks, steps, seed)."""
-    return scenario_from_dict(scenario_data(name_or_path, overrides, **top_level))
+def scenario_data(name_or_path: str, sets=(), **flags) -> dict:
+    """A preset's or TOML file's data with the user's ``--set`` texts and the flags given
+    (ranks, steps, seed; None: the file's), before the dataclasses check it."""
+    from scenarios import scenario_path
+
+    return apply_patches(load_scenario_data(scenario_path(name_or_path)), parse_sets(sets), flag_patches(**flags))[0]
+
+
+def load_scenario(name_or_path: str, sets=(), **flags) -> Scenario:
+    """A preset or TOML file, with the user's ``--set`` texts and flags (ranks, steps, seed)."""
+    return resolve(name_or_path, parse_sets(sets), flag_patches(**flags)).scenario

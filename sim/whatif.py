@@ -28,7 +28,8 @@ from sim.config import Scenario, parse_stragglers
 from sim.engine import simulate
 from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
-from sim.scenario_file import apply_overrides, check_assigned_keys, scenario_from_dict, split_assignments
+from sim.patches import Patch, apply_patches, check_assigned_keys, parse_set, split_assignments
+from sim.scenario_file import scenario_from_dict
 from sim.workload import build_workload
 
 NAMED = ("rebalance", "exclude-slowest", "sync-gc", "fix-loader")
@@ -95,8 +96,8 @@ def _slowest_group(sc: Scenario) -> tuple[list[int], str]:
     return [slow], f"rank {slow} (x{factors[slow]:.3g})"
 
 
-def _exclude(data: dict, sc: Scenario, removed: list[int]) -> dict:
-    """The scenario without ``removed`` ranks: fewer ranks, explicit stragglers renumbered."""
+def _exclude(sc: Scenario, removed: list[int]) -> tuple[Patch, ...]:
+    """The patches that drop ``removed`` ranks: fewer ranks, explicit stragglers renumbered."""
     keep = [r for r in range(sc.ranks) if r not in removed]
     new_index = {old: new for new, old in enumerate(keep)}
 
@@ -104,16 +105,32 @@ def _exclude(data: dict, sc: Scenario, removed: list[int]) -> dict:
         items = parse_stragglers(text, key)
         return ",".join(f"{new_index[r]}:{f:g}" for r, f in sorted(items.items()) if r in new_index)
 
-    out = apply_overrides(data, [])
-    out["ranks"] = len(keep)
-    out["stragglers"] = renumber(sc.stragglers, "stragglers")
-    out["loader_stragglers"] = renumber(sc.loader_stragglers, "loader_stragglers")
-    return out
+    return (
+        Patch("ranks", len(keep), "--try"),
+        Patch("stragglers", renumber(sc.stragglers, "stragglers"), "--try"),
+        Patch("loader_stragglers", renumber(sc.loader_stragglers, "loader_stragglers"), "--try"),
+    )
 
 
 # Keys a --try may not set: every row runs on the one seed (--seed), or the rows would differ by
 # their jitter draws as well as by the mitigation.
 OWN_KEYS = {"seed": "every row runs on the same seed, so the rows differ by the mitigation alone; give it with --seed"}
+
+# The named fixes that are fixed patches: (key, value, note).
+_FIXED = {
+    "rebalance": ("rebalance", True, "work sized to speed (continuous micro-batches)"),
+    "sync-gc": ("pauses.synchronized", True, "every rank pauses at the same steps"),
+    "fix-loader": ("loader_stragglers", "", "every loader at the healthy speed"),
+}
+EXCLUDE = "exclude-slowest"
+
+
+class Part(NamedTuple):
+    """One piece of a --try row: a patch (a fixed named fix or KEY=VALUE) with its note, or
+    exclude-slowest (``patch`` None), whose patches depend on the scenario it applies to."""
+
+    patch: Patch | None
+    note: str = ""
 
 
 def _full_key(key: str) -> str:
@@ -121,58 +138,94 @@ def _full_key(key: str) -> str:
     return f"{SECTION_OF[key]}.{key}" if key in SECTION_OF else key
 
 
-def check_try(text: str) -> None:
-    """One --try row's KEY=VALUE parts: no key twice (``accum=2,grad_accum=4``), no seed."""
-    keys = [_full_key(p.partition("=")[0].strip()) for p in split_assignments(text, NAMED) if "=" in p]
-    check_assigned_keys([("--try", k) for k in keys], OWN_KEYS)
+def parse_try(text: str) -> list[Part]:
+    """One --try row parsed once into its parts, in order: no key twice (``accum=2,grad_accum=4``),
+    no seed, no unknown named fix."""
+    pieces = [p.strip() for p in split_assignments(text, NAMED)]
+    assigned = [parse_set(p, "--try") for p in pieces if "=" in p]
+    check_assigned_keys([("--try", _full_key(a.key)) for a in assigned], OWN_KEYS)
+    parts = []
+    for piece in pieces:
+        if piece in _FIXED:
+            key, value, note = _FIXED[piece]
+            parts.append(Part(Patch(key, value, "--try"), note))
+        elif piece.startswith(EXCLUDE):
+            parts.append(Part(None))
+        elif "=" in piece:
+            patch = assigned.pop(0)
+            patch = patch._replace(key=_full_key(patch.key))
+            note = f"{patch.value} x the tokens per step" if patch.key == "training.grad_accum" else ""
+            parts.append(Part(patch, note))
+        else:
+            raise ValueError(
+                f"--try: unknown mitigation {piece!r} (rebalance, exclude-slowest, sync-gc, fix-loader, accum=K,"
+                " workers=N, or KEY=VALUE)"
+            )
+    return parts
 
 
-def apply_mitigation(data: dict, text: str) -> tuple[dict, float | None, str]:
-    """(scenario data with the mitigation, restart seconds paid once (None: exclude-slowest's,
-    the caller's --restart-min), note). Several comma-separated apply in order."""
-    check_try(text)
-    restart_s, notes = 0.0, []
-    for part in split_assignments(text, NAMED):
-        data, restart, note = _apply_one(data, part.strip())
-        restart_s = None if restart is None or restart_s is None else restart_s + restart
-        notes += [note] if note else []
-    return data, restart_s, "; ".join(notes)
+class Row(NamedTuple):
+    mitigation: str  # as typed ("nothing" for the scenario as it is)
+    scenario: Scenario
+    restart_s: float | None  # paid once over the horizon; None: exclude-slowest's, the caller's --restart-min
+    note: str
 
 
-def _apply_one(data: dict, text: str) -> tuple[dict, float | None, str]:
-    sc = scenario_from_dict(data)
-    if text == "rebalance":
-        return apply_overrides(data, ["rebalance=true"]), 0.0, "work sized to speed (continuous micro-batches)"
-    if text == "sync-gc":
-        return apply_overrides(data, ["pauses.synchronized=true"]), 0.0, "every rank pauses at the same steps"
-    if text == "fix-loader":
-        return apply_overrides(data, ['loader_stragglers=""']), 0.0, "every loader at the healthy speed"
-    if text.startswith("exclude-slowest"):
-        removed, what = _slowest_group(sc)
-        return _exclude(data, sc, removed), None, f"restart without {what}"
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise ValueError(
-            f"--try: unknown mitigation {text!r} (rebalance, exclude-slowest, sync-gc, fix-loader, accum=K,"
-            " workers=N, or KEY=VALUE)"
-        )
-    key = ALIASES.get(key, key)
-    full = _full_key(key)
-    note = f"{value} x the tokens per step" if key == "grad_accum" else ""
-    return apply_overrides(data, [f"{full}={value}"]), 0.0, note
+class Plan(NamedTuple):
+    """A whatif's rows before any runs: the base's data and Scenario, each --try parsed, and each
+    row's Scenario without exclude-slowest's change (the base's when that is all it does), which
+    sizes the comparison: finding the slowest rank draws every rank's speed."""
+
+    data: dict
+    base: Scenario
+    tries: list[tuple[str, list[Part]]]
+    sized: list[Scenario]
 
 
-def row_scenarios(data: dict, tries: list[str]) -> list[Scenario]:
+def _build(data: dict, patches) -> Scenario:
+    return scenario_from_dict(apply_patches(data, patches)[0])
+
+
+def plan(data: dict, tries: list[str], base: Scenario | None = None) -> Plan:
+    """Each --try parsed and its row built once (``base``: the Scenario of ``data``, if built)."""
+    base = base or scenario_from_dict(data)
+    parsed = [(text, parse_try(text)) for text in tries]
+    sized = []
+    for _, parts in parsed:
+        patches = [p.patch for p in parts if p.patch]
+        sized.append(_build(data, patches) if patches else base)
+    return Plan(data, base, parsed, sized)
+
+
+def rows(p: Plan) -> list[Row]:
+    """Doing nothing, then each --try's row: its scenario (built once; a row with
+    exclude-slowest after other changes builds the scenario it excludes from too)."""
+    out = [Row("nothing", p.base, 0.0, "")]
+    for (text, parts), sized in zip(p.tries, p.sized, strict=True):
+        if all(part.patch for part in parts):
+            out.append(Row(text, sized, 0.0, "; ".join(part.note for part in parts if part.note)))
+            continue
+        patches: list[Patch] = []
+        notes = []
+        for part in parts:
+            if part.patch:
+                patches.append(part.patch)
+                notes += [part.note] if part.note else []
+                continue
+            sc = _build(p.data, patches) if patches else p.base
+            removed, what = _slowest_group(sc)
+            patches += _exclude(sc, removed)
+            notes.append(f"restart without {what}")
+        out.append(Row(text, _build(p.data, patches), None, "; ".join(notes)))
+    return out
+
+
+def row_scenarios(p: Plan) -> list[Scenario]:
     """What each row will simulate, to size the comparison before it runs: nothing is drawn or
-    allocated per rank. exclude-slowest's row is the base (it has fewer ranks, so costs less):
-    finding its slowest rank draws every rank's speed. A row with episodes simulates each episode
-    state (sim/episode_cost.py), so it stands for as many runs."""
-    base = scenario_from_dict(data)
-    rows = [base]
-    for text in tries:
-        kept = [p for p in split_assignments(text, NAMED) if not p.strip().startswith("exclude-slowest")]
-        rows.append(scenario_from_dict(apply_mitigation(data, ",".join(kept))[0]) if kept else base)
-    return [sc for row in rows for sc in [row] * runs_per_row(row)]
+    allocated per rank. exclude-slowest's row is sized without the exclusion (it has fewer ranks,
+    so costs less). A row with episodes simulates each episode state (sim/episode_cost.py), so it
+    stands for as many runs."""
+    return [sc for row in [p.base, *p.sized] for sc in [row] * runs_per_row(row)]
 
 
 def runs_per_row(sc: Scenario) -> int:
@@ -185,26 +238,21 @@ def runs_per_row(sc: Scenario) -> int:
     return len(states(ep, 0)) + alone
 
 
-def compare(
-    data: dict, tries: list[str], *, horizon_h: float, restart_min: float, ignore_memory: bool = False
-) -> list[WhatIf]:
+def compare(p: Plan, *, horizon_h: float, restart_min: float, ignore_memory: bool = False) -> list[WhatIf]:
     """Doing nothing, then each mitigation, on the same seed."""
     # `not >`: NaN fails every comparison, so it is refused here rather than printed as a result.
     if not (horizon_h > 0 and math.isfinite(horizon_h)):
         raise ValueError(f"--horizon-h: must be > 0 and finite, got {horizon_h}")
     if not (restart_min >= 0 and math.isfinite(restart_min)):
         raise ValueError(f"--restart-min: must be >= 0 and finite, got {restart_min}")
-    rows = [_run("nothing", data, 0.0, "", horizon_h, ignore_memory)]
-    for text in tries:
-        changed, restart_s, note = apply_mitigation(data, text)
-        if restart_s is None:
-            restart_s = restart_min * 60.0
-        rows.append(_run(text, changed, restart_s, note, horizon_h, ignore_memory))
-    return rows
+    out = []
+    for row in rows(p):
+        restart_s = restart_min * 60.0 if row.restart_s is None else row.restart_s
+        out.append(_run(row.mitigation, row.scenario, restart_s, row.note, horizon_h, ignore_memory))
+    return out
 
 
-def _run(name: str, data: dict, restart_s: float, note: str, horizon_h: float, ignore_memory: bool) -> WhatIf:
-    sc = scenario_from_dict(data)
+def _run(name: str, sc: Scenario, restart_s: float, note: str, horizon_h: float, ignore_memory: bool) -> WhatIf:
     f = fit(sc)
     memory = {"memory_gib": f.total_gib, "device_memory_gib": f.device_gib}
     if not (f.fits or ignore_memory):

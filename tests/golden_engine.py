@@ -19,11 +19,12 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from calibrate.apply import load_for_simulation  # noqa: E402
 from calibrate.calibration import Calibration  # noqa: E402
 from sim.engine import simulate  # noqa: E402
 from sim.online import RANK_FIELDS  # noqa: E402
+from sim.patches import flag_patches  # noqa: E402
 from sim.scenario_file import scenario_data, scenario_from_dict  # noqa: E402
+from workflow.simulation import calibrated  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "engine-golden.npz"
 RANKS, STEPS = 64, 10
@@ -73,7 +74,7 @@ def cases() -> dict[str, dict]:
         for net in sorted(calib.networks) or [None]:
             # The calibrated runs with interference (the measured gamma transfers in these modes).
             for p, mode in (("h100-1024", "all"), ("homelab-1gbe", "auto"), ("straggler-gc", "all")):
-                got = load_for_simulation(p, [], calib, path, net, mode, **_size(p))
+                got, _ = calibrated(p, calib, path, flags=flag_patches(**_size(p)), network=net, mode=mode)
                 out[f"{p} calib {path} {net} {mode}"] = got.data
     return out
 

@@ -9,7 +9,7 @@ import pytest
 
 from sim.loader import loader_wait_s
 from sim.scenario_file import load_scenario, scenario_data
-from sim.whatif import compare
+from sim.whatif import compare, plan
 from sim.whatif_defaults import default_tries
 from sim.workload import micro_step_compute_s
 from tests.conftest import in_process
@@ -65,7 +65,7 @@ def test_the_preset_loader_is_slower_than_compute_on_rank_5_only():
 def test_accumulation_is_no_fix_for_a_slow_loader_and_a_repaired_one_is():
     tries = ["accum=4", "fix-loader", "workers=8"]
     data = scenario_data("straggler-dataloader", [], ranks=64, steps=20)
-    rows = compare(data, tries, horizon_h=24.0, restart_min=10.0)
+    rows = compare(plan(data, tries), horizon_h=24.0, restart_min=10.0)
     by = {r.mitigation: r for r in rows}
     nothing = by["nothing"].tokens_per_s
     assert by["accum=4"].tokens_per_s / nothing < 1.05  # the wait grows with the micro-steps

@@ -176,3 +176,20 @@ def test_a_size_with_too_few_iterations_uses_the_fit_over_every_size(tmp_path):
     applied = apply_calibration(data, calib, calib_path="c.json", mode="all")
     assert "at micro-batch 8" not in applied.measured.get("noise.samples", "")
     scenario_from_dict(applied.data)  # accepted by the simulator
+
+
+def test_a_set_key_is_credited_to_set_not_to_the_preset_file(calib_file, ddplab):
+    """Issue 27's acceptance: `simulate h100-1024 --calib X --set noise.sigma=0.01` credits the
+    user's --set for noise.sigma (its value, 0.01, is theirs), not the preset file's comment and
+    not the calibration; every other reported key keeps its own origin."""
+    path, _ = calib_file
+    code, out, err = ddplab(
+        "simulate", "h100-1024", "--calib", str(path), "--set", "noise.sigma=0.01", "--json", "--steps", "3"
+    )  # fmt: skip
+    assert code == 0, err
+    s = json.loads(out)
+    p = _params(s)
+    assert p["noise.sigma"]["value"] == 0.01
+    assert p["noise.sigma"]["source"] == "set: --set on the command line"
+    assert [k for k, row in p.items() if row["source"].startswith("set:")] == ["noise.sigma"]
+    assert "noise.sigma" not in {w["key"] for w in s["calibration"]["withheld"]}

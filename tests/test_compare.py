@@ -99,11 +99,12 @@ def test_table_prints_each_row_with_its_numbers(capsys):
 
 
 def test_setup_syntax():
-    assert parse_setup("h100-1024") == ("h100-1024", "h100-1024", [], "h100-1024")
+    assert parse_setup("h100-1024") == ("h100-1024", "h100-1024", (), "h100-1024")
     assert parse_setup("scenarios/examples/my-cluster.toml").name == "my-cluster"
     named = parse_setup("lemon=h100-1024:stragglers=17:1.4,100:2.0,noise.sigma=0.05")
     assert (named.name, named.scenario) == ("lemon", "h100-1024")
-    assert named.sets == ["stragglers=17:1.4,100:2.0", "noise.sigma=0.05"]  # a piece without '=' continues
+    # A piece without '=' continues the value before it; each value parsed once, as --set parses it.
+    assert [(p.key, p.value) for p in named.sets] == [("stragglers", "17:1.4,100:2.0"), ("noise.sigma", 0.05)]
 
 
 @pytest.mark.parametrize(
@@ -158,14 +159,13 @@ def test_one_try_may_change_several_keys(capsys):
 
 
 def test_a_try_may_combine_a_named_fix_with_keys():
-    from sim.scenario_file import scenario_data, scenario_from_dict
-    from sim.whatif import apply_mitigation
+    from sim.scenario_file import scenario_data
+    from sim.whatif import plan, rows
 
-    data = scenario_data("straggler-lemon", ranks=32, steps=5)
-    changed, restart_s, note = apply_mitigation(data, "rebalance,accum=2")
-    sc = scenario_from_dict(changed)
-    assert sc.rebalance is True and sc.training.grad_accum == 2 and restart_s == 0.0
-    assert note == "work sized to speed (continuous micro-batches); 2 x the tokens per step"
+    row = rows(plan(scenario_data("straggler-lemon", ranks=32, steps=5), ["rebalance,accum=2"]))[1]
+    sc = row.scenario
+    assert sc.rebalance is True and sc.training.grad_accum == 2 and row.restart_s == 0.0
+    assert row.note == "work sized to speed (continuous micro-batches); 2 x the tokens per step"
 
 
 def test_whatif_out_writes_its_table_and_plot(capsys, tmp_path):

@@ -22,15 +22,16 @@ from conftest import ROOT, free_port
 from fake_runs import probe_run, train_run
 
 from calibrate import stragglers as st
-from calibrate.apply import calibrated_scenario
 from calibrate.calib import calibrate
 from ddplab import cli, simcmds
 from ddplab.progress import StepProgress
 from output.export import write_result
 from sim.engine import simulate
+from sim.patches import flag_patches
 from sim.scenario_file import load_scenario
 from sim.units import parse_count
 from sim.workload import micro_step_compute_s, recompute_fraction
+from workflow.simulation import calibrated
 
 # --- 1. the README's first commands work as written ------------------------------------
 
@@ -389,7 +390,7 @@ def test_calibration_applied_to_another_model_warns_once(cpu_calib):
     path, calib = cpu_calib
     p = _ddplab("simulate", "homelab-1gbe", "--calib", str(path), "--steps", "3", "--json")
     assert p.returncode == 0, p.stderr
-    sc, _ = calibrated_scenario("homelab-1gbe", [], calib, str(path), None, "auto", steps=3)
+    sc = calibrated("homelab-1gbe", calib, str(path), flags=flag_patches(steps=3))[0].scenario
     fwd_s, bwd_s = micro_step_compute_s(sc)  # minutes: 760M at a CPU's rate, its forward recomputed
     assert sc.training.activation_checkpointing  # homelab-1gbe's, to fit the 4070's 12 GiB
     step_s = (fwd_s + bwd_s + fwd_s * recompute_fraction(sc)) * sc.training.grad_accum

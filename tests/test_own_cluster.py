@@ -17,7 +17,7 @@ from calibrate.apply import provenance
 from ddplab import cli
 from scenarios import SCENARIO_DIR, scenario_names
 from sim.config import Scenario
-from sim.scenario_file import MUST_SET, load_scenario, load_toml, missing_keys
+from sim.scenario_file import MUST_SET, load_scenario, load_toml, missing_keys, resolve
 from sim.scenario_keys import scenario_keys, unit_of
 
 EXAMPLE = SCENARIO_DIR / "examples" / "my-cluster.toml"
@@ -123,7 +123,7 @@ def test_a_base_that_is_not_a_string(capsys, tmp_path):
 def test_provenance_cites_the_relative_bases_comments(tmp_path, monkeypatch):
     # calibrate/apply.py reads the chain of comments the same way the loader reads the keys.
     monkeypatch.chdir(tmp_path)
-    rows = {r["key"]: r["source"] for r in provenance(load_scenario(str(EXAMPLE)), {}, EXAMPLE)}
+    rows = {r["key"]: r["source"] for r in provenance(resolve(str(EXAMPLE)))}
     assert rows["network.nic_gbit_s"] == "assumed: my-cluster.toml (HDR InfiniBand, as a100-8.toml's)"
     assert rows["network.nic_efficiency"].startswith("assumed: h100-1024.toml (46-49 of 50 GB/s")
 

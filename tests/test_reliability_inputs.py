@@ -251,10 +251,10 @@ def test_whatif_restart_min_nan(capsys):
 
 def test_whatif_library_refuses_nan_too():
     from sim.scenario_file import scenario_data
-    from sim.whatif import compare
+    from sim.whatif import compare, plan
 
     with pytest.raises(ValueError, match="--restart-min: .*nan"):
-        compare(scenario_data("straggler-lemon", steps=2), ["rebalance"], horizon_h=24.0, restart_min=math.nan)
+        compare(plan(scenario_data("straggler-lemon", steps=2), ["rebalance"]), horizon_h=24.0, restart_min=math.nan)
 
 
 # Every command's --json, parsed as a strict reader does: no NaN, no Infinity.

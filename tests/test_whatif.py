@@ -9,8 +9,8 @@ import pytest
 from conftest import in_process
 
 from sim.engine import simulate
-from sim.scenario_file import load_scenario, scenario_from_dict
-from sim.whatif import apply_mitigation, compare
+from sim.scenario_file import load_scenario
+from sim.whatif import compare, plan, rows
 from sim.workload import build_workload
 
 QUIET = ["noise.distribution=none", "noise.speed_spread_sd=0.0", "network.enabled=false", "compute.optimizer_s=0.0"]
@@ -124,14 +124,16 @@ def test_slow_dataloader_rank_sets_the_pace():
 
 def test_exclude_slowest_drops_its_node_and_pays_a_restart():
     data = {"ranks": 64, "steps": 20, "stragglers": "17:2.0,40:1.1", "network": {"gpus_per_node": 8}}
-    changed, restart_s, note = apply_mitigation(data, "exclude-slowest")
-    sc = scenario_from_dict(changed)
-    assert sc.ranks == 56 and sc.straggler_map == {32: 1.1} and "node 2" in note
-    rows = compare({**data, "noise": {"distribution": "none"}}, ["exclude-slowest"], horizon_h=1.0, restart_min=6.0)
-    assert rows[1].restart_s == 360.0
+    row = rows(plan(data, ["exclude-slowest"]))[1]
+    sc = row.scenario
+    assert sc.ranks == 56 and sc.straggler_map == {32: 1.1} and "node 2" in row.note and row.restart_s is None
+    quiet = plan({**data, "noise": {"distribution": "none"}}, ["exclude-slowest"])
+    found = compare(quiet, horizon_h=1.0, restart_min=6.0)
+    assert found[1].restart_s == 360.0
     # 56 ranks at full speed, minus 6 min of restart in the hour.
-    sim = simulate(scenario_from_dict({**changed, "noise": {"distribution": "none"}}), trace_steps=0).summary()
-    assert rows[1].tokens_per_s == pytest.approx(sim["tokens_per_s"] * 0.9)
+    sim = simulate(rows(quiet)[1].scenario, trace_steps=0).summary()
+    assert rows(quiet)[1].scenario.ranks == 56
+    assert found[1].tokens_per_s == pytest.approx(sim["tokens_per_s"] * 0.9)
 
 
 def test_whatif_cli(ddplab):
@@ -173,3 +175,30 @@ def test_pauses_are_drawn_as_their_own_span():
         same = [p for p in pauses if p["ts"] == step_t0]
         assert len({round(p["dur"], 6) for p in same}) == 1 and 100e3 <= same[0]["dur"] <= 500e3  # us
         assert all((p["pid"], round(p["ts"] + p["dur"], 3)) in forwards for p in same)
+
+
+@pytest.mark.parametrize(
+    "tries, built",
+    [
+        # Issue 27: each row is resolved once from the base's data and its typed patches (the base,
+        # then one per row), not rebuilt per mitigation part, per sizing and per run.
+        (["rebalance", "accum=2"], 3),
+        # The default tries, chosen from the base scenario itself: no extra build to choose them.
+        (None, 3),
+    ],
+)
+def test_a_three_row_whatif_builds_each_scenario_once(monkeypatch, tries, built):
+    from sim.config import Scenario
+    from workflow.whatif import study
+
+    made = []
+    init = Scenario.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Scenario, "__init__", counting)
+    found = study("straggler-lemon", ranks=64, steps=5, tries=tries)
+    assert len(found.rows) == 3
+    assert len(made) == built

@@ -14,7 +14,8 @@ from output.export import SUMMARY_COLUMNS
 from output.jsonfile import write_json_atomic
 from output.outdir import ensure
 from output.plot import plot_breakdown, run_title
-from sim.scenario_file import load_scenario, split_assignments
+from sim.patches import Patch, flag_patches, parse_set, split_assignments
+from sim.scenario_file import resolve
 from workflow import limits, train_cost
 from workflow.simulation import out_of_memory, run_scale
 
@@ -22,7 +23,7 @@ from workflow.simulation import out_of_memory, run_scale
 class Setup(NamedTuple):
     name: str  # the table's label
     scenario: str  # a preset name or a .toml path
-    sets: list[str]  # KEY=VALUE changes, as --set
+    sets: tuple[Patch, ...]  # its KEY=VALUE changes, parsed once (as --set)
     text: str  # as typed
 
 
@@ -43,7 +44,7 @@ def parse_setup(text: str) -> Setup:
             raise ValueError(f"set-up {text!r}: expected KEY=VALUE after ':', got {s!r}")
     if name is None:
         name = (Path(head).stem if head.endswith(".toml") else head) + (f":{tail}" if colon else "")
-    return Setup(name, head.strip(), [s.strip() for s in sets], text)
+    return Setup(name, head.strip(), tuple(parse_set(s.strip()) for s in sets), text)
 
 
 def compare(
@@ -72,7 +73,7 @@ def compare(
     scenarios = []
     for s in setups:  # every set-up checked before any runs, so a typo fails fast
         try:
-            scenarios.append(load_scenario(s.scenario, s.sets, ranks=ranks, steps=steps, seed=seed))
+            scenarios.append(resolve(s.scenario, s.sets, flag_patches(ranks=ranks, steps=steps, seed=seed)).scenario)
         except ValueError as e:
             raise ValueError(f"set-up {s.text!r}: {e}") from None
     limits.check_in_turn(scenarios, "set-ups", yes=yes)

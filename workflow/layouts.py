@@ -10,14 +10,25 @@ import contextlib
 import time
 
 from sim.parallel3d import ASSUMED
+from sim.patches import Patch, parse_sets
 from sim.planner import plan
-from sim.scenario_file import load_scenario
+from sim.scenario_file import resolve
 
 
 def scenario_sets(model: str, sets=(), seq_len: int | None = None) -> list[str]:
-    """The ``--set`` keys of the planned scenario: the model, the user's keys, the sequence
-    length (0: the model's context)."""
+    """The ``--set`` keys of the planned scenario as `ddplab plan` prints them for `simulate`: the
+    model, the user's keys, the sequence length (0: the model's context)."""
     return [f"model.preset={model}", *sets, f"training.seq_len={seq_len or 0}"]
+
+
+def _layers(model: str, sets, seq_len: int | None) -> tuple:
+    """The same keys as patches (sim/patches.py): the model and sequence are plan's own
+    arguments, the user's --set texts parsed once between them."""
+    return (
+        (Patch("model.preset", model, "MODEL"),),
+        parse_sets(sets),
+        (Patch("training.seq_len", seq_len or 0, "--seq-len"),),
+    )
 
 
 def plan_layouts(
@@ -39,7 +50,7 @@ def plan_layouts(
     a sweep engine (workflow/sweep_engines.py) to run the search's tasks on, entered once the
     inputs are checked (a bad one starts no worker), ``started(engine)`` called once it is up;
     None: here, one after another."""
-    base = load_scenario(cluster, scenario_sets(model, sets, seq_len))
+    base = resolve(cluster, *_layers(model, sets, seq_len)).scenario
     gpus = gpus or base.ranks
     batch = global_batch or gpus
     if gpus < 1 or batch < 1:

@@ -10,14 +10,13 @@ Writes under ``RUN_DIR/sim/``: ``<platform>/`` (output/export.py's records, trac
 
 from pathlib import Path
 
-from calibrate.apply import load_for_simulation
 from calibrate.calibration import Calibration
 from output.export import write_result, write_summaries
 from output.jsonfile import write_json_atomic
 from output.outdir import ensure
 from output.plot import plot_timeline
 from sim.engine import simulate
-from sim.scenario_file import scenario_from_dict
+from sim.patches import Patch, flag_patches, parse_sets
 from workflow.plan import (
     CHECKPOINT_MIN,
     FAILURES_PER_1000_NODE_DAYS,
@@ -27,15 +26,16 @@ from workflow.plan import (
     PLATFORMS,
     RESTART_MIN,
 )
+from workflow.simulation import calibrated
 
 
 def _scenario(name: str, calib: Calibration, calib_path: str, ranks: int, steps: int, extra=()):
     """(scenario, calibration mode, where its jitter comes from)."""
     preset = "homelab-1gbe" if name == "homelab" else name
-    overrides = (HOMELAB_SET if name == "homelab" else []) + list(extra)
-    cal = load_for_simulation(preset, overrides, calib, calib_path, None, "auto", ranks=ranks, steps=steps)
-    sc = scenario_from_dict(cal.data)
-    return sc, cal.mode, _jitter_source(sc, preset, calib, "noise.distribution" in cal.measured)
+    sets = parse_sets((HOMELAB_SET if name == "homelab" else []) + list(extra))
+    r, layer = calibrated(preset, calib, calib_path, sets=sets, flags=flag_patches(ranks=ranks, steps=steps))
+    measured = r.source("noise.distribution") == "calibration"
+    return r.scenario, layer.mode, _jitter_source(r.scenario, preset, calib, measured)
 
 
 def _jitter_source(sc, preset: str, calib: Calibration, measured: bool) -> str:
@@ -93,11 +93,12 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
 
 def _fixes(calib: Calibration, calib_path: str, steps: int) -> list[dict]:
     """Which fix pays for the lemon GPU on 1024 H100s (sim/whatif.py), with the study's jitter."""
-    from sim.whatif import compare
+    from sim.whatif import compare, plan
 
-    lemon = [f"stragglers={LEMON_RANK}:{LEMON}"]
-    data = load_for_simulation("h100-1024", lemon, calib, calib_path, None, "auto", ranks=1024, steps=steps).data
-    rows = compare(data, ["rebalance", "exclude-slowest", "accum=4"], horizon_h=24.0, restart_min=10.0)
+    lemon = (Patch("stragglers", f"{LEMON_RANK}:{LEMON}", "--set"),)
+    r, _ = calibrated("h100-1024", calib, calib_path, sets=lemon, flags=flag_patches(ranks=1024, steps=steps))
+    tries = plan(r.data, ["rebalance", "exclude-slowest", "accum=4"], r.scenario)
+    rows = compare(tries, horizon_h=24.0, restart_min=10.0)
     return [r._asdict() for r in rows]
 
 

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from calibrate.apply import calibrated_scenario, transfer_warning
+from calibrate.apply import Layer, calibration_layer, calibration_summary, transfer_warning
 from calibrate.calibration import Calibration
+from calibrate.refusal import refusal
 from output.export import write_result, write_summaries
 from output.outdir import claim
 from sim.describe import description_over
@@ -24,7 +25,8 @@ from sim.limits import simulation_cost, sweep_cost
 from sim.memory import estimate_memory
 from sim.memory_fit import fit, verdict
 from sim.optimizer import optimizer_basis
-from sim.scenario_file import load_scenario
+from sim.patches import Patch, flag_patches, parse_sets
+from sim.scenario_file import Refused, Resolved, resolve
 from sim.transformer import param_count
 from sim.units import parse_int_list
 from workflow import limits, train_cost
@@ -34,7 +36,6 @@ __all__ = [
     "check_sizes",
     "claim_out",
     "description_over",
-    "device_memory_sets",
     "optimizer_basis",
     "out_of_memory",
     "param_count",
@@ -52,13 +53,13 @@ def rank_counts(ranks: int | None, sweep_ranks: str | None) -> list[int | None]:
     return parse_int_list(sweep_ranks, "--sweep-ranks") if sweep_ranks else [ranks]
 
 
-def device_memory_sets(sets, device_gib: float | None) -> list[str]:
-    """``sets`` with ``device_gib`` as compute.device_memory_gib (the flag wins over the file)."""
+def device_memory_patch(device_gib: float | None) -> tuple[Patch, ...]:
+    """--device-gib as compute.device_memory_gib: a flag, so above the file and --set."""
     if device_gib is None:
-        return list(sets)
+        return ()
     if not device_gib > 0:
         raise ValueError(f"--device-gib: must be > 0, got {device_gib}")
-    return [*sets, f"compute.device_memory_gib={device_gib!r}"]
+    return (Patch("compute.device_memory_gib", device_gib, "--device-gib"),)
 
 
 def build_scenarios(
@@ -68,26 +69,59 @@ def build_scenarios(
     *,
     steps: int | None = None,
     seed: int | None = None,
+    device_gib: float | None = None,
     calib: Path | None = None,
     calib_network: str | None = None,
     calib_mode: str = "auto",
 ) -> tuple[list, list[dict] | None, str | None]:
     """(each scale's Scenario, each one's {calibration, parameters} or None, a warning or None).
-    Every scale is built before any is simulated, so a bad count fails fast; with ``calib``
-    (a calib.json) the calibration is applied (calibrate/apply.py) and the warning says when it
-    is carried to a machine unlike the one measured."""
+    Each scale is resolved once (sim/scenario_file.py): the file, then the calibration (with
+    ``calib``, a calib.json: calibrate/apply.py), then ``sets`` (the --set texts, parsed once),
+    then the flags; every scale is built before any is simulated, so a bad count fails fast. The
+    warning says when the calibration is carried to a machine unlike the one measured."""
+    user = parse_sets(sets)
+    flags = [(*flag_patches(ranks=n, steps=steps, seed=seed), *device_memory_patch(device_gib)) for n in counts]
     if not calib:
-        return [load_scenario(scenario, sets, ranks=n, steps=steps, seed=seed) for n in counts], None, None
+        return [resolve(scenario, user, f).scenario for f in flags], None, None
     calibration = Calibration.read(calib)
-    pairs = [
-        calibrated_scenario(
-            scenario, sets, calibration, str(calib), calib_network, calib_mode, ranks=n, steps=steps, seed=seed
+    # The calibration is decided on the scenario as the user set it (model, sequence...), before
+    # the flags: a sweep keeps one mode at every scale, and what the user types wins over it.
+    as_set = resolve(scenario, user).scenario
+    scales, extras = [], []
+    for f in flags:
+        r, layer = calibrated(
+            scenario, calibration, str(calib), sets=user, flags=f, network=calib_network, mode=calib_mode, as_set=as_set
         )
-        for n in counts
-    ]
-    first, extra = pairs[0]
-    warning = transfer_warning(first, calibration, extra["parameters"])  # the same at every scale of a sweep
-    return [sc for sc, _ in pairs], [extra for _, extra in pairs], warning
+        scales.append(r.scenario)
+        extras.append(calibration_summary(r, layer, str(calib)))
+    warning = transfer_warning(scales[0], calibration, extras[0]["parameters"])  # the same at every scale
+    return scales, extras, warning
+
+
+def calibrated(
+    scenario: str,
+    calibration: Calibration,
+    calib_path: str,
+    *,
+    sets=(),
+    flags=(),
+    network: str | None = None,
+    mode: str = "auto",
+    as_set=None,
+) -> tuple[Resolved, Layer]:
+    """``scenario`` resolved as file < calibration < ``sets`` (patches) < ``flags`` (patches),
+    and the calibration's layer (its mode, why, what it left out). The calibration is decided on
+    ``as_set`` (default: the scenario with ``sets`` alone); at the scale the flags run, only the
+    measured slow ranks that exist there. A refused value the calibration set names its file."""
+    as_set = as_set or resolve(scenario, sets).scenario
+    ranks = next((p.value for p in flags if p.key == "ranks"), as_set.ranks)
+    layer = calibration_layer(as_set, calibration, calib_path=calib_path, network=network, mode=mode, ranks=ranks)
+    try:
+        return resolve(scenario, layer.patches, sets, flags), layer
+    except Refused as e:
+        if e.patch is None or e.patch.source != "calibration":
+            raise
+        raise refusal(e, calibration, calib_path, can_set=True) from None
 
 
 def check_sizes(scenarios, what: str, *, engine: str = "fast", out: bool = False, records: bool = False, yes=False):

@@ -24,7 +24,8 @@ from output.export import SUMMARY_COLUMNS
 from sim.config import Scenario
 from sim.limits import SimCost, simulation_cost
 from sim.mfu import compute_basis
-from sim.scenario_file import apply_overrides, check_assigned_keys, scenario_data, scenario_from_dict
+from sim.patches import Patch, check_assigned_keys, flag_patches, parse_sets, parse_value
+from sim.scenario_file import resolve, scenario_from_dict
 from workflow import limits
 from workflow.sweep_engines import WORKER_BYTES
 
@@ -57,7 +58,8 @@ CONFIDENCE = 0.95
 
 class Vary(NamedTuple):
     key: str
-    values: tuple[str, ...]  # as typed: the row's label, and the --set value it becomes
+    values: tuple[str, ...]  # as typed: the row's label
+    patches: tuple[Patch, ...]  # each value parsed once, as --set parses one
 
 
 class Point(NamedTuple):
@@ -65,12 +67,14 @@ class Point(NamedTuple):
 
     scenario: str  # as typed (a preset or a .toml path)
     label: str  # the table's name for it (a file's stem)
-    vary: tuple[tuple[str, str], ...]  # (key, value) in --vary order
+    vary: tuple[tuple[str, str], ...]  # (key, value as typed) in --vary order
+    patches: tuple[Patch, ...]  # the same, parsed
 
 
 class Grid(NamedTuple):
     scenarios: tuple[str, ...]
-    sets: tuple[str, ...]
+    sets: tuple[str, ...]  # --set as typed (the record's)
+    set_patches: tuple[Patch, ...]  # the same, parsed once
     vary: tuple[Vary, ...]
     seeds: Sequence[int]  # a range for --seeds N
     ranks: int | None
@@ -92,8 +96,10 @@ class Grid(NamedTuple):
         out = []
         for scenario in self.scenarios:
             label = Path(scenario).stem if scenario.endswith(".toml") else scenario
-            for values in itertools.product(*(v.values for v in self.vary)):
-                out.append(Point(scenario, label, tuple(zip((v.key for v in self.vary), values, strict=True))))
+            for picks in itertools.product(*(range(len(v.values)) for v in self.vary)):
+                chosen = list(zip(self.vary, picks, strict=True))
+                typed = tuple((v.key, v.values[i]) for v, i in chosen)
+                out.append(Point(scenario, label, typed, tuple(v.patches[i] for v, i in chosen)))
         return out
 
 
@@ -110,7 +116,7 @@ def parse_vary(tokens: list[str]) -> Vary:
     repeated = sorted({v for v in values if values.count(v) > 1})
     if repeated:
         raise ValueError(f"--vary {key}: value {repeated[0]!r} given twice")
-    return Vary(key, tuple(values))
+    return Vary(key, tuple(values), tuple(Patch(key, parse_value(v, f"--vary {key}"), "--vary") for v in values))
 
 
 def parse_seeds(text: str) -> Sequence[int]:
@@ -145,13 +151,13 @@ def make_grid(scenarios, sets, vary_tokens, seeds: str, ranks: int | None, steps
         raise ValueError(f"SCENARIO: {repeated[0]!r} given twice")
     vary = [parse_vary(t) for t in vary_tokens]
     keys = [v.key for v in vary]
-    set_keys = [s.partition("=")[0].strip() for s in sets]
+    set_patches = parse_sets(sets)
     top = {"ranks": ("--ranks", ranks), "steps": ("--steps", steps)}
-    check_assigned_keys([("--set", k) for k in set_keys] + [("--vary", k) for k in keys], OWN_KEYS)
+    check_assigned_keys([("--set", p.key) for p in set_patches] + [("--vary", k) for k in keys], OWN_KEYS)
     for key in keys:
         if key in top and top[key][1] is not None:
             raise ValueError(f"--vary {key}: also fixed by {top[key][0]} {top[key][1]}; give one of them")
-    return Grid(tuple(scenarios), tuple(sets), tuple(vary), parse_seeds(seeds), ranks, steps)
+    return Grid(tuple(scenarios), tuple(sets), set_patches, tuple(vary), parse_seeds(seeds), ranks, steps)
 
 
 # What the caller's process keeps per grid point (its scenario data and checked Scenario) and per
@@ -167,30 +173,25 @@ def bookkeeping_bytes(grid: Grid) -> int:
     return points * BYTES_PER_POINT + grid.runs * BYTES_PER_RUN
 
 
-def point_data(grid: Grid, point: Point) -> dict:
-    """The scenario data of one grid point (its seed left to the run)."""
-    overrides = [*grid.sets, *(f"{k}={v}" for k, v in point.vary)]
-    return scenario_data(point.scenario, overrides, ranks=grid.ranks, steps=grid.steps)
-
-
 class Built(NamedTuple):
     point: Point
-    data: dict  # its scenario data, seed not set
+    data: dict  # its scenario data, with the first seed (a run sets its own)
     scenario: Scenario  # checked, with the first seed: what the cost estimate reads
 
 
 def build(grid: Grid) -> list[Built]:
-    """Every grid point with its scenario data, each checked as the dataclasses check a scenario,
-    before any simulation runs: a bad value anywhere fails here, naming its point."""
+    """Every grid point resolved once (sim/scenario_file.py: its file, --set, its --vary values,
+    the flags) and so checked as the dataclasses check a scenario, before any simulation runs:
+    a bad value anywhere fails here, naming its point."""
     out = []
+    flags = flag_patches(ranks=grid.ranks, steps=grid.steps, seed=grid.seeds[0])
     for point in grid.points():
         where = point.label + "".join(f", {k}={v}" for k, v in point.vary)
         try:
-            data = point_data(grid, point)
-            sc = scenario_from_dict(apply_overrides(data, seed=grid.seeds[0]))
+            resolved = resolve(point.scenario, grid.set_patches, point.patches, flags)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
-        out.append(Built(point, data, sc))
+        out.append(Built(point, resolved.data, resolved.scenario))
     return out
 
 
@@ -207,7 +208,7 @@ def out_of_memory(built: list[Built], ignore: bool = False) -> list[dict | None]
 
 def tasks(built: list[Built], seeds) -> list[dict]:
     """One run per grid point and seed, seed fastest: what a worker simulates."""
-    return [apply_overrides(b.data, seed=seed) for b in built for seed in seeds]
+    return [{**b.data, "seed": seed} for b in built for seed in seeds]
 
 
 def simulate_run(data: dict) -> dict:

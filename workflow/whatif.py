@@ -13,8 +13,9 @@ from output.atomic import write_csv_atomic
 from output.jsonfile import write_json_atomic
 from output.outdir import ensure
 from output.plot import plot_breakdown, run_title
-from sim.scenario_file import scenario_data, scenario_from_dict
-from sim.whatif import compare, row_scenarios
+from sim.patches import flag_patches, parse_sets
+from sim.scenario_file import resolve
+from sim.whatif import compare, plan, row_scenarios
 from sim.whatif_defaults import default_tries
 from workflow import limits
 
@@ -48,16 +49,20 @@ def study(
     machine cannot hold or finish (unless ``yes``), are one ValueError line before any runs."""
     if usd_per_gpu_hour is not None and usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {usd_per_gpu_hour}")
-    data = scenario_data(scenario, list(sets), ranks=ranks, steps=steps, seed=seed)
+    # The scenario resolved once (sim/scenario_file.py): its file, the --set texts parsed once,
+    # the flags; each row is then its data with the row's typed patches (sim/whatif.py).
+    resolved = resolve(scenario, parse_sets(sets), flag_patches(ranks=ranks, steps=steps, seed=seed))
+    sc, data = resolved.scenario, resolved.data
     chosen = None
     if not tries:  # the mitigations that fit what the scenario models (sim/whatif_defaults.py)
-        tries, why = default_tries(scenario_from_dict(data))
+        tries, why = default_tries(sc)
         chosen = f"no --try given: trying {', '.join(tries)} ({why})"
+    planned = plan(data, tries, sc)
     # The rows run one after another, each result dropped before the next (workflow/limits.py).
-    limits.check_in_turn(row_scenarios(data, tries), "simulations", yes=yes)
+    limits.check_in_turn(row_scenarios(planned), "simulations", yes=yes)
     if out:  # fail before simulating, not after
         ensure(out)  # marked as ours: a rerun may replace what it wrote, nothing else
-    rows = compare(data, tries, horizon_h=horizon_h, restart_min=restart_min, ignore_memory=ignore_memory)
+    rows = compare(planned, horizon_h=horizon_h, restart_min=restart_min, ignore_memory=ignore_memory)
     base = rows[0]
     found = []
     for r in rows:
@@ -67,7 +72,6 @@ def study(
         if usd_per_gpu_hour is not None:
             row["usd_per_btok"] = r.gpu_h_per_btok * usd_per_gpu_hour if r.gpu_h_per_btok is not None else None
         found.append(row)
-    sc = scenario_from_dict(data)
     if out:
         write(found, out, run_title([sc.name], [r["ranks"] for r in found], [sc.training.mode]))
     return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen)
