@@ -161,7 +161,8 @@ def apply_calibration(
         put("noise.samples", list(x), f"normalised compute iterations at micro-batch {b}")
         put("noise.sigma", float(np.std(x)), f"sd of those samples (not used); every size's: {noise.sigma:.4f}")
         rows = noise.by_rank_step or {}
-        if sorted(rows) == list(range(sc.ranks)):  # the ranks stepped together (a trace): whole steps drawn
+        # The ranks stepped together (a trace): whole steps drawn, when there are enough to draw.
+        if sorted(rows) == list(range(sc.ranks)) and len(rows[0]) >= MIN_SAMPLES:
             put(
                 "noise.samples_by_rank", [rows[r] for r in sorted(rows)], "per rank, step by step, drawn a step at once"
             )

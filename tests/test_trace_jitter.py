@@ -106,3 +106,32 @@ def test_rows_are_drawn_whole_and_only_with_one_row_per_rank():
         NoiseConfig(distribution="empirical", samples=[1.0] * 8, samples_by_rank=[[1.0] * 8, [1.0] * 9])
     with pytest.raises(ValueError, match="noise.samples_by_rank: needs distribution empirical"):
         NoiseConfig(distribution="lognormal", sigma=0.1, samples_by_rank=[[1.0] * 8])
+
+
+def test_a_trace_calibration_hands_the_simulator_its_steps_with_their_provenance(tmp_path):
+    from test_traces import gpu_trace, write
+
+    from calibrate.apply import apply_calibration
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    steps = tuple(range(10))  # 9 used per rank (the last is left out, as HTA does)
+    paths = [write(tmp_path / f"r{r}.json.gz", gpu_trace(r, steps=steps, jitter=0.1 * (r + 1))) for r in (0, 1)]
+    c = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
+    data = {
+        "name": "trace-jitter",
+        "ranks": 2,
+        "model": {"preset": "gpt2-tiny"},
+        "training": {"micro_batch_size": 2, "seq_len": 64, "precision": "bf16-amp"},
+        "network": {"backend": "nccl", "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+    }
+    applied = apply_calibration(data, c, calib_path="calib.json", mode="all")
+    rows = applied.data["noise"]["samples_by_rank"]
+    for r, row in enumerate(rows):  # compute kernels 4500 us, odd steps (1 + jitter) x
+        x = np.array([1 + 0.1 * (r + 1) * (n % 2) for n in range(9)])
+        assert row == pytest.approx(x / x.mean(), abs=1e-6)
+    where = applied.measured["noise.samples_by_rank"]
+    assert "measured in r0.json.gz, rank 0, steps 0-8; measured in r1.json.gz, rank 1, steps 0-8" in where
+    sc = scenario_from_dict(applied.data)
+    assert sc.noise.distribution == "empirical" and len(sc.noise.samples_by_rank) == 2
+    # At another rank count nothing is drawn step by step: the pooled samples stand.
+    assert "samples_by_rank" not in apply_calibration({**data, "ranks": 4}, c, calib_path="c", mode="all").data["noise"]
