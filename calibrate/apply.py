@@ -67,6 +67,7 @@ REPORTED = (
     ("compute.ready_fractions", "bucket-ready profile"),
     ("noise.distribution", "jitter distribution"),
     ("noise.sigma", "jitter sigma"),
+    ("noise.samples_by_rank", "jitter, whole steps"),
     ("noise.speed_spread_sd", "per-rank speed spread"),
     ("stragglers", "slow ranks"),
 )
@@ -181,6 +182,12 @@ def calibration_layer(
         put("noise.distribution", "empirical", f"the {len(x)} compute iterations at micro-batch {b}, resampled")
         put("noise.samples", list(x), f"normalised compute iterations at micro-batch {b}")
         put("noise.sigma", float(np.std(x)), f"sd of those samples (not used); every size's: {noise.sigma:.4f}")
+        rows = noise.by_rank_step or {}
+        # The ranks stepped together (a trace): whole steps drawn, when there are enough to draw.
+        if sorted(rows) == list(range(sc.ranks)) and len(rows[0]) >= MIN_SAMPLES:
+            put(
+                "noise.samples_by_rank", [rows[r] for r in sorted(rows)], "per rank, step by step, drawn a step at once"
+            )
     elif noise.distribution == "empirical":
         why_empirical = (
             noise.chosen_because or f"{noise.best_fit} rejected: KS {noise.ks:.3f} > {noise.ks_critical_1pct:.3f}"
@@ -413,6 +420,10 @@ def provenance(resolved: Resolved) -> list[dict]:
             if not value:
                 continue
             value = f"{len(value)} multipliers, sd {float(np.std(value)):.4f}"
+        if key == "noise.samples_by_rank":
+            if not value:
+                continue
+            value = f"{len(value)} ranks x {len(value[0])} steps"
         patch = resolved.origin.get(key)
         if patch is None:
             origin = f"assumed: {comments.get(key, scenario_path.name)}"

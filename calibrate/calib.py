@@ -21,8 +21,6 @@ from calibrate.calibration import (
     Gamma,
     Measured,
     Network,
-    Noise,
-    RankNoise,
     RankSpeed,
     ReadyProfile,
 )
@@ -150,11 +148,6 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=N
     opt = _need(compute_fit.optimizer_s(runs), where, "optimizer", "compute")
     ready = _need(compute_fit.ready_profile(runs), where, "grad_ready", "compute")
     per_rank = compute_fit.normalised_compute(samples)
-    multipliers = np.concatenate(list(per_rank.values()))
-    candidates = noise_fit.fit_noise(multipliers)
-    best = candidates[0]
-    critical = noise_fit.ks_critical(len(multipliers))
-    chosen, chosen_because = noise_fit.choose(candidates, critical)
 
     shape = model_shape(samples.model)
     top_tokens = fits.step.points[-1][0]
@@ -192,24 +185,18 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=N
             memory=compute_fit.memory_fit(runs),
             tp_block=compute_fit.tp_block_fit(runs),
         ),
-        noise=Noise(
-            distribution=chosen.distribution if chosen else "empirical",
-            sigma=chosen.sigma if chosen else float(np.std(multipliers)),
-            best_fit=best.distribution,
-            ks=best.ks,
-            ks_critical_1pct=critical,
-            samples=fits.samples,
+        # Pooled, not step by step: each rank times its compute alone (its own process group,
+        # realrun/probe_compute.py), so the ranks' k-th iterations are not one moment.
+        noise=noise_fit.measured_noise(
+            samples,
+            count=fits.samples,
             source="per-iteration forward+backward / its (rank, micro-batch) mean; MLE, the best AIC"
             " the simulator takes (normal up to sigma 0.25); empirical when KS rejects each at 1 %",
-            candidates=candidates,
-            multipliers=[round(float(x), 6) for x in multipliers],
-            chosen_because=chosen_because,
-            multipliers_by_micro_batch={
-                b: [round(float(v), 6) for v in x] for b, x in compute_fit.normalised_by_micro_batch(samples).items()
-            },
+            steps_together=False,
         ),
         ranks={
-            r: RankSpeed(**v, noise=_rank_noise(per_rank[r])) for r, v in noise_fit.straggler_scores(factors).items()
+            r: RankSpeed(**v, noise=noise_fit.rank_noise(per_rank[r]))
+            for r, v in noise_fit.straggler_scores(factors).items()
         },
     )
 
@@ -218,10 +205,3 @@ def _optimizer_source(runs: list[Run]) -> str:
     if all("adamw_s" in r for run in runs for r in run.of("optimizer")):
         return "slowest rank's mean of a training step outside forward and backward (AdamW, zero_grad, data)"
     return "slowest rank's mean AdamW step (repeated on fixed gradients: a probe from before 2026-12)"
-
-
-def _rank_noise(x: np.ndarray) -> RankNoise:
-    """One rank's own jitter: the best fit by AIC and its KS, so a rank that jitters unlike the
-    others shows (the simulator draws every rank from the pooled fit above)."""
-    best = noise_fit.fit_noise(x)[0]
-    return RankNoise(best_fit=best.distribution, sigma=best.sigma, ks=best.ks, samples=len(x), sd=float(np.std(x)))

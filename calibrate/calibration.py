@@ -251,6 +251,10 @@ class Noise:
     # multiplier at every size (sd 5-8 % at 1 sequence, ~1 % at 2-8 on the 2-core box), so on
     # the measured machines the simulator draws from the run's own size (calibrate/apply.py).
     multipliers_by_micro_batch: dict[int, list[float]] | None = None
+    # Per rank, its multipliers step by step, when the ranks ran their steps together (a trace's
+    # ProfilerStep#k; a probe's ranks time compute each on its own, out of step): the simulator
+    # then draws whole steps, so the ranks' common slowdowns stay common (sim/noise.py).
+    by_rank_step: dict[int, list[float]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

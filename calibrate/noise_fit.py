@@ -11,12 +11,16 @@ wider than that gives way to the next candidate by AIC, lognormal or gamma, whic
 positive at any sigma. When the KS test rejects the best the simulator would take at
 1 % (CPU jitter here is a sharp peak with wide tails), calibrate hands the
 simulator the measured multipliers themselves (``empirical``).
+
+``measured_noise`` builds the calibration's jitter section the same way for probes
+(calibrate/calib.py) and traces (calibrate/trace_calib.py), from compute_fit's multipliers.
 """
 
 import numpy as np
 from scipy import stats
 
-from calibrate.calibration import NoiseCandidate
+from calibrate import compute_fit
+from calibrate.calibration import Noise, NoiseCandidate, RankNoise
 from sim.config import NORMAL_SIGMA_MAX
 
 # NVIDIA resiliency-ext's straggler score (docs/references.md "Stragglers and failures"):
@@ -73,6 +77,46 @@ def ks_critical(n: int) -> float:
     """The KS statistic above which a fit is rejected at 1 %. With parameters fitted to
     the same data the test is conservative (Lilliefors 1967): a rejection stands."""
     return KS_ALPHA_1PCT / np.sqrt(n)
+
+
+def measured_noise(samples: compute_fit.ComputeSamples, *, count: int, source: str, steps_together: bool) -> Noise:
+    """The jitter of these compute samples: each iteration over its (rank, size) mean
+    (compute_fit.normalised_compute), pooled over ranks for the fits, per size, and, with
+    ``steps_together`` (the ranks' k-th samples are one step they ran together), per rank in
+    step order, for the simulator to draw whole steps."""
+    per_rank = compute_fit.normalised_compute(samples)
+    x = np.concatenate(list(per_rank.values()))
+    candidates = fit_noise(x)
+    critical = ks_critical(len(x))
+    chosen, because = choose(candidates, critical)
+
+    def rounded(v):
+        return [round(float(m), 6) for m in v]
+
+    return Noise(
+        distribution=chosen.distribution if chosen else "empirical",
+        sigma=chosen.sigma if chosen else float(np.std(x)),
+        best_fit=candidates[0].distribution,
+        ks=candidates[0].ks,
+        ks_critical_1pct=critical,
+        samples=count,
+        source=source,
+        candidates=candidates,
+        multipliers=rounded(x),
+        chosen_because=because,
+        multipliers_by_micro_batch={b: rounded(v) for b, v in compute_fit.normalised_by_micro_batch(samples).items()},
+        by_rank_step={r: rounded(v) for r, v in per_rank.items()} if steps_together else None,
+    )
+
+
+def rank_noise(x: np.ndarray) -> RankNoise:
+    """One rank's own jitter: the best fit by AIC and its KS, so a rank that jitters unlike the
+    others shows; "none" when it has too few distinct samples to fit."""
+    sd = float(np.std(x))
+    if len(x) < 8 or np.ptp(x) == 0:
+        return RankNoise(best_fit="none", sigma=sd, ks=0.0, samples=len(x), sd=sd)
+    best = fit_noise(x)[0]
+    return RankNoise(best_fit=best.distribution, sigma=best.sigma, ks=best.ks, samples=len(x), sd=sd)
 
 
 def pdf(c: NoiseCandidate, x: np.ndarray) -> np.ndarray:

@@ -30,8 +30,6 @@ from calibrate.calibration import (
     Gamma,
     Measured,
     Network,
-    Noise,
-    RankNoise,
     RankSpeed,
     ReadyProfile,
     TraceCollectiveSize,
@@ -155,10 +153,6 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     factors = compute_fit.speed_factors(samples)
     fits = compute_fit.fit_compute(samples, factors)
     per_rank = compute_fit.normalised_compute(samples)
-    multipliers = np.concatenate(list(per_rank.values()))
-    candidates = noise_fit.fit_noise(multipliers)
-    critical = noise_fit.ks_critical(len(multipliers))
-    chosen, chosen_because = noise_fit.choose(candidates, critical)
     shape = model_shape(job.model)
     tokens = fits.step.points[-1][0]
     achieved = flops_per_token(shape, job.seq_len) * tokens / fits.step.seconds(tokens) / 1e12
@@ -237,7 +231,6 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             ),
         ),
     )
-    best = candidates[0]
     name = (info or {}).get("name")
     calib = Calibration(
         created_unix=time.time(),
@@ -270,21 +263,15 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             buckets_default_cap=buckets,
             memory=None,
         ),
-        noise=Noise(
-            distribution=chosen.distribution if chosen else "empirical",
-            sigma=chosen.sigma if chosen else float(np.std(multipliers)),
-            best_fit=best.distribution,
-            ks=best.ks,
-            ks_critical_1pct=critical,
-            samples=fits.samples,
-            source=f"per-step compute / its rank's mean; {where}",
-            candidates=candidates,
-            multipliers=[round(float(x), 6) for x in multipliers],
-            chosen_because=chosen_because,
-            multipliers_by_micro_batch={job.micro_batch: [round(float(x), 6) for x in multipliers]},
+        # Step by step per rank as well as pooled: ProfilerStep#k is one step on every rank
+        # (check_same_run holds the ranks to the same steps), and on one shared box the ranks
+        # slow down together (docs/validation.md), which only whole steps resampled keep.
+        noise=noise_fit.measured_noise(
+            samples, count=fits.samples, source=f"per-step compute / its rank's mean; {where}", steps_together=True
         ),
         ranks={
-            r: RankSpeed(**v, noise=_rank_noise(per_rank[r])) for r, v in noise_fit.straggler_scores(factors).items()
+            r: RankSpeed(**v, noise=noise_fit.rank_noise(per_rank[r]))
+            for r, v in noise_fit.straggler_scores(factors).items()
         },
         trace=trace,
     )
@@ -484,13 +471,6 @@ def _ready_fractions(job: JobShape, buckets: list[BucketReady]) -> tuple[dict[st
         f"absent: the {len(buckets)} traced buckets ({', '.join(str(b.bytes) for b in buckets[:4])}...) are not"
         f" DDP's layout of {job.model} at {cap:g} MB"
     )
-
-
-def _rank_noise(x: np.ndarray) -> RankNoise:
-    best = noise_fit.fit_noise(x)[0] if len(x) >= MIN_JITTER_SAMPLES and np.ptp(x) > 0 else None
-    if best is None:
-        return RankNoise(best_fit="none", sigma=float(np.std(x)), ks=0.0, samples=len(x), sd=float(np.std(x)))
-    return RankNoise(best_fit=best.distribution, sigma=best.sigma, ks=best.ks, samples=len(x), sd=float(np.std(x)))
 
 
 __all__ = ["JobShape", "TraceError", "calibrate_traces", "calibration", "read_traces"]

@@ -492,6 +492,11 @@ class NoiseConfig:
     """Its standard deviation (lognormal: the sigma of the log); not used by empirical."""
     samples: list[float] | None = None
     """empirical: measured multipliers, resampled (rescaled to mean 1); `ddplab calibrate` writes them."""
+    samples_by_rank: list[list[float]] | None = None
+    """empirical: per rank, its multipliers step by step, every rank the same steps (a trace's:
+    ProfilerStep#k is one step on every rank). With one row per rank each micro-step draws one
+    measured step for all ranks together (sim/noise.py), keeping how the ranks' slowdowns went
+    together; at another rank count every rank draws from ``samples`` on its own."""
     speed_spread_sd: float = 0.0
     """Persistent per-rank speed factor: lognormal with this sigma, mean 1, drawn once."""
 
@@ -513,6 +518,14 @@ class NoiseConfig:
             _require(n >= MIN_SAMPLES, "noise.samples", f"{n} values", why)
             bad = [x for x in self.samples if not x > 0]
             _require(not bad, "noise.samples", bad[:1], "every multiplier must be > 0")
+        if self.samples_by_rank is not None:
+            rows = self.samples_by_rank
+            _require(self.distribution == "empirical", "noise.samples_by_rank", "given", "needs distribution empirical")
+            lengths = sorted({len(r) for r in rows})
+            _require(len(lengths) == 1, "noise.samples_by_rank", lengths, "every rank needs the same steps")
+            _require(lengths[0] >= MIN_SAMPLES, "noise.samples_by_rank", lengths[0], f"needs {MIN_SAMPLES} steps")
+            bad = [x for r in rows for x in r if not x > 0]
+            _require(not bad, "noise.samples_by_rank", bad[:1], "every multiplier must be > 0")
 
 
 @dataclass(kw_only=True)

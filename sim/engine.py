@@ -105,7 +105,9 @@ def simulate(
     t0 = 0.0
     for step in range(sc.steps):
         # Draw order is fixed: noise, then jitter.
-        noise = multipliers(rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples)
+        noise = multipliers(
+            rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples, noise_cfg.samples_by_rank
+        )
         jitter = comm_multipliers(rng, net.jitter_sigma, net.jitter_samples, nb)
         pause = None
         if effects:  # episodes and pauses: their own generators (sim/episodes.py)

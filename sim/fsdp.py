@@ -675,7 +675,9 @@ def simulate_fsdp(
     t0 = 0.0
     for step in range(steps):
         # Draw order as sim/engine.py: the step's noise, then its jitter.
-        noise = multipliers(rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples)
+        noise = multipliers(
+            rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples, noise_cfg.samples_by_rank
+        )
         jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, len(wl.ops))
         begin = t0 + wl.dataloader_s  # compute starts here, after any pause
         start, pause = begin, None

@@ -3,7 +3,12 @@
 Every multiplier has mean 1 so noise adds variance, not average work: lognormal
 with mu = -sigma^2/2, normal(1, sigma) clipped at 0, gamma with shape 1/sigma^2, or
 ``empirical``: measured multipliers resampled with replacement (rescaled to mean 1),
-for when none of the three fits (a bootstrap of the measured jitter, Efron 1979).
+for when none of the three fits (a bootstrap of the measured jitter, Efron 1979); with
+measured multipliers per rank and step (a trace's), whole steps are resampled, every rank's
+multiplier of one measured step together (a moving-block bootstrap with blocks one step long
+across ranks): ranks on one shared box slow down together (correlation +0.83 between two
+ranks' steps under load, docs/validation.md), and independent draws turn that common slowdown
+into a straggler wait the run never had.
 Draws are made for all ranks at once, in a fixed order, so results do not depend
 on how ranks are grouped into simulation processes.
 """
@@ -11,8 +16,16 @@ on how ranks are grouped into simulation processes.
 import numpy as np
 
 
-def multipliers(rng: np.random.Generator, distribution: str, sigma: float, size, samples=None) -> np.ndarray:
-    """Mean-1 multiplicative noise of the given shape (``samples``: for ``empirical``)."""
+def multipliers(
+    rng: np.random.Generator, distribution: str, sigma: float, size, samples=None, by_rank=None
+) -> np.ndarray:
+    """Mean-1 multiplicative noise of the given shape (``samples``: for ``empirical``;
+    ``by_rank``: per rank, its multipliers step by step, used when there is one row per rank
+    of ``size[0]``: a draw per micro-step, the drawn step's multipliers for every rank)."""
+    if distribution == "empirical" and by_rank is not None and len(by_rank) == size[0]:
+        rows = np.asarray(by_rank, dtype=float)
+        rows = rows / rows.mean(axis=1, keepdims=True)
+        return rows[:, rng.integers(0, rows.shape[1], size=size[1:])]
     if distribution == "empirical":
         pool = np.asarray(samples, dtype=float)
         return rng.choice(pool / pool.mean(), size=size)

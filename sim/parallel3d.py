@@ -342,6 +342,7 @@ def op_noise(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray 
     if n.distribution == "none" or (n.distribution != "empirical" and n.sigma == 0.0):
         return None
     ops = 2 * lay.m * lay.v
+    # Each GPU from the pooled samples: a trace's per-rank rows (samples_by_rank) are a DDP job's ranks.
     draws = multipliers(rng, n.distribution, n.sigma, (lay.dp, lay.pp, lay.tp, ops), n.samples)
     return draws.max(axis=2)
 

@@ -158,7 +158,14 @@ class _Model:
         for step, opened in enumerate(self.opened):
             t0 = env.now
             # Draw order as sim/engine.py: noise, then jitter, then episodes and pauses.
-            noise = multipliers(rng, sc.noise.distribution, sc.noise.sigma, (n, wl.grad_accum), sc.noise.samples)
+            noise = multipliers(
+                rng,
+                sc.noise.distribution,
+                sc.noise.sigma,
+                (n, wl.grad_accum),
+                sc.noise.samples,
+                sc.noise.samples_by_rank,
+            )
             jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, nb)
             pause = None
             if self.effects:
