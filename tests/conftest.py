@@ -88,15 +88,15 @@ def demo_run(tmp_path_factory):
 # uuid, ports the OS picked free), test_planner and test_reliability_inputs (in-process; their
 # bounds of 30 s and 2 s are more than 10x what they take), test_shared_shapes (one-rank DDP on
 # a free port), test_sweep (pools and a Dask cluster on ports the OS picks), and
-# test_reliability_runs but its real runs (marked). In the serial pass their waits and
-# one-process stretches left a core idle; in the parallel pass the other worker uses it.
+# test_reliability_runs and test_reliability_procs but their real runs and timed kills (marked).
+# In the serial pass their waits and one-process stretches left a core idle; in the parallel
+# pass the other worker uses it.
 SERIAL_MODULES = {
     "test_calibrate_realrun",
     "test_demo",
     "test_netlab",
     "test_realrun_probe",
     "test_realrun_train",
-    "test_reliability_procs",
     "test_traces_realrun",
     "test_train3d",
 }
