@@ -47,8 +47,9 @@ browser:
 	   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)); } || \
 	  echo "chromium not installed: the report's browser test will skip"
 
-# Two passes: the tests that start no real process in parallel (one worker a core), then the
-# `serial` ones (real runs, ports, namespaces, timing: tests/conftest.py) alone; both always run.
+# Two passes: the tests whose results the machine's load cannot move in parallel (one worker a
+# core), then the `serial` ones (real runs, tc-shaped links, timing: tests/conftest.py) alone;
+# both always run.
 test: lint browser
 	@$(PY) -m pytest -q -n auto --dist loadfile -m "not serial"; a=$$?; \
 	  $(PY) -m pytest -q -m serial; b=$$?; \

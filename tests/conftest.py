@@ -58,27 +58,45 @@ def ddplab():
     return run
 
 
+def demo_quick(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """`ddplab demo --quick --no-lab` into ``out``: the loop on loopback (workflow/demo.py)."""
+    cmd = [sys.executable, "-m", "ddplab", "demo", "--quick", "--no-lab", "--out", str(out), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """One real loop for every test that only reads it: the quick demo's probe and train (2 gloo
+    processes on loopback) and the calibrate and validate it ran on them, with its report.
+    tests/test_demo.py checks the demo itself, tests/test_calibrate_realrun.py the files."""
+    out = tmp_path_factory.mktemp("demo")
+    p = demo_quick(out)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out, p
+
+
 # --- the serial pass: `make test` runs these alone, the rest in parallel (pytest-xdist) ---------
 
-# Modules whose tests start real processes (torchrun and its ranks, a Dask cluster, doctor's
-# listeners), bind ports, use network namespaces or time themselves: run concurrently with
-# each other they would race for ports and the 2 cores their margins assume. They carry the
-# `serial` mark; `make test` runs `-m "not serial"` with `-n auto`, then `-m serial` alone.
-# In a module of mostly pure tests, the few such tests carry `@pytest.mark.serial` themselves.
+# Modules whose tests start real runs (torchrun and its ranks, the demo, sweeps killed mid-run),
+# shape links with tc, or hold a run's timing to a bound its own load would move (a measured
+# link rate, a straggler's wait, a Ctrl-C answered within seconds): run concurrently with the
+# parallel pass they would take the 2 cores their margins assume. They carry the `serial` mark;
+# `make test` runs `-m "not serial"` with `-n auto`, then `-m serial` alone. In a module of
+# mostly pure tests, the few such tests carry `@pytest.mark.serial` themselves.
+# Not here, though they start processes, because nothing they assert depends on the machine's
+# load or on a fixed port: test_doctor and test_launch (network namespaces named by a fresh
+# uuid, ports the OS picked free), test_planner and test_reliability_inputs (in-process; the
+# plan takes ~3 CPU seconds against its 30 s bound, the timed refusals under 0.05 s against 2 s),
+# test_shared_shapes (one-rank DDP on a free port), test_sweep (pools and a Dask cluster on ports the OS picks), and
+# test_reliability_runs and test_reliability_procs but their real runs and timed kills (marked).
+# In the serial pass their waits and one-process stretches left a core idle; in the parallel
+# pass the other worker uses it.
 SERIAL_MODULES = {
     "test_calibrate_realrun",
     "test_demo",
-    "test_doctor",
-    "test_launch",
     "test_netlab",
-    "test_planner",
     "test_realrun_probe",
     "test_realrun_train",
-    "test_reliability_inputs",
-    "test_reliability_procs",
-    "test_reliability_runs",
-    "test_shared_shapes",
-    "test_sweep",
     "test_traces_realrun",
     "test_train3d",
 }

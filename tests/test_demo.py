@@ -3,28 +3,16 @@ iproute2 takes; CI as root runs the emulated lab in tests/test_netlab*.py): ever
 stage runs, the report holds the numbers the stages wrote, and a rerun reuses them."""
 
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import demo_quick
+
+# demo_run: one quick demo for the whole session (tests/conftest.py), which
+# tests/test_calibrate_realrun.py reads too.
 
 
-def _demo(out, *args):
-    cmd = [sys.executable, "-m", "ddplab", "demo", "--quick", "--no-lab", "--out", str(out), *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    p = _demo(out)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return out, p
-
-
-def test_every_stage_ran_and_said_where(demo):
-    out, p = demo
+def test_every_stage_ran_and_said_where(demo_run):
+    out, p = demo_run
     assert "two processes on loopback (--no-lab; no emulated link)" in p.stderr
     state = json.loads((out / "demo.json").read_text())
     assert list(state["stages"]) == ["probe", "train", "calibrate", "validate", "simulate", "report"]
@@ -33,8 +21,8 @@ def test_every_stage_ran_and_said_where(demo):
     assert "report: " in p.stdout and "validation: predicted" in p.stdout
 
 
-def test_report_carries_what_the_stages_measured(demo):
-    out, _ = demo
+def test_report_carries_what_the_stages_measured(demo_run):
+    out, _ = demo_run
     v = json.loads((out / "validation.json").read_text())
     sim = json.loads((out / "sim" / "summary.json").read_text())
     page = (out / "report.html").read_text()
@@ -66,11 +54,11 @@ def test_report_carries_what_the_stages_measured(demo):
         assert f'src="{png}"' in page and (out / png).exists()
 
 
-def test_rerun_reuses_finished_stages(demo):
-    out, _ = demo
+def test_rerun_reuses_finished_stages(demo_run):
+    out, _ = demo_run
     files = [out / "probe" / "probe-rank0000.jsonl", out / "train" / "train-rank0000.jsonl", out / "report.html"]
     before = [f.stat().st_mtime_ns for f in files]
-    p = _demo(out)
+    p = demo_quick(out)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stderr.count("reused") == 6
     assert [f.stat().st_mtime_ns for f in files] == before  # nothing measured or written again

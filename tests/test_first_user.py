@@ -165,7 +165,6 @@ def _ddplab(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.serial  # binds a port (tests/conftest.py)
 def test_doctor_exits_1_when_it_lists_problems():
     with socket.socket() as srv:  # a listener on the master's port: torchrun could not bind it
         srv.bind(("127.0.0.1", 0))
@@ -179,7 +178,6 @@ def test_doctor_exits_1_when_it_lists_problems():
     assert js.returncode == 1 and json.loads(js.stdout)["problems"]  # the JSON still prints
 
 
-@pytest.mark.serial  # diagnoses a port on this machine (tests/conftest.py)
 def test_doctor_exit_status_follows_the_problems_list():
     p = _ddplab("doctor", "--master", f"127.0.0.1:{free_port()}", "--timeout-s", "1", "--json")
     assert p.returncode == (1 if json.loads(p.stdout)["problems"] else 0), p.stderr

@@ -272,7 +272,6 @@ def _verdict(facts: Facts) -> dict:
     return findings.from_facts(facts, nnodes=2, nproc_per_node=1, verb_args=list(nodes.DEFAULT_VERB_ARGS))
 
 
-@pytest.mark.serial  # diagnoses a port on this machine (tests/conftest.py)
 def test_from_facts_seed_failure():
     d = _verdict(_facts(PEER, PEER, "veth0"))
     assert ["schema", *d] == list(doctor.diagnose("127.0.0.1", free_port(), connect_timeout_s=1.0))

@@ -38,6 +38,7 @@ def _workers(pid: int, timeout_s: float = 60) -> set[int]:
     raise AssertionError(f"no pool workers under {pid} within {timeout_s} s")
 
 
+@pytest.mark.serial  # kills a running sweep and bounds how fast its workers go (tests/conftest.py)
 @LINUX_PROC
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_d1_a_killed_sweep_takes_its_workers_and_resource_tracker_with_it(tmp_path, sig):
@@ -53,6 +54,7 @@ def test_d1_a_killed_sweep_takes_its_workers_and_resource_tracker_with_it(tmp_pa
         stop(p)
 
 
+@pytest.mark.serial  # a sweep's Ctrl-C answered within 5 s (tests/conftest.py)
 @LINUX_PROC
 @pytest.mark.parametrize("group", [True, False], ids=["to-the-group", "to-the-sweep-alone"])
 def test_d1_ctrl_c_ends_a_sweep_promptly_in_one_line(tmp_path, group):
@@ -133,6 +135,7 @@ def test_d10_a_scheduler_that_is_not_dask_is_one_line_in_bounded_time(http):
     assert took < 3 * (CONNECT_TIMEOUT_S + CONNECT_GRACE_S), took
 
 
+@pytest.mark.serial  # a running Dask sweep's Ctrl-C (tests/conftest.py)
 @LINUX_PROC
 def test_d5_d11_a_dask_sweep_listens_on_loopback_says_where_and_ctrl_c_is_one_line(tmp_path):
     """Issue 25 D5: LocalCluster's dashboard listened on every interface without a word.
@@ -179,6 +182,7 @@ def _rank_pids(out: Path) -> set[int]:
     return {json.loads(f.read_text().splitlines()[0])["pid"] for f in out.glob("train-rank*.jsonl")}
 
 
+@pytest.mark.serial  # real ranks, gone within 3 s (tests/conftest.py)
 @LINUX_PROC
 def test_d3_kill_9_of_torchrun_alone_ends_the_ranks_and_the_records_stay_whole(tmp_path):
     """Issue 25 D3: the ranks trained on ~10 s after torchrun was killed, and the launcher's end
@@ -212,6 +216,7 @@ def test_d3_kill_9_of_torchrun_alone_ends_the_ranks_and_the_records_stay_whole(t
     assert all(f"torchrun (pid {torchrun}), this rank's parent, is gone" in why for why in reasons), reasons
 
 
+@pytest.mark.serial  # starts real ranks (tests/conftest.py)
 @LINUX_PROC
 def test_d5_train_listens_on_loopback_only(tmp_path):
     """Issue 25 D5: torchrun's stores (no password) listened on every interface (``::``) of a
@@ -230,6 +235,7 @@ def test_d5_train_listens_on_loopback_only(tmp_path):
     assert (out / "train.log").read_text().startswith("ddplab: torchrun's stores listen on 127.0.0.1 only; gloo on")
 
 
+@pytest.mark.serial  # starts a real rank (tests/conftest.py)
 def test_d12_launch_exec_keeps_torchruns_traceback_in_its_log(tmp_path):
     """Issue 25 D12: a worker's failure under `launch --exec` printed torchrun's ~45-line
     ChildFailedError traceback on the console."""
@@ -251,6 +257,7 @@ def test_d12_launch_exec_keeps_torchruns_traceback_in_its_log(tmp_path):
     assert "ChildFailedError" in log.read_text()  # kept, not lost
 
 
+@pytest.mark.serial  # starts real ranks in network namespaces (tests/conftest.py)
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
     reason="netlab needs root and iproute2 (ip, tc)",

@@ -62,6 +62,7 @@ def _kill_9_and_check(p: subprocess.Popen, out: Path, verb: str, ranks: int) -> 
     return records
 
 
+@pytest.mark.serial  # starts real ranks and times their end (tests/conftest.py)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc (Linux)")
 def test_kill_9_of_train_ends_every_process_and_marks_the_records(tmp_path):
     out = tmp_path / "run"
@@ -73,6 +74,7 @@ def test_kill_9_of_train_ends_every_process_and_marks_the_records(tmp_path):
         stop(p)
 
 
+@pytest.mark.serial  # starts real ranks and times their end (tests/conftest.py)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc (Linux)")
 def test_kill_9_of_probe_ends_every_process_and_marks_the_records(tmp_path):
     out = tmp_path / "probe"
@@ -86,6 +88,7 @@ def test_kill_9_of_probe_ends_every_process_and_marks_the_records(tmp_path):
         stop(p)
 
 
+@pytest.mark.serial  # starts real ranks and times their end (tests/conftest.py)
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
     reason="netlab needs root and iproute2 (ip, tc)",
@@ -108,6 +111,7 @@ def test_kill_9_of_netlab_run_ends_every_process_and_down_has_nothing_left(tmp_p
     assert netlab.our_namespaces(name) == []
 
 
+@pytest.mark.serial  # starts real ranks and times their end (tests/conftest.py)
 def test_ctrl_c_ends_the_run_in_one_line_with_interrupted_records(tmp_path):
     out = tmp_path / "run"
     # SIGINT at its default in the child whatever this suite inherited (tests/procs.py): a suite
@@ -132,6 +136,7 @@ def test_ctrl_c_ends_the_run_in_one_line_with_interrupted_records(tmp_path):
     assert all(why and why.startswith("interrupted: Ctrl-C (or SIGTERM) to the launcher") for why in reasons), reasons
 
 
+@pytest.mark.serial  # starts real ranks (tests/conftest.py)
 def test_a_failed_run_ends_with_the_diagnosis_not_torchruns_traceback(ddplab, tmp_path):
     out = tmp_path / "run"
     code, _, err = ddplab("train", *TINY, "--nproc", "2", "--steps", "4", "--fault", "1:1:kill", "--out", str(out))
@@ -175,6 +180,7 @@ def test_two_runs_never_share_a_folder(ddplab, tmp_path):
     assert f"--out {out}: in use by a running ddplab run (pid {os.getpid()})" in err
 
 
+@pytest.mark.serial  # starts a real rank (tests/conftest.py)
 def test_an_earlier_run_is_refused_and_force_moves_it_aside(ddplab, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
