@@ -35,11 +35,12 @@ def _fit_line(sizes: np.ndarray, medians: np.ndarray) -> tuple[float, float]:
         loss="cauchy",
         f_scale=0.05,
     )
-    # At a bound the solver stops a rounding error inside it (an alpha of 1.7e-22 s was seen on a
-    # loaded box, which the scenario's range check then refuses): a parameter within a
-    # millionth of its own scale of zero is zero.
-    alpha, per_byte = (float(x) if x > 1e-6 * s else 0.0 for x, s in zip(res.x, scale, strict=True))
-    return alpha, per_byte
+    # At its bound the solver stops a rounding error inside it (an alpha of 1.7e-22 s was seen on
+    # a loaded box, which the scenario's range check then refuses): a latency within a millionth
+    # of the smallest median of zero is zero. The slope keeps its value: a vanishing one is a
+    # bandwidth calibrate/plausible.py refuses by name.
+    alpha = float(res.x[0]) if res.x[0] > 1e-6 * scale[0] else 0.0
+    return alpha, float(res.x[1])
 
 
 def fit_collective(
