@@ -34,3 +34,9 @@ class EscapingStream:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+def show(lines: list[str]) -> None:
+    """Print the lines a workflow/ renderer returned, one each (none: nothing)."""
+    for line in lines:
+        print(line)
