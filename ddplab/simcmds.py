@@ -50,7 +50,7 @@ def _simulate(args):
         horizon_h=args.horizon_h, tokens=tokens, price=price, ignore_memory=getattr(args, "ignore_memory", False),
         progress=step_progress, say=say,
     )  # fmt: skip
-    if any("verdict" in s for s in summaries):
+    if not all(simulation.simulated(s) for s in summaries):
         args.exit_code = 3
     if args.json:
         return summaries if sweep else summaries[0]

@@ -5,6 +5,7 @@ tensor- or pipeline-parallel step, and the days and dollars to train. `ddplab co
 
 from sim.describe import description_over
 from sim.optimizer import optimizer_basis
+from sim.summary import Summary
 from sim.transformer import param_count
 from workflow import threed
 from workflow.units import fmt_bytes, fmt_count, fmt_seconds
@@ -36,17 +37,17 @@ STACK_NOTES = {
 def mfu_line(s: dict) -> str:
     """MFU over the step and over compute, naming the FLOP count and the peak (sim/mfu.py)."""
     return (
-        f"{s['mfu']:.1%} of the step, {s['compute_mfu']:.1%} of compute ({s['flop_count']} ="
-        f" {s['flops_per_token'] / 1e9:.3g} GFLOP/token against {s['peak_tflop_s']:g} TFLOP/s peak)"
+        f"{s.mfu:.1%} of the step, {s.compute_mfu:.1%} of compute ({s.flop_count} ="
+        f" {s.flops_per_token / 1e9:.3g} GFLOP/token against {s.peak_tflop_s:g} TFLOP/s peak)"
     )
 
 
-def parameters_lines(summary: dict) -> list[str]:
+def parameters_lines(summary: Summary) -> list[str]:
     """The calibration applied and where each parameter came from (calibrate/apply.py)."""
     out = []
-    cal = summary["calibration"]
+    cal = summary.calibration
     out.append(f"  parameters       calibration {cal['file']} applied in mode {cal['mode']!r} ({cal['why']}):")
-    for p in summary["parameters"]:
+    for p in summary.parameters:
         value = p["value"]
         shown = f"{value:.4g}" if isinstance(value, float) else str(value or '""')
         out.append(f"    {p['key']:<28} {shown:>12}  {p['source']}")
@@ -76,55 +77,55 @@ def network_line(sc) -> str:
     return f"{line}, {', '.join(tiers)}" if tiers else line
 
 
-def summary_lines(sc, s: dict) -> list[str]:
+def summary_lines(sc, s: Summary) -> list[str]:
     """One simulated scale as `ddplab simulate` prints it."""
     out = []
-    st = s["step_time_s"]
+    st = s.step_time_s
     out.append(f"{sc.name}: {sc.description}")
     out.append(
-        f"  {s['model']} ({fmt_count(s['params'])} params){mode_note(sc)}, {s['ranks']} ranks on {s['nodes']} nodes,"
+        f"  {s.model} ({fmt_count(s.params)} params){mode_note(sc)}, {s.ranks} ranks on {s.nodes} nodes,"
         f" {network_line(sc)};"
-        f" {s['steps']} steps, seed {s['seed']}"
+        f" {s.steps} steps, seed {s.seed}"
     )
     out.append(
-        f"  step time        {fmt_seconds(st['mean'])} mean  (p50 {fmt_seconds(st['p50'])},"
-        f" p95 {fmt_seconds(st['p95'])}, p99 {fmt_seconds(st['p99'])})"
+        f"  step time        {fmt_seconds(st.mean)} mean  (p50 {fmt_seconds(st.p50)},"
+        f" p95 {fmt_seconds(st.p95)}, p99 {fmt_seconds(st.p99)})"
     )
     out.append("  where it goes    per rank, mean of a step:")
     parts = [
-        ("compute (fwd+bwd)", s["compute_s"]),
-        ("exposed comm", s["exposed_comm_s"]),
-        ("straggler wait", s["straggler_wait_s"]),
-        ("optimizer", s["optimizer_s"]),
-        ("dataloader", s["dataloader_s"]),
+        ("compute (fwd+bwd)", s.compute_s),
+        ("exposed comm", s.exposed_comm_s),
+        ("straggler wait", s.straggler_wait_s),
+        ("optimizer", s.optimizer_s),
+        ("dataloader", s.dataloader_s),
     ]
     notes = {
-        "compute (fwd+bwd)": STACK_NOTES[s["stack"]],
+        "compute (fwd+bwd)": STACK_NOTES[s.stack],
         "optimizer": optimizer_basis(sc),
         "dataloader": "waiting for batches the DataLoader's workers have not built (docs/loader.md)",
     }
     for name, value in parts:
         if value > 0 or name.startswith(("compute", "exposed", "straggler")):
             out.append(
-                f"    {name:<18} {fmt_seconds(value):>10}  {value / st['mean']:6.1%}  {notes.get(name, '')}".rstrip()
+                f"    {name:<18} {fmt_seconds(value):>10}  {value / st.mean:6.1%}  {notes.get(name, '')}".rstrip()
             )
-    out += memory_lines(sc, s["memory_gib"])
-    if s["slowest_rank_compute_s"] > 1.05 * s["compute_s"]:
+    out += memory_lines(sc, s.memory_gib)
+    if s.slowest_rank_compute_s > 1.05 * s.compute_s:
         out.append(
-            f"  slowest rank     rank {s['slowest_rank']}: compute {fmt_seconds(s['slowest_rank_compute_s'])}"
-            f" ({s['slowest_rank_compute_s'] / s['compute_s']:.2f} x the mean); every step waits for it"
+            f"  slowest rank     rank {s.slowest_rank}: compute {fmt_seconds(s.slowest_rank_compute_s)}"
+            f" ({s.slowest_rank_compute_s / s.compute_s:.2f} x the mean); every step waits for it"
         )
-    ratio = s["comm_compute_ratio"]
+    ratio = s.comm_compute_ratio
     verdict = f"communication-bound x {ratio:.1f}" if ratio >= 1 else "comm fits inside compute"
-    out.append(f"  T_comm/T_compute {ratio:.3f}  ({verdict}; {fmt_seconds(s['comm_s'])} of collectives per step)")
-    out.append(f"  efficiency       {s['scaling_efficiency']:.1%} of each rank's time is useful work")
-    out.append(f"  throughput       {s['tokens_per_s']:,.0f} tokens/s ({s['tokens_per_s'] / s['ranks']:,.0f} per GPU)")
+    out.append(f"  T_comm/T_compute {ratio:.3f}  ({verdict}; {fmt_seconds(s.comm_s)} of collectives per step)")
+    out.append(f"  efficiency       {s.scaling_efficiency:.1%} of each rank's time is useful work")
+    out.append(f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.ranks:,.0f} per GPU)")
     out.append(f"  MFU              {mfu_line(s)}")
     out.append(
-        f"  buckets          {s['buckets']} ({fmt_bytes(s['traffic_bytes_per_step'])} on each rank's bus"
-        f" per step; {', '.join(s['algorithms'])})"
+        f"  buckets          {s.buckets} ({fmt_bytes(s.traffic_bytes_per_step)} on each rank's bus"
+        f" per step; {', '.join(s.algorithms)})"
     )
-    out.append(f"  simulated in     {s['wall_s']:.2f} s")
+    out.append(f"  simulated in     {s.wall_s:.2f} s")
     return out
 
 
@@ -193,8 +194,8 @@ def alternatives_lines(alternatives: list[dict], indent: str = "  ") -> list[str
     return out
 
 
-def _sweep_row(s: dict) -> str:
-    if "verdict" in s:  # not simulated: out of memory
+def _sweep_row(s: Summary | dict) -> str:
+    if not isinstance(s, Summary):  # not simulated: out of memory
         cells = [f"{s['ranks']:>6}", f"{s['nodes']:>5}"]
         return (
             " ".join(cells) + f"  OOM: {s['peak_gib']:.2f} GiB per GPU > {s['device_memory_gib']:g} GiB, not simulated"
@@ -204,18 +205,18 @@ def _sweep_row(s: dict) -> str:
 
 # Sweep table columns: header (units in the name), width, value.
 _SWEEP_COLUMNS = (
-    ("ranks", 6, lambda s: f"{s['ranks']}"),
-    ("nodes", 5, lambda s: f"{s['nodes']}"),
-    ("step_p50(s)", 11, lambda s: f"{s['step_time_s']['p50']:.4f}"),
-    ("step_p95(s)", 11, lambda s: f"{s['step_time_s']['p95']:.4f}"),
-    ("compute(s)", 10, lambda s: f"{s['compute_s']:.4f}"),
-    ("exp_comm(s)", 11, lambda s: f"{s['exposed_comm_s']:.4f}"),
-    ("wait(s)", 9, lambda s: f"{s['straggler_wait_s']:.4f}"),
-    ("comm/comp", 9, lambda s: f"{s['comm_compute_ratio']:.3f}"),
-    ("eff(%)", 7, lambda s: f"{s['scaling_efficiency'] * 100:.1f}"),
-    ("tokens/s", 13, lambda s: f"{s['tokens_per_s']:,.0f}"),
-    ("MFU(%)", 6, lambda s: f"{s['mfu'] * 100:.1f}"),
-    ("algorithms", 24, lambda s: "+".join(s["algorithms"])),
+    ("ranks", 6, lambda s: f"{s.ranks}"),
+    ("nodes", 5, lambda s: f"{s.nodes}"),
+    ("step_p50(s)", 11, lambda s: f"{s.step_time_s.p50:.4f}"),
+    ("step_p95(s)", 11, lambda s: f"{s.step_time_s.p95:.4f}"),
+    ("compute(s)", 10, lambda s: f"{s.compute_s:.4f}"),
+    ("exp_comm(s)", 11, lambda s: f"{s.exposed_comm_s:.4f}"),
+    ("wait(s)", 9, lambda s: f"{s.straggler_wait_s:.4f}"),
+    ("comm/comp", 9, lambda s: f"{s.comm_compute_ratio:.3f}"),
+    ("eff(%)", 7, lambda s: f"{s.scaling_efficiency * 100:.1f}"),
+    ("tokens/s", 13, lambda s: f"{s.tokens_per_s:,.0f}"),
+    ("MFU(%)", 6, lambda s: f"{s.mfu * 100:.1f}"),
+    ("algorithms", 24, lambda s: "+".join(s.algorithms)),
 )
 
 
@@ -226,10 +227,10 @@ def mode_note(sc) -> str:
     return f" (FSDP, prefetch {t.fsdp_prefetch})" if t.mode == "fsdp" else ""
 
 
-def sweep_lines(sc, summaries: list[dict]) -> list[str]:
+def sweep_lines(sc, summaries: list[Summary | dict]) -> list[str]:
     out = []
     # sc is the first scale's, its description already written for sc.ranks (sim/describe.py).
-    counts = [s["ranks"] for s in summaries]
+    counts = [s.ranks if isinstance(s, Summary) else s["ranks"] for s in summaries]
     out.append(f"{sc.name}: {description_over(sc.description, sc.ranks, counts, sc.network.gpus_per_node)}")
     params = fmt_count(param_count(sc.model.shape))
     out.append(
@@ -239,11 +240,11 @@ def sweep_lines(sc, summaries: list[dict]) -> list[str]:
     out.append(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
     for s in summaries:
         out.append(_sweep_row(s))
-    ran = next((s for s in summaries if "verdict" not in s), None)
+    ran = next((s for s in summaries if isinstance(s, Summary)), None)
     if ran is not None:
-        out.append(f"  compute: {STACK_NOTES[ran['stack']]}; MFU: {ran['flop_count']} FLOPs per token"
-              f" x tokens/s per GPU / {ran['peak_tflop_s']:g} TFLOP/s peak")  # fmt: skip
-    oom = next((s for s in summaries if "verdict" in s), None)
+        out.append(f"  compute: {STACK_NOTES[ran.stack]}; MFU: {ran.flop_count} FLOPs per token"
+              f" x tokens/s per GPU / {ran.peak_tflop_s:g} TFLOP/s peak")  # fmt: skip
+    oom = next((s for s in summaries if not isinstance(s, Summary)), None)
     if oom is not None:
         out.append(f"  at {oom['ranks']} ranks:")
         out += alternatives_lines(oom["alternatives"])
@@ -251,20 +252,22 @@ def sweep_lines(sc, summaries: list[dict]) -> list[str]:
     return out
 
 
-def simulate_lines(scenarios, summaries: list[dict], *, sweep: bool, provenance, out_dir, records: bool) -> list[str]:
+def simulate_lines(
+    scenarios, summaries: list[Summary | dict], *, sweep: bool, provenance, out_dir, records: bool
+) -> list[str]:
     """What `ddplab simulate` prints after its scales ran (workflow/simulation.py simulate_scales)."""
     out = []
-    simulated = [s for s in summaries if "verdict" not in s]
+    simulated = [s for s in summaries if isinstance(s, Summary)]
     if sweep:
         out += sweep_lines(scenarios[0], summaries)
-        for s in summaries:
-            out += train_cost_lines(s, indent=f"  {s['ranks']} ranks: ")
+        for s in simulated:
+            out += train_cost_lines(s, indent=f"  {s.ranks} ranks: ")
     elif not simulated:
         return out_of_memory_lines(scenarios[0], summaries[0])
     else:
         out += summary_lines(scenarios[0], summaries[0])
-        if "episodes" in summaries[0]:
-            out += episodes_lines(summaries[0]["episodes"])
+        if summaries[0].episodes:
+            out += episodes_lines(summaries[0].episodes)
         out += train_cost_lines(summaries[0])
     if provenance:
         out += parameters_lines(summaries[0])
@@ -282,9 +285,9 @@ def _tokens(n: float) -> str:
     return f"{n:,.0f}"
 
 
-def train_cost_lines(summary: dict, indent: str = "  ") -> list[str]:
+def train_cost_lines(summary: Summary | dict, indent: str = "  ") -> list[str]:
     """What `simulate` prints under its throughput: the time and money, then what they rest on."""
-    c = summary.get("to_train")
+    c = summary.to_train if isinstance(summary, Summary) else None
     if c is None:
         return []
     money = f", ${c['usd']:,.0f} at ${c['usd_per_gpu_hour']:.2f}/GPU-hour" if c["usd"] is not None else ""

@@ -2,6 +2,7 @@
 `whatif`'s mitigations, `goodput`'s failures and checkpoints, and `sweep`'s grid of means with
 their intervals. Each reads what its workflow/ function returned (what `--json` prints)."""
 
+from workflow.compare import CompareRow
 from workflow.render_sim import alternatives_lines, train_cost_lines
 from workflow.units import FLOP_COUNT, fmt_seconds
 
@@ -12,33 +13,33 @@ def _ratio(x: float | None) -> str:
 
 # The table: header, width, value; units in the header.
 _COLUMNS = (
-    ("ranks", 5, lambda r: f"{r['ranks']}"),
-    ("steps", 5, lambda r: f"{r['steps']}"),
-    ("seed", 4, lambda r: f"{r['seed']}"),
-    ("step", 9, lambda r: fmt_seconds(r["step_time_s"]["mean"])),
-    ("p50", 9, lambda r: fmt_seconds(r["step_time_s"]["p50"])),
-    ("p95", 9, lambda r: fmt_seconds(r["step_time_s"]["p95"])),
-    ("exp comm", 9, lambda r: fmt_seconds(r["exposed_comm_s"])),
-    ("wait", 9, lambda r: fmt_seconds(r["straggler_wait_s"])),
-    ("eff", 6, lambda r: f"{r['scaling_efficiency']:.1%}"),
-    ("tokens/s", 12, lambda r: f"{r['tokens_per_s']:,.0f}"),
-    ("MFU", 6, lambda r: f"{r['mfu']:.1%}"),
-    ("stack", 9, lambda r: r["stack"]),
-    ("GiB/GPU", 7, lambda r: f"{r['memory_gib']['total_gib']:.2f}"),
-    ("step vs 1st", 11, lambda r: _ratio(r["vs_first"]["step_time"])),
-    ("tok/s vs 1st", 12, lambda r: _ratio(r["vs_first"]["tokens_per_s"])),
+    ("ranks", 5, lambda r: f"{r.result.ranks}"),
+    ("steps", 5, lambda r: f"{r.result.steps}"),
+    ("seed", 4, lambda r: f"{r.result.seed}"),
+    ("step", 9, lambda r: fmt_seconds(r.result.step_time_s.mean)),
+    ("p50", 9, lambda r: fmt_seconds(r.result.step_time_s.p50)),
+    ("p95", 9, lambda r: fmt_seconds(r.result.step_time_s.p95)),
+    ("exp comm", 9, lambda r: fmt_seconds(r.result.exposed_comm_s)),
+    ("wait", 9, lambda r: fmt_seconds(r.result.straggler_wait_s)),
+    ("eff", 6, lambda r: f"{r.result.scaling_efficiency:.1%}"),
+    ("tokens/s", 12, lambda r: f"{r.result.tokens_per_s:,.0f}"),
+    ("MFU", 6, lambda r: f"{r.result.mfu:.1%}"),
+    ("stack", 9, lambda r: r.result.stack),
+    ("GiB/GPU", 7, lambda r: f"{r.result.memory_gib['total_gib']:.2f}"),
+    ("step vs 1st", 11, lambda r: _ratio(r.vs_first["step_time"])),
+    ("tok/s vs 1st", 12, lambda r: _ratio(r.vs_first["tokens_per_s"])),
 )
 
 
-def _oom_row(r: dict) -> str:
-    cells = [f"{r[k]:>{w}}" for k, w in (("ranks", 5), ("steps", 5), ("seed", 4))]
-    return " ".join(cells) + f"  OOM: {r['peak_gib']:.2f} GiB per GPU > {r['device_memory_gib']:g} GiB, not simulated"
+def _oom_row(v: dict) -> str:
+    cells = [f"{v[k]:>{w}}" for k, w in (("ranks", 5), ("steps", 5), ("seed", 4))]
+    return " ".join(cells) + f"  OOM: {v['peak_gib']:.2f} GiB per GPU > {v['device_memory_gib']:g} GiB, not simulated"
 
 
-def compare_lines(rows: list[dict]) -> list[str]:
+def compare_lines(rows: list[CompareRow]) -> list[str]:
     """`ddplab compare`'s table, then each row's days and dollars to train and its OOM alternatives."""
     out = []
-    width = max(len("set-up"), *(len(r["name"]) for r in rows))
+    width = max(len("set-up"), *(len(r.name) for r in rows))
     out.append(
         f"compare: {len(rows)} set-ups, each row as `ddplab simulate` gives it (step: the mean;"
         " exp comm, wait: per rank per step); vs 1st: against the first row;"
@@ -47,19 +48,19 @@ def compare_lines(rows: list[dict]) -> list[str]:
     )
     out.append(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
     for r in rows:
-        if "verdict" in r:
-            out.append(f"{r['name']:<{width}} " + _oom_row(r))
+        if not r.simulated:
+            out.append(f"{r.name:<{width}} " + _oom_row(r.result))
             continue
-        out.append(f"{r['name']:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
+        out.append(f"{r.name:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
     for r in rows:
-        out += train_cost_lines(r, indent=f"{r['name']}: ")
+        out += train_cost_lines(r.result, indent=f"{r.name}: ")
     for r in rows:
-        if "verdict" in r:
-            out.append(f"{r['name']}: out of memory, not simulated;")
-            out += alternatives_lines(r["alternatives"])
-    if any("verdict" in r for r in rows):
+        if not r.simulated:
+            out.append(f"{r.name}: out of memory, not simulated;")
+            out += alternatives_lines(r.result["alternatives"])
+    if any(not r.simulated for r in rows):
         out.append("--ignore-memory simulates OOM set-ups anyway")
-    over = [r["name"] for r in rows if "verdict" not in r and r["memory_gib"].get("fits") is False]
+    over = [r.name for r in rows if r.simulated and r.result.memory_gib.get("fits") is False]
     if over:
         out.append(f"over their device's memory, simulated anyway (--ignore-memory): {', '.join(over)}")
     return out
