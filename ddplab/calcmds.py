@@ -4,9 +4,9 @@ returns what `--json` prints and otherwise prints for people. Output files are w
 
 import sys
 
-from ddplab.progress import StatusLine, StepProgress, say
 from ddplab.textout import show
 from workflow import calibration, render_calib
+from workflow.progress import StatusLine, StepProgress, say
 
 
 def calibrate(args):

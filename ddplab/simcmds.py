@@ -3,10 +3,10 @@
 them, or JSON."""
 
 from ddplab import traincost
-from ddplab.progress import StepProgress, say
 from ddplab.signals import sigterm_as_ctrl_c
 from ddplab.textout import show
 from workflow import render_sim, simulation, threed
+from workflow.progress import StepProgress, say
 
 
 def simulate(args):
@@ -60,7 +60,7 @@ def _simulate(args):
 
 
 def step_progress(sc) -> StepProgress:
-    """The engine's progress line for one scale (ddplab/progress.py)."""
+    """The engine's progress line for one scale (workflow/progress.py)."""
     return StepProgress(f"simulating {sc.ranks} ranks")
 
 

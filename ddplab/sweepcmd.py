@@ -7,11 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab.progress import RunProgress
 from ddplab.signals import sigterm_as_ctrl_c
 from ddplab.textout import show
 from realrun.cli import EpilogFormatter
 from workflow import limits
+from workflow.progress import RunProgress
 from workflow.render_studies import sweep_table_lines
 
 # --dashboard alone: Dask's usual port, still on this machine only; 0.0.0.0:8787 serves everyone.

@@ -25,12 +25,12 @@ from calibrate import stragglers as st
 from calibrate.apply import calibrated_scenario
 from calibrate.calib import calibrate
 from ddplab import cli, simcmds
-from ddplab.progress import StepProgress
 from output.export import write_result
 from sim.engine import simulate
 from sim.scenario_file import load_scenario
 from sim.units import parse_count
 from sim.workload import micro_step_compute_s, recompute_fraction
+from workflow.progress import StepProgress
 
 # --- 1. the README's first commands work as written ------------------------------------
 

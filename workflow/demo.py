@@ -6,7 +6,7 @@ otherwise two processes on loopback, and the report says so. Each stage leaves a
 stamp in ``demo.json`` when it finishes; a rerun skips stamped stages whose outputs
 are still there (``fresh`` redoes everything). Long stages run as `ddplab`
 subprocesses with their output in ``logs/<stage>.log``; the caller's ``status``
-shows progress (ddplab/progress.py draws a status line from that log).
+shows progress (workflow/progress.py draws a status line from that log).
 """
 
 import json

@@ -114,7 +114,7 @@ def run_scale(sc, *, records: bool = False, medians: bool = False, engine: str =
     """(result, Summary) of one scale as `simulate` prints it: the engine's summary with the
     memory estimate. `ddplab compare` runs each set-up through here, so its rows are these.
     ``engine``: "fast" (sim/engine.py) or "simpy" (sim/reference.py, small DDP jobs);
-    ``progress(sc)``: what the engine calls as steps complete, closed at the end (ddplab/progress.py's
+    ``progress(sc)``: what the engine calls as steps complete, closed at the end (workflow/progress.py's
     StepProgress)."""
     if engine == "simpy":
         from sim.reference import simulate_reference as run
