@@ -506,7 +506,7 @@ def predict(row: Row) -> float:
 
         step_s = simulate_3d(sc, np.random.default_rng(sc.seed)).step_s
     else:
-        step_s = simulate(sc, trace_steps=0).summary()["step_time_s"]["mean"]
+        step_s = simulate(sc, trace_steps=0).summary().step_time_s.mean
     if row.unit == "TFLOP/s":
         return _megatron_tflop_s(sc, step_s)
     if row.unit == "MFU":  # model FLOPs (6N + 12 L d T per token) over the step and the bf16 peak

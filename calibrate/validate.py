@@ -140,7 +140,7 @@ def _predicted(data: dict) -> dict:
         "wait_s": float(wait.mean()),
         "exposed_comm_s": float(wait.min(axis=1).mean()),
         "straggler_wait_s": float((wait.mean(axis=1) - wait.min(axis=1)).mean()),
-        "compute_s": s["compute_s"],
+        "compute_s": s.compute_s,
     }
 
 

@@ -4,9 +4,9 @@ returns what `--json` prints and otherwise prints for people. Output files are w
 
 import sys
 
-from ddplab.progress import StatusLine, StepProgress, say
-from workflow import calibration
-from workflow.units import fmt_bytes, fmt_seconds
+from ddplab.textout import show
+from workflow import calibration, render_calib
+from workflow.progress import StatusLine, StepProgress, say
 
 
 def calibrate(args):
@@ -18,156 +18,11 @@ def calibrate(args):
     )  # fmt: skip
     if args.json:
         return calib.to_json()
-    print_calibration(calib)
+    show(render_calib.calibration_lines(calib))
     if calib.trace is not None:
-        print_trace(calib)
+        show(render_calib.trace_lines(calib))
     print(f"wrote {args.output} and {', '.join(calib.plots)}")
     return calib.to_json()
-
-
-def print_trace(c) -> None:
-    """What only a trace shows: per rank, its steps' breakdown; the job's collectives; overlap,
-    the slowest rank and what stragglers cost; what the trace does not say."""
-    import numpy as np
-
-    t = c.trace
-
-    def ms(xs) -> str:
-        return f"{np.mean(xs) * 1e3:8.3f}" if xs else "  absent"
-
-    print(f"{'trace':<10} {'rank':>4} {'steps':>7} {'step ms':>8} {'compute':>8} {'fwd':>8} {'bwd':>8} {'optim':>8}"
-          f" {'comm':>8} {'exposed':>8} {'buckets':>7} {'jitter':>6}")  # fmt: skip
-    for r, x in sorted(t.ranks.items()):
-        steps = f"{x.steps[0]}-{x.steps[-1]}"
-        print(
-            f"{'':<10} {r:>4} {steps:>7} {ms(x.step_s)} {ms(x.compute_s)} {ms(x.forward_s)} {ms(x.backward_s)}"
-            f" {ms(x.optimizer_s)} {ms(x.comm_s)} {ms(x.exposed_comm_s)} {x.bucket_count:>7} {x.jitter_sd:>6.3f}"
-        )
-    for r, x in sorted(t.ranks.items()):
-        print(f"source    rank {r}: {x.provenance}")
-    if t.buckets:
-        sizes = ", ".join(f"{fmt_bytes(b.bytes)} at {b.ready_fraction:.2f}" for b in t.buckets)
-        print(f"buckets   {len(t.buckets)} gradient all-reduces per step (size at fraction of backward): {sizes}")
-    for s in t.collectives:
-        print(
-            f"collective {s.op} {fmt_bytes(s.bytes)} on {s.ranks} ranks: {s.calls} calls, median"
-            f" {fmt_seconds(s.median_s)}, busbw {s.busbw_gb_s:.4g} GB/s"
-        )
-    for op, f in sorted(t.alpha_beta.items()):
-        print(f"alpha-beta {op}: alpha {fmt_seconds(f.alpha_s)}, busbw {f.busbw_gb_s:.4g} GB/s ({f.sizes} sizes)")
-    print(
-        f"overlap   {t.overlap_fraction.value:.1%} of communication ran during compute; exposed"
-        f" {fmt_seconds(t.exposed_comm_s.value)} per step (slowest rank)"
-    )
-    print(
-        f"stragglers slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute);"
-        f" every rank at the median speed: {t.straggler_cost.value:.1%} less time ({t.straggler_cost.source})"
-    )
-    for a in t.absent:
-        print(f"absent    {a}")
-
-
-def print_calibration(c) -> None:
-    import numpy as np
-
-    compiled = ", torch.compile" if c.compiled else ""
-    cls = f"; GPU class {c.device_class}" if c.device_class else ""
-    what = "profiler trace(s)" if c.trace is not None else "probe run(s)"
-    print(f"calibration of {len(c.runs)} {what}: {c.probed_on}, {c.backend}, {c.precision}{compiled}{cls}")
-    if not c.networks and c.trace is not None:
-        print("networks  none: a trace times the job's own collectives (below), not the link beneath them")
-    elif not c.networks:
-        print(
-            "networks  none measured (one rank, or a probe without --parts collectives,link,overlap):"
-            " this calibration carries compute, memory and jitter (simulate --calib-mode device or shape)"
-        )
-    else:
-        print(
-            f"{'network':<10} {'op':<15} {'alpha':>9} {'busbw GB/s':>18} {'hop us':>8} {'R2(log)':>8}"
-            f" {'link Gbit/s':>12} {'stack eff':>9} {'gamma':>6}"
-        )
-    for label, n in sorted(c.networks.items()):
-        for op, coll in sorted(n.collectives.items()):
-            f = coll.fit
-            lo, hi = f.busbw_ci_gb_s
-            print(
-                f"{label:<10} {op:<15} {fmt_seconds(f.alpha_s):>9} {f.busbw_gb_s:>7.4g} [{lo:.3g}-{hi:.3g}]"
-                f" {f.hop_latency_us:>8.1f} {f.r2_log:>8.4f} {n.link_gbit_s.value:>12.4g}"
-                f" {n.stack_efficiency.value:>9.3f} {n.interference_gamma.raw:>6.3f}"
-            )
-    for label, n in sorted(c.networks.items()):
-        for op, coll in sorted(n.collectives.items()):
-            errs = coll.holdout_rel_err
-            if errs:
-                worst = max(errs, key=lambda s: abs(errs[s]))
-                start = coll.holdout_within_10pct_from_bytes
-                held = f"within 10 % from {fmt_bytes(start)} up" if start else "no size range within 10 %"
-                print(
-                    f"holdout   {label} {op}: fit on half the sizes, the other half {held};"
-                    f" worst {errs[worst]:+.0%} at {fmt_bytes(worst)}"
-                )
-        if n.collectives_sched != "fifo":
-            print(f"note      {label}: collectives timed under the normal scheduler: {n.collectives_sched}")
-    k = c.compute
-    s = k.step_s
-    print(
-        f"compute   {k.model} seq {k.seq_len}: forward+backward = {fmt_seconds(s.intercept_s)}"
-        f" + {s.per_token_s * 1e6:.3f} us/token (R2 {s.r2:.4f}, {k.samples} iterations);"
-        f" {_flop_rate(k.achieved_tflop_s.value)} achieved"
-    )
-    print(
-        f"          optimizer {fmt_seconds(k.optimizer_s.value)};"
-        f" {len(k.ready_fractions.value)} gradients in the ready profile"
-    )
-    if k.memory:
-        ddp, per = k.memory.ddp_peak_bytes, k.memory.compute_peak_bytes.per_token_bytes
-        print(
-            f"memory    DDP step peak {fmt_bytes(ddp.value)} allocated at micro-batch {ddp.micro_batch}"
-            f" ({ddp.tokens} tokens); {fmt_bytes(per)} per token (max_memory_allocated)"
-        )
-    nz = c.noise
-    others = ", ".join(f"{x.distribution} AIC {x.aic:.0f}" for x in nz.candidates[1:])
-    best = nz.candidates[0]
-    chosen = next((x for x in nz.candidates if x.distribution == nz.distribution), None)
-    if nz.chosen_because:  # the best by AIC is one the simulator refuses
-        kept = (
-            f"{nz.distribution} sigma {nz.sigma:.4f} (KS {chosen.ks:.3f} <= {nz.ks_critical_1pct:.3f})"
-            if chosen
-            else f"the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
-        )
-        verdict = f"{nz.chosen_because}; the simulator gets {kept}"
-    elif nz.distribution == "empirical":
-        verdict = (
-            f"rejected (KS {best.ks:.3f} > {nz.ks_critical_1pct:.3f} at 1 %): the simulator resamples"
-            f" the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
-        )
-    else:
-        verdict = f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
-    print(f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {best.aic:.0f}; {others}): {verdict}")
-    if nz.multipliers_by_micro_batch:
-        sizes = ", ".join(f"{b}: {np.std(x):.4f}" for b, x in sorted(nz.multipliers_by_micro_batch.items()))
-        print(f"          sd by micro-batch {sizes} (on the measured machines the simulator draws the run's own size)")
-    for label, n in sorted(c.networks.items()):
-        j = n.allreduce_jitter
-        if j is not None:
-            print(
-                f"comm      {label} allreduce jitter sd {j.sd:.4f} over the median ({len(j.multipliers)} calls from"
-                f" {fmt_bytes(j.from_bytes)} up; p99 x{np.percentile(j.multipliers, 99):.3f}; resampled as measured)"
-            )
-    ranks = "  ".join(
-        f"rank {r}: x{v.speed_factor:.3f}{' FLAGGED' if v.flagged else ''}"
-        f" (jitter {v.noise.best_fit} sd {v.noise.sd:.3f})"
-        for r, v in sorted(c.ranks.items())
-    )
-    print(f"ranks     {ranks}  (straggler flag: score = fastest/this < 0.75)")
-
-
-def _p_value(p: float) -> str:
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
-
-
-def _flop_rate(tflop_s: float) -> str:
-    return f"{tflop_s:.4g} TFLOP/s" if tflop_s >= 1 else f"{tflop_s * 1e3:.3g} GFLOP/s"
 
 
 def validate(args):
@@ -182,36 +37,7 @@ def validate(args):
     )
     if args.json:
         return out
-    print(
-        f"{'run':<26} {'p50 pred':>9} {'p50 meas':>9} {'p50 err':>7} {'p95 err':>7} {'p99 err':>7}"
-        f" {'KS':>5} {'KS p':>6} {'lag1':>5} {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9} {'cmp meas':>9}"
-    )
-    for r in out["rows"]:
-        print(
-            f"{r['name']:<26} {fmt_seconds(r['predicted_p50_s']):>9} {fmt_seconds(r['measured_p50_s']):>9}"
-            f" {r['error_p50']:>+7.1%} {r['error_p95']:>+7.1%} {r['error_p99']:>+7.1%}"
-            f" {r['ks']:>5.2f} {_p_value(r['ks_p']):>6} {r['lag1']:>+5.2f}"
-            f" {fmt_seconds(r['predicted_wait_s']):>9} {fmt_seconds(r['measured_wait_s']):>9}"
-            f" {fmt_seconds(r['predicted_compute_s']):>9} {fmt_seconds(r['measured_compute_s']):>9}"
-        )
-    n = len(out["rows"])
-    steps = sorted({r["steps"] for r in out["rows"]})
-    measured = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
-    print(
-        f"step time p50: MAPE {out['mape']:.1%} over {n} runs (worst {out['worst']}); mean signed error"
-        f" {out['mean_error_p50']:+.2%}, {out['over']} over and {out['under']} under (sign test p"
-        f" {_p_value(out['sign_test_p'])}); p95 MAPE {out['mape_p95']:.1%}, p99 MAPE {out['mape_p99']:.1%}"
-    )
-    print(
-        f"step time mean: MAPE {out['mape_mean']:.1%}; mean signed error {out['mean_error_mean']:+.2%},"
-        f" {out['over_mean']} over and {out['under_mean']} under"
-    )
-    print(
-        f"distribution: {out['ks_pass']} of {n} runs pass the two-sample KS test at p >= {out['ks_alpha']:g}"
-        f" ({measured} measured against {out['rows'][0]['simulated_steps']} simulated steps; distance mean"
-        f" {out['ks_mean']:.2f}, max {out['ks_max']:.2f}); {out['autocorrelated']} of {n} with lag-1"
-        f" autocorrelation above 2/sqrt(steps); plots {out['plot']}, {out['plot_cdf']}"
-    )
+    show(render_calib.validation_lines(out))
     return out
 
 
@@ -220,25 +46,7 @@ def _validate_public(args):
     rows, h = calibration.public_validation()
     if args.json:
         return rows
-    print(f"{'what':<46} {'measured':>15} {'predicted':>10} {'error':>8}  bound  held out")
-    for r in rows:
-        flag = "" if r["within"] else "  MISS"
-        held = "yes" if r["held_out"] else "fitted"
-        print(
-            f"{r['what']:<46} {r['measured']:>10.4g} {r['unit']:<4} {r['predicted']:>10.4g} {r['error']:>+8.1%}"
-            f"  {r['bound']:>4.0%}  {held}{flag}"
-        )
-    for name in ("held_out", "in_sample"):
-        part = h[name]
-        worst = part["worst"]
-        print(
-            f"{name.replace('_', '-')}: {part['within']} of {part['rows']} rows within their tier, median |error|"
-            f" {part['median_abs_error']:.1%}, worst {worst['what']} ({worst['error']:+.0%})"
-        )
-    print(
-        "held-out by source: " + ", ".join(f"{k} {v['within']}/{v['rows']}" for k, v in h["held_out_by_source"].items())
-    )
-    print(f"{h['sources']} sources; conditions, citations and commands: ddplab validate --public --json")
+    show(render_calib.public_lines(rows, h))
     return rows
 
 

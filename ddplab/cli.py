@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     # doctor/launch: the seed's section 2.2 (discovery and NIC choice) on real machines.
     from ddplab import netcmds
     from realrun.doctor import add_arguments as doctor_arguments
+    from realrun.launch_node import add_arguments as launch_arguments
 
     dr = sub.add_parser(
         "doctor",
@@ -187,16 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="torchrun commands for N machines (or --exec this one's), and a Slurm script",
         usage="ddplab launch --nodes N --master ADDR:PORT [options] [-- VERB ARGS...]",
     )
-    la.add_argument("--nodes", type=int, required=True, help="machines in the job")
-    la.add_argument("--master", required=True, metavar="ADDR:PORT", help="node 0's address and the port")
-    la.add_argument("--nproc-per-node", type=int, default=1, help="processes (GPUs) per machine")
-    la.add_argument("--iface", help="the interface every node shares (GLOO/NCCL_SOCKET_IFNAME)")
-    la.add_argument("--slurm", type=Path, metavar="FILE", help="also write an sbatch script here")
-    la.add_argument("--job-name", default="ddplab", help="Slurm job name")
-    la.add_argument("--time", default="01:00:00", help="Slurm time limit")
-    la.add_argument("--exec", action="store_true", help="run this machine's command; exit with its code")
-    la.add_argument("--json", action="store_true", help="print JSON: commands (per node), slurm")
-    la.add_argument("verb_args", nargs="*", metavar="VERB ARGS", help="after --: realrun verb (default train)")
+    launch_arguments(la)
     la.set_defaults(func=netcmds.launch)
 
     _add_netlab(sub)
@@ -273,27 +265,14 @@ def _add_calibration(sub) -> None:
     re_.set_defaults(func=calcmds.report, json=False)
 
 
-def _lab_options(p) -> None:
-    p.add_argument("--name", default="lab", help="lab id (namespaces ddplab-NAME-h0...)")
-    p.add_argument("--hosts", type=int, default=2, help="hosts (namespaces) in the lab")
-    p.add_argument("--rate", default="1gbit", help="link rate, tc syntax: 200mbit, 1gbit, 10gbit")
-    p.add_argument("--delay", default="0ms", help="one-way delay per end (netem)")
-    p.add_argument("--jitter", default="0ms", help="delay jitter per end (netem)")
-    p.add_argument("--loss", type=float, default=0.0, help="loss, percent")
-    p.add_argument("--host-rate", action="append", metavar="HOST=RATE", help="e.g. 1=300mbit (the Mac on Wi-Fi)")
-    p.add_argument("--decoy", action="append", choices=["docker0", "tun0"], help="decoy interface in every host")
-    p.add_argument(
-        "--resolve-to", default="eth0", choices=["eth0", "docker0", "outside"], help="what the hostname resolves to"
-    )
-
-
 def _add_netlab(sub) -> None:
     from ddplab import labcmds
+    from realrun import netlab_verbs
 
     lab = sub.add_parser("netlab", help="emulated home lab: hosts as network namespaces, tc-shaped links (root)")
     verbs = lab.add_subparsers(dest="netlab_command", required=True, parser_class=Parser)
     up = verbs.add_parser("up", help="create the lab and leave it up")
-    _lab_options(up)
+    netlab_verbs.add_lab_arguments(up)
     up.add_argument("--json", action="store_true", help="print JSON")
     up.set_defaults(func=labcmds.up)
     st = verbs.add_parser("status", help="labs that are up, with their qdiscs")
@@ -304,15 +283,8 @@ def _add_netlab(sub) -> None:
     dn.add_argument("--json", action="store_true", help="print JSON")
     dn.set_defaults(func=labcmds.down)
     run = verbs.add_parser("run", help="torchrun on every host with c10d rendezvous: run -- train|probe ...")
-    _lab_options(run)
-    run.add_argument("--timeout-s", type=float, default=1800.0, help="the whole run")
-    run.add_argument("--start-timeout-s", type=float, default=60.0, help="discovery: until the first rank starts")
-    run.add_argument("--keep", action="store_true", help="leave the lab up afterwards")
-    # The three fixes, each removable to reproduce the hang it prevents.
-    run.add_argument("--no-ifname", action="store_true", help="do not set GLOO_SOCKET_IFNAME=eth0")
-    run.add_argument("--no-local-addr", action="store_true", help="do not pass --local-addr")
-    run.add_argument("--no-is-host", action="store_true", help="do not pass --rdzv-conf is_host")
-    run.add_argument("verb", nargs=argparse.REMAINDER, help="-- VERB OPTIONS (train or probe)")
+    netlab_verbs.add_lab_arguments(run)
+    netlab_verbs.add_run_arguments(run)
     run.set_defaults(func=labcmds.run_cmd, json=False, returns_code=True)
 
 

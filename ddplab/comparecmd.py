@@ -5,9 +5,10 @@ with ``--out DIR`` also compare.csv, compare.json and compare.png."""
 from pathlib import Path
 
 from ddplab import simcmds, traincost
+from ddplab.textout import show
 from realrun.cli import EpilogFormatter
 from workflow import compare as comparison
-from workflow.units import FLOP_COUNT, fmt_seconds
+from workflow.render_studies import compare_lines
 
 EPILOG = """\
 a SETUP is [NAME=]SCENARIO[:KEY=VALUE,KEY=VALUE,...]:
@@ -69,64 +70,7 @@ def compare(args):
     )  # fmt: skip
     if args.json:
         return rows
-    _print(rows)
-    for r in rows:
-        if "verdict" in r:
-            print(f"{r['name']}: out of memory, not simulated;")
-            simcmds.print_alternatives(r["alternatives"])
-    if any("verdict" in r for r in rows):
-        print("--ignore-memory simulates OOM set-ups anyway")
-    over = [r["name"] for r in rows if "verdict" not in r and r["memory_gib"].get("fits") is False]
-    if over:
-        print(f"over their device's memory, simulated anyway (--ignore-memory): {', '.join(over)}")
+    show(compare_lines(rows))
     if args.out:
         print(f"compare.csv, compare.json and compare.png in {args.out}/")
     return rows
-
-
-def _ratio(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}x"
-
-
-# The table: header, width, value; units in the header.
-_COLUMNS = (
-    ("ranks", 5, lambda r: f"{r['ranks']}"),
-    ("steps", 5, lambda r: f"{r['steps']}"),
-    ("seed", 4, lambda r: f"{r['seed']}"),
-    ("step", 9, lambda r: fmt_seconds(r["step_time_s"]["mean"])),
-    ("p50", 9, lambda r: fmt_seconds(r["step_time_s"]["p50"])),
-    ("p95", 9, lambda r: fmt_seconds(r["step_time_s"]["p95"])),
-    ("exp comm", 9, lambda r: fmt_seconds(r["exposed_comm_s"])),
-    ("wait", 9, lambda r: fmt_seconds(r["straggler_wait_s"])),
-    ("eff", 6, lambda r: f"{r['scaling_efficiency']:.1%}"),
-    ("tokens/s", 12, lambda r: f"{r['tokens_per_s']:,.0f}"),
-    ("MFU", 6, lambda r: f"{r['mfu']:.1%}"),
-    ("stack", 9, lambda r: r["stack"]),
-    ("GiB/GPU", 7, lambda r: f"{r['memory_gib']['total_gib']:.2f}"),
-    ("step vs 1st", 11, lambda r: _ratio(r["vs_first"]["step_time"])),
-    ("tok/s vs 1st", 12, lambda r: _ratio(r["vs_first"]["tokens_per_s"])),
-)
-
-
-def _print_oom(r: dict) -> str:
-    cells = [f"{r[k]:>{w}}" for k, w in (("ranks", 5), ("steps", 5), ("seed", 4))]
-    return " ".join(cells) + f"  OOM: {r['peak_gib']:.2f} GiB per GPU > {r['device_memory_gib']:g} GiB, not simulated"
-
-
-def _print(rows: list[dict]) -> None:
-    width = max(len("set-up"), *(len(r["name"]) for r in rows))
-    print(
-        f"compare: {len(rows)} set-ups, each row as `ddplab simulate` gives it (step: the mean;"
-        " exp comm, wait: per rank per step); vs 1st: against the first row;"
-        f" MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak;"
-        " stack: what compute rests on"
-    )
-    print(f"{'set-up':<{width}} " + " ".join(f"{h:>{w}}" for h, w, _ in _COLUMNS))
-    for r in rows:
-        if "verdict" in r:
-            print(f"{r['name']:<{width}} " + _print_oom(r))
-            continue
-        print(f"{r['name']:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
-    for r in rows:
-        for line in traincost.lines(r, indent=f"{r['name']}: "):
-            print(line)

@@ -7,7 +7,9 @@ Wire it in with ``goodputcmd.add_parser(sub)`` on the subcommands of `ddplab`.
 
 from pathlib import Path
 
+from ddplab.textout import show
 from workflow.goodput import AUTO_WORK_MTBFS, study
+from workflow.render_studies import goodput_lines
 
 
 def add_parser(sub) -> None:
@@ -68,36 +70,7 @@ def goodput(args):
         out=args.out,
     )
     if not args.json:
-        _print(out)
+        show(goodput_lines(out))
         if args.out:
             print(f"goodput.csv, goodput.json and goodput.png in {args.out}/")
     return out
-
-
-def _print(o: dict) -> None:
-    rule = "Daly's" if o["interval_rule"] == "daly" else "given"
-    print(
-        f"goodput: MTBF {o['mtbf_h']:.4g} h ({o['mtbf_from']}), restart {o['restart_min']:g} min,"
-        f" checkpoint {o['checkpoint_min']:g} min every {o['interval_min']:.4g} min ({rule})"
-    )
-    w, g, b, f = o["wall_per_work"], o["goodput"], o["best_interval_min"], o["failures"]
-    print(f"  {'':<16} {'simulated':>18} {'analytic':>10}")
-    print(f"  {'wall / work':<16} {w['simulated']:>9.4f} +- {o['wall_per_work_stderr']:.4f} {w['analytic']:>10.4f}")
-    print(f"  {'goodput':<16} {g['simulated']:>18.2%} {g['analytic']:>10.2%}")
-    print(f"  {'best interval':<16} {b['simulated']:>14.1f} min {b['analytic']:>6.1f} min")
-    print(f"  {'failures':<16} {f['simulated']:>18,} {f['expected']:>10,.0f}")
-    print(
-        f"  intervals: Young {o['young_interval_min']:.1f} min, Daly {o['daly_interval_min']:.1f} min;"
-        f" {o['work_h']:,.0f} h of work in {o['replications']} replications, seed {o['seed']}"
-    )
-    print(
-        f"  lost work {o['lost_work_h']:,.1f} h, restarts {o['restart_h']:,.1f} h,"
-        f" checkpoints {o['checkpoint_h']:,.1f} h"
-    )
-    st = o["stalls"]
-    if st["per_day"]:
-        print(
-            f"  stalls: {st['per_day']:g}/day, mean {st['mean_min']:g} min, timeout {st['timeout_min']:g} min:"
-            f" {o['timeouts']:,} timed out into failures, {o['stalled_h']:,.1f} h waiting in stalled collectives"
-            " (simulated only; the analytic column has no stalls)"
-        )

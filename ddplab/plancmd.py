@@ -6,8 +6,9 @@ import os
 import sys
 
 from ddplab.signals import sigterm_as_ctrl_c
-from workflow.layouts import plan_layouts, scenario_sets
-from workflow.units import fmt_seconds
+from ddplab.textout import show
+from workflow import render_tables
+from workflow.layouts import plan_layouts
 
 DASHBOARD = "127.0.0.1:8787"  # --dashboard alone, as `ddplab sweep`'s
 
@@ -65,35 +66,10 @@ def run(args):
                              engine=engine, started=_listens)  # fmt: skip
     if args.json:
         return found
-    rows, gpus, batch = found["layouts"], found["gpus"], found["global_batch"]
-    fit, replayed = found["fitting"], min(found["fitting"], args.finalists)
-    print(f"{args.model} on {gpus} GPUs of {args.cluster}, global batch {batch} x {found['seq_len']} tokens: "
-          f"{fit} of {found['considered']} layouts fit; {replayed} replayed ({found['seconds']:.1f} s)")  # fmt: skip
-    print(f"  {'tp':>2} {'pp':>3} {'dp':>4} {'mb':>2} {'accum':>5} {'schedule':<14} {'recompute':<9} {'mode':<4}"
-          f" {'step':>9} {'MFU':>6} {'memory':>9} {'bubble':>6} {'TP comm':>9} {'DP exp.':>9}")  # fmt: skip
-    for r in rows:
-        sched = r["schedule"] + (f" v={r['virtual']}" if r["virtual"] > 1 else "")
-        mark = "" if r["replayed"] else "  (estimate)"
-        print(f"  {r['tp']:>2} {r['pp']:>3} {r['dp']:>4} {r['micro_batch']:>2} {r['grad_accum']:>5} {sched:<14} "
-              f"{r['recompute']:<9} {r['mode']:<4} {fmt_seconds(r['step_time_s']):>9} {_pct(r['mfu']):>6} "
-              f"{r['memory_gib']:>5.1f} GiB {_pct(r['bubble_fraction']):>6} {_s(r['tp_comm_s']):>9} "
-              f"{_s(r['dp_exposed_s']):>9}{mark}")  # fmt: skip
-    print(
-        f"  best: ddplab simulate {args.cluster} --ranks {gpus} "
-        + " ".join(f"--set {x}" for x in [*scenario_sets(args.model, args.set, args.seq_len), *rows[0]["sets"]])
-    )
-    print(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs")
-    return rows
+    show(render_tables.plan_lines(args.model, args.cluster, args.set, args.seq_len, args.finalists, found))
+    return found["layouts"]
 
 
 def _listens(engine) -> None:
     if engine.name == "dask":  # what listens, and where (issue 25 D5)
         print(engine.listens(), file=sys.stderr, flush=True)
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
-def _s(x) -> str:
-    return "-" if x is None else fmt_seconds(x)

@@ -1,77 +1,14 @@
-"""`ddplab probe` and `ddplab train` on this machine: checks, then torchrun with --nproc ranks
-(realrun/launch.py), and after training the per-rank summary."""
+"""`ddplab probe` and `ddplab train` on this machine (realrun/local.py)."""
 
-import sys
-
-
-def _worker_argv(argv: list[str]) -> list[str]:
-    """The verb's own arguments, less the launcher's --nproc."""
-    rest, skip = [], False
-    for a in argv[1:]:
-        if skip:
-            skip = False
-        elif a == "--nproc":
-            skip = True
-        elif not a.startswith("--nproc="):
-            rest.append(a)
-    return rest
-
-
-def _launch(verb: str, args):
-    from realrun.cli import check_args
-    from realrun.launch import run_local
-    from realrun.report import failure_line
-    from realrun.runfolder import claim
-
-    check_args(verb, args)
-
-    if args.nproc < 1:
-        raise ValueError(f"--nproc: must be >= 1, got {args.nproc}")
-    if getattr(args, "straggler", None):
-        for rank, _ in args.straggler:
-            if rank >= args.nproc:
-                raise ValueError(f"--straggler: rank {rank} out of range for --nproc {args.nproc}")
-    if getattr(args, "micro_batch_per_rank", None) and len(args.micro_batch_per_rank) != args.nproc:
-        raise ValueError(f"--micro-batch-per-rank: {len(args.micro_batch_per_rank)} values for --nproc {args.nproc}")
-    if args.backend == "nccl":
-        import torch  # check_args has imported it already
-
-        gpus = torch.cuda.device_count()
-        if args.nproc > gpus:  # realrun/dist.py puts rank LOCAL_RANK on cuda:LOCAL_RANK
-            raise ValueError(
-                f"--nproc {args.nproc}: this machine has {gpus} GPU(s); NCCL runs one rank per GPU"
-                f" (use --nproc {max(gpus, 1)})"
-            )
-    folder = claim(args.out, force=args.force)
-    try:
-        if folder.moved_to:
-            print(f"ddplab {verb}: moved the earlier run in {args.out}/ to {folder.moved_to}/", file=sys.stderr)
-        code = run_local(verb, _worker_argv(args.argv), args.nproc, folder)
-    finally:
-        folder.release()
-    if code != 0:
-        print(f"ddplab {verb}: {failure_line(args.out, verb, code)}", file=sys.stderr)
-    return code
+from realrun.local import launch_local, print_train_summary
 
 
 def probe(args):
-    return _launch("probe", args)
+    return launch_local("probe", args)
 
 
 def train(args):
-    code = _launch("train", args)
-    if code != 130:  # Ctrl-C: the one line _launch printed is the whole answer
+    code = launch_local("train", args)
+    if code != 130:  # Ctrl-C: the one line launch_local printed is the whole answer
         print_train_summary(args.out, code)
     return code
-
-
-def print_train_summary(out_dir, code: int) -> None:
-    """Per-rank medians after torchrun returns; on failure, on stderr with the diagnosis."""
-    from realrun.report import summarize_train
-
-    try:
-        lines = summarize_train(out_dir)
-    except ValueError as e:  # no readable records (a rank failed before writing any)
-        lines = [f"ddplab train: {e}"]
-    for line in lines:
-        print(line, file=sys.stdout if code == 0 else sys.stderr)

@@ -4,8 +4,7 @@ simulation's (the analysis is workflow/stragglers.py's). Like calcmds.py it retu
 
 from pathlib import Path
 
-FULL_TABLE_RANKS = 64  # up to this many ranks every row is printed; beyond, the slowest
-SHOWN_RANKS = 16  # rows printed beyond FULL_TABLE_RANKS (every flagged rank too)
+from ddplab.textout import show
 
 
 def add_parser(sub) -> None:
@@ -29,41 +28,12 @@ def add_parser(sub) -> None:
 
 
 def stragglers(args):
-    from workflow.stragglers import find_stragglers  # matplotlib and numpy: only when asked
+    from workflow.stragglers import find_stragglers, stragglers_lines  # matplotlib and numpy: only when asked
 
     rep, plot = find_stragglers(args.run_dir, args.ranks, args.plot)
     out = rep.to_json() | {"plot": str(plot)}
     if args.json:
         return out
-    print_report(rep)
+    show(stragglers_lines(rep))
     print(f"plot: {plot}")
     return out
-
-
-def print_report(rep) -> None:
-    from workflow.stragglers import verdict
-
-    n = len(rep.ranks)
-    skipped = f" after {rep.skipped_steps} warm-up steps" if rep.skipped_steps else ""
-    print(f"{rep.source} records in {rep.path}: {n} ranks, {rep.steps} steps{skipped}")
-    if n <= FULL_TABLE_RANKS:
-        rows = list(rep.ranks)
-    else:  # the slowest first: every flagged rank, then the least-waiting rank if not among them
-        slowest = sorted(rep.ranks, key=lambda r: r.score)
-        rows = slowest[: max(SHOWN_RANKS, len(rep.flagged))]
-        if rep.least_waiting_rank not in {r.rank for r in rows}:
-            rows.append(rep.ranks[rep.least_waiting_rank])
-    # One unit for the table: milliseconds for cluster steps, seconds for the home lab's tens of seconds.
-    slowest = max(max(r.compute_s_p50, r.wait_s_mean) for r in rep.ranks)
-    unit, scale = ("s", 1.0) if slowest >= 10 else ("ms", 1e3)
-    print(f"{'rank':>5} {f'compute p50 ({unit})':>17} {'score':>6} {'flag':<9} {f'mean wait ({unit})':>15}")
-    for r in rows:
-        marks = ("FLAGGED" if r.flagged else "") + (" *" if r.rank == rep.least_waiting_rank else "")
-        print(f"{r.rank:>5} {r.compute_s_p50 * scale:>17.4g} {r.score:>6.3f} {marks:<9} {r.wait_s_mean * scale:>15.4g}")
-    if len(rows) < n:
-        rest = [r.score for r in rep.ranks if r not in rows]
-        print(f"  ... {n - len(rows)} more ranks, scores {min(rest):.3f}-{max(rest):.3f} (--json lists every rank)")
-    print("  * waits least")
-    if rep.injected:
-        print("injected (--straggler): " + ", ".join(f"rank {k} x{v:g}" for k, v in sorted(rep.injected.items())))
-    print(verdict(rep))

@@ -7,11 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from ddplab.progress import RunProgress
 from ddplab.signals import sigterm_as_ctrl_c
+from ddplab.textout import show
 from realrun.cli import EpilogFormatter
 from workflow import limits
-from workflow.units import FLOP_COUNT
+from workflow.progress import RunProgress
+from workflow.render_studies import sweep_table_lines
 
 # --dashboard alone: Dask's usual port, still on this machine only; 0.0.0.0:8787 serves everyone.
 DASHBOARD = "127.0.0.1:8787"
@@ -130,80 +131,7 @@ def sweep(args):
         written = [p.name for p in write_sweep(result, args.out)]
     if args.json:
         return result
-    _print(result, engine)
+    show(sweep_table_lines(result, engine.name))
     if args.out:
         print(f"{', '.join(written[:-1])} and {written[-1]} in {args.out}/")
     return result
-
-
-def _seeds(seeds: list[int]) -> str:
-    if seeds == list(range(len(seeds))) and len(seeds) > 2:
-        return f"seeds 0-{len(seeds) - 1}"
-    return f"seed{'s' * (len(seeds) != 1)} {','.join(map(str, seeds))}"
-
-
-def _cell(stat: dict, fmt, half_fmt, scale: float) -> str:
-    mean = fmt(stat["mean"] * scale)
-    if stat["ci95_low"] is None:
-        return f"{mean} ±n/a"
-    half = (stat["ci95_high"] - stat["mean"]) * scale
-    # Seeds that agree to rounding (a collective's time with no jitter in it): 0, not 7e-16.
-    return f"{mean} ±{'0' if half <= 1e-9 * abs(stat['mean'] * scale) else half_fmt(half)}"
-
-
-def _g2(v: float) -> str:
-    return f"{v:.2g}"
-
-
-# The table's metrics: header (units in it), column, format of the mean and of the interval's
-# half-width, scale. Every number at full precision is in runs.csv and sweep.csv.
-_METRICS = (
-    ("step (s)", "step_time_mean_s", lambda v: f"{v:.4g}", _g2, 1.0),
-    ("exp comm (s)", "exposed_comm_s", lambda v: f"{v:.3g}", _g2, 1.0),
-    ("wait (s)", "straggler_wait_s", lambda v: f"{v:.3g}", _g2, 1.0),
-    ("eff (%)", "scaling_efficiency", lambda v: f"{v:.1f}", _g2, 100.0),
-    ("tokens/s", "tokens_per_s", lambda v: f"{v:,.0f}", lambda v: f"{v:,.0f}", 1.0),
-    ("MFU (%)", "mfu", lambda v: f"{v:.1f}", _g2, 100.0),
-)
-
-
-def _print(result: dict, engine) -> None:
-    grid, rows = result["grid"], result["rows"]
-    keys = list(grid["vary"])
-    where = "local processes" if engine.name == "local" else "a Dask cluster"
-    print(
-        f"sweep: {grid['runs']} runs ({grid['shape']}) on {where};"
-        f" each cell the mean over {_seeds(grid['seeds'])} ±half its 95% t interval"
-    )
-    ranks = [] if "ranks" in keys else ["ranks"]  # --vary ranks: already a column
-    ranks += [] if "compute.stack" in keys else ["stack"]  # what the compute time rests on (sim/mfu.py)
-    head = ["scenario", *keys, *ranks, *(h for h, *_ in _METRICS)]
-    body = [
-        [
-            r["scenario"],
-            *(r["vary"][k] for k in keys),
-            *(str(r[k]) for k in ranks),
-            *(_cell(r[c], f, h, s) if r[c] is not None else "" for _, c, f, h, s in _METRICS),
-        ]
-        for r in rows
-    ]
-    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
-    labels = 1 + len(keys)  # left-aligned: the scenario and the varied values
-    metrics = len(head) - len(_METRICS)  # the first metric's column
-    for line, r in zip([head, *body], [None, *rows], strict=True):
-        cells = [f"{x:<{w}}" if i < labels else f"{x:>{w}}" for i, (x, w) in enumerate(zip(line, widths, strict=True))]
-        if r is not None and r[_METRICS[0][1]] is None:  # not run: out of memory
-            cells[metrics:] = [f"OOM: {r['memory_gib']:.2f} GiB per GPU > {r['device_memory_gib']:g} GiB, not run"]
-        print("  ".join(cells).rstrip())
-    over = [r for r in rows if r["out_of_memory"] and r[_METRICS[0][1]] is not None]
-    if over:
-        print(f"{len(over)} grid point{'s' * (len(over) != 1)} over the device's memory, run anyway (--ignore-memory)")
-    oom = [r for r in rows if r[_METRICS[0][1]] is None]
-    if oom:
-        print(
-            f"{len(oom)} grid point{'s' * (len(oom) != 1)} out of memory: the per-GPU estimate (sim/memory.py) exceeds"
-            " the device's (compute.device_memory_gib), so not run or drawn; --ignore-memory runs them anyway"
-        )
-    if len(grid["seeds"]) == 1:
-        print("one seed: no spread to measure, so no interval (n/a); give --seeds 2 or more")
-    print(f"MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak")

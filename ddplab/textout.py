@@ -4,13 +4,13 @@ Scenario names, descriptions, model names and values come from files anyone can 
 like ``"\\x1b[2J"`` printed raw cleared the screen, and others retitle the window or hide text.
 Every write to stdout and stderr goes through ``EscapingStream``, which shows control characters
 as ``\\x1b`` escapes. Newlines and tabs pass, and so does the one sequence ddplab itself sends:
-the status line's "carriage return, erase line" prefix (ddplab/progress.py), whose text after
+the status line's "carriage return, erase line" prefix (workflow/progress.py), whose text after
 the prefix is escaped like the rest.
 """
 
 import re
 
-ERASE_LINE = "\r\033[K"  # ddplab/progress.py: back to column 0, erase the line
+ERASE_LINE = "\r\033[K"  # workflow/progress.py: back to column 0, erase the line
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but \t and \n, DEL, C1
 
 
@@ -34,3 +34,9 @@ class EscapingStream:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+def show(lines: list[str]) -> None:
+    """Print the lines a workflow/ renderer returned, one each (none: nothing)."""
+    for line in lines:
+        print(line)

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from workflow.units import fmt_seconds
+from ddplab.textout import show
+from workflow.render_studies import whatif_lines
 
 
 def add_parser(sub) -> None:
@@ -62,55 +63,10 @@ def whatif(args):
         yes=args.yes,
         out=args.out,
     )
-    out, sc, chosen = found.rows, found.scenario, found.chosen
+    out = found.rows
     if args.json:
         return out
-    print(f"{sc.name}: {sc.description}")
-    if chosen:
-        print(f"  {chosen}")
-    episodic = any(r.get("episode_cost") is not None for r in out)
-    if episodic:
-        print(
-            f"  {found.steps} steps per episode state, seed {found.seed}, same jitter draws in every"
-            f" row; each row is expected over {args.horizon_h:g} h, the states (network degraded, a rank throttled,"
-            " the diurnal phase) weighed by their share of time (docs/episodes.md)"
-        )
-    else:
-        print(f"  {found.steps} steps per row, seed {found.seed}, same jitter draws in every row")
-    usd = args.usd_per_gpu_hour is not None
-    width = max(22, *(len(r["mitigation"]) for r in out))  # a row of several keys is a long name
-    print(
-        f"{'mitigation':<{width}} {'ranks':>5} {'step':>9} {'p95':>9} {'tokens/s':>11} {'vs nothing':>10}"
-        f" {'efficiency':>10} {'GPU-h/Btok':>10}" + (f" {'$/Btok':>9}" if usd else "") + "  note"
-    )
-    for r in out:
-        if r["step_time_s"] is None:
-            print(
-                f"{r['mitigation']:<{width}} {r['ranks']:>5}  OOM: {r['memory_gib']:.2f} GiB per GPU >"
-                f" {r['device_memory_gib']:g} GiB (compute.device_memory_gib), not simulated  {r['note']}".rstrip()
-            )
-            continue
-        speedup = f"{r['speedup']:>9.3f}x" if r["speedup"] is not None else f"{'n/a':>10}"
-        print(
-            f"{r['mitigation']:<{width}} {r['ranks']:>5} {fmt_seconds(r['step_time_s']):>9}"
-            f" {fmt_seconds(r['step_time_p95_s']):>9} {r['tokens_per_s']:>11,.0f} {speedup}"
-            f" {r['scaling_efficiency']:>10.1%} {r['gpu_h_per_btok']:>10.1f}"
-            + (f" {r['usd_per_btok']:>9,.2f}" if usd else "")
-            + f"  {r['note']}"
-            + (
-                f"{'; ' if r['note'] else ''}episodes cost {r['episode_cost']:.1%} (+-{1.96 * r['episode_cost_sd']:.1%}"
-                f" over {args.horizon_h:g} h, 95 %; {r['clear_tokens_per_s']:,.0f} tokens/s without)"
-                if r.get("episode_cost") is not None
-                else ""
-            )
-            + (f" (restart {r['restart_s'] / 60:g} min over {args.horizon_h:g} h)" if r["restart_s"] else "")
-            + (f" (memory {r['memory_gib']:.2f} GiB exceeds the device: --ignore-memory)" if r["oom"] else "")
-        )
-    if any(r["step_time_s"] is None for r in out):
-        print(
-            "OOM rows: the per-GPU memory estimate (sim/memory.py) exceeds the device's, so they are not"
-            " simulated or ranked; --ignore-memory simulates them anyway"
-        )
+    show(whatif_lines(found, horizon_h=args.horizon_h, usd_per_gpu_hour=args.usd_per_gpu_hour))
     if args.out:
         print(f"whatif.csv, whatif.json and whatif.png in {args.out}/")
     return out

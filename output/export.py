@@ -26,6 +26,7 @@ from output.outdir import ensure
 from output.plot import plot_breakdown, plot_scaling, run_title
 from sim.online import RANK_FIELDS
 from sim.results import SCHEMA, SimResult
+from sim.summary import Summary
 from sim.trace import chrome_trace
 
 
@@ -66,9 +67,12 @@ def write_result(result: SimResult, run_dir: Path, progress=None) -> Path:
     return d
 
 
-def write_summaries(summaries: list[dict], run_dir: Path, *, sweep: bool) -> None:
+def write_summaries(summaries: list[Summary], run_dir: Path, *, sweep: bool, extra: list[dict] | None = None) -> None:
+    """summary.json (the summaries as --json prints them, each with its ``extra`` keys), and for a
+    sweep scaling.csv and scaling.png, else breakdown.png."""
     run_dir = Path(run_dir)
-    body = summaries if sweep else summaries[0]
+    rows = [s.to_json_dict() | (extra[i] if extra else {}) for i, s in enumerate(summaries)]
+    body = rows if sweep else rows[0]
     # Standard JSON: a NaN (a bug: inputs are checked finite) raises here, before anything is made.
     text = json.dumps(body, indent=2, allow_nan=False) + "\n"
     ensure(run_dir)
@@ -76,47 +80,45 @@ def write_summaries(summaries: list[dict], run_dir: Path, *, sweep: bool) -> Non
     if sweep:
         header = [h for h, _ in SUMMARY_COLUMNS]
         write_csv_atomic(run_dir / "scaling.csv", header, [[f(s) for _, f in SUMMARY_COLUMNS] for s in summaries])
-        title = run_title(
-            [s["scenario"] for s in summaries], [s["ranks"] for s in summaries], [s["mode"] for s in summaries]
-        )
+        title = run_title([s.scenario for s in summaries], [s.ranks for s in summaries], [s.mode for s in summaries])
         plot_scaling(summaries, run_dir / "scaling.png", title=title)
     else:
         s = summaries[0]
-        label = f"{s['ranks']} ranks, {s['steps']} steps, seed {s['seed']}"
-        title = f"{run_title([s['scenario']], [s['ranks']], [s['mode']])}: where a step goes"
-        plot_breakdown([s], [label], run_dir / "breakdown.png", title=title)
+        label = f"{s.ranks} ranks, {s.steps} steps, seed {s.seed}"
+        title = f"{run_title([s.scenario], [s.ranks], [s.mode])}: where a step goes"
+        plot_breakdown([rows[0]], [label], run_dir / "breakdown.png", title=title)
 
 
-# A summary as one CSV row (scaling.csv; compare.csv around it): every number the table prints,
-# at full precision (a float's str round-trips), units in the names.
+# A summary (sim/summary.py) as one CSV row (scaling.csv; compare.csv around it): every number the
+# table prints, at full precision (a float's str round-trips), units in the names.
 SUMMARY_COLUMNS = (
-    ("scenario", lambda s: s["scenario"]),
-    ("model", lambda s: s["model"]),
-    ("mode", lambda s: s["mode"]),
-    ("ranks", lambda s: s["ranks"]),
-    ("nodes", lambda s: s["nodes"]),
-    ("steps", lambda s: s["steps"]),
-    ("seed", lambda s: s["seed"]),
-    ("step_time_mean_s", lambda s: s["step_time_s"]["mean"]),
-    ("step_time_p5_s", lambda s: s["step_time_s"]["p5"]),
-    ("step_time_p50_s", lambda s: s["step_time_s"]["p50"]),
-    ("step_time_p95_s", lambda s: s["step_time_s"]["p95"]),
-    ("step_time_p99_s", lambda s: s["step_time_s"]["p99"]),
-    ("compute_s", lambda s: s["compute_s"]),
-    ("optimizer_s", lambda s: s["optimizer_s"]),
-    ("dataloader_s", lambda s: s["dataloader_s"]),
-    ("exposed_comm_s", lambda s: s["exposed_comm_s"]),
-    ("straggler_wait_s", lambda s: s["straggler_wait_s"]),
-    ("comm_s", lambda s: s["comm_s"]),
-    ("comm_compute_ratio", lambda s: s["comm_compute_ratio"]),
-    ("scaling_efficiency", lambda s: s["scaling_efficiency"]),
-    ("tokens_per_s", lambda s: s["tokens_per_s"]),
+    ("scenario", lambda s: s.scenario),
+    ("model", lambda s: s.model),
+    ("mode", lambda s: s.mode),
+    ("ranks", lambda s: s.ranks),
+    ("nodes", lambda s: s.nodes),
+    ("steps", lambda s: s.steps),
+    ("seed", lambda s: s.seed),
+    ("step_time_mean_s", lambda s: s.step_time_s.mean),
+    ("step_time_p5_s", lambda s: s.step_time_s.p5),
+    ("step_time_p50_s", lambda s: s.step_time_s.p50),
+    ("step_time_p95_s", lambda s: s.step_time_s.p95),
+    ("step_time_p99_s", lambda s: s.step_time_s.p99),
+    ("compute_s", lambda s: s.compute_s),
+    ("optimizer_s", lambda s: s.optimizer_s),
+    ("dataloader_s", lambda s: s.dataloader_s),
+    ("exposed_comm_s", lambda s: s.exposed_comm_s),
+    ("straggler_wait_s", lambda s: s.straggler_wait_s),
+    ("comm_s", lambda s: s.comm_s),
+    ("comm_compute_ratio", lambda s: s.comm_compute_ratio),
+    ("scaling_efficiency", lambda s: s.scaling_efficiency),
+    ("tokens_per_s", lambda s: s.tokens_per_s),
     # `ddplab simulate` adds the memory estimate; a summary straight from the engine has none.
-    ("memory_total_gib", lambda s: s.get("memory_gib", {}).get("total_gib", "")),
-    ("algorithms", lambda s: "+".join(s["algorithms"])),
-    ("stack", lambda s: s["stack"]),  # what the compute time rests on (sim/mfu.py)
-    ("mfu", lambda s: s["mfu"]),
-    ("compute_mfu", lambda s: s["compute_mfu"]),
+    ("memory_total_gib", lambda s: s.memory_gib["total_gib"] if s.memory_gib else ""),
+    ("algorithms", lambda s: "+".join(s.algorithms)),
+    ("stack", lambda s: s.stack),  # what the compute time rests on (sim/mfu.py)
+    ("mfu", lambda s: s.mfu),
+    ("compute_mfu", lambda s: s.compute_mfu),
 )
 
 

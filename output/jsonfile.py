@@ -21,8 +21,21 @@ def nonfinite(value, where: str = "") -> str | None:
     return None
 
 
+def plain(data):
+    """``data`` with every typed record in it (sim/summary.py Summary, workflow/compare.py's
+    rows: anything with ``to_json_dict()``) as its JSON dict, lists and dicts walked."""
+    if hasattr(data, "to_json_dict"):
+        return plain(data.to_json_dict())
+    if isinstance(data, dict):
+        return {k: plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [plain(v) for v in data]
+    return data
+
+
 def json_text(data, indent: int) -> str:
     """Standard JSON, or a ValueError naming the NaN or infinity that would break it."""
+    data = plain(data)
     found = nonfinite(data)
     if found:
         raise ValueError(f"{found}, which standard JSON cannot hold")

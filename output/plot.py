@@ -1,5 +1,5 @@
-"""Plots of results: scaling and step-time breakdowns from ``SimResult.summary()`` dicts (and
-whatif's rows), goodput campaigns, the traced timeline. matplotlib is imported inside the
+"""Plots of results: scaling from typed summaries (sim/summary.py), step-time breakdowns from
+their JSON dicts and whatif's rows, goodput campaigns, the traced timeline. matplotlib is imported inside the
 functions, so ``import sim`` stays light; figures render with the Agg backend and never
 touch pyplot's global state."""
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 from output.atomic import write_atomic
 from output.ownfiles import SOFTWARE
+from sim.summary import Summary
 
 
-def plot_scaling(summaries: list[dict], path, title: str) -> Path:
+def plot_scaling(summaries: list[Summary], path, title: str) -> Path:
     """Step time and its breakdown vs rank count, saved as a PNG at ``path``.
 
     Left: p50 step time with a p5-p95 band, log-2 rank axis. Right: per rank count, the
@@ -22,19 +23,19 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
 
     if not summaries:
         raise ValueError("plot_scaling: no summaries to plot")
-    rows = sorted(summaries, key=lambda s: s["ranks"])
-    ranks = [s["ranks"] for s in rows]
+    rows = sorted(summaries, key=lambda s: s.ranks)
+    ranks = [s.ranks for s in rows]
     # Milliseconds for cluster steps, seconds for the home lab's tens of seconds.
-    slowest = max(s["step_time_s"]["p95"] for s in rows)
+    slowest = max(s.step_time_s.p95 for s in rows)
     unit, ms = ("s", 1.0) if slowest >= 10 else ("ms", 1e3)
 
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2)
 
-    p50 = [s["step_time_s"]["p50"] * ms for s in rows]
-    p5 = [s["step_time_s"]["p5"] * ms for s in rows]
-    p95 = [s["step_time_s"]["p95"] * ms for s in rows]
+    p50 = [s.step_time_s.p50 * ms for s in rows]
+    p5 = [s.step_time_s.p5 * ms for s in rows]
+    p95 = [s.step_time_s.p95 * ms for s in rows]
     left.fill_between(ranks, p5, p95, alpha=0.25, color="C0", label="p5-p95")
     left.plot(ranks, p50, "o-", color="C0", label="p50")
     left.set_xscale("log", base=2)
@@ -48,9 +49,9 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
     left.set_title("step time")
 
     x = list(range(len(rows)))
-    busy = [(s["dataloader_s"] + s["compute_s"] + s["optimizer_s"]) * ms for s in rows]
-    exposed = [s["exposed_comm_s"] * ms for s in rows]
-    wait = [s["straggler_wait_s"] * ms for s in rows]
+    busy = [(s.dataloader_s + s.compute_s + s.optimizer_s) * ms for s in rows]
+    exposed = [s.exposed_comm_s * ms for s in rows]
+    wait = [s.straggler_wait_s * ms for s in rows]
     right.bar(x, busy, color="C2", label="dataloader + compute + optimizer")
     right.bar(x, exposed, bottom=busy, color="C3", label="exposed comm")
     top = [b + e for b, e in zip(busy, exposed, strict=True)]
@@ -62,7 +63,7 @@ def plot_scaling(summaries: list[dict], path, title: str) -> Path:
     right.set_title("step time breakdown")
 
     eff = right.twinx()
-    eff.plot(x, [s["scaling_efficiency"] * 100 for s in rows], "ko-", label="scaling efficiency")
+    eff.plot(x, [s.scaling_efficiency * 100 for s in rows], "ko-", label="scaling efficiency")
     eff.set_ylabel("scaling efficiency (%)")
     eff.set_ylim(0, 105)
     handles = right.get_legend_handles_labels()

@@ -227,3 +227,18 @@ export MASTER_ADDR
 # --rdzv-id keeps two jobs on the same nodes from joining each other's rendezvous.
 srun {line}
 """
+
+
+def launch_text(n_nodes: int, master: str, host: str, iface: str | None, commands: list[str], slurm) -> list[str]:
+    """`ddplab launch` for people: what node 0 does, what to replace, each node's line, the script."""
+    out = [f"# {n_nodes} node(s); node 0 owns {host} and hosts the rendezvous (is_host=1)."]
+    if not iface:
+        out.append("# No --iface: auto-detection chooses each node's NIC; `ddplab doctor --master")
+        out.append(f"# {master}` on each node checks that choice and prints its exact line.")
+    if any("<node " in c for c in commands):
+        out.append("# Replace <node i address> with that machine's address on the shared network.")
+    for i, c in enumerate(commands):
+        out.append(f"\n# node {i}\n{c}")
+    if slurm:
+        out.append(f"\n# Slurm: wrote {slurm} (sbatch {slurm})")
+    return out

@@ -54,7 +54,7 @@ def realised_shares(sc: Scenario, end_s: float) -> dict[Held, float]:
 def predicted_tokens_per_s(cost: EpisodeCost, shares: dict[Held, float]) -> float:
     """Throughput predicted from the states' steady runs weighed by realised shares; a state the
     expectation left out (its kind never happens) must not have held."""
-    steady = {h: s["tokens_per_s"] for h, s in cost.state_summaries.items()}
+    steady = {h: s.tokens_per_s for h, s in cost.state_summaries.items()}
     missing = [h for h, p in shares.items() if p > 0 and h not in steady]
     if missing:
         raise ValueError(f"states held but not simulated: {missing}")

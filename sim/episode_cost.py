@@ -96,7 +96,7 @@ class EpisodeCost:
     comm_share: float  # of time with a network episode in progress
     compute_share: float  # of time with a throttled rank
     states: tuple  # State: each steady state and its share of time
-    state_summaries: dict  # Held -> its run's summary()
+    state_summaries: dict  # Held -> its run's summary() (sim/summary.py)
     state_step_times_s: dict  # Held -> its run's step times
 
     @property
@@ -107,11 +107,11 @@ class EpisodeCost:
     def weighted(self, key: str) -> float:
         """A per-step quantity of the states' summaries, averaged over steps (a state's steps
         are its time share over its step time)."""
-        return sum(p * _read(self.state_summaries[h], key) for h, p in self._step_weights().items())
+        return sum(p * self.state_summaries[h].part_s(key) for h, p in self._step_weights().items())
 
     def _step_weights(self) -> dict:
         """Each state's share of the steps: its share of time over its mean step."""
-        steps = {st.held: st.share / self.state_summaries[st.held]["step_time_s"]["mean"] for st in self.states}
+        steps = {st.held: st.share / self.state_summaries[st.held].step_time_s.mean for st in self.states}
         total = sum(steps.values())
         return {h: n / total for h, n in steps.items()}
 
@@ -126,11 +126,6 @@ class EpisodeCost:
         order = np.argsort(times)
         cum = np.cumsum(w[order])
         return float(times[order][np.searchsorted(cum, q / 100.0 * cum[-1])])
-
-
-def _read(summary: dict, key: str) -> float:
-    value = summary[key]
-    return value["mean"] if isinstance(value, dict) else value
 
 
 def throttled_rank(sc: Scenario) -> int:
@@ -149,7 +144,7 @@ def expected_cost(sc: Scenario, *, horizon_h: float) -> EpisodeCost:
     summaries = {h: r.summary() for h, r in results.items()}
     clear_held = Held(comm=False, compute_rank=None, diurnal_phase=None)
     clear = summaries.get(clear_held) or simulate(sc, trace_steps=0, held=clear_held).summary()
-    tps = {h: s["tokens_per_s"] for h, s in summaries.items()}
+    tps = {h: s.tokens_per_s for h, s in summaries.items()}
     expected = sum(st.share * tps[st.held] for st in sts)
     horizon_s = horizon_h * 3600.0
     var = 0.0
@@ -159,13 +154,13 @@ def expected_cost(sc: Scenario, *, horizon_h: float) -> EpisodeCost:
     ):
         if per_h <= 0:
             continue
-        alone_tps = tps.get(alone) or simulate(sc, trace_steps=0, held=alone).summary()["tokens_per_s"]
-        loss = 1.0 - alone_tps / clear["tokens_per_s"]
+        alone_tps = tps.get(alone) or simulate(sc, trace_steps=0, held=alone).summary().tokens_per_s
+        loss = 1.0 - alone_tps / clear.tokens_per_s
         var += loss**2 * per_h / 3600.0 * clipped_duration_moments_s(mean_s)[1] / horizon_s
     return EpisodeCost(
         tokens_per_s=expected,
-        clear_tokens_per_s=clear["tokens_per_s"],
-        clear_step_time_s=clear["step_time_s"]["mean"],
+        clear_tokens_per_s=clear.tokens_per_s,
+        clear_step_time_s=clear.step_time_s.mean,
         horizon_h=horizon_h,
         cost_sd=math.sqrt(var),
         comm_share=on_share(ep.comm_per_h, ep.comm_mean_s),

@@ -22,6 +22,7 @@ from sim.config import Scenario
 from sim.mfu import mfu_fields
 from sim.model_source import shape_keys_of
 from sim.online import OnlineStats
+from sim.summary import StepTimeS, Summary
 from sim.transformer import param_count
 from sim.workload import Workload
 
@@ -71,8 +72,8 @@ class SimResult:
     def dataloader_s(self) -> np.ndarray:
         return self.workload.dataloader_s
 
-    def summary(self) -> dict:
-        """The numbers `ddplab simulate --json` prints (units in the names)."""
+    def summary(self) -> Summary:
+        """The numbers `ddplab simulate --json` prints (sim/summary.py; units in the names)."""
         sc, wl = self.scenario, self.workload
         st = self.step_time_s
         mean_step = float(st.mean())
@@ -83,40 +84,40 @@ class SimResult:
         comm = float(self.comm_busy_s.mean())
         _check_computable(sc, mean_step=mean_step, compute=compute, comm=comm)
         slowest = int(per_rank.argmax())
-        return {
-            "scenario": sc.name,
-            "model": sc.model.shape.name,
-            "model_shape": shape_keys_of(sc.model.shape),
-            "params": param_count(sc.model.shape),
-            "mode": sc.training.mode,
-            "ranks": sc.ranks,
-            "nodes": -(-sc.ranks // sc.network.gpus_per_node),
-            "steps": sc.steps,
-            "seed": sc.seed,
-            "step_time_s": {
-                "mean": mean_step,
-                "p5": float(np.percentile(st, 5)),
-                "p50": float(np.percentile(st, 50)),
-                "p95": float(np.percentile(st, 95)),
-                "p99": float(np.percentile(st, 99)),
-            },
-            "compute_s": compute,
-            "slowest_rank": slowest,
-            "slowest_rank_compute_s": float(per_rank[slowest]),
-            "dataloader_s": dataloader,
-            "optimizer_s": wl.optimizer_s,
-            "exposed_comm_s": float(self.rank_mean["exposed_comm_s"].mean()),
-            "straggler_wait_s": float(self.rank_mean["straggler_wait_s"].mean()),
-            "comm_s": comm,
-            "comm_compute_ratio": comm / compute,
-            "scaling_efficiency": busy / mean_step,
-            "tokens_per_s": wl.tokens_per_step / mean_step,
+        return Summary(
+            scenario=sc.name,
+            model=sc.model.shape.name,
+            model_shape=shape_keys_of(sc.model.shape),
+            params=param_count(sc.model.shape),
+            mode=sc.training.mode,
+            ranks=sc.ranks,
+            nodes=-(-sc.ranks // sc.network.gpus_per_node),
+            steps=sc.steps,
+            seed=sc.seed,
+            step_time_s=StepTimeS(
+                mean=mean_step,
+                p5=float(np.percentile(st, 5)),
+                p50=float(np.percentile(st, 50)),
+                p95=float(np.percentile(st, 95)),
+                p99=float(np.percentile(st, 99)),
+            ),
+            compute_s=compute,
+            slowest_rank=slowest,
+            slowest_rank_compute_s=float(per_rank[slowest]),
+            dataloader_s=dataloader,
+            optimizer_s=wl.optimizer_s,
+            exposed_comm_s=float(self.rank_mean["exposed_comm_s"].mean()),
+            straggler_wait_s=float(self.rank_mean["straggler_wait_s"].mean()),
+            comm_s=comm,
+            comm_compute_ratio=comm / compute,
+            scaling_efficiency=busy / mean_step,
+            tokens_per_s=wl.tokens_per_step / mean_step,
             **mfu_fields(sc, tokens_per_s=wl.tokens_per_step / mean_step, compute_s=compute),
-            "buckets": len(wl.buckets),
-            "traffic_bytes_per_step": wl.traffic_bytes_per_step,
-            "algorithms": sorted(set(wl.algorithms)),
-            "wall_s": self.wall_s,
-        }
+            buckets=len(wl.buckets),
+            traffic_bytes_per_step=wl.traffic_bytes_per_step,
+            algorithms=sorted(set(wl.algorithms)),
+            wall_s=self.wall_s,
+        )
 
 
 def _check_computable(sc: Scenario, **parts: float) -> None:

@@ -267,8 +267,8 @@ def _run(name: str, sc: Scenario, restart_s: float, note: str, horizon_h: float,
         episodes = {"episode_cost": e.cost, "episode_cost_sd": e.cost_sd, "clear_tokens_per_s": e.clear_tokens_per_s}
     else:
         full = simulate(sc, trace_steps=0).summary()
-        s = {k: full[k] for k in ("tokens_per_s", *PARTS)}
-        s |= {"step_time_s": full["step_time_s"]["mean"], "step_time_p95_s": full["step_time_s"]["p95"]}
+        s = {k: getattr(full, k) for k in ("tokens_per_s", *PARTS)}
+        s |= {"step_time_s": full.step_time_s.mean, "step_time_p95_s": full.step_time_s.p95}
         episodes = {}
     busy = s["compute_s"] + s["dataloader_s"] + s["optimizer_s"]
     horizon_s = horizon_h * 3600.0

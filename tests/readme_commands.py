@@ -84,7 +84,7 @@ MASKS: list[tuple[re.Pattern, str, str]] = [
     (re.compile(r"\bpid \d+"), "pid <pid>", "process ids"),
     (re.compile(r"/tmp/[^\s:,;)'\"]+"), "<tmp>", "temporary paths"),
 ]
-# Lines a terminal never keeps: a long simulation's progress (ddplab/progress.py) is one line
+# Lines a terminal never keeps: a long simulation's progress (workflow/progress.py) is one line
 # rewritten in place and cleared there, but a line per quarter when stderr is not a
 # terminal, as here; whether it shows at all depends on the machine's load.
 TERMINAL_ONLY = re.compile(r"^simulating [\d,]+ ranks: step [\d,]+/[\d,]+ \(\d+%\), \d+ s$")

@@ -130,8 +130,8 @@ def test_accumulation_cuts_traffic_k_fold():
         results[k] = simulate(sc, records=True)
     per_token = {k: r.workload.traffic_bytes_per_step / r.workload.tokens_per_step for k, r in results.items()}
     assert per_token[1] / per_token[4] == pytest.approx(4.0, rel=1e-12)
-    assert results[4].summary()["comm_compute_ratio"] == pytest.approx(
-        results[1].summary()["comm_compute_ratio"] / 4, rel=0.02
+    assert results[4].summary().comm_compute_ratio == pytest.approx(
+        results[1].summary().comm_compute_ratio / 4, rel=0.02
     )
 
 
@@ -146,8 +146,8 @@ def test_overlap_hides_communication():
             network=NetworkConfig(backend="gloo", gpus_per_node=1, nic_gbit_s=0.05),
         )
         runs[overlap] = simulate(sc, records=True).summary()
-    assert runs[True]["exposed_comm_s"] < 0.5 * runs[False]["exposed_comm_s"]
-    assert runs[True]["step_time_s"]["mean"] < runs[False]["step_time_s"]["mean"]
+    assert runs[True].exposed_comm_s < 0.5 * runs[False].exposed_comm_s
+    assert runs[True].step_time_s.mean < runs[False].step_time_s.mean
 
 
 def test_compression_halves_wire_bytes():

@@ -170,7 +170,7 @@ def test_prefetch_hides_communication_when_compute_bound():
     np.testing.assert_allclose(r.exposed_comm_s, shown, rtol=REL)
     expected = wl.forward_s[0] + wl.backward_s[0] + shown + optimizer_step_s(sc) / 64
     np.testing.assert_allclose(r.step_time_s, expected, rtol=REL)
-    assert r.summary()["scaling_efficiency"] > 0.95
+    assert r.summary().scaling_efficiency > 0.95
 
 
 def test_fsdp_moves_about_1_5x_ddp_traffic():
@@ -254,7 +254,7 @@ def test_everything_on_breakdown_and_seed():
     )
     np.testing.assert_array_equal(ddp.workload.speed_factor, r.workload.speed_factor)
     s = r.summary()
-    assert 0 < s["scaling_efficiency"] <= 1 and s["buckets"] == 3  # root + 2 blocks
+    assert 0 < s.scaling_efficiency <= 1 and s.buckets == 3  # root + 2 blocks
 
 
 def test_pauses_and_episodes_apply_as_in_ddp():

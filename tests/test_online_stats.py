@@ -5,6 +5,7 @@ does not grow with steps. tests/test_engine_golden.py holds the engine's numbers
 import subprocess
 import sys
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_online_statistics_equal_the_tables(case):
     for k in RANK_FIELDS:
         np.testing.assert_array_equal(online.rank_mean[k], full.record(k).mean(axis=0), err_msg=k)
         np.testing.assert_array_equal(online.step_mean[k], full.record(k).mean(axis=1), err_msg=k)
-    assert online.summary() | {"wall_s": 0} == full.summary() | {"wall_s": 0}
+    assert replace(online.summary(), wall_s=0) == replace(full.summary(), wall_s=0)
 
 
 def _lines(rng, n, nb, *, straggler=None, ties=False):

@@ -221,7 +221,7 @@ def test_compile_error_keeps_the_compilers_words_on_one_line():
 
 def test_nccl_nproc_above_the_gpu_count_fails_before_the_run_directory(monkeypatch, tmp_path):
     from ddplab.cli import build_parser
-    from ddplab.runcmds import _launch
+    from realrun.local import launch_local
 
     fake_gpu(monkeypatch, name="NVIDIA H200", cc=(9, 0))
     out = tmp_path / "run"
@@ -229,7 +229,7 @@ def test_nccl_nproc_above_the_gpu_count_fails_before_the_run_directory(monkeypat
     args = build_parser().parse_args(argv)
     args.argv = argv
     with pytest.raises(ValueError) as e:
-        _launch("train", args)
+        launch_local("train", args)
     assert str(e.value) == "--nproc 2: this machine has 1 GPU(s); NCCL runs one rank per GPU (use --nproc 1)"
     assert not out.exists()
 

@@ -73,8 +73,8 @@ def test_step_covers_each_ranks_work_and_efficiency_at_most_one(p):
     own = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s
     assert np.all(r.step_time_s[:, None] >= own * (1 - 1e-12))
     s = r.summary()
-    assert 0 < s["scaling_efficiency"] <= 1 + 1e-12
-    assert s["step_time_s"]["p50"] <= s["step_time_s"]["p95"] <= s["step_time_s"]["p99"]
+    assert 0 < s.scaling_efficiency <= 1 + 1e-12
+    assert s.step_time_s.p50 <= s.step_time_s.p95 <= s.step_time_s.p99
 
 
 @given(scenarios)

@@ -162,7 +162,7 @@ def test_command_table_and_default_plot(tmp_path, capsys):
 
 
 def test_large_table_shows_the_slowest(slow17, capsys, monkeypatch):
-    import ddplab.straggcmd as cmd
+    import workflow.stragglers as cmd
 
     monkeypatch.setattr(cmd, "FULL_TABLE_RANKS", 8)
     _cmd(str(slow17), "--plot", str(slow17 / "big.png"))

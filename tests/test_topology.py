@@ -188,11 +188,11 @@ def test_big_presets_simulate_a_few_steps(name):
 
     sc = load_scenario(name, ["steps=3"])
     summary = simulate(sc).summary()
-    assert summary["ranks"] == load_scenario(name).ranks and summary["steps"] == 3
+    assert summary.ranks == load_scenario(name).ranks and summary.steps == 3
     # At least one micro-step of compute (GPT-2 760M, eager: 0.288 s), and its allreduce mostly
     # hidden, the order statistics of N jittery ranks on top: under 1.25 x the compute.
     compute_s = sum(micro_step_compute_s(sc))
-    assert compute_s < summary["step_time_s"]["mean"] < 1.25 * compute_s
+    assert compute_s < summary.step_time_s.mean < 1.25 * compute_s
 
 
 # --- bad values: one line naming the key -----------------------------------------------------

@@ -23,12 +23,12 @@ def _mean_step(name, overrides=(), **top):
 def test_speed_proportional_work_removes_a_persistent_straggler():
     """1024 ranks, one at s = 2, no jitter, free communication: doing nothing, the step is
     s x compute; with work sized to speed every rank computes base x N / (N - 1 + 1/s)."""
-    base = _mean_step("h100-1024", QUIET, steps=5)["compute_s"]
+    base = _mean_step("h100-1024", QUIET, steps=5).compute_s
     slow = _mean_step("h100-1024", [*QUIET, "stragglers=17:2.0"], steps=5)
     fixed = _mean_step("h100-1024", [*QUIET, "stragglers=17:2.0", "rebalance=true"], steps=5)
-    assert slow["step_time_s"]["mean"] == pytest.approx(2.0 * base, rel=1e-9)
-    assert fixed["step_time_s"]["mean"] == pytest.approx(base * 1024 / (1023 + 0.5), rel=1e-9)
-    assert fixed["straggler_wait_s"] == pytest.approx(0.0, abs=1e-12)
+    assert slow.step_time_s.mean == pytest.approx(2.0 * base, rel=1e-9)
+    assert fixed.step_time_s.mean == pytest.approx(base * 1024 / (1023 + 0.5), rel=1e-9)
+    assert fixed.straggler_wait_s == pytest.approx(0.0, abs=1e-12)
 
 
 def test_accumulation_shrinks_jitter_inflation_by_about_one_over_root_k():
@@ -37,7 +37,7 @@ def test_accumulation_shrinks_jitter_inflation_by_about_one_over_root_k():
 
     def inflation(k):
         s = _mean_step("h100-1024", [*QUIET[1:], "noise.sigma=0.05", f"training.grad_accum={k}"], steps=200)
-        return s["step_time_s"]["mean"] / (k * _mean_step("h100-1024", QUIET, steps=2)["compute_s"] / 1) - 1
+        return s.step_time_s.mean / (k * _mean_step("h100-1024", QUIET, steps=2).compute_s / 1) - 1
 
     one, four = inflation(1), inflation(4)
     # E[max of 1024] / E[X] - 1 (docs/references.md "Stragglers and failures")
@@ -50,11 +50,11 @@ def test_unsynchronised_pauses_cost_more_than_synchronised():
     waits for the longest pause among the ranks that paused (P = 1 - (1 - 1/50)^128 = 0.92
     that one did); synchronised, the job pauses together once every 50 steps."""
     quiet = QUIET[:2]
-    none = _mean_step("h100-1024", quiet, ranks=128, steps=2000)["step_time_s"]["mean"]
-    unsync = _mean_step("h100-1024", [*quiet, "pauses.every_steps=50"], ranks=128, steps=2000)["step_time_s"]["mean"]
+    none = _mean_step("h100-1024", quiet, ranks=128, steps=2000).step_time_s.mean
+    unsync = _mean_step("h100-1024", [*quiet, "pauses.every_steps=50"], ranks=128, steps=2000).step_time_s.mean
     sync = _mean_step(
         "h100-1024", [*quiet, "pauses.every_steps=50", "pauses.synchronized=true"], ranks=128, steps=2000
-    )["step_time_s"]["mean"]
+    ).step_time_s.mean
     assert sync - none == pytest.approx(0.3 / 50, rel=0.15)  # mean pause / interval
     # E[max of the pauses that happened]: m ~ Binomial(128, 1/50) pauses uniform(0.1, 0.5)
     m = np.arange(1, 129)
@@ -69,13 +69,13 @@ def test_network_fail_slow_episode_stretches_collectives():
     factor, so communication-only steps take 1 / factor as long."""
     comm_only = ["noise.distribution=none", "noise.speed_spread_sd=0.0", "compute.step_compute_s=1e-6",
                  "compute.optimizer_s=0.0", "training.overlap=false"]  # fmt: skip
-    base = _mean_step("h100-1024", comm_only, ranks=64, steps=5)["step_time_s"]["p50"]
+    base = _mean_step("h100-1024", comm_only, ranks=64, steps=5).step_time_s.p50
     hit = _mean_step(
         "h100-1024",
         [*comm_only, "episodes.comm_per_h=3600000", "episodes.comm_bandwidth_factor=0.25"],
         ranks=64,
         steps=5,
-    )["step_time_s"]["p50"]
+    ).step_time_s.p50
     assert hit / base == pytest.approx(4.0, rel=1e-3)  # the 1 us of compute is not stretched
 
 
@@ -98,8 +98,8 @@ def test_straggler_jitter_is_the_shared_cluster_regime_not_the_baseline():
     assert (jit.noise.sigma, jit.network.jitter_sigma) == (0.0035, 0.25)
     assert (base.noise.sigma, base.network.jitter_sigma) == (0.02, 0.0)
     assert jit.noise.speed_spread_sd == base.noise.speed_spread_sd
-    step = {n: _mean_step(n, steps=100)["step_time_s"]["mean"] for n in ("h100-1024", "straggler-jitter")}
-    quiet_net = _mean_step("straggler-jitter", ["network.jitter_sigma=0"], steps=100)["step_time_s"]["mean"]
+    step = {n: _mean_step(n, steps=100).step_time_s.mean for n in ("h100-1024", "straggler-jitter")}
+    quiet_net = _mean_step("straggler-jitter", ["network.jitter_sigma=0"], steps=100).step_time_s.mean
     assert step["straggler-jitter"] < step["h100-1024"]
     assert step["straggler-jitter"] == pytest.approx(quiet_net, rel=5e-3)
 
@@ -119,7 +119,7 @@ def test_slow_dataloader_rank_sets_the_pace():
     wait = c.dataloader_batch_s * 1.667 / c.dataloader_workers - micro - gap
     assert wait > 0.05  # the slow loader really is slower than compute
     assert float(wl.dataloader_s[5]) == pytest.approx(wait, rel=1e-9)
-    assert s["step_time_s"]["mean"] - base["step_time_s"]["mean"] == pytest.approx(wait, rel=1e-6)
+    assert s.step_time_s.mean - base.step_time_s.mean == pytest.approx(wait, rel=1e-6)
 
 
 def test_exclude_slowest_drops_its_node_and_pays_a_restart():
@@ -133,7 +133,7 @@ def test_exclude_slowest_drops_its_node_and_pays_a_restart():
     # 56 ranks at full speed, minus 6 min of restart in the hour.
     sim = simulate(rows(quiet)[1].scenario, trace_steps=0).summary()
     assert rows(quiet)[1].scenario.ranks == 56
-    assert found[1].tokens_per_s == pytest.approx(sim["tokens_per_s"] * 0.9)
+    assert found[1].tokens_per_s == pytest.approx(sim.tokens_per_s * 0.9)
 
 
 def test_whatif_cli(ddplab):

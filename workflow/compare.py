@@ -3,10 +3,12 @@ same scenario, seed and numbers, workflow/simulation.py), relative to the first 
 `ddplab compare` prints.
 
     rows = compare([parse_setup("h100-1024"), parse_setup("4x200G=h100-1024:network.nics_per_node=4")])
-    rows[1]["vs_first"]["tokens_per_s"]
+    rows[1].vs_first["tokens_per_s"], rows[1].result.tokens_per_s  # a Summary (sim/summary.py)
 """
 
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
 from output.atomic import write_csv_atomic
@@ -16,6 +18,7 @@ from output.outdir import ensure
 from output.plot import plot_breakdown, run_title
 from sim.patches import Patch, flag_patches, parse_set, split_assignments
 from sim.scenario_file import resolve
+from sim.summary import Summary
 from workflow import limits, train_cost
 from workflow.simulation import out_of_memory, run_scale
 
@@ -25,6 +28,23 @@ class Setup(NamedTuple):
     scenario: str  # a preset name or a .toml path
     sets: tuple[Patch, ...]  # its KEY=VALUE changes, parsed once (as --set)
     text: str  # as typed
+
+
+@dataclass
+class CompareRow:
+    name: str
+    setup: str  # as typed
+    result: Summary | dict  # simulate's Summary, or its out-of-memory verdict (workflow/simulation.py)
+    vs_first: dict  # step_time and tokens_per_s against the first row; None where either is OOM
+
+    @property
+    def simulated(self) -> bool:
+        return isinstance(self.result, Summary)
+
+    def to_json_dict(self) -> dict:
+        """The row as compare.json and `--json` hold it: name, set-up, the summary, vs_first."""
+        body = self.result.to_json_dict() if self.simulated else self.result
+        return {"name": self.name, "setup": self.setup, **body, "vs_first": self.vs_first}
 
 
 def parse_setup(text: str) -> Setup:
@@ -59,7 +79,7 @@ def compare(
     yes: bool = False,
     out: Path | None = None,
     progress=None,
-) -> list[dict]:
+) -> list[CompareRow]:
     """One row per set-up (parse_setup), each `simulate`'s summary of it (or its out-of-memory
     verdict) with its name, its text and ``vs_first``: step time and tokens/s against the first
     row. ``ranks``, ``steps`` and ``seed`` apply to every set-up; with ``tokens`` (and ``price``)
@@ -80,64 +100,66 @@ def compare(
     if out:  # fail before simulating, not after
         ensure(out)  # marked as ours: a rerun may replace what it wrote, nothing else
     rows = [
-        {"name": s.name, "setup": s.text, **_row(sc, ignore_memory, progress)}
+        CompareRow(s.name, s.text, _row(sc, ignore_memory, progress), {})
         for s, sc in zip(setups, scenarios, strict=True)
     ]
     for r in rows:
-        train_cost.attach(r, tokens, price)
-    first = rows[0]
+        train_cost.attach(r.result, tokens, price)
+    first = rows[0].result
     for r in rows:
         # An OOM row (not simulated) has no ratio, and with an OOM first row none has.
-        ran = "verdict" not in r and "verdict" not in first
-        r["vs_first"] = {
-            "step_time": r["step_time_s"]["mean"] / first["step_time_s"]["mean"] if ran else None,
-            "tokens_per_s": r["tokens_per_s"] / first["tokens_per_s"] if ran else None,
+        ran = r.simulated and rows[0].simulated
+        r.vs_first = {
+            "step_time": r.result.step_time_s.mean / first.step_time_s.mean if ran else None,
+            "tokens_per_s": r.result.tokens_per_s / first.tokens_per_s if ran else None,
         }
     if out:
         write(rows, out)
     return rows
 
 
-def _row(sc, ignore_memory: bool, progress) -> dict:
+def _row(sc, ignore_memory: bool, progress) -> Summary | dict:
     """simulate's summary of the set-up, or, when it does not fit its device, simulate's OOM verdict."""
     return out_of_memory(sc, ignore=ignore_memory) or run_scale(sc, progress=progress)[1]
 
 
 # compare.csv: the set-up, then simulate's summary as output/export.py flattens it, then the ratios.
 CSV_EXTRA = (
-    ("step_time_vs_first", lambda r: r["vs_first"]["step_time"]),
-    ("tokens_per_s_vs_first", lambda r: r["vs_first"]["tokens_per_s"]),
+    ("step_time_vs_first", lambda r: r.vs_first["step_time"]),
+    ("tokens_per_s_vs_first", lambda r: r.vs_first["tokens_per_s"]),
 )
 
 
-def write(rows: list[dict], out: Path) -> None:
+def write(rows: list[CompareRow], out: Path) -> None:
     """compare.json (the rows), compare.csv (the summary flattened, then the ratios) and
     compare.png (each simulated row's step split into its parts)."""
-    columns = (("name", lambda r: r["name"]), ("setup", lambda r: r["setup"]), *SUMMARY_COLUMNS, *CSV_EXTRA)
+    head = (("name", lambda r: r.name), ("setup", lambda r: r.setup))
+    summary = tuple((h, lambda r, f=f: f(r.result)) for h, f in SUMMARY_COLUMNS)
+    columns = (*head, *summary, *CSV_EXTRA)
     write_json_atomic(out / "compare.json", rows)
-    ran = [r for r in rows if "verdict" not in r]
-    oom = [r for r in rows if "verdict" in r]  # a row with its set-up and memory, every simulated number empty
+    ran = [r for r in rows if r.simulated]
+    oom = [r for r in rows if not r.simulated]  # a row with its set-up and memory, every simulated number empty
     write_csv_atomic(
         out / "compare.csv",
         [h for h, _ in columns] + ["out_of_memory"],
-        [[_cell(r, f) if "verdict" in r else f(r) for _, f in columns] + ["verdict" in r] for r in rows],
+        [[f(r) if r.simulated else _cell(r, f) for _, f in columns] + [not r.simulated] for r in rows],
     )
     if not ran:  # an OOM set-up has no step to draw
         return
-    notes = [f"{r['vs_first']['tokens_per_s']:.3f}x tokens/s" if r["vs_first"]["tokens_per_s"] else "" for r in ran]
-    labels = [f"{r['name']}\n{r['ranks']} ranks, {r['mode'].upper()}" for r in ran]
+    notes = [f"{r.vs_first['tokens_per_s']:.3f}x tokens/s" if r.vs_first["tokens_per_s"] else "" for r in ran]
+    labels = [f"{r.name}\n{r.result.ranks} ranks, {r.result.mode.upper()}" for r in ran]
     title = "ddplab compare: " + run_title(
-        [r["scenario"] for r in ran], [r["ranks"] for r in ran], [r["mode"] for r in ran]
+        [r.result.scenario for r in ran], [r.result.ranks for r in ran], [r.result.mode for r in ran]
     )
     if oom:
-        title += f" (out of memory, not drawn: {', '.join(r['name'] for r in oom)})"
-    plot_breakdown(ran, labels, out / "compare.png", title=title, notes=notes)
+        title += f" (out of memory, not drawn: {', '.join(r.name for r in oom)})"
+    plot_breakdown([r.result.to_json_dict() for r in ran], labels, out / "compare.png", title=title, notes=notes)
 
 
-def _cell(row: dict, get):
-    """An OOM row's CSV cell: what it has (its set-up, scenario, ranks, memory), else empty."""
+def _cell(row: CompareRow, get):
+    """An OOM row's CSV cell: what its verdict has (its scenario, ranks, memory), else empty."""
     try:
-        value = get(row)
-    except (KeyError, TypeError):
+        value = get(CompareRow(row.name, row.setup, SimpleNamespace(**row.result), row.vs_first))
+    except AttributeError:
         return ""
     return "" if value is None else value

@@ -7,7 +7,7 @@ stamp in ``demo.json`` when it finishes; a rerun skips stamped stages whose outp
 are still there (``fresh`` redoes everything). The real runs start torchrun through
 realrun's launchers (realrun/launch.py, realrun/netlab_run.py), as `ddplab probe`,
 `train` and `netlab run` do; each stage's console lines go to ``logs/<stage>.log``
-and the caller's ``status`` shows progress (ddplab/progress.py draws a status line
+and the caller's ``status`` shows progress (workflow/progress.py draws a status line
 from that log).
 """
 

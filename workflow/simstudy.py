@@ -54,17 +54,17 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
     ensure(out)
     platforms = {}
     for name in PLATFORMS:
-        summaries = []
+        summaries, extras = [], []
         for n in sweep:
             sc, mode, jitter = _scenario(name, calib, str(calib_path), n, steps)
             result = simulate(sc)
-            s = result.summary() | {"calibration_mode": mode, "jitter": jitter}
-            summaries.append(s)
+            summaries.append(result.summary())
+            extras.append({"calibration_mode": mode, "jitter": jitter})
             write_result(result, out / name)
             if n == sweep[0] and name == "homelab":
                 plot_timeline(result, out / name / "timeline.png", f"home lab as measured, {n} ranks: first 3 steps")
-        write_summaries(summaries, out / name, sweep=True)
-        platforms[name] = summaries
+        write_summaries(summaries, out / name, sweep=True, extra=extras)
+        platforms[name] = [s.to_json_dict() | e for s, e in zip(summaries, extras, strict=True)]
     stragglers = []
     for name in PLATFORMS[1:]:
         variants = (
@@ -76,7 +76,7 @@ def run_study(run_dir: Path, *, sweep, steps: int) -> dict:
             sc, _, jitter = _scenario(name, calib, str(calib_path), 1024, steps, extra)
             result = simulate(sc, trace_ranks=[0, 1, 2, LEMON_RANK])
             jitter = "none" if label == "no jitter" else jitter
-            stragglers.append({"platform": name, "variant": label, "jitter": jitter} | result.summary())
+            stragglers.append({"platform": name, "variant": label, "jitter": jitter} | result.summary().to_json_dict())
             if extra and extra[0].startswith("stragglers"):
                 title = f"{name}, 1024 ranks, one lemon GPU (rank {LEMON_RANK}) x{LEMON:g}: first 3 steps"
                 plot_timeline(result, out / name / "timeline.png", title)

@@ -5,7 +5,7 @@ train, and with ``out`` its tables, trace and plots written (output/export.py).
 
     scenarios, provenance, warning = build_scenarios("h100-1024", counts=[256, 1024])
     summaries = simulate_scales(scenarios)
-    summaries[0]["tokens_per_s"], summaries[0]["memory_gib"]["total_gib"]
+    summaries[0].tokens_per_s, summaries[0].memory_gib["total_gib"]  # sim/summary.py
 
 What the printed summary reads besides the summary (a scenario's optimizer basis, a sweep's
 description over its rank counts, a model's parameter count) is here too, from sim/.
@@ -27,6 +27,7 @@ from sim.memory_fit import fit, verdict
 from sim.optimizer import optimizer_basis
 from sim.patches import Patch, flag_patches, parse_sets
 from sim.scenario_file import Refused, Resolved, resolve
+from sim.summary import Summary
 from sim.transformer import param_count
 from sim.units import parse_int_list
 from workflow import limits, train_cost
@@ -42,6 +43,7 @@ __all__ = [
     "rank_counts",
     "run_scale",
     "simulate_scales",
+    "simulated",
 ]
 
 
@@ -143,10 +145,10 @@ def claim_out(out: Path, *, force: bool = False) -> Path | None:
 
 
 def run_scale(sc, *, records: bool = False, medians: bool = False, engine: str = "fast", progress=None):
-    """(result, summary) of one scale as `simulate` prints it: the engine's summary with the
+    """(result, Summary) of one scale as `simulate` prints it: the engine's summary with the
     memory estimate. `ddplab compare` runs each set-up through here, so its rows are these.
     ``engine``: "fast" (sim/engine.py) or "simpy" (sim/reference.py, small DDP jobs);
-    ``progress(sc)``: what the engine calls as steps complete, closed at the end (ddplab/progress.py's
+    ``progress(sc)``: what the engine calls as steps complete, closed at the end (workflow/progress.py's
     StepProgress)."""
     if engine == "simpy":
         from sim.reference import simulate_reference as run
@@ -160,8 +162,13 @@ def run_scale(sc, *, records: bool = False, medians: bool = False, engine: str =
         if bar is not None:
             bar.close()
     summary = result.summary()
-    summary["memory_gib"] = _memory(sc)
+    summary.memory_gib = _memory(sc)
     return result, summary
+
+
+def simulated(summary: Summary | dict) -> bool:
+    """Whether simulate_scales simulated this scale (a Summary), rather than reporting it out of memory."""
+    return isinstance(summary, Summary)
 
 
 def out_of_memory(sc, *, ignore: bool = False) -> dict | None:
@@ -197,12 +204,12 @@ def simulate_scales(
     ignore_memory: bool = False,
     progress: Callable | None = None,
     say: Callable[[str], None] | None = None,
-) -> list[dict]:
-    """Each scale's summary, in order: an out-of-memory scale's verdict in its place (not
-    simulated). ``progress(sc)`` makes the engine's step progress (an object with close());
-    ``say`` gets one line per scale of a ``sweep`` and, with ``records``, the writer's progress.
-    With ``out`` (claimed: claim_out) each scale's tables and trace are written as it ends, and
-    the summaries (and a sweep's scaling plot) at the end."""
+) -> list[Summary | dict]:
+    """Each scale's Summary (sim/summary.py), in order: an out-of-memory scale's verdict (a dict,
+    out_of_memory) in its place (not simulated). ``progress(sc)`` makes the engine's step
+    progress (an object with close()); ``say`` gets one line per scale of a ``sweep`` and, with
+    ``records``, the writer's progress. With ``out`` (claimed: claim_out) each scale's tables and
+    trace are written as it ends, and the summaries (and a sweep's scaling plot) at the end."""
     summaries = []
     for i, sc in enumerate(scenarios, 1):
         t = time.perf_counter()
@@ -213,9 +220,10 @@ def simulate_scales(
         # With out, ranks.csv carries each rank's median compute, estimated as it runs.
         result, summary = run_scale(sc, records=records, medians=out is not None, engine=engine, progress=progress)
         if sc.episodes.active:
-            summary["episodes"] = episodes(sc, summary, horizon_h)
+            summary.episodes = episodes(sc, summary, horizon_h)
         if provenance:
-            summary.update(provenance[i - 1])
+            summary.calibration = provenance[i - 1]["calibration"]
+            summary.parameters = provenance[i - 1]["parameters"]
             _mark_measured(summary)
         train_cost.attach(summary, tokens, price)
         summaries.append(summary)
@@ -223,13 +231,13 @@ def simulate_scales(
             say(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")
         if out:
             write_result(result, out, progress=say if records else None)
-    simulated = [s for s in summaries if "verdict" not in s]
+    simulated = [s for s in summaries if isinstance(s, Summary)]
     if out and simulated:
         write_summaries(simulated, out, sweep=sweep)
     return summaries
 
 
-def episodes(sc, summary: dict, horizon_h: float) -> dict:
+def episodes(sc, summary: Summary, horizon_h: float) -> dict:
     """Rare episodes: their expected cost over the horizon (sim/episode_cost.py), and a warning
     when this run was too short to contain them."""
     from sim.episode_cost import expected_cost, horizon_warning  # scipy.stats: only with episodes
@@ -245,7 +253,7 @@ def episodes(sc, summary: dict, horizon_h: float) -> dict:
         "cost_sd": e.cost_sd,
         "comm_share": e.comm_share,
         "compute_share": e.compute_share,
-        "warning": horizon_warning(sc, summary["step_time_s"]["mean"] * sc.steps),
+        "warning": horizon_warning(sc, summary.step_time_s.mean * sc.steps),
     }
 
 
@@ -262,8 +270,8 @@ def _memory(sc) -> dict:
     return out
 
 
-def _mark_measured(summary: dict) -> None:
+def _mark_measured(summary: Summary) -> None:
     """A calibration that set the compute time (or its MFU) makes the stack "measured"."""
     keys = {"compute.step_compute_s", "compute.mfu"}
-    if any(p["key"] in keys and not p["source"].startswith("assumed") for p in summary["parameters"]):
-        summary["stack"] = "measured"
+    if any(p["key"] in keys and not p["source"].startswith("assumed") for p in summary.parameters):
+        summary.stack = "measured"

@@ -32,7 +32,7 @@ from workflow.sweep_engines import WORKER_BYTES
 # Keys the grid itself owns: the seed is --seeds, so a --set or --vary of it would be ambiguous.
 OWN_KEYS = {"seed": "the sweep's own axis; give it with --seeds"}
 
-# What a run keeps of the engine's summary (sim/results.py summary()): its numbers, as the
+# What a run keeps of the engine's summary (sim/summary.py): its numbers, as the
 # summary's CSV columns name and read them (output/export.py), and not wall_s, which is this
 # machine's speed, not the model's answer.
 METRIC_NAMES = (
@@ -218,7 +218,7 @@ def simulate_run(data: dict) -> dict:
     from sim.engine import simulate
 
     summary = simulate(scenario_from_dict(data)).summary()
-    return {k: summary[k] for k in ("seed", *IDENTITY)} | {name: float(get(summary)) for name, get in METRICS}
+    return {k: getattr(summary, k) for k in ("seed", *IDENTITY)} | {name: float(get(summary)) for name, get in METRICS}
 
 
 def run_rows(built: list[Built], seeds, results: list[dict]) -> list[dict]:

@@ -8,7 +8,7 @@ rows a notebook can use (each a dict, as their ``--json`` prints it).
 
 from typing import NamedTuple
 
-from scenarios import scenario_names
+from scenarios import load_models, scenario_names
 from sim.collectives import algbw_busbw_gb_s, candidates, collective_cost
 from sim.cost import SEED_LINKS, link_costs, parse_link
 from sim.precision import PRECISIONS, precision_dtypes
@@ -17,7 +17,7 @@ from sim.scenario_keys import scenario_keys
 from sim.units import parse_count, parse_sizes
 from sim.workload import fabric_for
 
-__all__ = ["BASE_HINT", "collective_rows", "link_costs_per_step", "scenario_keys", "scenario_list"]
+__all__ = ["BASE_HINT", "collective_rows", "link_costs_per_step", "model_rows", "scenario_keys", "scenario_list"]
 
 
 def link_costs_per_step(
@@ -117,4 +117,25 @@ def scenario_list() -> list[dict]:
     for name in scenario_names():
         data = scenario_data(name)
         out.append({"name": name, "description": data.get("description", ""), "ranks": data.get("ranks")})
+    return out
+
+
+def model_rows() -> list[dict]:
+    """Each model preset (scenarios/models.toml) with its parameter count, built on the meta
+    device, and its gradient bytes in fp32 and bf16."""
+    from realrun.model import build  # torch: only for this table
+
+    out = []
+    for name, shape in load_models().items():
+        module = build(name, device="meta")  # shapes only, no memory
+        params = sum(p.numel() for p in module.parameters())
+        out.append(
+            {
+                "model": name,
+                **shape,
+                "params": params,
+                "grad_bytes_fp32": 4 * params,
+                "grad_bytes_bf16": 2 * params,
+            }
+        )
     return out

@@ -3,11 +3,12 @@ failures folded in (sim/train_cost.py): what `--tokens` and `--usd-per-gpu-hour`
 summary of `simulate` and `compare` as ``to_train``.
 
     tokens, price = parse("2T", "2.5")
-    attach(summary, tokens, price)  # summary["to_train"]: days, gpu_hours, usd, goodput, ...
+    attach(summary, tokens, price)  # summary.to_train: days, gpu_hours, usd, goodput, ...
 """
 
 import math
 
+from sim.summary import Summary
 from sim.train_cost import train_cost
 from sim.units import parse_count
 
@@ -34,11 +35,9 @@ def parse(tokens_text: str | None, price_text: str | None) -> tuple[float | None
     return tokens, price
 
 
-def attach(summary: dict, tokens: float | None, price: float | None) -> None:
-    """``summary["to_train"]``: sim/train_cost.py's numbers for this row's throughput and GPUs."""
-    if tokens is None or "verdict" in summary:  # an out-of-memory row has no throughput
+def attach(summary: Summary | dict, tokens: float | None, price: float | None) -> None:
+    """``summary.to_train``: sim/train_cost.py's numbers for this row's throughput and GPUs."""
+    if tokens is None or not isinstance(summary, Summary):  # an out-of-memory verdict has no throughput
         return
-    cost = train_cost(
-        tokens=tokens, tokens_per_s=summary["tokens_per_s"], gpus=summary["ranks"], usd_per_gpu_hour=price
-    )
-    summary["to_train"] = cost.as_dict()
+    cost = train_cost(tokens=tokens, tokens_per_s=summary.tokens_per_s, gpus=summary.ranks, usd_per_gpu_hour=price)
+    summary.to_train = cost.as_dict()

@@ -1,4 +1,6 @@
-"""Progress on stderr for long commands: one status line per stage of `ddplab demo`."""
+"""Progress on stderr for long commands, the callbacks the journeys take: one status line per
+stage of `ddplab demo` (workflow/demo.py status=), the engine's steps (workflow/simulation.py
+progress=), a sweep's runs (workflow/sweep.py), and ``say`` for one line."""
 
 import sys
 import threading

@@ -1,0 +1,344 @@
+"""What `ddplab simulate` prints for people, as lines: one scale's summary with its memory,
+episodes and calibration, an out-of-memory verdict with what would fit, a sweep's table, a
+tensor- or pipeline-parallel step, and the days and dollars to train. `ddplab compare` and
+`ddplab collective` share the network line and the alternatives."""
+
+from sim.describe import description_over
+from sim.optimizer import optimizer_basis
+from sim.summary import Summary
+from sim.transformer import param_count
+from workflow import threed
+from workflow.units import fmt_bytes, fmt_count, fmt_seconds
+
+
+def episodes_lines(e: dict) -> list[str]:
+    out = []
+    if e["warning"]:
+        out.append(f"  {e['warning']}")
+    out.append(
+        f"  episodes         expected over {e['horizon_h']:g} h: {e['expected_tokens_per_s']:,.0f} tokens/s, a cost of"
+        f" {e['cost']:.1%} (+-{1.96 * e['cost_sd']:.1%}, 95 %, over that horizon) against"
+        f" {e['clear_tokens_per_s']:,.0f} without; network degraded {e['comm_share']:.0%} of the time, a rank"
+        f" throttled {e['compute_share']:.0%} (each state's steady step weighed by its share: docs/episodes.md)"
+    )
+    return out
+
+
+# What each compute basis means, beside the compute time (sim/mfu.py compute_basis).
+STACK_NOTES = {
+    "eager": "stack eager: plain PyTorch, unfused kernels (compute.stack=compiled: a fused step)",
+    "compiled": "stack compiled: a fused step (torch.compile, llm.c)",
+    "given": "given: compute.step_compute_s",
+    "fixed MFU": "fixed MFU: compute.mfu",
+    "measured": "measured: the calibration's compute",
+}
+
+
+def mfu_line(s: dict) -> str:
+    """MFU over the step and over compute, naming the FLOP count and the peak (sim/mfu.py)."""
+    return (
+        f"{s.mfu:.1%} of the step, {s.compute_mfu:.1%} of compute ({s.flop_count} ="
+        f" {s.flops_per_token / 1e9:.3g} GFLOP/token against {s.peak_tflop_s:g} TFLOP/s peak)"
+    )
+
+
+def parameters_lines(summary: Summary) -> list[str]:
+    """The calibration applied and where each parameter came from (calibrate/apply.py)."""
+    out = []
+    cal = summary.calibration
+    out.append(f"  parameters       calibration {cal['file']} applied in mode {cal['mode']!r} ({cal['why']}):")
+    for p in summary.parameters:
+        value = p["value"]
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value or '""')
+        out.append(f"    {p['key']:<28} {shown:>12}  {p['source']}")
+    if cal.get("withheld"):
+        out.append("  not carried      measured, left at the scenario's value, and why:")
+    for w in cal.get("withheld", []):
+        value = w["value"]
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        out.append(f"    {w['key']:<28} {shown:>12}  {w['reason']}")
+    return out
+
+
+def network_line(sc) -> str:
+    net = sc.network
+    if not net.enabled:
+        return "network off (free communication)"
+    if net.backend == "gloo":
+        return f"gloo ring over {net.nic_gbit_s:.4g} Gbit/s x {net.nic_efficiency:.0%}"
+    library = "RCCL" if net.tuner.startswith("rccl") else "NCCL"
+    line = (
+        f"{library} {net.algorithm}; {net.gpus_per_node}/node on {net.intra_gb_s:g} GB/s {net.intra_link},"
+        f" {net.nics_per_node} x {net.nic_gbit_s:g} Gbit/s NICs"
+    )
+    tiers = [f"racks of {net.gpus_per_rack}"] if net.gpus_per_rack else []
+    if net.gpus_per_pod:  # sim/topology.py
+        tiers.append(f"pods of {net.gpus_per_pod} at 1:{net.pod_oversubscription:g} above, {net.placement}")
+    return f"{line}, {', '.join(tiers)}" if tiers else line
+
+
+def summary_lines(sc, s: Summary) -> list[str]:
+    """One simulated scale as `ddplab simulate` prints it."""
+    out = []
+    st = s.step_time_s
+    out.append(f"{sc.name}: {sc.description}")
+    out.append(
+        f"  {s.model} ({fmt_count(s.params)} params){mode_note(sc)}, {s.ranks} ranks on {s.nodes} nodes,"
+        f" {network_line(sc)};"
+        f" {s.steps} steps, seed {s.seed}"
+    )
+    out.append(
+        f"  step time        {fmt_seconds(st.mean)} mean  (p50 {fmt_seconds(st.p50)},"
+        f" p95 {fmt_seconds(st.p95)}, p99 {fmt_seconds(st.p99)})"
+    )
+    out.append("  where it goes    per rank, mean of a step:")
+    parts = [
+        ("compute (fwd+bwd)", s.compute_s),
+        ("exposed comm", s.exposed_comm_s),
+        ("straggler wait", s.straggler_wait_s),
+        ("optimizer", s.optimizer_s),
+        ("dataloader", s.dataloader_s),
+    ]
+    notes = {
+        "compute (fwd+bwd)": STACK_NOTES[s.stack],
+        "optimizer": optimizer_basis(sc),
+        "dataloader": "waiting for batches the DataLoader's workers have not built (docs/loader.md)",
+    }
+    for name, value in parts:
+        if value > 0 or name.startswith(("compute", "exposed", "straggler")):
+            out.append(
+                f"    {name:<18} {fmt_seconds(value):>10}  {value / st.mean:6.1%}  {notes.get(name, '')}".rstrip()
+            )
+    out += memory_lines(sc, s.memory_gib)
+    if s.slowest_rank_compute_s > 1.05 * s.compute_s:
+        out.append(
+            f"  slowest rank     rank {s.slowest_rank}: compute {fmt_seconds(s.slowest_rank_compute_s)}"
+            f" ({s.slowest_rank_compute_s / s.compute_s:.2f} x the mean); every step waits for it"
+        )
+    ratio = s.comm_compute_ratio
+    verdict = f"communication-bound x {ratio:.1f}" if ratio >= 1 else "comm fits inside compute"
+    out.append(f"  T_comm/T_compute {ratio:.3f}  ({verdict}; {fmt_seconds(s.comm_s)} of collectives per step)")
+    out.append(f"  efficiency       {s.scaling_efficiency:.1%} of each rank's time is useful work")
+    out.append(f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.ranks:,.0f} per GPU)")
+    out.append(f"  MFU              {mfu_line(s)}")
+    out.append(
+        f"  buckets          {s.buckets} ({fmt_bytes(s.traffic_bytes_per_step)} on each rank's bus"
+        f" per step; {', '.join(s.algorithms)})"
+    )
+    out.append(f"  simulated in     {s.wall_s:.2f} s")
+    return out
+
+
+# The memory terms as printed: (label, key); zero terms are left out.
+_MEMORY_TERMS = (
+    ("params", "parameters_gib"),
+    ("grads", "gradients_gib"),
+    ("optimizer", "optimizer_state_gib"),
+    ("weight copies", "weight_copies_gib"),
+    ("activations", "activations_gib"),
+    ("logits", "logits_gib"),
+    ("DDP buckets", "ddp_buckets_gib"),
+    ("FSDP gathered", "fsdp_unsharded_gib"),
+    ("CUDA context", "cuda_context_gib"),
+)
+
+
+def memory_lines(sc, m: dict, *, simulated: bool = True) -> list[str]:
+    out = []
+    verdict = ""
+    if "fits" in m:
+        verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB"
+        if not m["fits"] and simulated:
+            verdict += ": simulated anyway (--ignore-memory); a real device runs out of memory"
+    terms = ", ".join(f"{label} {m[key]:.2f}" for label, key in _MEMORY_TERMS if m[key] > 0)
+    estimate = f"at the {m['peak_phase']} peak ({sc.training.mode}, {sc.training.precision}: {terms})"
+    if "measured_peak_allocated_gib" in m:
+        out.append(
+            f"  memory/GPU       {m['total_gib']:.2f} GiB: {m['measured_peak_allocated_gib']:.2f} measured"
+            f" + CUDA context {m['cuda_context_gib']:.2f}{verdict}"
+        )
+        out.append(f"    estimate       {m['peak_allocated_gib']:.2f} GiB allocated {estimate}")
+        return out
+    out.append(f"  memory/GPU       {m['total_gib']:.2f} GiB {estimate}{verdict}")
+    return out
+
+
+def out_of_memory_lines(sc, v: dict) -> list[str]:
+    """Where the step time would be: that there is none, and what would fit."""
+    out = []
+    out.append(f"{sc.name}: {sc.description}")
+    out.append(
+        f"  {v['model']}{mode_note(sc)}, {v['ranks']} ranks on {v['nodes']} nodes, {network_line(sc)};"
+        f" {v['steps']} steps, seed {v['seed']}"
+    )
+    out.append(
+        f"  step time        none: out of memory, {v['peak_gib']:.2f} GiB per GPU against the device's"
+        f" {v['device_memory_gib']:g} GiB (compute.device_memory_gib); not simulated"
+    )
+    out += memory_lines(sc, v["memory_gib"], simulated=False)
+    out += alternatives_lines(v["alternatives"])
+    out.append("  --ignore-memory simulates it anyway")
+    return out
+
+
+def alternatives_lines(alternatives: list[dict], indent: str = "  ") -> list[str]:
+    if not alternatives:
+        return [
+            f"{indent}what would fit   nothing tried fits: FSDP/HSDP, activation checkpointing, a smaller micro-batch"
+        ]
+    out = []
+    out.append(f"{indent}what would fit   each with its peak per GPU (sim/memory.py), as --set:")
+    width = max(len(a["set"]) for a in alternatives)
+    for a in alternatives:
+        out.append(f"{indent}  {a['set']:<{width}}  {a['peak_gib']:6.2f} GiB")
+    return out
+
+
+def _sweep_row(s: Summary | dict) -> str:
+    if not isinstance(s, Summary):  # not simulated: out of memory
+        cells = [f"{s['ranks']:>6}", f"{s['nodes']:>5}"]
+        return (
+            " ".join(cells) + f"  OOM: {s['peak_gib']:.2f} GiB per GPU > {s['device_memory_gib']:g} GiB, not simulated"
+        )
+    return " ".join(f"{f(s):>{w}}" for _, w, f in _SWEEP_COLUMNS)
+
+
+# Sweep table columns: header (units in the name), width, value.
+_SWEEP_COLUMNS = (
+    ("ranks", 6, lambda s: f"{s.ranks}"),
+    ("nodes", 5, lambda s: f"{s.nodes}"),
+    ("step_p50(s)", 11, lambda s: f"{s.step_time_s.p50:.4f}"),
+    ("step_p95(s)", 11, lambda s: f"{s.step_time_s.p95:.4f}"),
+    ("compute(s)", 10, lambda s: f"{s.compute_s:.4f}"),
+    ("exp_comm(s)", 11, lambda s: f"{s.exposed_comm_s:.4f}"),
+    ("wait(s)", 9, lambda s: f"{s.straggler_wait_s:.4f}"),
+    ("comm/comp", 9, lambda s: f"{s.comm_compute_ratio:.3f}"),
+    ("eff(%)", 7, lambda s: f"{s.scaling_efficiency * 100:.1f}"),
+    ("tokens/s", 13, lambda s: f"{s.tokens_per_s:,.0f}"),
+    ("MFU(%)", 6, lambda s: f"{s.mfu * 100:.1f}"),
+    ("algorithms", 24, lambda s: "+".join(s.algorithms)),
+)
+
+
+def mode_note(sc) -> str:
+    t = sc.training
+    if t.mode == "hsdp":
+        return f" (HSDP, shards of {sc.shard_size} x {sc.ranks // sc.shard_size} replicas, prefetch {t.fsdp_prefetch})"
+    return f" (FSDP, prefetch {t.fsdp_prefetch})" if t.mode == "fsdp" else ""
+
+
+def sweep_lines(sc, summaries: list[Summary | dict]) -> list[str]:
+    out = []
+    # sc is the first scale's, its description already written for sc.ranks (sim/describe.py).
+    counts = [s.ranks if isinstance(s, Summary) else s["ranks"] for s in summaries]
+    out.append(f"{sc.name}: {description_over(sc.description, sc.ranks, counts, sc.network.gpus_per_node)}")
+    params = fmt_count(param_count(sc.model.shape))
+    out.append(
+        f"  {sc.model.shape.name} ({params} params){mode_note(sc)}, {network_line(sc)};"
+        f" {sc.steps} steps, seed {sc.seed}"
+    )
+    out.append(" ".join(f"{h:>{w}}" for h, w, _ in _SWEEP_COLUMNS))
+    for s in summaries:
+        out.append(_sweep_row(s))
+    ran = next((s for s in summaries if isinstance(s, Summary)), None)
+    if ran is not None:
+        out.append(f"  compute: {STACK_NOTES[ran.stack]}; MFU: {ran.flop_count} FLOPs per token"
+              f" x tokens/s per GPU / {ran.peak_tflop_s:g} TFLOP/s peak")  # fmt: skip
+    oom = next((s for s in summaries if not isinstance(s, Summary)), None)
+    if oom is not None:
+        out.append(f"  at {oom['ranks']} ranks:")
+        out += alternatives_lines(oom["alternatives"])
+        out.append("  --ignore-memory simulates it anyway")
+    return out
+
+
+def simulate_lines(
+    scenarios, summaries: list[Summary | dict], *, sweep: bool, provenance, out_dir, records: bool
+) -> list[str]:
+    """What `ddplab simulate` prints after its scales ran (workflow/simulation.py simulate_scales)."""
+    out = []
+    simulated = [s for s in summaries if isinstance(s, Summary)]
+    if sweep:
+        out += sweep_lines(scenarios[0], summaries)
+        for s in simulated:
+            out += train_cost_lines(s, indent=f"  {s.ranks} ranks: ")
+    elif not simulated:
+        return out_of_memory_lines(scenarios[0], summaries[0])
+    else:
+        out += summary_lines(scenarios[0], summaries[0])
+        if summaries[0].episodes:
+            out += episodes_lines(summaries[0].episodes)
+        out += train_cost_lines(summaries[0])
+    if provenance:
+        out += parameters_lines(summaries[0])
+    if out_dir and simulated:
+        plots = ", scaling.png and scaling.csv" if sweep else " and breakdown.png"
+        tables = "records, per-step and per-rank tables" if records else "per-step and per-rank tables"
+        out.append(f"{tables}, Chrome trace{plots} in {out_dir}/")
+    return out
+
+
+def _tokens(n: float) -> str:
+    for suffix, size in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= size:
+            return f"{n / size:.4g}{suffix}"
+    return f"{n:,.0f}"
+
+
+def train_cost_lines(summary: Summary | dict, indent: str = "  ") -> list[str]:
+    """What `simulate` prints under its throughput: the time and money, then what they rest on."""
+    c = summary.to_train if isinstance(summary, Summary) else None
+    if c is None:
+        return []
+    money = f", ${c['usd']:,.0f} at ${c['usd_per_gpu_hour']:.2f}/GPU-hour" if c["usd"] is not None else ""
+    return [
+        f"{indent}to train {_tokens(c['tokens']):<7} {c['days']:,.2f} days wall clock including failures"
+        f" ({c['gpu_hours']:,.0f} GPU-hours{money}); {c['failure_free_days']:,.2f} days without failures",
+        f"{indent}  goodput        {c['goodput']:.1%}: MTBF {c['mtbf_h']:.3g} h ({c['mtbf_from']}),"
+        f" restart {c['restart_min']:g} min, checkpoint {c['checkpoint_min']:g} min every"
+        f" {c['interval_min']:.0f} min (Daly's interval)",
+    ]
+
+
+def run3d_lines(sc, run, s: dict) -> list[str]:
+    """One tensor- or pipeline-parallel scale (workflow/threed.py) over its steps: the step, the
+    parts per GPU, memory per stage and what a straggler costs."""
+    lay, first = run.layout, run.first
+    sched = lay.schedule + (f", v={lay.v}" if lay.v > 1 else "")
+    mb = f"{lay.m} micro-batches of {sc.training.micro_batch_size} x {sc.seq_len}"
+    out = [f"{sc.name}: {sc.model.shape.name}, {sc.ranks} GPUs = tp {lay.tp} x pp {lay.pp} x dp {lay.dp} "
+           f"({sc.training.mode}), {mb}, {sched}"]  # fmt: skip
+    if "verdict" in s:
+        out.append(f"  {s['verdict']} (--ignore-memory to simulate anyway)")
+    pct = s["step_time_percentiles_s"]
+    out.append(f"  step time      {fmt_seconds(s['step_time_s'])} mean over {sc.steps} steps"
+               f" (p50 {fmt_seconds(pct['p50'])}, p99 {fmt_seconds(pct['p99'])};"
+               f" {s['tokens_per_s']:,.0f} tokens/s, MFU {s['mfu']:.1%})")  # fmt: skip
+    idle = s["stage_idle_fraction"]
+    out.append(f"  pipeline       {fmt_seconds(s['pipeline_s'])}  bubble (closed form) {first.bubble_fraction:.1%}, "
+               f"stage idle {min(idle):.1%}-{max(idle):.1%}")  # fmt: skip
+    out.append(f"  TP comm        {fmt_seconds(first.tp_comm_s)} exposed per step on the busiest stage; "
+               f"p2p send {fmt_seconds(first.p2p_s)}")  # fmt: skip
+    out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline; optimizer "
+               f"{fmt_seconds(first.optimizer_s)}")  # fmt: skip
+    parts = s["parts_s"]
+    out.append(f"  per GPU        compute {fmt_seconds(parts['compute_s'])}, bubble {fmt_seconds(parts['bubble_s'])},"
+               f" exposed comm {fmt_seconds(parts['exposed_comm_s'])}, straggler wait"
+               f" {fmt_seconds(parts['straggler_wait_s'])} (means over GPUs and steps)")  # fmt: skip
+    mem = ", ".join(f"{m.total_gib:.1f}" for m in first.memory[:8]) + (" ..." if len(first.memory) > 8 else "")
+    out.append(f"  memory per GPU {first.peak_memory_gib:.1f} GiB at most (by stage: {mem})")
+    if "straggler" in s:
+        g = s["straggler"]
+        c = g["charged_to"]
+        out.append(f"  straggler      ranks {g['ranks']} in stage(s) {g['stages']}:"
+                   f" +{fmt_seconds(g['cost_s'])} per step "
+                   f"({g['cost_fraction']:+.1%}) over {fmt_seconds(g['step_time_without_s'])} without; "
+                   f"charged to stage {c['stage']} (pipeline {c['replica']}: its compute grew most)")  # fmt: skip
+    out.append(f"  assumed: {threed.ASSUMED}")
+    return out
+
+
+def tables3d_line(out_dir, records: bool) -> str:
+    """Where `ddplab simulate --out` of a tp/pp scenario put its files."""
+    tables = "records, per-step and per-rank tables" if records else "per-step and per-rank tables"
+    return f"{tables} in {out_dir}/"

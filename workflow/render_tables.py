@@ -1,0 +1,160 @@
+"""What the table commands print for people, as lines: `ddplab cost`'s link table, `collective`'s
+nccl-tests-style table, `scenarios` (and `--keys`), `models` and `plan`. Each reads the rows its
+workflow/ function returned (what `--json` prints)."""
+
+from sim.scenario_file import BASE_HINT
+from workflow.layouts import scenario_sets
+from workflow.render_sim import network_line
+from workflow.units import fmt_bytes, fmt_seconds
+
+
+def cost_lines(
+    rows: list[dict],
+    *,
+    params: float,
+    precision: str,
+    bytes_per_param,
+    ranks: int,
+    efficiency: float,
+    grad_accum: int,
+    compute_s,
+) -> list[str]:
+    """`ddplab cost`: the ring allreduce's traffic, then a row per link (workflow/tables.py)."""
+    out = []
+    per_param = rows[0]["bytes_per_param"]
+    s = params * per_param
+    why = "--bytes-per-param" if bytes_per_param is not None else f"{precision} gradients"
+    out.append(
+        f"Ring allreduce of {params:.4g} params x {per_param:g} B ({why}) = {s / 1e9:.2f} GB"
+        f" over N={ranks}: 2(N-1)/N x S = {rows[0]['traffic_bytes'] / 1e9:.2f} GB per rank per step,"
+        f" at {efficiency:.0%} of line rate"
+    )
+    if grad_accum > 1:
+        out.append(f"Gradient accumulation K={grad_accum}: one allreduce per {grad_accum} micro-steps")
+    header = f"{'link':<12} {'Gbit/s':>8} {'allreduce/step':>15}"
+    if compute_s:
+        header += f" {'T_comm/T_compute':>17}"
+    out.append(header)
+    for r in rows:
+        line = f"{r['link']:<12} {r['link_gbit_s']:>8g} {fmt_seconds(r['seconds_per_step']):>15}"
+        if "comm_compute_ratio" in r:
+            k = r["comm_compute_ratio"]
+            verdict = f"communication-bound x {k:.1f}" if k >= 1 else f"compute-bound ({k:.2f})"
+            line += f" {k:>17.2f}  {verdict}"
+        out.append(line)
+    return out
+
+
+def collective_lines(op: str, found) -> list[str]:
+    """`ddplab collective`: nccl-tests' table of a predicted collective, and why each algorithm."""
+    out, sc, rows = [], found.scenario, found.rows
+    redop = "sum" if op in ("allreduce", "reduce_scatter") else "none"
+    out.append(f"# ddplab collective: predicted {op} on {sc.name} ({network_line(sc)})")
+    how = (
+        f"{sc.network.tuner}'s choice replayed from its own estimate, then timed (sim/nccl.py)"
+        if sc.network.backend == "nccl"
+        else "gloo's ring"
+    )
+    out.append(f"# nranks {found.ranks}, nodes {found.nodes}; {how}")
+    out.append("#")
+    head = ("size", "count", "type", "redop", "algorithm", "time", "algbw", "busbw")
+    units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)")
+    widths = (12, 12, 6, 6, 15, 10, 8, 8)
+    out.append("# " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
+    out.append("# " + " ".join(f"{u:>{w}}" for u, w in zip(units, widths, strict=True)))
+    for r in rows:
+        out.append(
+            f"  {r['size_bytes']:>12} {r['count']:>12} {r['type']:>6} {redop:>6} {r['algorithm']:>15}"
+            f" {r['time_us']:>10.1f} {r['algbw_gb_s']:>8.2f} {r['busbw_gb_s']:>8.2f}"
+        )
+    avg = sum(r["busbw_gb_s"] for r in rows) / len(rows)
+    out.append(f"# Avg bus bandwidth    : {avg:.3f}")
+    if rows and "why" in rows[0]:
+        out.append("#")
+        out.append(f"# why: {sc.network.tuner}'s estimate (us), its pick first; then our time = latency + bytes")
+        for r in rows:
+            w = r["why"]
+            others = " < ".join(f"{n['algorithm']} {n['library_estimate_us']:.1f}" for n in w["next"])
+            net = f", {w['network_steps']} network steps" if w["network_steps"] else ""
+            out.append(
+                f"#   {r['size_bytes']:>12}: {r['algorithm']} {w['library_estimate_us']:.1f}"
+                f"{' < ' + others if others else ''}; {r['time_us']:.1f} = {w['latency_us']:.1f} latency{net}"
+                f" + {w['bytes_us']:.1f} bytes"
+            )
+    return out
+
+
+def scenario_lines(rows: list[dict]) -> list[str]:
+    return [f"{row['name']:<16} {row['ranks']:>5} ranks  {row['description']}" for row in rows]
+
+
+def _toml_value(value) -> str:
+    """A default as a TOML file would spell it; None (no TOML value) as "unset"."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def scenario_key_lines(rows: list[dict]) -> list[str]:
+    """`ddplab scenarios --keys`: every key a scenario file may set (sim/config.py)."""
+    out = []
+    width = max(len(r["key"]) for r in rows) + 2
+    out.append(f"# every scenario key (sim/config.py); * = a file without base must set it, or use {BASE_HINT}")
+    out.append(f"{'key':<{width}} {'unit':<8} {'default':<12} meaning")
+    for r in rows:
+        key = r["key"] + (" *" if r["must_set_without_base"] else "")
+        out.append(f"{key:<{width}} {r['unit'] or '-':<8} {_toml_value(r['default']):<12} {r['meaning']}")
+    return out
+
+
+def model_lines(rows: list[dict]) -> list[str]:
+    """`ddplab models`: each preset's shape, parameters and gradient bytes."""
+    out = []
+    cols = (
+        ("model", 11, lambda r: r["model"]),
+        ("layers", 6, lambda r: r["n_layer"]),
+        ("d_model", 7, lambda r: r["n_embd"]),
+        ("heads", 5, lambda r: r["n_head"]),
+        ("context", 7, lambda r: r["block_size"]),
+        ("params", 13, lambda r: f"{r['params']:,}"),
+        ("grads fp32", 11, lambda r: fmt_bytes(r["grad_bytes_fp32"])),
+        ("grads bf16", 11, lambda r: fmt_bytes(r["grad_bytes_bf16"])),
+    )
+    out.append(" ".join(f"{h:>{w}}" for h, w, _ in cols))
+    for r in rows:
+        out.append(" ".join(f"{f(r):>{w}}" for _, w, f in cols))
+    return out
+
+
+def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: int, found: dict) -> list[str]:
+    """`ddplab plan`: the layouts that fit, fastest first (workflow/layouts.py), and the best as a command."""
+    out = []
+    rows, gpus, batch = found["layouts"], found["gpus"], found["global_batch"]
+    fit, replayed = found["fitting"], min(found["fitting"], finalists)
+    out.append(f"{model} on {gpus} GPUs of {cluster}, global batch {batch} x {found['seq_len']} tokens: "
+          f"{fit} of {found['considered']} layouts fit; {replayed} replayed ({found['seconds']:.1f} s)")  # fmt: skip
+    out.append(f"  {'tp':>2} {'pp':>3} {'dp':>4} {'mb':>2} {'accum':>5} {'schedule':<14} {'recompute':<9} {'mode':<4}"
+          f" {'step':>9} {'MFU':>6} {'memory':>9} {'bubble':>6} {'TP comm':>9} {'DP exp.':>9}")  # fmt: skip
+    for r in rows:
+        sched = r["schedule"] + (f" v={r['virtual']}" if r["virtual"] > 1 else "")
+        mark = "" if r["replayed"] else "  (estimate)"
+        out.append(f"  {r['tp']:>2} {r['pp']:>3} {r['dp']:>4} {r['micro_batch']:>2} {r['grad_accum']:>5} {sched:<14} "
+              f"{r['recompute']:<9} {r['mode']:<4} {fmt_seconds(r['step_time_s']):>9} {_pct(r['mfu']):>6} "
+              f"{r['memory_gib']:>5.1f} GiB {_pct(r['bubble_fraction']):>6} {_s(r['tp_comm_s']):>9} "
+              f"{_s(r['dp_exposed_s']):>9}{mark}")  # fmt: skip
+    out.append(
+        f"  best: ddplab simulate {cluster} --ranks {gpus} "
+        + " ".join(f"--set {x}" for x in [*scenario_sets(model, sets, seq_len), *rows[0]["sets"]])
+    )
+    out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs")
+    return out
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _s(x) -> str:
+    return "-" if x is None else fmt_seconds(x)
