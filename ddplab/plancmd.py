@@ -5,12 +5,11 @@ here, in local processes or on a Dask cluster (workflow/sweep_engines.py, as `dd
 import os
 import sys
 
+from ddplab.engineargs import add_engine_arguments
 from ddplab.signals import sigterm_as_ctrl_c
 from ddplab.textout import show
 from workflow import render_tables
 from workflow.layouts import plan_layouts
-
-DASHBOARD = "127.0.0.1:8787"  # --dashboard alone, as `ddplab sweep`'s
 
 
 def add_arguments(sub) -> None:
@@ -24,29 +23,12 @@ def add_arguments(sub) -> None:
     p.add_argument("--top", type=int, default=10, help="layouts to print (default 10)")
     p.add_argument("--finalists", type=int, default=12, help="layouts replayed event by event (default 12)")
     p.add_argument("--json", action="store_true", help="print JSON: the ranked layouts with their --set keys")
-    p.add_argument(
-        "--engine",
-        default="local",
-        choices=["local", "dask"],
-        help="local: this process (--workers N: N processes); dask: a Dask cluster (pip install 'ddplab[dask]')",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        help="processes: local's pool (default 1: this process, no pool), or the LocalCluster --engine dask"
+    add_engine_arguments(
+        p,
+        local="this process (--workers N: N processes)",
+        workers_default=None,
+        workers_help="processes: local's pool (default 1: this process, no pool), or the LocalCluster --engine dask"
         " starts without --scheduler (default: every core)",
-    )
-    p.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="with --engine dask: a running cluster's scheduler (tcp://HOST:8786) instead of a LocalCluster",
-    )
-    p.add_argument(
-        "--dashboard",
-        nargs="?",
-        const=DASHBOARD,
-        metavar="HOST:PORT",
-        help=f"with --engine dask and no --scheduler: the LocalCluster's dashboard (alone: {DASHBOARD})",
     )
     p.set_defaults(func=run)
 

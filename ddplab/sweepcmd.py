@@ -7,15 +7,13 @@ import os
 import sys
 from pathlib import Path
 
+from ddplab.engineargs import add_engine_arguments
 from ddplab.signals import sigterm_as_ctrl_c
 from ddplab.textout import show
 from realrun.cli import EpilogFormatter
 from workflow import limits
 from workflow.progress import RunProgress
 from workflow.render_studies import sweep_table_lines
-
-# --dashboard alone: Dask's usual port, still on this machine only; 0.0.0.0:8787 serves everyone.
-DASHBOARD = "127.0.0.1:8787"
 
 EPILOG = """\
 the grid: every SCENARIO x every combination of the --vary values x every seed.
@@ -54,31 +52,12 @@ def add_parser(sub) -> None:
     s.add_argument("--seeds", default="5", metavar="N|A,B,...", help="seeds 0..N-1, or a comma list of seeds")
     s.add_argument("--ranks", type=int, help="ranks of every run (default: each scenario's)")
     s.add_argument("--steps", type=int, help="steps of every run (default: each scenario's)")
-    s.add_argument(
-        "--engine",
-        default="local",
-        choices=["local", "dask"],
-        help="local: processes on this machine; dask: a Dask cluster (pip install 'ddplab[dask]')",
-    )
-    s.add_argument(
-        "--workers",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="processes: local's pool, or the LocalCluster --engine dask starts without --scheduler"
+    add_engine_arguments(
+        s,
+        local="processes on this machine",
+        workers_default=os.cpu_count() or 1,
+        workers_help="processes: local's pool, or the LocalCluster --engine dask starts without --scheduler"
         " (default: every core; local 1: in this process, no pool)",
-    )
-    s.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="with --engine dask: a running cluster's scheduler (tcp://HOST:8786) instead of a LocalCluster",
-    )
-    s.add_argument(
-        "--dashboard",
-        nargs="?",
-        const=DASHBOARD,
-        metavar="HOST:PORT",
-        help=f"with --engine dask and no --scheduler: the LocalCluster's dashboard address (alone: {DASHBOARD};"
-        " without it a free port on 127.0.0.1: the dashboard asks no password, so not on every interface)",
     )
     s.add_argument(
         "--out", type=Path, metavar="DIR", help="write runs.csv (every run), sweep.csv, sweep.json, sweep.png here"
