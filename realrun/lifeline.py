@@ -16,6 +16,9 @@ from pathlib import Path
 from realrun.runfolder import LIFELINE_ENV
 
 POLL_S = 0.2  # the acceptance bound is "no process of the run alive 2 s after the kill"
+# torchrun gone, the launcher's lock still held: how long its other threads may take to exit
+# (milliseconds when idle) before torchrun alone is blamed; within the 2 s bound with POLL_S.
+PARENT_GRACE_S = 0.6
 _parent: int | None = None  # this rank's parent when watch() began: torchrun's agent
 
 
@@ -56,11 +59,19 @@ def _poll(path: Path, on_gone: Callable[[str], None]) -> None:
 
 
 def _why_gone(fd: int) -> str | None:
-    """The launcher's reason first: a launcher killed outright takes torchrun with it (its
-    parent-death signal), and the kernel drops the launcher's lock before it signals torchrun,
-    so reading the parent first and the lock second never blames torchrun for that."""
-    parent_gone = _parent_gone()
-    return _released(fd) or parent_gone
+    """The launcher's reason first. A launcher killed outright takes torchrun with it (its
+    parent-death signal), but that signal comes when the launcher's *thread* that started torchrun
+    exits (prctl(2): the parent is the creating thread), while its lock lives until its last
+    thread (the output echoes) has gone: on a loaded box a rank saw torchrun gone with the lock
+    still held (2026-12-02). So a parent gone waits up to PARENT_GRACE_S for the lock."""
+    if (released := _released(fd)) is not None or _parent_gone() is None:
+        return released
+    deadline = time.monotonic() + PARENT_GRACE_S
+    while time.monotonic() < deadline:
+        time.sleep(POLL_S / 4)
+        if (released := _released(fd)) is not None:
+            return released
+    return _parent_gone()
 
 
 def _released(fd: int) -> str | None:
