@@ -137,7 +137,7 @@ def run_local(
 def _wait(proc: subprocess.Popen, timeout_s: float | None) -> tuple[int | None, str | None]:
     """Wait for torchrun. (None, None) when it ended by itself, else the launcher's exit code
     and why it stopped the run."""
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         proc.wait(timeout=timeout_s)
         return None, None
@@ -149,7 +149,8 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None) -> tuple[int | None, 
         signal.signal(signal.SIGTERM, previous)
 
 
-def _raise_interrupt(signum, frame):
+def raise_interrupt(signum, frame):
+    """A SIGTERM handler: the launchers clean up after a `kill` as after Ctrl-C."""
     raise KeyboardInterrupt
 
 

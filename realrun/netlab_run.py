@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from realrun import netlab
-from realrun.launch import TorchrunFilter, die_with_parent, run_env
+from realrun.launch import TorchrunFilter, die_with_parent, raise_interrupt, run_env
 from realrun.netlab import Lab, LabSpec
 from realrun.records import end_unfinished
 from realrun.runfolder import LIFELINE_ENV, RUN_ID_ENV, RunFolder
@@ -140,10 +140,6 @@ def run(
         end_unfinished(out_dir, verb, ended)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run_in_lab(
     spec: LabSpec,
     verb: str,
@@ -162,7 +158,7 @@ def run_in_lab(
     # SIGTERM (a CI timeout, `kill`) must clean up like Ctrl-C does; only the main thread
     # may set a handler, and only it receives signals.
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    previous = signal.signal(signal.SIGTERM, raise_interrupt) if main else None
     try:
         on_lab(lab)
         code, diagnosis = run(lab, verb, verb_args, folder, **run_kw)
