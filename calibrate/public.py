@@ -308,9 +308,13 @@ def _llama3_row(gpus, tp, cp, pp, dp, seq, batch_per_dp, tokens, tflop_s, mfu) -
 def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> Row:
     """One row of NeMo 24.07's H100 FP8 pre-training table (the rule, docs/validation-public.md,
     fixed before predicting): the model and job as printed, FP8, on h100-1024; sequence
-    parallelism where TP > 1, fused attention and kernels, DDP overlapped with backward, and the
-    least recomputation whose memory fits 80 GB. Compared as the step time the printed tokens/s
-    per GPU imply."""
+    parallelism where TP > 1, fused attention and kernels, and the least recomputation whose
+    memory fits 80 GB. Compared as the step time the printed tokens/s per GPU imply. Since
+    2026-12-02, after the rows missed as DDP: the data parallelism the launcher's yamls
+    configure (NeMo-Framework-Launcher conf/training/gpt3/*.yaml, llama/llama2_*.yaml: ``optim:
+    name: distributed_fused_adam``, ``overlap_grad_sync`` and ``overlap_param_sync`` on),
+    Megatron's distributed optimizer (training.mode zero1). Their bucket caps (100-400 MB by
+    model, in yamls of versions other than 24.07's) are not applied: ddplab's default 25 MB."""
     from sim.parallel3d import layout, memory_by_stage, step_costs
 
     dp = gpus // (tp * pp)
@@ -319,7 +323,7 @@ def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> 
         *sets(model__name=model.lower()), *shape,
         *sets(model__block_size=seq, training__seq_len=seq, training__micro_batch_size=mbs,
               training__grad_accum=gbs // (mbs * dp), training__tp=tp, training__pp=pp,
-              training__sequence_parallel=tp > 1, training__mode="ddp", training__precision="fp8",
+              training__sequence_parallel=tp > 1, training__mode="zero1", training__precision="fp8",
               training__fused_attention=True, training__overlap=True, compute__stack="compiled"),
     )  # fmt: skip
     if vp > 1:
@@ -499,7 +503,7 @@ def predict(row: Row) -> float:
     from sim.engine import simulate
 
     sc = resolve(job.preset, job.sets, flag_patches(ranks=job.ranks, steps=job.steps)).scenario
-    if sc.training.tp * sc.training.pp > 1:  # as `ddplab simulate` does: sim/parallel3d.py
+    if sc.parallel3d:  # as `ddplab simulate` does: sim/parallel3d.py
         import numpy as np
 
         from sim.parallel3d import simulate_3d

@@ -29,9 +29,9 @@ def _simulate(args):
     if warning:
         say(f"ddplab simulate: warning: {warning}")
     sweep = args.sweep_ranks is not None
-    if any(threed.is_3d(sc) for sc in scenarios):  # tensor or pipeline parallel: sim/parallel3d.py
+    if any(sc.parallel3d for sc in scenarios):  # tensor/pipeline parallel, zero1: sim/parallel3d.py
         if getattr(args, "engine", "fast") == "simpy":
-            raise ValueError("--engine simpy: the reference models a DDP step; training.tp/pp run sim/parallel3d.py")
+            raise ValueError("--engine simpy: the reference models a DDP step; tp, pp and zero1 run sim/parallel3d.py")
         return _simulate_3d(args, scenarios)
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")

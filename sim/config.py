@@ -25,6 +25,9 @@ STACKS = ("eager", "compiled")  # compute.stack: what runs the step (sim/rooflin
 # than this is not a distribution to draw from.
 MIN_SAMPLES = 8
 SHARDED_MODES = ("fsdp", "hsdp")  # training.mode values that run sim/fsdp.py's per-unit model
+MODES = ("ddp", "fsdp", "hsdp", "zero1")  # training.mode
+# Modes whose module holds 16-bit weights beside an fp32 master copy (sim/precision.py ``sharded``).
+MASTER_COPY_MODES = (*SHARDED_MODES, "zero1")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")  # training.pp_schedule (sim/pipeline.py)
 RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
@@ -113,7 +116,10 @@ class TrainingConfig:
     ZeRO-3: parameters, gradients and optimizer state sharded; each unit allgathered for its
     forward and again for its backward, its gradients reduce-scattered; sim/fsdp.py) | hsdp
     (hybrid sharding, FSDP's HYBRID_SHARD / FSDP2 on a 2-D mesh: fsdp within groups of
-    hsdp_shard_size ranks, each unit's gradient shard then allreduced across the groups)."""
+    hsdp_shard_size ranks, each unit's gradient shard then allreduced across the groups) | zero1
+    (Megatron's distributed optimizer, ZeRO stage 1: the fp32 master weights and the optimizer's
+    moments sharded over the data-parallel ranks, gradients reduce-scattered in buckets and the
+    updated 16-bit weights allgathered; simulated by sim/parallel3d.py at any tp and pp)."""
     hsdp_shard_size: int = 0
     """hsdp: ranks per shard group, consecutive ranks; 0 = network.gpus_per_node (one node),
     or every rank when the job is smaller than a node. Must divide ranks, and divide or be a
@@ -171,7 +177,7 @@ class TrainingConfig:
             self.compress_s_per_gb,
             "must be >= 0",
         )
-        _one_of("training.mode", self.mode, ("ddp", "fsdp", "hsdp"))
+        _one_of("training.mode", self.mode, MODES)
         if isinstance(self.activation_checkpointing, str):
             _one_of("training.activation_checkpointing", self.activation_checkpointing, RECOMPUTE + (True, False))
             # Strings none and full are the booleans every existing reader tests; selective stays.
@@ -198,14 +204,15 @@ class TrainingConfig:
                 f"the interleaved schedule needs a multiple of training.pp ({self.pp})",
             )
         if self.tp * self.pp > 1:
-            why = "hsdp with tp or pp is not modelled (ddp or fsdp)"
+            why = "hsdp with tp or pp is not modelled (ddp, fsdp or zero1)"
             _require(self.mode != "hsdp", "training.mode", self.mode, why)
             why = "powersgd with tp or pp is not modelled (none, fp16 or bf16)"
             _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
-        if self.mode in SHARDED_MODES:
-            # FSDP reduce-scatters plain gradients in the precision's gradient dtype.
+        if self.mode in MASTER_COPY_MODES:
+            # FSDP and the distributed optimizer reduce-scatter plain gradients in the precision's
+            # gradient dtype.
             _require(
                 self.comm_hook == "none",
                 "training.comm_hook",
@@ -224,7 +231,7 @@ class TrainingConfig:
         """Bytes per element of each kind of tensor under ``precision`` (and, sharded, FSDP's
         mixed precision: sim/precision.py)."""
         dtypes = precision_dtypes(self.precision)
-        return sharded(dtypes) if self.mode in SHARDED_MODES else dtypes
+        return sharded(dtypes) if self.mode in MASTER_COPY_MODES else dtypes
 
 
 @dataclass(kw_only=True)
@@ -707,6 +714,13 @@ class Scenario:
             ok = isinstance(layers, list) and all(isinstance(x, int) and x >= 0 for x in layers)
             _require(ok and len(layers) == n, "training.pp_layers", layers, f"must be {n} counts >= 0 (pp x chunks)")
             _require(sum(layers) == shape.n_layer, "training.pp_layers", layers, f"must sum to {shape.n_layer}")
+
+    @property
+    def parallel3d(self) -> bool:
+        """Simulated by sim/parallel3d.py (tensor or pipeline parallel, or the distributed
+        optimizer, which only that model has) rather than sim/engine.py's DDP/FSDP step."""
+        t = self.training
+        return t.tp * t.pp > 1 or t.mode == "zero1"
 
     @property
     def dp(self) -> int:

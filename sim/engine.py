@@ -75,6 +75,8 @@ def simulate(
     Neither changes a number. ``held``: one episode state for the whole run instead of the
     scenario's episodes as they come (sim/episode_cost.py).
     """
+    if sc.training.mode == "zero1":  # `ddplab simulate` runs it through sim/parallel3d.py
+        raise ValueError("training.mode=zero1: the distributed optimizer is simulated by sim/parallel3d.py (simulate)")
     if sc.training.mode in SHARDED_MODES:
         return simulate_fsdp(
             sc,

@@ -29,6 +29,8 @@ parameter + gradient + optimizer-state bytes (2 + 4 + 4 + 8 = 18 under bf16-amp)
 the stage's 1/tp share. fsdp over the data-parallel ranks, as torchtitan runs it beside a
 pipeline (its parameters stay gathered from forward to backward, the gradients reduce-scattered
 once per step): the 16-bit weights and the gradients whole, master weights and moments / dp.
+zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
+(distrib_optimizer) give 6 + 12 / dp bytes per parameter for bf16 weights and fp32 gradients.
 """
 
 from typing import NamedTuple
@@ -116,7 +118,7 @@ def stage_memory(
     """``in_flight_layers``: layers' worth of activations the stage holds at its peak (its
     layers per chunk x chunk-micro-batches in flight, sim/pipeline.py)."""
     c, w, g, o = dtypes.compute_bytes, dtypes.param_bytes, dtypes.grad_bytes, dtypes.optimizer_state_bytes
-    if mode == "fsdp":
+    if mode in ("fsdp", "zero1"):
         states = params * (c + g + (w + o) / dp)
     else:
         states = params * (c + w + g + o)

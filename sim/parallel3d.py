@@ -22,9 +22,16 @@ A step, on each of the dp pipelines (replicas):
    last backward ends (overlapped_dp_end); without, after it (Megatron-LM 2021's "local" DDP).
    fsdp: the stage's 16-bit weights are allgathered once before the first forward (prefetched
    layer by layer behind it when overlapping) and gradients reduce-scattered after the last
-   backward, one collective per block (FSDP's unit, sim/fsdp.py), not in DDP's buckets;
+   backward, one collective per block (FSDP's unit, sim/fsdp.py), not in DDP's buckets.
+   zero1 (Megatron's distributed optimizer): in DDP's buckets, each gradient bucket is
+   reduce-scattered in the gradient dtype, where DDP allreduces it, and after the optimizer
+   each GPU's updated shard of the 16-bit weights is allgathered, bucket by bucket; with
+   overlap (Megatron's ``--overlap-param-gather``, NeMo's ``overlap_param_sync``) behind the
+   next step's first forward, which waits for a bucket only when the gather runs behind it
+   (``gather_start_s``). Megatron-Core's docs (distrib_optimizer) give the
+   memory: 6 + 12 / dp bytes per parameter for bf16 weights and fp32 gradients;
 3. a tied embedding spread over the first and last stages allreduces its gradient between them;
-4. the optimizer steps the GPU's parameters (its shard under fsdp).
+4. the optimizer steps the GPU's parameters (its shard under fsdp and zero1).
 
 Persistent slowness (``stragglers``, ``noise.speed_spread_sd``) scales a GPU's compute; a TP
 group runs at its slowest member (its collectives are synchronous), so the stage of that
@@ -180,7 +187,7 @@ class StepCosts(NamedTuple):
     p2p_s: float
     dp_s: np.ndarray  # (pp,) the data-parallel reduction of the stage's gradients
     dp_last_bucket_s: np.ndarray  # (pp,) of the stage's last chunk to finish (chunk 0)
-    gather_s: np.ndarray  # (pp,) fsdp's allgather of the stage's weights before the first forward
+    gather_s: np.ndarray  # (pp,) fsdp's / zero1's allgather of the stage's weights before the first forward
     tie_s: float  # the tied embedding's allreduce between the first and last stages
     optimizer_s: np.ndarray  # (pp,)
     params: np.ndarray  # (pp,) on one GPU of each stage
@@ -192,6 +199,8 @@ class StepCosts(NamedTuple):
     # (pp, v) each model chunk's share of dp_s and its last bucket; None: one chunk per stage
     dp_chunk_s: np.ndarray | None = None
     dp_chunk_last_s: np.ndarray | None = None
+    # (pp,) with overlap, how long the stage's first forward waits for the gather (gather_start_s)
+    gather_wait_s: np.ndarray | None = None
 
 
 def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
@@ -225,7 +234,7 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     fabric = dp_fabric(sc, lay)
     cap = t.bucket_cap_mb
     dp_c, last_c = np.zeros((lay.pp, lay.v)), np.zeros((lay.pp, lay.v))
-    gather = np.zeros(lay.pp)
+    gather, first_gather = np.zeros(lay.pp), np.zeros(lay.pp)
     for g, n in enumerate(sizes):
         i, chunk = g % lay.pp, g // lay.pp
         size = per_chunk[i, chunk]
@@ -233,6 +242,11 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
             units = max(1, n + (g in (0, len(sizes) - 1)))
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap, units)
             gather[i] += bucketed_s("allgather", size * dt.compute_bytes, fabric, cap, units)[0]
+        elif t.mode == "zero1":  # DDP's buckets, reduce-scattered; the weights gathered in the same buckets
+            dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap)
+            whole, one = bucketed_s("allgather", size * dt.compute_bytes, fabric, cap)
+            gather[i] += whole
+            first_gather[i] = one if chunk == 0 else first_gather[i]
         else:  # a fp16/bf16 comm hook puts 2 bytes per gradient on the wire, and pays its casts
             wire = 2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("allreduce", size * wire, fabric, cap)
@@ -244,17 +258,30 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         tie = collective_cost("allreduce", shape.embedding_numel / lay.tp * dt.grad_bytes, pair).time_s
     if not sc.network.enabled:
         comm[:] = 0.0
-        dp_s[:], last[:], gather[:] = 0.0, 0.0, 0.0
+        dp_s[:], last[:], gather[:], first_gather[:] = 0.0, 0.0, 0.0, 0.0
         dp_c[:], last_c[:] = 0.0, 0.0
         tie = 0.0
-    shard = lay.dp if t.mode == "fsdp" else 1
+    shard = lay.dp if t.mode in ("fsdp", "zero1") else 1
     opt = np.array([adamw_step_s(n / shard, dt, c.hbm_tb_s) for n in params])
     if c.optimizer_s is not None:  # the whole model's, given: each GPU its share
         opt = c.optimizer_s * params / param_count(shape) / shard
     p2p = p2p_s(sc, lay, dt) if sc.network.enabled else 0.0
+    if t.mode == "zero1":
+        wait = gather_start_s(gather, first_gather, fwd.sum(axis=1))
+    else:  # fsdp: one block's unit ahead of the forward
+        wait = gather / np.array([max(1, sum(sizes[g] for g in range(i, len(sizes), lay.pp))) for i in range(lay.pp)])
     return StepCosts(
-        fwd, bwd, comm, p2p, dp_s, last, gather, tie, opt, params, sizes, dp_chunk_s=dp_c, dp_chunk_last_s=last_c
-    )
+        fwd, bwd, comm, p2p, dp_s, last, gather, tie, opt, params, sizes, dp_chunk_s=dp_c, dp_chunk_last_s=last_c,
+        gather_wait_s=wait,
+    )  # fmt: skip
+
+
+def gather_start_s(gather_s: np.ndarray, first_bucket_s: np.ndarray, forward_s: np.ndarray) -> np.ndarray:
+    """(pp,) how long an overlapped weight allgather delays each stage's first forward: its first
+    bucket, and whatever of the rest does not fit under one micro-batch's forward (the buckets
+    are gathered in turn, each layer's forward waiting for its own; Megatron-Core launches the
+    next bucket's gather from the forward pre-hook of the current one)."""
+    return first_bucket_s + np.maximum(0.0, gather_s - first_bucket_s - forward_s)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -421,9 +448,8 @@ def step_3d(
     (op_noise); ``memory``: memory_by_stage's, when the caller has it (sim/steps3d.py runs
     many steps of one layout). The dp pipelines replay together (sim/pipeline.py's batch),
     identical ones once."""
-    overlap, fsdp = sc.training.overlap, sc.training.mode == "fsdp"
-    start = costs.gather_s / np.array([max(1, sum(costs.layers[g] for g in range(i, len(costs.layers), lay.pp)))
-                                       for i in range(lay.pp)]) if overlap else costs.gather_s  # fmt: skip
+    overlap, gathers = sc.training.overlap, sc.training.mode in ("fsdp", "zero1")
+    start = costs.gather_wait_s if overlap and costs.gather_wait_s is not None else costs.gather_s
     if noise is None:  # identical pipelines replay identically
         rows, which = np.unique(factors, axis=0, return_inverse=True)
         which = which.reshape(-1)
@@ -438,7 +464,7 @@ def step_3d(
         costs.forward_s * f,
         costs.backward_s * f,
         costs.p2p_s,
-        start_s=start if fsdp else None,
+        start_s=start if gathers else None,
         op_noise=noise,
         sync_forward_s=costs.sync_forward_s,
         sync_backward_s=costs.sync_backward_s,

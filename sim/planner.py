@@ -14,7 +14,8 @@ Two passes, so thousands of layouts take seconds:
 The grid: tp over the divisors of the node's GPU count that divide the heads, pp over the
 divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
 divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 and 4 chunks
-where the layers allow, recompute none, selective and full, ddp and fsdp over the DP group.
+where the layers allow, recompute none, selective and full, ddp, fsdp and zero1 (Megatron's
+distributed optimizer) over the DP group.
 Sequence parallelism is on whenever tp > 1 (in this model it moves the same bytes and only
 removes work and memory). GPipe is left out: its bubble is 1F1B's and it holds more.
 
@@ -36,7 +37,7 @@ from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_co
 
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTES = ("none", "selective", "full")
-MODES = ("ddp", "fsdp")
+MODES = ("ddp", "fsdp", "zero1")
 VIRTUAL = (2, 4)
 # Candidates per pass-1 task: a task costs ~2 ms a candidate here, so 64 make ~0.1 s, long
 # enough that a Dask task's own overhead (a few ms) stays small, and 720 layouts still make
@@ -119,7 +120,8 @@ def estimate(sc: Scenario) -> tuple[float, float]:
     c = step_costs(sc, lay)
     stage = c.forward_s.sum(axis=1) + c.backward_s.sum(axis=1)
     fill = (lay.pp - 1) / lay.v * float(stage.mean()) + 2 * (lay.pp - 1) * c.p2p_s
-    pipeline = lay.m * float(stage.max()) + fill + float(c.gather_s.max())
+    gather = c.gather_wait_s if sc.training.overlap and c.gather_wait_s is not None else c.gather_s
+    pipeline = lay.m * float(stage.max()) + fill + float(gather.max())
     if sc.training.overlap:
         last = c.backward_s.sum(axis=1) / lay.v
         dp = float(np.max(np.maximum(c.dp_last_bucket_s, c.dp_s - last)))

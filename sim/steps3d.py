@@ -63,11 +63,15 @@ def jittered(sc: Scenario, lay: Layout, costs: StepCosts, rng: np.random.Generat
     docstring); unchanged, and nothing drawn, without jitter. A stage's reduction is n equal
     buckets (parallel3d.py bucketed_s: all of them over the last one); the whole is scaled by
     the mean of n draws and the last bucket by its own draw, for the concurrent group whose
-    buckets took longest."""
+    buckets took longest. The per-chunk shares the overlapped reduction reads (dp_chunk_s,
+    dp_chunk_last_s) scale with the stage's: each chunk's by the same mean, its last bucket by
+    the last draw."""
     net = sc.network
     if not net.jitter_samples and net.jitter_sigma == 0.0:
         return costs
     dp_s, last = costs.dp_s.copy(), costs.dp_last_bucket_s.copy()
+    chunk = None if costs.dp_chunk_s is None else costs.dp_chunk_s.copy()
+    chunk_last = None if costs.dp_chunk_last_s is None else costs.dp_chunk_last_s.copy()
     for i in range(lay.pp):
         if last[i] <= 0.0:
             continue
@@ -76,7 +80,10 @@ def jittered(sc: Scenario, lay: Layout, costs: StepCosts, rng: np.random.Generat
         slowest = draws[int(np.argmax(draws.sum(axis=1)))]
         dp_s[i] *= slowest.mean()
         last[i] *= slowest[-1]
-    return costs._replace(dp_s=dp_s, dp_last_bucket_s=last)
+        if chunk is not None and chunk_last is not None:
+            chunk[i] *= slowest.mean()
+            chunk_last[i] *= slowest[-1]
+    return costs._replace(dp_s=dp_s, dp_last_bucket_s=last, dp_chunk_s=chunk, dp_chunk_last_s=chunk_last)
 
 
 def split(step: Step3D, bubble_s: np.ndarray | None = None) -> dict[str, np.ndarray]:

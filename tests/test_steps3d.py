@@ -82,6 +82,17 @@ def test_jitter_is_the_stated_draws_on_the_dp_reduction_and_moves_no_compute():
     assert np.array_equal(run.records["compute_s"], calm.records["compute_s"])
 
 
+def test_jitter_moves_an_overlapped_reduction_too():
+    # One micro-batch at tp 8: the overlapped reduction outlasts the backward it hides under, so
+    # its jitter shows in every step (the per-chunk shares the overlap reads are jittered too).
+    sets = ["training.tp=8", "training.grad_accum=1", "training.overlap=true", *CALM]
+    calm = simulate_3d_steps(_sc(*sets, steps=3))
+    run = simulate_3d_steps(_sc(*sets, "network.jitter_sigma=0.2", steps=3))
+    assert calm.first.dp_exposed_s > 0.0
+    assert len(set(calm.step_time_s)) == 1
+    assert len(set(run.step_time_s)) == 3 and calm.step_time_s[0] not in set(run.step_time_s)
+
+
 def test_a_lemon_in_one_stage_costs_what_the_event_model_says_and_is_charged_to_it():
     sets = ["training.tp=4", "training.pp=4", "training.grad_accum=8", "training.overlap=false", *CALM]
     calm_sc = _sc(*sets, steps=2)

@@ -1,4 +1,5 @@
-"""A tensor- or pipeline-parallel scenario (training.tp or training.pp > 1) simulated as
+"""A tensor- or pipeline-parallel scenario (training.tp or training.pp > 1, or the distributed
+optimizer: Scenario.parallel3d) simulated as
 `ddplab simulate` does: ``steps`` steps of sim/steps3d.py per scale (sim/parallel3d.py's step,
 each with its own draws), its memory per stage, what a straggler costs and which TP group the
 records put it in, and with ``out`` the records written (output/export3d.py).
@@ -14,11 +15,7 @@ from pathlib import Path
 from output.export3d import write_run3d, write_summaries_3d
 from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
 
-__all__ = ["ASSUMED", "is_3d", "run", "simulate"]
-
-
-def is_3d(sc) -> bool:
-    return sc.training.tp * sc.training.pp > 1
+__all__ = ["ASSUMED", "run", "simulate"]
 
 
 def run(sc, *, records: bool = False, progress: Callable | None = None) -> tuple[Run3D, dict]:
@@ -44,7 +41,8 @@ def run(sc, *, records: bool = False, progress: Callable | None = None) -> tuple
 
 def _mode(sc) -> str:
     t = sc.training
-    return f"tp{t.tp} x pp{t.pp} x {t.mode}{sc.dp}"
+    dp = f" dp{sc.dp}" if t.mode[-1].isdigit() else sc.dp  # "zero164" would read as one number
+    return f"tp{t.tp} x pp{t.pp} x {t.mode}{dp}"
 
 
 def simulate(
