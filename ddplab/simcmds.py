@@ -31,7 +31,7 @@ def _simulate(args):
     sweep = args.sweep_ranks is not None
     if any(sc.parallel3d for sc in scenarios):  # tensor/pipeline parallel, zero1: sim/parallel3d.py
         if getattr(args, "engine", "fast") == "simpy":
-            raise ValueError("--engine simpy: the reference models a DDP step; tp, pp and zero1 run sim/parallel3d.py")
+            raise ValueError("--engine simpy: the reference models DDP; tp, pp and zero1 run sim/parallel3d.py")
         return _simulate_3d(args, scenarios)
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")

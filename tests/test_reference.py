@@ -80,7 +80,7 @@ def test_simulate_engine_simpy_prints_the_fast_engines_numbers(capsys):
     argv = ("simulate", "h100-1024", "--ranks", "64", "--steps", "2", "--set", "training.tp=8")
     code, _, err = in_process(capsys, *argv, "--engine", "simpy")
     assert code == 2 and err.splitlines() == [
-        "ddplab simulate: error: --engine simpy: the reference models a DDP step; tp, pp and zero1 run sim/parallel3d.py"
+        "ddplab simulate: error: --engine simpy: the reference models DDP; tp, pp and zero1 run sim/parallel3d.py"
     ]
 
 
