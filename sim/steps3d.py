@@ -19,7 +19,8 @@ their group's numbers) the step splits exactly:
 
 - compute: its stage's forwards and backwards in its pipeline (the exposed TP collectives in them);
 - exposed_comm: the stage's data-parallel reduction (and the tie) after the slowest replica's
-  last backward of the stage;
+  last backward of the stage, and under fsdp and zero1 the part of the weight gather before the
+  first forward that the stage waited for (``gather_exposed``);
 - bubble: the idle the same GPU has in this layout on identical GPUs without noise (the
   schedule's fill and drain, stage imbalance, the other stages' later reductions), at most its
   idle time in this step;
@@ -86,13 +87,31 @@ def jittered(sc: Scenario, lay: Layout, costs: StepCosts, rng: np.random.Generat
     return costs._replace(dp_s=dp_s, dp_last_bucket_s=last, dp_chunk_s=chunk, dp_chunk_last_s=chunk_last)
 
 
-def split(step: Step3D, bubble_s: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def gather_exposed(sc: Scenario, lay: Layout, costs: StepCosts, calm: Step3D) -> np.ndarray:
+    """(dp, pp) how much of each TP group's idle in the calm step is the weight gather before
+    the first forward (fsdp, zero1): its idle there less its idle in the same step replayed
+    without the gather. Zero when nothing is gathered."""
+    if not costs.gather_s.any():
+        return np.zeros_like(calm.busy_s)
+    none = np.zeros_like(costs.gather_s)
+    bare = step_3d(sc, lay, costs._replace(gather_s=none, gather_wait_s=none), calm.stage_factor, None,
+                   memory=calm.memory)  # fmt: skip
+    return np.maximum(0.0, split(calm)["bubble_s"] - split(bare)["bubble_s"])
+
+
+def split(
+    step: Step3D, bubble_s: np.ndarray | None = None, gather_s: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Each TP group's (dp, pp) share of one step (module docstring). ``bubble_s`` (dp, pp):
     the layout's own idle (the same split of a step on identical GPUs without noise); None:
-    this step's idle is all bubble (it is that step)."""
+    this step's idle is all bubble (it is that step). ``gather_s`` (dp, pp): the weight gather
+    the groups waited for (gather_exposed), counted as exposed communication."""
     end = step.stage_end_s.max(axis=0)  # the slowest replica's last backward of each stage
     exposed = np.broadcast_to(step.reduced_s - end, step.busy_s.shape)
     idle = step.step_s - step.costs.optimizer_s - step.busy_s - exposed
+    if gather_s is not None:  # at most the idle this step has (noise upstream may hide the gather)
+        gather = np.minimum(gather_s, idle)
+        exposed, idle = exposed + gather, idle - gather
     bubble = idle if bubble_s is None else np.minimum(bubble_s, idle)
     wait = idle - bubble
     return {
@@ -184,7 +203,8 @@ def simulate_3d_steps(
     memory = memory_by_stage(sc, lay, costs)
     factors = group_factors(sc, lay, rng)
     calm = step_3d(sc, lay, costs, np.ones_like(factors), None, memory=memory)
-    bubble = split(calm)["bubble_s"]
+    gathered = gather_exposed(sc, lay, costs, calm)
+    bubble = split(calm, gather_s=gathered)["bubble_s"]
     steps = sc.steps
     step_time, pipeline, exposed = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     idle = np.zeros(lay.pp)
@@ -198,7 +218,7 @@ def simulate_3d_steps(
         first = first or step
         step_time[k], pipeline[k], exposed[k] = step.step_s, step.pipeline_s, step.dp_exposed_s
         idle += step.idle_fraction
-        for name, v in split(step, bubble).items():
+        for name, v in split(step, bubble, gathered).items():
             sums[name] += v
             step_mean[name][k] = v.mean()  # every group has tp ranks: the mean over ranks
             if kept is not None:

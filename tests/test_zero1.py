@@ -19,6 +19,7 @@ from sim.parallel3d import (
     step_costs,
 )
 from sim.scenario_file import load_scenario
+from sim.steps3d import simulate_3d_steps
 
 BASE = ["model.preset=llama3-8b", "training.seq_len=4096", "training.micro_batch_size=1", "training.precision=bf16"]
 
@@ -94,3 +95,16 @@ def test_only_the_3d_model_simulates_it():
         simulate(sc)
     with pytest.raises(ValueError, match="^training.comm_hook"):
         _sc("training.mode=zero1", "training.comm_hook=bf16")
+
+
+def test_the_gather_the_first_forward_waits_for_is_exposed_communication_not_bubble():
+    # One stage, no overlap: every GPU waits for the whole gather, then computes, then the whole
+    # reduce-scatter; no bubble at all.
+    sets = ("training.mode=zero1", "training.grad_accum=4", "training.overlap=false", "noise.distribution=none",
+            "noise.speed_spread_sd=0")  # fmt: skip
+    sc = load_scenario("h100-1024", [*BASE, *sets], ranks=64, steps=2)
+    run = simulate_3d_steps(sc)
+    c = run.first.costs
+    parts = run.group_mean
+    assert parts["exposed_comm_s"] == pytest.approx(np.full((64, 1), c.gather_s[0] + c.dp_s[0]), rel=1e-9)
+    assert parts["bubble_s"] == pytest.approx(np.zeros((64, 1)), abs=1e-12)
