@@ -5,11 +5,17 @@ returns what `--json` prints and otherwise prints for people. Output files are w
 import sys
 
 from ddplab.textout import show
-from workflow import calibration, render_calib
+from workflow import render_calib
 from workflow.progress import StatusLine, StepProgress, say
+
+# workflow.calibration is imported where it is used: it brings scipy.optimize, scipy.stats and
+# matplotlib, 1.1 s of every `ddplab` start on the 2-core box (python -X importtime), whatever
+# the command, since the parser is built whole.
 
 
 def calibrate(args):
+    from workflow import calibration
+
     calib = calibration.calibrate_runs(
         args.runs, args.output, seed=args.seed, command=" ".join(["ddplab", *args.argv]), model=args.model,
         seq_len=args.seq_len, micro_batch=args.micro_batch, precision=args.precision, say=say,
@@ -32,6 +38,8 @@ def validate(args):
         return _validate_public(args)
     if not args.runs or args.calib is None:
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
+    from workflow import calibration
+
     out = calibration.validate_runs(
         args.runs, args.calib, plot=args.plot, seed=args.seed, say=None if args.json else say
     )
@@ -43,6 +51,8 @@ def validate(args):
 
 def _validate_public(args):
     """The public-record table (workflow/calibration.py): measured, predicted, error, tier, held out."""
+    from workflow import calibration
+
     rows, h = calibration.public_validation()
     if args.json:
         return rows

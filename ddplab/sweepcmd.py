@@ -4,16 +4,15 @@ with 95 % intervals over the seeds (workflow/sweep.py); in local processes or on
 cluster (workflow/sweep_engines.py)."""
 
 import os
-import sys
 from pathlib import Path
 
 from ddplab.engineargs import add_engine_arguments
 from ddplab.signals import sigterm_as_ctrl_c
 from ddplab.textout import show
 from realrun.cli import EpilogFormatter
-from workflow import limits
-from workflow.progress import RunProgress
+from workflow.progress import say
 from workflow.render_studies import sweep_table_lines
+from workflow.sweep_run import run_sweep
 
 EPILOG = """\
 the grid: every SCENARIO x every combination of the --vary values x every seed.
@@ -78,39 +77,16 @@ def add_parser(sub) -> None:
 
 
 def sweep(args):
-    from workflow import sweep as grid_sweep
-    from workflow.sweep_engines import make_engine
-
-    grid = grid_sweep.make_grid(args.scenarios, args.set, args.vary, args.seeds, args.ranks, args.steps)
-    # The count first: a million-run grid is refused before a million scenarios are built.
-    limits.check_runs(grid.runs, f"the grid ({grid.describe()})", yes=args.yes)
-    limits.check_memory(
-        grid_sweep.bookkeeping_bytes(grid), f"the grid ({grid.describe()}, {grid.runs:,} runs)", "sweep fewer values"
-    )
-    engine = make_engine(args.engine, args.workers, args.scheduler, args.dashboard)
-    built = grid_sweep.build(grid)
-    oom = grid_sweep.out_of_memory(built, args.ignore_memory)  # not run: an OOM error has no step time
-    runnable = [b for b, o in zip(built, oom, strict=True) if o is None]
-    if args.out:  # fail before simulating, not after
-        from output.outdir import ensure
-
-        ensure(args.out)  # marked as ours: a rerun may replace what it wrote, nothing else
-    if engine.parallelism is not None and runnable:  # refuse before starting any worker
-        grid_sweep.check_cost(grid, runnable, engine, yes=args.yes)
     # SIGTERM as Ctrl-C: the engine's exit then ends its workers (and Dask's) and says one line.
-    with sigterm_as_ctrl_c(), engine:
-        if engine.name == "dask":  # what listens, and where (issue 25 D5)
-            print(engine.listens(), file=sys.stderr, flush=True)
-        if engine.parallelism is not None and args.scheduler and runnable:  # a cluster's size: known only now
-            grid_sweep.check_cost(grid, runnable, engine, yes=args.yes)
-        result = grid_sweep.run(grid, built, engine, RunProgress(len(runnable) * len(grid.seeds)), oom)
-    if args.out:
-        from workflow.sweep_out import write_sweep
-
-        written = [p.name for p in write_sweep(result, args.out)]
+    with sigterm_as_ctrl_c():
+        result, written = run_sweep(
+            args.scenarios, args.set, args.vary, args.seeds, ranks=args.ranks, steps=args.steps,
+            engine=args.engine, workers=args.workers, scheduler=args.scheduler, dashboard=args.dashboard,
+            yes=args.yes, ignore_memory=args.ignore_memory, out=args.out, say=say,
+        )  # fmt: skip
     if args.json:
         return result
-    show(sweep_table_lines(result, engine.name))
+    show(sweep_table_lines(result, args.engine))
     if args.out:
-        print(f"{', '.join(written[:-1])} and {written[-1]} in {args.out}/")
+        print(f"{', '.join(p.name for p in written[:-1])} and {written[-1].name} in {args.out}/")
     return result

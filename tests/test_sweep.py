@@ -136,6 +136,20 @@ def test_seeds_change_runs_and_a_repeated_seed_repeats_its_run(local_200, capsys
     assert again == [local["runs"][3], local["runs"][7]]
 
 
+def test_a_notebook_gets_the_same_runs_from_python(local_200):
+    from workflow.sweep_run import run_sweep
+
+    local, _ = local_200
+    result, files = run_sweep(
+        ["h100-1024"], vary=[["noise.sigma", "0.02"], ["training.bucket_cap_mb", "50"]], seeds="4,9", ranks=8, steps=5
+    )
+    assert files == [] and [r["seed"] for r in result["runs"]] == [4, 9]
+    # Grid point (sigma 0.02, 50 MB) is the 8th of the 200-run grid's 20, its seeds 0..9 in order.
+    assert result["runs"] == [local["runs"][7 * 10 + 4], local["runs"][7 * 10 + 9]]
+    with pytest.raises(ValueError, match="--engine: expected local or dask, got 'ray'"):
+        run_sweep(["h100-1024"], vary=["noise.sigma", "0.02"], seeds="1", engine="ray")
+
+
 # --- what it writes and prints --------------------------------------------------------------
 
 
