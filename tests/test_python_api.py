@@ -53,10 +53,3 @@ def test_the_named_functions_exist():
                       (calibration, "public_validation"), (layouts, "plan_layouts"),
                       (stragglers, "find_stragglers"), (demo, "Demo")):  # fmt: skip
         assert callable(getattr(mod, name)), name
-
-
-def test_a_bad_value_names_the_flag():
-    from workflow import sweep_run
-
-    with pytest.raises(ValueError, match="--engine: expected local or dask"):
-        sweep_run.run_sweep(["h100-1024"], vary=["noise.sigma", "0.01"], seeds="1", engine="spark")
