@@ -429,14 +429,18 @@ def _trace_rank(f) -> TraceRank:
 
 
 def _buckets(fit: TraceFit) -> list[BucketReady]:
-    """The first rank's gradient all-reduces in issue order: bytes (every step's, when they
-    agree) and the mean ready fraction over its steps."""
+    """The first rank's gradient all-reduces in issue order: the sizes most of its steps issue in
+    (two buckets ready together are issued microseconds apart, and on a loaded box a step now and
+    then issues them swapped: tests/test_traces_realrun.py) and the mean ready fraction over the
+    steps that issued that order."""
     f = next(iter(fit.ranks.values()))
     lists = [s.buckets for s in f.steps if s.buckets]
     if not lists:
         return []
-    n = max(set(len(x) for x in lists), key=[len(x) for x in lists].count)
-    same = [x for x in lists if len(x) == n]
+    orders = [tuple(b.bytes for b in x) for x in lists]
+    modal = max(set(orders), key=orders.count)
+    same = [x for x, o in zip(lists, orders, strict=True) if o == modal]
+    n = len(modal)
     return [
         BucketReady(
             bucket=i,

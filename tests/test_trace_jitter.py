@@ -135,3 +135,24 @@ def test_a_trace_calibration_hands_the_simulator_its_steps_with_their_provenance
     assert sc.noise.distribution == "empirical" and len(sc.noise.samples_by_rank) == 2
     # At another rank count nothing is drawn step by step: the pooled samples stand.
     assert "samples_by_rank" not in apply_calibration({**data, "ranks": 4}, c, calib_path="c", mode="all").data["noise"]
+
+
+def test_a_step_that_issued_two_buckets_swapped_does_not_set_the_order():
+    """On a loaded box two buckets ready together are now and then issued swapped (seen in a
+    fresh clone's `make test`, 2026-12-03: the first step's order then matched no DDP layout and
+    the ready profile came out empty). The order most steps issue wins; its steps are averaged."""
+    from types import SimpleNamespace
+
+    from calibrate.trace_calib import _buckets
+    from calibrate.trace_fit import Bucket
+
+    def step(sizes, fractions):
+        return SimpleNamespace(
+            buckets=[Bucket(bytes=b, ready_fraction=f) for b, f in zip(sizes, fractions, strict=True)]
+        )
+
+    steps = [step((2, 1, 3), (0.5, 0.5, 1.0)), step((1, 2, 3), (0.4, 0.5, 1.0)), step((1, 2, 3), (0.6, 0.7, 0.9))]
+    fit = SimpleNamespace(ranks={0: SimpleNamespace(steps=steps)})
+    got = _buckets(fit)
+    assert [b.bytes for b in got] == [1, 2, 3]
+    assert [b.ready_fraction for b in got] == pytest.approx([0.5, 0.6, 0.95])
