@@ -4,7 +4,7 @@ returns what `--json` prints and otherwise prints for people. Output files are w
 
 import sys
 
-from ddplab.textout import show
+from output.terminal import show
 from workflow import render_calib
 from workflow.progress import StatusLine, StepProgress, say
 

@@ -7,11 +7,28 @@ the value, exit code 2, no traceback.
 import argparse
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
-from ddplab import commands, plancmd, runcmds, simcmds, textout, traincost
-from output import jsonfile
+from ddplab import (
+    calcmds,
+    commands,
+    comparecmd,
+    goodputcmd,
+    netcmds,
+    options,
+    plancmd,
+    simcmds,
+    straggcmd,
+    sweepcmd,
+    whatifcmd,
+)
+from output import jsonfile, terminal
+from realrun import netlab_verbs
 from realrun.cli import Parser, probe_parser, train_parser
+from realrun.doctor import add_arguments as doctor_arguments
+from realrun.launch_node import add_arguments as launch_arguments
+from realrun.local import launch_local
 
 
 def version() -> str:
@@ -60,16 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--compute-s", type=float, help="compute time per micro-step, seconds")
     c.add_argument("--grad-accum", type=int, default=1, help="micro-steps per allreduce K")
-    c.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON: a list, per link: link, link_gbit_s, traffic_bytes, seconds_per_step",
-    )
+    options.json_flag(c, "a list, per link: link, link_gbit_s, traffic_bytes, seconds_per_step")
     c.set_defaults(func=commands.cost)
 
     s = sub.add_parser("simulate", help="simulate DDP steps of a scenario (one scale or a sweep)")
     s.add_argument("scenario", help="preset name (see `ddplab scenarios`) or a .toml file")
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    options.sets(s)
     s.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
     s.add_argument("--sweep-ranks", metavar="N,N,...", help="simulate each rank count, e.g. 2,8,64,1024")
     s.add_argument("--steps", type=int, help="optimizer steps")
@@ -106,13 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --out, also keep and write every rank's every step (records.npz, what `ddplab stragglers`"
         " reads); memory then grows with ranks x steps",
     )
-    s.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON (a list for a sweep): scenario, model, mode, ranks, nodes, steps, seed, step_time_s"
-        " {mean, p5, p50, p95, p99}, compute_s, exposed_comm_s, straggler_wait_s, optimizer_s, dataloader_s,"
-        " comm_s, scaling_efficiency, tokens_per_s, memory_gib, mfu, stack, params, model_shape, to_train"
-        " (with --tokens), ...",
+    options.json_flag(
+        s,
+        "(a list for a sweep) scenario, model, mode, ranks, nodes, steps, seed, step_time_s {mean, p5, p50, p95,"
+        " p99}, compute_s, exposed_comm_s, straggler_wait_s, optimizer_s, dataloader_s, comm_s, scaling_efficiency,"
+        " tokens_per_s, memory_gib, mfu, stack, params, model_shape, to_train (with --tokens), ...",
     )
     s.add_argument(
         "--device-gib",
@@ -120,10 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one device's memory, GiB (default: the scenario's compute.device_memory_gib); a configuration"
         " whose per-GPU estimate exceeds it is not simulated: exit 3, naming what would fit",
     )
-    s.add_argument(
-        "--ignore-memory", action="store_true", help="simulate even when the memory estimate exceeds the device"
-    )
-    s.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
+    options.guards(s, "scales")
     s.add_argument("--calib", type=Path, help="calib.json: measured values replace the preset's (see --calib-mode)")
     s.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")
     s.add_argument(
@@ -133,14 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
         " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",
     )
-    traincost.add_arguments(s)
+    options.to_train(s)
     s.set_defaults(func=simcmds.simulate)
 
     plancmd.add_arguments(sub)
 
     k = sub.add_parser("collective", help="predicted collective times, as an nccl-tests table")
     k.add_argument("scenario", help="preset name (see `ddplab scenarios`) or a .toml file")
-    k.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    options.sets(k)
     k.add_argument(
         "--op",
         default="allreduce",
@@ -149,17 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
     k.add_argument("--sizes", default="1M,16M,256M,1G", help="sizes: 1M,16M,1G or a range 8:1G (x2 steps)")
-    k.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON: a list, per size: op, size_bytes, ranks, algorithm, time_us, algbw_gb_s, busbw_gb_s, why",
-    )
+    options.json_flag(k, "a list, per size: op, size_bytes, ranks, algorithm, time_us, algbw_gb_s, busbw_gb_s, why")
     k.set_defaults(func=commands.collective)
 
     m = sub.add_parser("models", help="model presets (GPT-2, Llama) with parameter counts from the built module")
-    m.add_argument(
-        "--json", action="store_true", help="print JSON: a list, per model: model, n_layer, n_embd, n_head, params, ..."
-    )
+    options.json_flag(m, "a list, per model: model, n_layer, n_embd, n_head, params, ...")
     m.set_defaults(func=commands.models)
 
     for verb, parent, what in (
@@ -168,13 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         v = sub.add_parser(verb, parents=[parent(add_help=False)], help=what)
         v.add_argument("--nproc", type=int, default=2, help="processes (ranks) to start on this machine")
-        v.set_defaults(func=getattr(runcmds, verb), json=False, returns_code=True)
+        v.set_defaults(func=partial(launch_local, verb), json=False, returns_code=True)
 
     # doctor/launch: the seed's section 2.2 (discovery and NIC choice) on real machines.
-    from ddplab import netcmds
-    from realrun.doctor import add_arguments as doctor_arguments
-    from realrun.launch_node import add_arguments as launch_arguments
-
     dr = sub.add_parser(
         "doctor",
         help="interfaces, route, gloo/NCCL picks, port: this node's torchrun line",
@@ -191,10 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch_arguments(la)
     la.set_defaults(func=netcmds.launch)
 
-    _add_netlab(sub)
+    netlab_verbs.add_parser(sub, Parser)
     _add_calibration(sub)
-    from ddplab import comparecmd, goodputcmd, straggcmd, sweepcmd, whatifcmd
-
     comparecmd.add_parser(sub)
     whatifcmd.add_parser(sub)
     sweepcmd.add_parser(sub)
@@ -203,14 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser("scenarios", help="list the scenario presets (--keys: every key a scenario file may set)")
     sc.add_argument("--keys", action="store_true", help="every scenario key with its unit, default and meaning")
-    sc.add_argument("--json", action="store_true", help="print JSON: a list, per preset: name, description, ranks")
+    options.json_flag(sc, "a list, per preset: name, description, ranks")
     sc.set_defaults(func=commands.scenarios)
     return p
 
 
 def _add_calibration(sub) -> None:
-    from ddplab import calcmds
-
     ca = sub.add_parser(
         "calibrate", help="fit probe runs or profiler traces to simulation parameters: calib.json and plots"
     )
@@ -244,12 +238,11 @@ def _add_calibration(sub) -> None:
     )
     va.add_argument("--plot", type=Path, help="predicted-vs-measured PNG (default: validation.png beside --calib)")
     va.add_argument("--seed", type=int, default=0, help="simulation seed")
-    va.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON: rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, error_p95, error_p99,"
-        " ks, ks_p, lag1, ...), mape, mean_error_p50, over, under, ks_pass, plot;"
-        " with --public a list, per row: what, source, measured, predicted, error, bound, within",
+    options.json_flag(
+        va,
+        "rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, error_p95, error_p99, ks, ks_p, lag1,"
+        " ...), mape, mean_error_p50, over, under, ks_pass, plot; with --public a list, per row: what, source,"
+        " measured, predicted, error, bound, within",
     )
     va.set_defaults(func=calcmds.validate)
 
@@ -265,29 +258,6 @@ def _add_calibration(sub) -> None:
     re_.set_defaults(func=calcmds.report, json=False)
 
 
-def _add_netlab(sub) -> None:
-    from ddplab import labcmds
-    from realrun import netlab_verbs
-
-    lab = sub.add_parser("netlab", help="emulated home lab: hosts as network namespaces, tc-shaped links (root)")
-    verbs = lab.add_subparsers(dest="netlab_command", required=True, parser_class=Parser)
-    up = verbs.add_parser("up", help="create the lab and leave it up")
-    netlab_verbs.add_lab_arguments(up)
-    up.add_argument("--json", action="store_true", help="print JSON")
-    up.set_defaults(func=labcmds.up)
-    st = verbs.add_parser("status", help="labs that are up, with their qdiscs")
-    st.add_argument("--json", action="store_true", help="print JSON")
-    st.set_defaults(func=labcmds.status)
-    dn = verbs.add_parser("down", help="remove a lab (default: every ddplab lab, leftovers included)")
-    dn.add_argument("--name", help="only this lab")
-    dn.add_argument("--json", action="store_true", help="print JSON")
-    dn.set_defaults(func=labcmds.down)
-    run = verbs.add_parser("run", help="torchrun on every host with c10d rendezvous: run -- train|probe ...")
-    netlab_verbs.add_lab_arguments(run)
-    netlab_verbs.add_run_arguments(run)
-    run.set_defaults(func=labcmds.run_cmd, json=False, returns_code=True)
-
-
 def json_text(out) -> str:
     """Standard JSON; a NaN or infinity (the inputs are checked, so one here is a bug) is one
     line naming it rather than output no strict parser reads."""
@@ -299,9 +269,9 @@ def json_text(out) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``ddplab ARGV``, printing through EscapingStream: text from a scenario file never
-    reaches the terminal as control codes (ddplab/textout.py)."""
+    reaches the terminal as control codes (output/terminal.py)."""
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = textout.EscapingStream(out), textout.EscapingStream(err)
+    sys.stdout, sys.stderr = terminal.EscapingStream(out), terminal.EscapingStream(err)
     try:
         return _main(argv)
     finally:

@@ -1,7 +1,7 @@
 """The table commands: `ddplab cost`, `collective`, `scenarios` and `models`. Each returns what
 `--json` prints (workflow/tables.py); without `--json` it prints a table for people instead."""
 
-from ddplab.textout import show
+from output.terminal import show
 from workflow import render_tables, tables
 
 
@@ -29,19 +29,10 @@ def collective(args):
 
 
 def scenarios(args):
-    if args.keys:
-        return scenario_keys(args)
-    out = tables.scenario_list()
+    """The presets; with --keys every key a scenario file may set, from sim/config.py."""
+    out = tables.scenario_keys() if args.keys else tables.scenario_list()
     if not args.json:
-        show(render_tables.scenario_lines(out))
-    return out
-
-
-def scenario_keys(args):
-    """`ddplab scenarios --keys`: every key a scenario file may set, from sim/config.py."""
-    out = tables.scenario_keys()
-    if not args.json:
-        show(render_tables.scenario_key_lines(out))
+        show(render_tables.scenario_key_lines(out) if args.keys else render_tables.scenario_lines(out))
     return out
 
 

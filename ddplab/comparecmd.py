@@ -2,10 +2,8 @@
 `ddplab simulate` would (workflow/compare.py), relative to the first row;
 with ``--out DIR`` also compare.csv, compare.json and compare.png."""
 
-from pathlib import Path
-
-from ddplab import simcmds, traincost
-from ddplab.textout import show
+from ddplab import options, simcmds
+from output.terminal import show
 from realrun.cli import EpilogFormatter
 from workflow import compare as comparison
 from workflow.render_studies import compare_lines
@@ -38,21 +36,13 @@ def add_parser(sub) -> None:
     )
     # nargs="*": no set-up at all is our one line naming the syntax, not argparse's usage.
     c.add_argument("setups", nargs="*", metavar="SETUP", help="[NAME=]SCENARIO[:KEY=VALUE,...] (see below)")
-    c.add_argument("--ranks", type=int, help="ranks of every set-up (default: each scenario's)")
-    c.add_argument("--steps", type=int, help="steps of every set-up (default: each scenario's)")
-    c.add_argument("--seed", type=int, help="seed of every set-up (default: each scenario's)")
-    c.add_argument("--out", type=Path, metavar="DIR", help="write compare.csv, compare.json and compare.png here")
-    c.add_argument(
-        "--ignore-memory", action="store_true", help="simulate set-ups whose memory estimate exceeds the device too"
+    options.every_run(c, "set-up")
+    options.out_dir(c, "compare.csv, compare.json and compare.png")
+    options.guards(c, "set-ups")
+    options.json_flag(
+        c, "a list, per set-up: name, setup, vs_first {step_time, tokens_per_s} and what `simulate --json` prints"
     )
-    c.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
-    c.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON: a list, per set-up: name, setup, vs_first {step_time, tokens_per_s} and what"
-        " `simulate --json` prints for it",
-    )
-    traincost.add_arguments(c)
+    options.to_train(c)
     c.set_defaults(func=compare)
 
 
@@ -63,7 +53,7 @@ def compare(args):
             " h100-1024:network.nics_per_node=4,network.nic_gbit_s=200` (see --help)"
         )
     parsed = [comparison.parse_setup(t) for t in args.setups]
-    tokens, price = traincost.parse(args)
+    tokens, price = options.tokens_and_price(args)
     rows = comparison.compare(
         parsed, ranks=args.ranks, steps=args.steps, seed=args.seed, tokens=tokens, price=price,
         ignore_memory=args.ignore_memory, yes=args.yes, out=args.out, progress=simcmds.step_progress,

@@ -5,9 +5,8 @@ returns what `--json` prints and otherwise prints a table for people too.
 Wire it in with ``goodputcmd.add_parser(sub)`` on the subcommands of `ddplab`.
 """
 
-from pathlib import Path
-
-from ddplab.textout import show
+from ddplab import options
+from output.terminal import show
 from workflow.goodput import AUTO_WORK_MTBFS, study
 from workflow.render_studies import goodput_lines
 
@@ -43,32 +42,17 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")
-    g.add_argument("--out", type=Path, metavar="DIR", help="write goodput.csv, goodput.json and goodput.png here")
-    g.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON: mtbf_h, wall_per_work and goodput {simulated, analytic}, best_interval_min, failures,"
-        " lost_work_h, restart_h, checkpoint_h, ...",
+    options.out_dir(g, "goodput.csv, goodput.json and goodput.png")
+    options.json_flag(
+        g,
+        "mtbf_h, wall_per_work and goodput {simulated, analytic}, best_interval_min, failures, lost_work_h,"
+        " restart_h, checkpoint_h, ...",
     )
     g.set_defaults(func=goodput)
 
 
 def goodput(args):
-    out = study(
-        mtbf_h=args.mtbf_h,
-        failures_per_1000_node_days=args.failures_per_1000_node_days,
-        nodes=args.nodes,
-        restart_min=args.restart_min,
-        checkpoint_min=args.checkpoint_min,
-        interval_min=args.interval_min,
-        work_h=args.work_h,
-        stalls_per_day=args.stalls_per_day,
-        stall_mean_min=args.stall_mean_min,
-        timeout_min=args.timeout_min,
-        seed=args.seed,
-        yes=args.yes,
-        out=args.out,
-    )
+    out = options.call(study, args)
     if not args.json:
         show(goodput_lines(out))
         if args.out:

@@ -5,9 +5,9 @@ here, in local processes or on a Dask cluster (workflow/sweep_engines.py, as `dd
 import os
 import sys
 
-from ddplab.engineargs import add_engine_arguments
-from ddplab.signals import sigterm_as_ctrl_c
-from ddplab.textout import show
+from ddplab import options
+from output.terminal import show
+from realrun.signals import sigterm_as_ctrl_c
 from workflow import render_tables
 from workflow.layouts import plan_layouts
 
@@ -19,11 +19,11 @@ def add_arguments(sub) -> None:
     p.add_argument("--gpus", type=int, help="GPUs to plan for (default: the cluster's ranks)")
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step (default: one per GPU)")
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default: the model's context)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    options.sets(p)
     p.add_argument("--top", type=int, default=10, help="layouts to print (default 10)")
     p.add_argument("--finalists", type=int, default=12, help="layouts replayed event by event (default 12)")
-    p.add_argument("--json", action="store_true", help="print JSON: the ranked layouts with their --set keys")
-    add_engine_arguments(
+    options.json_flag(p, "the ranked layouts with their --set keys")
+    options.engines(
         p,
         local="this process (--workers N: N processes)",
         workers_default=None,

@@ -2,9 +2,9 @@
 (workflow/simulation.py); the summary, the memory estimate and the sweep table as people read
 them, or JSON."""
 
-from ddplab import traincost
-from ddplab.signals import sigterm_as_ctrl_c
-from ddplab.textout import show
+from ddplab import options
+from output.terminal import show
+from realrun.signals import sigterm_as_ctrl_c
 from workflow import render_sim, simulation, threed
 from workflow.progress import StepProgress, say
 
@@ -18,36 +18,35 @@ def simulate(args):
 
 def _simulate(args):
     counts = simulation.rank_counts(args.ranks, args.sweep_ranks)
-    tokens, price = traincost.parse(args)
+    tokens, price = options.tokens_and_price(args)
     # Validate every scale before simulating any, so a bad count fails fast.
-    calib = getattr(args, "calib", None)
     scenarios, provenance, warning = simulation.build_scenarios(
-        args.scenario, args.set, counts, steps=args.steps, seed=args.seed,
-        device_gib=getattr(args, "device_gib", None), calib=calib,
-        calib_network=getattr(args, "calib_network", None), calib_mode=getattr(args, "calib_mode", "auto"),
+        args.scenario, args.set, counts, steps=args.steps, seed=args.seed, device_gib=args.device_gib,
+        calib=args.calib, calib_network=args.calib_network, calib_mode=args.calib_mode,
     )  # fmt: skip
     if warning:
         say(f"ddplab simulate: warning: {warning}")
     sweep = args.sweep_ranks is not None
-    if any(sc.parallel3d for sc in scenarios):  # tensor/pipeline parallel, zero1: sim/parallel3d.py
-        if getattr(args, "engine", "fast") == "simpy":
-            raise ValueError("--engine simpy: the reference models DDP; tp, pp and zero1 run sim/parallel3d.py")
-        return _simulate_3d(args, scenarios)
+    is_3d = any(sc.parallel3d for sc in scenarios)  # tensor/pipeline parallel, zero1: sim/parallel3d.py
+    if is_3d and args.engine == "simpy":
+        raise ValueError("--engine simpy: the reference models DDP; tp, pp and zero1 run sim/parallel3d.py")
     if args.records and not args.out:
         raise ValueError("--records: needs --out DIR to write them to")
-    engine = getattr(args, "engine", "fast")
-    ranks = f"--sweep-ranks {args.sweep_ranks}" if args.sweep_ranks else f"ranks {scenarios[0].ranks}"
-    simulation.check_sizes(
-        scenarios, f"{ranks} x steps {scenarios[0].steps}", engine=engine, out=args.out is not None,
-        records=args.records, yes=getattr(args, "yes", False),
-    )  # fmt: skip
+    if not is_3d:
+        ranks = f"--sweep-ranks {args.sweep_ranks}" if sweep else f"ranks {scenarios[0].ranks}"
+        simulation.check_sizes(
+            scenarios, f"{ranks} x steps {scenarios[0].steps}", engine=args.engine, out=args.out is not None,
+            records=args.records, yes=args.yes,
+        )  # fmt: skip
     if args.out:  # fail before simulating, not after; a reused folder would mix two runs' records
         moved = simulation.claim_out(args.out, force=args.force)
         if moved is not None:
             say(f"--force: moved the earlier run in {args.out} to {moved}")
+    if is_3d:
+        return _simulate_3d(args, scenarios, sweep)
     summaries = simulation.simulate_scales(
-        scenarios, provenance, engine=engine, records=args.records, out=args.out, sweep=sweep,
-        horizon_h=args.horizon_h, tokens=tokens, price=price, ignore_memory=getattr(args, "ignore_memory", False),
+        scenarios, provenance, engine=args.engine, records=args.records, out=args.out, sweep=sweep,
+        horizon_h=args.horizon_h, tokens=tokens, price=price, ignore_memory=args.ignore_memory,
         progress=step_progress, say=say,
     )  # fmt: skip
     if not all(simulation.simulated(s) for s in summaries):
@@ -64,21 +63,14 @@ def step_progress(sc) -> StepProgress:
     return StepProgress(f"simulating {sc.ranks} ranks")
 
 
-def _simulate_3d(args, scenarios) -> list[dict]:
-    """A tensor- or pipeline-parallel scenario (training.tp or training.pp > 1): each scale as
-    workflow/threed.py simulates it over its steps, printed as it ends, and with --out the
-    records written."""
-    if args.records and not args.out:
-        raise ValueError("--records: needs --out DIR to write them to")
-    if args.out:  # fail before simulating, not after; a reused folder would mix two runs' records
-        moved = simulation.claim_out(args.out, force=args.force)
-        if moved is not None:
-            say(f"--force: moved the earlier run in {args.out} to {moved}")
-    out = []
+def _simulate_3d(args, scenarios, sweep: bool) -> list[dict]:
+    """A tensor- or pipeline-parallel scenario: each scale as workflow/threed.py simulates it
+    over its steps, printed as it ends, and with --out the records written."""
     runs = threed.simulate(
-        scenarios, ignore_memory=getattr(args, "ignore_memory", False), records=args.records, out=args.out,
-        sweep=args.sweep_ranks is not None, progress=step_progress,
+        scenarios, ignore_memory=args.ignore_memory, records=args.records, out=args.out, sweep=sweep,
+        progress=step_progress,
     )  # fmt: skip
+    out = []
     for sc, run, s in runs:
         if "verdict" in s:
             args.exit_code = 3

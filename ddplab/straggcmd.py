@@ -4,26 +4,17 @@ simulation's (the analysis is workflow/stragglers.py's). Like calcmds.py it retu
 
 from pathlib import Path
 
-from ddplab.textout import show
+from ddplab import options
+from output.terminal import show
 
 
 def add_parser(sub) -> None:
     """The `stragglers` subcommand on an argparse subparsers object."""
     p = sub.add_parser("stragglers", help="per-rank straggler scores and waits of a train run or a simulation")
-    p.add_argument(
-        "run_dir",
-        type=Path,
-        metavar="RUN_DIR",
-        help="a `ddplab train` run, or `ddplab simulate --out` output (a sweep needs --ranks)",
-    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a train run or a `simulate --out` (a sweep: --ranks)")
     p.add_argument("--ranks", type=int, metavar="N", help="which rank count of a simulated sweep (ranks-NNNN)")
-    p.add_argument(
-        "--plot",
-        type=Path,
-        metavar="FILE",
-        help="per-rank PNG (default: stragglers.png in the records' directory)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--plot", type=Path, metavar="FILE", help="per-rank PNG (default: stragglers.png by the records)")
+    options.json_flag(p)
     p.set_defaults(func=stragglers)
 
 

@@ -4,12 +4,11 @@ with 95 % intervals over the seeds (workflow/sweep.py); in local processes or on
 cluster (workflow/sweep_engines.py)."""
 
 import os
-from pathlib import Path
 
-from ddplab.engineargs import add_engine_arguments
-from ddplab.signals import sigterm_as_ctrl_c
-from ddplab.textout import show
+from ddplab import options
+from output.terminal import show
 from realrun.cli import EpilogFormatter
+from realrun.signals import sigterm_as_ctrl_c
 from workflow.progress import say
 from workflow.render_studies import sweep_table_lines
 from workflow.sweep_run import run_sweep
@@ -47,31 +46,22 @@ def add_parser(sub) -> None:
         metavar="KEY V1 V2",
         help="a key and its values, each value its own argument (repeatable: the product over keys)",
     )
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fix a scenario key for every run")
+    options.sets(s, "fix a scenario key for every run")
     s.add_argument("--seeds", default="5", metavar="N|A,B,...", help="seeds 0..N-1, or a comma list of seeds")
-    s.add_argument("--ranks", type=int, help="ranks of every run (default: each scenario's)")
-    s.add_argument("--steps", type=int, help="steps of every run (default: each scenario's)")
-    add_engine_arguments(
+    options.every_run(s, "run", seed=False)
+    options.engines(
         s,
         local="processes on this machine",
         workers_default=os.cpu_count() or 1,
         workers_help="processes: local's pool, or the LocalCluster --engine dask starts without --scheduler"
         " (default: every core; local 1: in this process, no pool)",
     )
-    s.add_argument(
-        "--out", type=Path, metavar="DIR", help="write runs.csv (every run), sweep.csv, sweep.json, sweep.png here"
-    )
-    s.add_argument(
-        "--yes", action="store_true", help="run a grid of over 10,000 runs, or one estimated at over 5 minutes"
-    )
-    s.add_argument(
-        "--ignore-memory", action="store_true", help="run grid points whose memory estimate exceeds the device too"
-    )
-    s.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON: grid (scenarios, vary, seeds, ...), runs (one per seed), rows (per grid point: each"
-        " metric's mean, ci95_low, ci95_high)",
+    options.out_dir(s, "runs.csv (every run), sweep.csv, sweep.json, sweep.png")
+    options.guards(s, "grid points", "run a grid of over 10,000 runs, or one estimated at over 5 minutes")
+    options.json_flag(
+        s,
+        "grid (scenarios, vary, seeds, ...), runs (one per seed), rows (per grid point: each metric's mean,"
+        " ci95_low, ci95_high)",
     )
     s.set_defaults(func=sweep)
 

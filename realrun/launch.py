@@ -33,6 +33,7 @@ from typing import TextIO
 
 from realrun.records import end_unfinished
 from realrun.runfolder import RUN_ID_ENV, RunFolder
+from realrun.signals import sigterm_as_ctrl_c
 
 STOP_GRACE_S = 3.0  # ranks poll the lifeline every 0.2 s; they are gone well within this
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -137,21 +138,14 @@ def run_local(
 def _wait(proc: subprocess.Popen, timeout_s: float | None) -> tuple[int | None, str | None]:
     """Wait for torchrun. (None, None) when it ended by itself, else the launcher's exit code
     and why it stopped the run."""
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
-        proc.wait(timeout=timeout_s)
+        with sigterm_as_ctrl_c():
+            proc.wait(timeout=timeout_s)
         return None, None
     except subprocess.TimeoutExpired:
         return 124, f"interrupted: the run exceeded its {timeout_s:.0f} s limit"
     except KeyboardInterrupt:
         return 130, "interrupted: Ctrl-C (or SIGTERM) to the launcher"
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def raise_interrupt(signum, frame):
-    """A SIGTERM handler: the launchers clean up after a `kill` as after Ctrl-C."""
-    raise KeyboardInterrupt
 
 
 def _stop(proc: subprocess.Popen, folder: RunFolder, why: str) -> None:

@@ -16,21 +16,15 @@ from realrun.launch import RunLog, die_with_parent, start_echo
 from realrun.runfolder import LIFELINE, Lifeline
 
 
-def this_node(args, host: str, port: int) -> dict:
-    """This machine's doctor settings; a short port check: launch only needs the interface."""
-    return doc.diagnose(
-        host,
-        port,
-        connect_timeout_s=0.5,
-        nnodes=args.nodes,
-        nproc_per_node=args.nproc_per_node,
-        verb_args=args.verb_args,
-    )
-
-
-def run_this_node(args, host: str, port: int, verb_args: list[str]) -> int:
-    """Run this node's command with the doctor's settings; the exit code is torchrun's."""
-    here = this_node(args, host, port)
+def run_this_node(args) -> int:
+    """`ddplab launch --exec`: run this node's command with the doctor's settings; the exit code
+    is torchrun's. Bad flags are a ValueError before anything starts."""
+    host, port = nodes.parse_endpoint(args.master)
+    nodes.check_counts(args.nodes, args.nproc_per_node)
+    verb_args = nodes.check_verb_args(args.verb_args)
+    # A short port check: launch only needs the interface.
+    here = doc.diagnose(host, port, connect_timeout_s=0.5, nnodes=args.nodes, nproc_per_node=args.nproc_per_node,
+                        verb_args=verb_args)  # fmt: skip
     env_vars = nodes.env_for(args.iface) or here["settings"]["env"]
     argv = nodes.torchrun_argv(
         nnodes=args.nodes,

@@ -24,7 +24,8 @@ def _worker_argv(argv: list[str]) -> list[str]:
 
 def launch_local(verb: str, args) -> int:
     """`ddplab probe|train --nproc N`: the flags checked (a bad one is one ValueError line, before
-    the run folder exists), the folder claimed, torchrun started; its exit code."""
+    the run folder exists), the folder claimed, torchrun started; its exit code. A train run's
+    per-rank medians are printed after it (unless Ctrl-C ended it: the one line said so)."""
     check_args(verb, args)
 
     if args.nproc < 1:
@@ -53,6 +54,8 @@ def launch_local(verb: str, args) -> int:
         folder.release()
     if code != 0:
         print(f"ddplab {verb}: {failure_line(args.out, verb, code)}", file=sys.stderr)
+    if verb == "train" and code != 130:
+        print_train_summary(args.out, code)
     return code
 
 

@@ -18,16 +18,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from realrun import netlab
-from realrun.launch import TorchrunFilter, die_with_parent, raise_interrupt, run_env
+from realrun.launch import TorchrunFilter, die_with_parent, run_env
 from realrun.netlab import Lab, LabSpec
 from realrun.records import end_unfinished
 from realrun.runfolder import LIFELINE_ENV, RUN_ID_ENV, RunFolder
+from realrun.signals import sigterm_as_ctrl_c
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,16 +155,11 @@ def run_in_lab(
     sees the lab before the run starts. Returns (exit code, diagnosis lines, the lab)."""
     existing = spec.name in {lab["name"] for lab in netlab.status()}
     lab = netlab.load(spec.name) if existing else netlab.up(spec)
-    # SIGTERM (a CI timeout, `kill`) must clean up like Ctrl-C does; only the main thread
-    # may set a handler, and only it receives signals.
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, raise_interrupt) if main else None
     try:
-        on_lab(lab)
-        code, diagnosis = run(lab, verb, verb_args, folder, **run_kw)
+        with sigterm_as_ctrl_c():  # a CI timeout or `kill` cleans up as Ctrl-C does
+            on_lab(lab)
+            code, diagnosis = run(lab, verb, verb_args, folder, **run_kw)
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
         if not existing and not keep:
             netlab.down(spec.name)
     return code, diagnosis, lab

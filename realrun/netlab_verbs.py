@@ -8,7 +8,10 @@ import shutil
 import sys
 
 from realrun import netlab, netlab_run
+from realrun.cli import PARSERS, check_args
+from realrun.local import print_train_summary
 from realrun.netlab_run import Discovery
+from realrun.runfolder import claim
 
 
 def require_root() -> None:
@@ -96,9 +99,55 @@ def status_lines(labs: list[dict]) -> list[str]:
     return out
 
 
-def run_in_lab(args, verb: str, verb_args: list[str], folder) -> tuple[int, list[str], int]:
-    """`ddplab netlab run`: realrun/netlab_run.py run_in_lab with the flags' lab and discovery,
-    the lab described before the run starts."""
+def up(args) -> dict:
+    """`ddplab netlab up`: the lab as asked (one already up as asked is reused), described."""
+    require_root()
+    spec = spec_from_args(args)
+    lab = already_up(spec)
+    if lab is None:
+        try:
+            lab = netlab.up(spec)
+        except netlab.NetlabError as e:  # a command the lab needed failed: one line, not a traceback
+            raise ValueError(f"netlab up: {e}") from None
+    if not args.json:
+        print("\n".join(describe(lab)))
+        print(
+            f"  run inside a host: ip netns exec {lab.spec.ns(0)} <command>;"
+            f" remove: ddplab netlab down --name {lab.spec.name}"
+        )
+    return lab.state()
+
+
+def status(args) -> list[dict]:
+    labs = netlab.status()
+    if not args.json:
+        print("\n".join(status_lines(labs)))
+    return labs
+
+
+def down(args) -> list[str]:
+    require_root()
+    removed = netlab.down(args.name)
+    if not args.json:
+        print(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+    return removed
+
+
+def run(args) -> int:
+    """`ddplab netlab run -- VERB ...`: bring a lab up (unless --name names one that is up), run
+    the verb on every host with the flags' discovery (realrun/netlab_run.py), the lab described
+    before the run starts and taken down again on any exit, Ctrl-C included. The exit code."""
+    require_root()
+    if args.verb[:1] == ["--"]:
+        args.verb = args.verb[1:]
+    if not args.verb or args.verb[0] not in PARSERS:
+        raise ValueError(
+            f"netlab run: after `--` give a verb ({', '.join(PARSERS)}) and its options, got {args.verb!r}"
+        )
+    verb, verb_args = args.verb[0], args.verb[1:]
+    parsed = PARSERS[verb](f"ddplab netlab run -- {verb}").parse_args(verb_args)
+    check_args(verb, parsed)
+    folder = claim(parsed.out, force=parsed.force)
 
     def show(lab: netlab.Lab) -> None:
         print("\n".join(describe(lab)), flush=True)
@@ -106,18 +155,23 @@ def run_in_lab(args, verb: str, verb_args: list[str], folder) -> tuple[int, list
             print(f"netlab run: moved the earlier run in {folder.path}/ to {folder.moved_to}/", flush=True)
 
     d = Discovery(gloo_ifname=not args.no_ifname, local_addr=not args.no_local_addr, is_host=not args.no_is_host)
-    code, diagnosis, lab = netlab_run.run_in_lab(
-        spec_from_args(args),
-        verb,
-        verb_args,
-        folder,
-        keep=args.keep,
-        on_lab=show,
-        discovery=d,
-        start_timeout_s=args.start_timeout_s,
-        timeout_s=args.timeout_s,
-    )
-    return code, diagnosis, lab.spec.hosts
+    try:
+        code, diagnosis, lab = netlab_run.run_in_lab(
+            spec_from_args(args), verb, verb_args, folder, keep=args.keep, on_lab=show, discovery=d,
+            start_timeout_s=args.start_timeout_s, timeout_s=args.timeout_s,
+        )  # fmt: skip
+    finally:
+        folder.release()
+    for line in diagnosis:
+        print(f"ddplab netlab run: {line}", file=sys.stderr)
+    if code not in (0, 130):  # torchrun's own output (its tracebacks) is kept, not echoed
+        print(f"ddplab netlab run: exit code {code}; each host's whole output: {parsed.out}/netlab/host*.log",
+              file=sys.stderr)  # fmt: skip
+    if verb == "train" and list(parsed.out.glob("train-rank*.jsonl")):
+        print_train_summary(parsed.out, code)
+    if code == 0:
+        print(f"records of all {lab.spec.hosts} hosts in {parsed.out}/ (host logs in {parsed.out}/netlab/)")
+    return code
 
 
 def add_lab_arguments(p: argparse.ArgumentParser) -> None:
@@ -145,3 +199,26 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--no-local-addr", action="store_true", help="do not pass --local-addr")
     run.add_argument("--no-is-host", action="store_true", help="do not pass --rdzv-conf is_host")
     run.add_argument("verb", nargs=argparse.REMAINDER, help="-- VERB OPTIONS (train or probe)")
+
+
+def add_parser(sub, parser_class) -> None:
+    """`netlab up|status|down|run` on `ddplab`'s subcommands: each verb returns what its --json
+    prints (run: the exit code), and prints for people without it."""
+    lab = sub.add_parser("netlab", help="emulated home lab: hosts as network namespaces, tc-shaped links (root)")
+    verbs = lab.add_subparsers(dest="netlab_command", required=True, parser_class=parser_class)
+    for name, func, what in (
+        ("up", up, "create the lab and leave it up"),
+        ("status", status, "labs that are up, with their qdiscs"),
+        ("down", down, "remove a lab (default: every ddplab lab, leftovers included)"),
+    ):
+        v = verbs.add_parser(name, help=what)
+        if name == "up":
+            add_lab_arguments(v)
+        if name == "down":
+            v.add_argument("--name", help="only this lab")
+        v.add_argument("--json", action="store_true", help="print JSON")
+        v.set_defaults(func=func)
+    r = verbs.add_parser("run", help="torchrun on every host with c10d rendezvous: run -- train|probe ...")
+    add_lab_arguments(r)
+    add_run_arguments(r)
+    r.set_defaults(func=run, json=False, returns_code=True)

@@ -504,7 +504,7 @@ def test_control_codes_in_a_scenario_are_printed_escaped(capsys, tmp_path):
 def test_the_status_line_keeps_its_own_erase_sequence():
     import io
 
-    from ddplab.textout import ERASE_LINE, EscapingStream
+    from output.terminal import ERASE_LINE, EscapingStream
 
     sink = io.StringIO()
     s = EscapingStream(sink)

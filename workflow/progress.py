@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+from output.terminal import ERASE_LINE
+
 
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -39,7 +41,7 @@ class StatusLine:
         elapsed = time.perf_counter() - self.t0
         text = f"{self.label}  {elapsed:6.1f} s  {note or self._last_line()}"
         if self.tty:
-            sys.stderr.write("\r\033[K" + text + ("\n" if final else ""))
+            sys.stderr.write(ERASE_LINE + text + ("\n" if final else ""))
         else:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
@@ -81,7 +83,7 @@ class StepProgress:
         if self.tty:
             if elapsed >= self.next_s or done == total:
                 self.next_s = elapsed + 0.5  # redraw twice a second, not once per step
-                self._write("\r\033[K" + self._text(done, total, elapsed))
+                self._write(ERASE_LINE + self._text(done, total, elapsed))
         elif 4 * done // total > self.quarter:
             self.quarter = 4 * done // total
             self._write(self._text(done, total, elapsed) + "\n")
@@ -97,7 +99,7 @@ class StepProgress:
     def close(self) -> None:
         """Clear the rewritten line so what prints next starts on a clean one."""
         if self.tty and self.shown:
-            self._write("\r\033[K")
+            self._write(ERASE_LINE)
 
 
 class RunProgress:
@@ -116,7 +118,7 @@ class RunProgress:
         self.done += 1
         text = f"[{self.done}/{self.total}] runs done: {time.perf_counter() - self.t0:.1f} s"
         if self.tty:
-            self.stream.write("\r\033[K" + text + ("\n" if self.done == self.total else ""))
+            self.stream.write(ERASE_LINE + text + ("\n" if self.done == self.total else ""))
         elif 4 * self.done // self.total > self.quarter:
             self.quarter = 4 * self.done // self.total
             self.stream.write(text + "\n")

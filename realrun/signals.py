@@ -1,6 +1,7 @@
-"""SIGTERM handled as Ctrl-C for the duration of a command, so that what it started or is
-writing is cleaned up (pool workers killed, a temporary removed) and it ends in the one line
-ddplab/cli.py prints for KeyboardInterrupt, where SIGTERM's default would end it mid-way."""
+"""SIGTERM handled as Ctrl-C for the duration of a command or a launch, so that what it started
+or is writing is cleaned up (torchrun's ranks stopped, a lab taken down, pool workers killed, a
+temporary removed) and it ends in the one line printed for KeyboardInterrupt, where SIGTERM's
+default (a CI timeout, `kill`) would end it mid-way."""
 
 import signal
 import threading
@@ -14,7 +15,8 @@ def _raise(signum, frame):
 @contextmanager
 def sigterm_as_ctrl_c():
     """The previous handler comes back afterwards (a command run inside another program, the
-    tests, leaves it as it was). Off the main thread Python cannot set handlers: unchanged."""
+    tests, leaves it as it was). Off the main thread Python cannot set handlers (and only the
+    main thread receives signals): unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

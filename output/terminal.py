@@ -1,4 +1,5 @@
-"""What ddplab prints never drives the terminal (issue 25, D22).
+"""What ddplab prints never drives the terminal (issue 25, D22), and the one control sequence it
+does send, the progress line's "carriage return, erase line", has one spelling here.
 
 Scenario names, descriptions, model names and values come from files anyone can write; a name
 like ``"\\x1b[2J"`` printed raw cleared the screen, and others retitle the window or hide text.
@@ -10,7 +11,7 @@ the prefix is escaped like the rest.
 
 import re
 
-ERASE_LINE = "\r\033[K"  # workflow/progress.py: back to column 0, erase the line
+ERASE_LINE = "\r\033[K"  # back to column 0, erase the line (workflow/progress.py's status lines)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but \t and \n, DEL, C1
 
 
