@@ -45,17 +45,56 @@ def in_process(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def run_here(*argv: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m ddplab ARGV` as a process would run it (from the repository root, its
+    output captured, ``env`` its whole environment), but in this one: a real run's launcher
+    then costs no interpreter and no second torch import (~1.7 s of a 2-core box per run, a
+    fifth of a short run). torchrun and the ranks are real processes as ever. Past ``timeout``
+    the run is stopped as Ctrl-C stops it (realrun/launch.py: the ranks told, torchrun ended),
+    and the exit code says 130."""
+    import contextlib
+    import io
+    import os
+    import signal
+
+    from ddplab import cli
+
+    def alarm(signum, frame):
+        raise KeyboardInterrupt
+
+    out, err = io.StringIO(), io.StringIO()
+    cwd, environ = os.getcwd(), dict(os.environ)
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(int(timeout))
+    try:
+        os.chdir(ROOT)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(argv))
+            except SystemExit as e:  # argparse's usage errors exit through the Parser
+                code = e.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        os.chdir(cwd)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(environ)
+    return subprocess.CompletedProcess(["ddplab", *argv], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
-def ddplab():
-    """Run the real console entry point in a subprocess: (returncode, stdout, stderr)."""
-
-    def run(*args: str):
-        p = subprocess.run(
-            [sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
-        )
-        return p.returncode, p.stdout, p.stderr
-
-    return run
+def ddplab(capsys, monkeypatch):
+    """`ddplab ARGS` in this process, from the repository root as a user types it: (exit code,
+    stdout, stderr). In-process, not a subprocess: a fresh interpreter costs 0.5-4 s of imports
+    (scipy, matplotlib, torch) per call, a third of the suite's CPU on 2 cores; an exception the
+    front door should have turned into one line fails the test outright. The real console
+    entry point runs as a process in tests/test_readme_commands.py and tests/test_first_user.py."""
+    monkeypatch.chdir(ROOT)
+    return lambda *args: in_process(capsys, *args)
 
 
 def demo_quick(out: Path, *args: str) -> subprocess.CompletedProcess:

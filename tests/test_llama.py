@@ -5,11 +5,9 @@ fit, FSDP does), and a real 2-rank DDP run of the tiny preset."""
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_here
 
 from realrun.footprint import params_at_least
 from scenarios import load_models
@@ -208,12 +206,11 @@ def test_ddplab_train_llama_tiny_on_two_ranks(tmp_path):
     """`ddplab train --model llama-tiny`: two processes, gloo, real DDP over the Llama block."""
     from realrun.records import read_run
 
-    cmd = [
-        *(sys.executable, "-m", "ddplab", "train", "--nproc", "2", "--out", str(tmp_path)),
+    p = run_here(
+        *("train", "--nproc", "2", "--out", str(tmp_path)),
         *("--model", "llama-tiny", "--steps", "2", "--micro-batch", "4", "--data", str(ROOT / "README.md")),
         *("--bucket-cap-mb", "0.05"),  # 50 KiB: llama-tiny's 483 KiB of gradients in several buckets
-    ]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     expected = [
         b.size_bytes

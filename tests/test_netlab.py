@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import run_here
 from procs import start, stop
 
 pytestmark = pytest.mark.skipif(
@@ -58,9 +58,7 @@ def lab_name(request):
 
 
 def ddplab(*args, timeout=240):
-    return subprocess.run(
-        [sys.executable, "-m", "ddplab", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return run_here(*args, timeout=timeout)
 
 
 def tcp_gbit_s(lab, nbytes=32 << 20) -> float:

@@ -15,7 +15,7 @@ import sys
 from collections import defaultdict
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_here
 
 from realrun.probe_collectives import bus_factor
 from realrun.records import read_run
@@ -39,8 +39,7 @@ def sizes_run(op: str) -> list[int]:
 
 
 def probe(out, *args, env=None, timeout=300) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ddplab", "probe", "--nproc", "2", "--out", str(out), *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return run_here("probe", "--nproc", "2", "--out", str(out), *args, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, run_here
 
 from realrun.model import build
 from realrun.records import read_run
@@ -29,8 +29,7 @@ GRAD_BYTES = 4 * sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
 
 
 def train(out, *args, timeout=180) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ddplab", "train", "--nproc", "2", "--out", str(out), *BASE, *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return run_here("train", "--nproc", "2", "--out", str(out), *BASE, *args, timeout=timeout)
 
 
 def steps_of(out) -> list[list[dict]]:

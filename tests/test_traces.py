@@ -4,11 +4,8 @@ json.load reads at any buffer size; bad input is one line, exit 2, nothing writt
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
 
 from calibrate import kineto
 from calibrate.kineto import TraceError, read_trace
@@ -169,51 +166,49 @@ def test_calibration_from_a_gpu_trace_carries_its_device_and_provenance(tmp_path
     assert c.trace.ranks[0].bucket_count == 1 and c.trace.buckets[0].bytes == 4 * MIB
 
 
-def ddplab(*args):
-    return subprocess.run([sys.executable, "-m", "ddplab", *map(str, args)], cwd=ROOT, capture_output=True, text=True)
-
-
-def _bad(tmp_path, name, *paths, match):
+def _bad(ddplab, tmp_path, name, *paths, match):
     out = tmp_path / name / "calib.json"
     out.parent.mkdir()  # calibrate -o writes into a folder that exists (issue 25, D2)
-    p = ddplab("calibrate", *paths, "-o", out)
-    lines = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith("calibrate: reading")]
-    assert p.returncode == 2, p.stderr
-    assert len(lines) == 1 and match in lines[0], p.stderr
+    code, _, err = ddplab("calibrate", *map(str, paths), "-o", str(out))
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith("calibrate: reading")]
+    assert code == 2, err
+    assert len(lines) == 1 and match in lines[0], err
     assert not out.exists() and not list(out.parent.glob("*.png"))
 
 
-def test_bad_traces_are_one_line_exit_2_nothing_written(tmp_path):
+def test_bad_traces_are_one_line_exit_2_nothing_written(ddplab, tmp_path):
     other = tmp_path / "viztracer.json"
     other.write_text(json.dumps({"traceEvents": [_x("f", 1, 2, cat="FEE")], "viztracer_metadata": {"version": "1"}}))
-    _bad(tmp_path, "other", other, match="another profiler's trace")
+    _bad(ddplab, tmp_path, "other", other, match="another profiler's trace")
     speedscope = tmp_path / "speedscope.json"
     speedscope.write_text(json.dumps({"$schema": "https://www.speedscope.app/file-format-schema.json", "profiles": []}))
-    _bad(tmp_path, "speedscope", speedscope, match="no traceEvents")
+    _bad(ddplab, tmp_path, "speedscope", speedscope, match="no traceEvents")
     array = tmp_path / "array.json"
     array.write_text(json.dumps([_x("f", 1, 2)]))
-    _bad(tmp_path, "array", array, match="a bare JSON array")
+    _bad(ddplab, tmp_path, "array", array, match="a bare JSON array")
 
     whole = gzip.compress(json.dumps(gpu_trace(0)).encode())
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(whole[: len(whole) // 2])
-    _bad(tmp_path, "cut", cut, match="truncated gzip")
+    _bad(ddplab, tmp_path, "cut", cut, match="truncated gzip")
     plain_cut = tmp_path / "cut.json"
     plain_cut.write_text(json.dumps(gpu_trace(0))[:5000])
-    _bad(tmp_path, "plain_cut", plain_cut, match="truncated")
+    _bad(ddplab, tmp_path, "plain_cut", plain_cut, match="truncated")
 
     nostep = gpu_trace(0)
     nostep["traceEvents"] = [e for e in nostep["traceEvents"] if not e["name"].startswith("ProfilerStep")]
-    _bad(tmp_path, "nostep", write(tmp_path / "nostep.json.gz", nostep), match="no ProfilerStep#N events")
+    _bad(ddplab, tmp_path, "nostep", write(tmp_path / "nostep.json.gz", nostep), match="no ProfilerStep#N events")
 
     # Rank 1 profiled an hour later: not the same run's steps.
     late = write(tmp_path / "late.json.gz", gpu_trace(1, base_ns=1_700_000_000_000_000_000 + 3600 * 10**9))
-    _bad(tmp_path, "runs", write(tmp_path / "r0.json.gz", gpu_trace(0)), late, match="ranks from different runs")
+    _bad(
+        ddplab, tmp_path, "runs", write(tmp_path / "r0.json.gz", gpu_trace(0)), late, match="ranks from different runs"
+    )
     world = gpu_trace(1)
     world["distributedInfo"]["world_size"] = 8
-    _bad(tmp_path, "world", tmp_path / "r0.json.gz", write(tmp_path / "w.json.gz", world), match="world size 8")
-    _bad(tmp_path, "twice", tmp_path / "r0.json.gz", tmp_path / "r0.json.gz", match="rank 0 again")
-    _bad(tmp_path, "mixed", tmp_path / "r0.json.gz", tmp_path, match="not both")
+    _bad(ddplab, tmp_path, "world", tmp_path / "r0.json.gz", write(tmp_path / "w.json.gz", world), match="world size 8")
+    _bad(ddplab, tmp_path, "twice", tmp_path / "r0.json.gz", tmp_path / "r0.json.gz", match="rank 0 again")
+    _bad(ddplab, tmp_path, "mixed", tmp_path / "r0.json.gz", tmp_path, match="not both")
 
 
 def test_reader_errors_are_trace_errors(tmp_path):
@@ -225,7 +220,7 @@ def test_reader_errors_are_trace_errors(tmp_path):
         read_trace(p)
 
 
-def test_simulate_h100_1024_takes_an_h100_trace_calibration_in_device_mode(tmp_path):
+def test_simulate_h100_1024_takes_an_h100_trace_calibration_in_device_mode(ddplab, tmp_path):
     """The synthetic H100 trace above stands in for a real one (HTA's tests/data/h100 trace is not
     in the public snapshot read here; docs/traces.md): its compute reaches h100-1024 in mode
     ``device``, each value citing the traces, ranks and steps it was measured in."""
@@ -235,10 +230,10 @@ def test_simulate_h100_1024_takes_an_h100_trace_calibration_in_device_mode(tmp_p
     ]
     calib = tmp_path / "calib.json"
     shape = ("--model", "gpt2-tiny", "--seq-len", "64", "--micro-batch", "2", "--precision", "bf16-amp")
-    p = ddplab("calibrate", *paths, *shape, "-o", calib)
-    assert p.returncode == 0, p.stderr
-    p = ddplab("simulate", "h100-1024", "--calib", calib, "--steps", "20")
-    assert p.returncode == 0, p.stderr
-    assert "applied in mode 'device'" in p.stdout
-    mfu = next(line for line in p.stdout.splitlines() if line.strip().startswith("compute.mfu"))
+    code, _, err = ddplab("calibrate", *map(str, paths), *shape, "-o", str(calib))
+    assert code == 0, err
+    code, out, err = ddplab("simulate", "h100-1024", "--calib", str(calib), "--steps", "20")
+    assert code == 0, err
+    assert "applied in mode 'device'" in out
+    mfu = next(line for line in out.splitlines() if line.strip().startswith("compute.mfu"))
     assert "measured in r0.json.gz, rank 0, steps 0-4; measured in r1.json.gz, rank 1, steps 0-4" in mfu

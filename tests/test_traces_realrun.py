@@ -7,12 +7,10 @@ fitted jitter there is sigma 0.2-0.28; p50 errors of +5.5 % and +9.1 % with 12 s
 +-4.1 % in seven runs of 36-96 steps at load average 3.7-5.6 on 2 cores, 2026-12-02)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_here
 
 from calibrate import compute_fit
 from calibrate.kineto import read_trace
@@ -27,8 +25,7 @@ ARGS = (
 
 
 def ddplab(*args, timeout=240):
-    cmd = [sys.executable, "-m", "ddplab", *map(str, args)]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return run_here(*map(str, args), timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,10 @@ must not change the math), their records, MemTracker's peak against sim/memory3d
 prediction `validate` makes of them, and the one-line refusals of impossible layouts."""
 
 import os
-import signal
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import run_here
 
 from realrun.parallel import layout_problem, stage_layers
 from realrun.records import read_run
@@ -28,21 +26,10 @@ PREDICTED_OVER_MEASURED = (0.3, 3.0)
 
 
 def run_cli(*args, timeout=170) -> subprocess.CompletedProcess:
-    """`python -m ddplab ...`, its whole process group stopped whatever happens."""
-    # One thread a rank, as torchrun sets for several ranks: the one-rank reference run would
-    # otherwise spin two OpenMP threads on a shared 2-core box (tens of seconds here).
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddplab", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True, env=env,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    """`ddplab ...` (tests/conftest.py run_here), one OpenMP thread a rank, as torchrun sets for
+    several ranks: the one-rank reference run would otherwise spin two on a shared 2-core box
+    (tens of seconds here)."""
+    return run_here(*args, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def losses(out) -> list[float]:
