@@ -60,3 +60,19 @@ def test_out_is_a_file(ddplab, tmp_path):
     f.write_text("")
     code, out, err = ddplab("simulate", "homelab-1gbe", "--steps", "2", "--out", str(f))
     assert code == 2 and "Traceback" not in err and str(f) in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_study_keyword_without_its_option_is_a_bug_named_not_a_default():
+    # ddplab/options.py call: goodput and whatif hand their flags to their studies by name; a
+    # keyword the parser never defined must fail loudly rather than run on its default.
+    import argparse
+
+    from ddplab import options
+
+    def study(*, mtbf_h, seed=0):
+        return mtbf_h, seed
+
+    with pytest.raises(KeyError, match="study: no option for seed"):
+        options.call(study, argparse.Namespace(mtbf_h=5.0))
+    assert options.call(study, argparse.Namespace(mtbf_h=5.0, seed=3)) == (5.0, 3)
+    assert options.call(study, argparse.Namespace(mtbf_h=5.0), seed=7) == (5.0, 7)
