@@ -75,7 +75,7 @@ def to_train(p) -> None:
 
 def tokens_and_price(args) -> tuple[float | None, float | None]:
     """(tokens, price) from to_train's flags, or ValueError naming the flag."""
-    return train_cost.parse(getattr(args, "tokens", None), getattr(args, "usd_per_gpu_hour", None))
+    return train_cost.parse(args.tokens, args.usd_per_gpu_hour)
 
 
 def call(fn, args, **given):

@@ -16,15 +16,22 @@ from realrun.launch import RunLog, die_with_parent, start_echo
 from realrun.runfolder import LIFELINE, Lifeline
 
 
+def this_node(master: str, nnodes: int, nproc_per_node: int, verb_args) -> tuple[str, int, list[str], dict]:
+    """`ddplab launch`'s flags checked (a ValueError before anything starts): the master's host
+    and port, the verb and its arguments, and this machine's doctor settings (a short port
+    check: launch only needs the interface)."""
+    host, port = nodes.parse_endpoint(master)
+    nodes.check_counts(nnodes, nproc_per_node)
+    verb_args = nodes.check_verb_args(verb_args)
+    here = doc.diagnose(host, port, connect_timeout_s=0.5, nnodes=nnodes, nproc_per_node=nproc_per_node,
+                        verb_args=verb_args)  # fmt: skip
+    return host, port, verb_args, here
+
+
 def run_this_node(args) -> int:
     """`ddplab launch --exec`: run this node's command with the doctor's settings; the exit code
-    is torchrun's. Bad flags are a ValueError before anything starts."""
-    host, port = nodes.parse_endpoint(args.master)
-    nodes.check_counts(args.nodes, args.nproc_per_node)
-    verb_args = nodes.check_verb_args(args.verb_args)
-    # A short port check: launch only needs the interface.
-    here = doc.diagnose(host, port, connect_timeout_s=0.5, nnodes=args.nodes, nproc_per_node=args.nproc_per_node,
-                        verb_args=verb_args)  # fmt: skip
+    is torchrun's."""
+    host, port, verb_args, here = this_node(args.master, args.nodes, args.nproc_per_node, args.verb_args)
     env_vars = nodes.env_for(args.iface) or here["settings"]["env"]
     argv = nodes.torchrun_argv(
         nnodes=args.nodes,

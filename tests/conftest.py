@@ -33,14 +33,19 @@ def tiny(**kw) -> Scenario:
     return Scenario(**sections, **top)
 
 
-def in_process(capsys, *argv: str) -> tuple[int, str, str]:
-    """`ddplab ARGV` in this process, faster than a subprocess: (exit code, stdout, stderr)."""
+def _exit_code(argv) -> int:
+    """`ddplab ARGV`'s exit status, run in this process."""
     from ddplab import cli
 
     try:
-        code = cli.main(list(argv))
+        return cli.main(list(argv))
     except SystemExit as e:  # argparse's usage errors exit through the Parser
-        code = e.code
+        return e.code
+
+
+def in_process(capsys, *argv: str) -> tuple[int, str, str]:
+    """`ddplab ARGV` in this process, faster than a subprocess: (exit code, stdout, stderr)."""
+    code = _exit_code(argv)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -57,8 +62,6 @@ def run_here(*argv: str, timeout: float = 300, env: dict | None = None) -> subpr
     import os
     import signal
 
-    from ddplab import cli
-
     def alarm(signum, frame):
         raise KeyboardInterrupt
 
@@ -72,10 +75,7 @@ def run_here(*argv: str, timeout: float = 300, env: dict | None = None) -> subpr
             os.environ.clear()
             os.environ.update(env)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli.main(list(argv))
-            except SystemExit as e:  # argparse's usage errors exit through the Parser
-                code = e.code
+            code = _exit_code(argv)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)

@@ -2,7 +2,7 @@
 machine's interface filled in by the doctor when it is the master (realrun/doctor.py), and with
 ``slurm`` an sbatch script written whole (output/atomic.py).
 
-    out = launch_commands("10.0.0.1:29500", nodes=2, nproc_per_node=8, verb_args=["train"])
+    out = launch_commands("10.0.0.1:29500", nodes_n=2, nproc_per_node=8, verb_args=["train"])
     out["commands"][0]  # node 0's shell line
 """
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 from output.atomic import write_atomic
 from output.ownfiles import check_target
-from realrun import doctor, nodes
+from realrun import nodes
+from realrun.launch_node import this_node
 
 
 def launch_commands(
@@ -27,15 +28,10 @@ def launch_commands(
     """{"commands": one shell line per node, "slurm": the script's path or None}. Bad input (the
     endpoint, the counts, the verb, a --slurm path that is not ours to replace) is a ValueError
     before anything is written."""
-    host, port = nodes.parse_endpoint(master)
-    nodes.check_counts(nodes_n, nproc_per_node)
-    verb_args = nodes.check_verb_args(verb_args or [])
+    host, port, verb_args, here = this_node(master, nodes_n, nproc_per_node, verb_args or [])
     if slurm:  # a new file or ddplab's own script, in a folder that exists (output/ownfiles.py)
         check_target(slurm, "--slurm")
-    # When this machine is the master, the doctor fills node 0's interface for real; a short
-    # port check: only the interface is needed here.
-    here = doctor.diagnose(host, port, connect_timeout_s=0.5, nnodes=nodes_n, nproc_per_node=nproc_per_node,
-                           verb_args=verb_args)  # fmt: skip
+    # When this machine is the master, the doctor fills node 0's interface for real.
     ifaces = {}
     if here["master"]["local"] and not here["master"]["loopback"] and here["node"]["interface"]:
         ifaces[0] = here["node"]["interface"]
