@@ -114,22 +114,22 @@ def demo_run(tmp_path_factory):
     return out, p
 
 
-# --- the serial pass: `make test` runs these alone, the rest in parallel (pytest-xdist) ---------
+# --- the serial pass: `make test` runs these one at a time, the rest beside them (pytest-xdist) --
 
 # Modules whose tests start real runs (torchrun and its ranks, the demo, sweeps killed mid-run),
 # shape links with tc, or hold a run's timing to a bound its own load would move (a measured
-# link rate, a straggler's wait, a Ctrl-C answered within seconds): run concurrently with the
-# parallel pass they would take the 2 cores their margins assume. They carry the `serial` mark;
-# `make test` runs `-m "not serial"` with `-n auto`, then `-m serial` alone. In a module of
-# mostly pure tests, the few such tests carry `@pytest.mark.serial` themselves.
+# link rate, a straggler's wait, a Ctrl-C answered within seconds): two of them at once would
+# each take the 2 cores the other's margins assume. They carry the `serial` mark; `make test`
+# runs `-m serial` without -n and, at the same time, `-m "not serial"` on the cores a 2-rank run
+# leaves (one worker on 2 cores: the serial tests see about half the load a second `make test`
+# puts on them, which their margins are held to). In a module of mostly pure tests, the few
+# such tests carry `@pytest.mark.serial` themselves.
 # Not here, though they start processes, because nothing they assert depends on the machine's
 # load or on a fixed port: test_doctor and test_launch (network namespaces named by a fresh
 # uuid, ports the OS picked free), test_planner and test_reliability_inputs (in-process; the
 # plan takes ~3 CPU seconds against its 30 s bound, the timed refusals under 0.05 s against 2 s),
 # test_shared_shapes (one-rank DDP on a free port), test_sweep (pools and a Dask cluster on ports the OS picks), and
 # test_reliability_runs and test_reliability_procs but their real runs and timed kills (marked).
-# In the serial pass their waits and one-process stretches left a core idle; in the parallel
-# pass the other worker uses it.
 SERIAL_MODULES = {
     "test_calibrate_realrun",
     "test_demo",
