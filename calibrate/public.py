@@ -107,9 +107,11 @@ SOURCES = {
     "llama3-table4": (
         "Grattafiori et al. 2024, 'The Llama 3 Herd of Models' (arXiv 2407.21783), Table 4 (shape: Table 3);"
         " the same figures on Meta's SC'24 slide (P. Balaji, 'Herding Llamas')",
-        "Llama 3 405B pre-training at seq 8192 on 8,192 and 16,384 H100 SXM 80GB (700 W), 8 x 400 Gb/s RoCE per"
-        " server, 3,072-GPU pods at 1:7 above (the h100-16k preset); TP 8, PP 16, FSDP over DP, BF16 MFU as"
-        " printed; the rows with context parallelism 1 only (ddplab does not model CP). Sec. 3.3.2: interleaved"
+        "Llama 3 405B pre-training at seq 8192 on 8,192 and 16,384 H100 SXM 80GB (700 W), and at seq 131,072 with"
+        " CP 16 on 16,384, 8 x 400 Gb/s RoCE per server, 3,072-GPU pods at 1:7 above (the h100-16k preset); TP 8,"
+        " PP 16, FSDP over DP, BF16 MFU as printed (the paper cites PaLM for MFU: 6N + 12 L d s a token). Sec."
+        " 3.3.2: CP over 2 x CP chunks per sequence, K and V all-gathered (exposed), order [TP, CP, PP, DP];"
+        " interleaved"
         " schedule, first/last stage one layer fewer (the end chunks hold only the embedding / output and loss:"
         " one layer per chunk, V = 8), 'without activation checkpointing' at 8K, FSDP not resharding weights"
         " after forward, gradients reduce-scattered in FP32",
@@ -280,8 +282,9 @@ def _rows() -> list[Row]:
 
 
 def _llama3_row(gpus, tp, cp, pp, dp, seq, batch_per_dp, tokens, tflop_s, mfu) -> Row:
-    """One Llama 3 405B row (the rule, docs/validation-public.md): every Table 4 row with CP = 1
-    enters; it describes the job as the paper prints it: the shape, seq 8192, TP, PP, DP, one
+    """One Llama 3 405B row (the rule, docs/validation-public.md): every Table 4 row (the CP = 16
+    one since ddplab models context parallelism); it describes the job as the paper prints it:
+    the shape, the sequence, TP, CP, PP, DP, one
     sequence per micro-batch and the batch per DP as micro-batches, bf16 under FSDP over the DP
     group, on h100-16k; and as its Sec. 3.3.2 describes it: the interleaved schedule, "without
     activation checkpointing", one Transformer layer fewer on the first and last stages so that
@@ -297,11 +300,13 @@ def _llama3_row(gpus, tp, cp, pp, dp, seq, batch_per_dp, tokens, tflop_s, mfu) -
     job = (
         *sets(model__name="llama3-405b", model__layout="llama"), *shape,
         *sets(model__block_size=seq, model__rope_theta=500000, training__seq_len=seq, training__micro_batch_size=1,
-              training__grad_accum=batch_per_dp, training__tp=tp, training__pp=pp, training__sequence_parallel=True,
+              training__grad_accum=batch_per_dp, training__tp=tp, training__cp=cp, training__pp=pp,
+              training__sequence_parallel=True,
               training__mode="fsdp", training__precision="bf16-amp", training__pp_schedule="interleaved",
               training__pp_virtual_stages=chunks, training__activation_checkpointing="none", training__overlap=True),
     )  # fmt: skip
-    what = f"Llama 3 405B on {gpus} x H100 (tp {tp}, pp {pp}, dp {dp}, v {chunks}), no recompute, BF16 MFU"
+    cps = f", cp {cp}, seq {seq:,}" if cp > 1 else ""
+    what = f"Llama 3 405B on {gpus} x H100 (tp {tp}{cps}, pp {pp}, dp {dp}, v {chunks}), no recompute, BF16 MFU"
     return Row(what, "llama3-table4", "MFU", mfu, Job("simulate", "h100-16k", gpus, job, 1), "step")
 
 

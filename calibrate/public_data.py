@@ -398,6 +398,7 @@ LLAMA3_405B_SHAPE = {"n_layer": 126, "n_embd": 16384, "n_head": 128, "n_kv_head"
 LLAMA3_TABLE4 = (
     (8192, 8, 1, 16, 64, 8192, 32, "16M", 430, 0.43),
     (16384, 8, 1, 16, 128, 8192, 16, "16M", 400, 0.41),
+    (16384, 8, 16, 16, 8, 131072, 16, "16M", 380, 0.38),  # context parallelism: in since 2026-12-03
 )
 
 # NVIDIA NeMo, docs/source/performance/performance_summary.md at 8e3d65dc ("24.07 perf

@@ -28,7 +28,7 @@ def write_run3d(run: Run3D, run_dir: Path) -> Path:
     d = Path(run_dir) / f"ranks-{sc.ranks:04d}"
     ensure(d)
     ranks = np.arange(sc.ranks)
-    stage, replica = ranks // (lay.tp * lay.dp), (ranks % (lay.tp * lay.dp)) // lay.tp
+    stage, replica = lay.stage_of(ranks), lay.replica_of(ranks)
     if run.records is not None:
         arrays = {"schema": SCHEMA, "step_time_s": run.step_time_s, **run.records}
         arrays |= {"speed_factor": run.speed_factor, "stage": stage, "replica": replica}

@@ -143,6 +143,11 @@ class TrainingConfig:
     sequence_parallel: bool = False
     """With tp > 1: Megatron's sequence parallelism, norms and dropout sharded along the sequence;
     each allreduce becomes an allgather and a reduce-scatter, activations all / tp (sim/tp.py)."""
+    cp: int = 1
+    """Context-parallel ranks (Llama 3's all-gather CP): each sequence split over them in 2 x cp
+    chunks (rank i holds chunks i and 2 cp - 1 - i, so the causal work is even); every block
+    all-gathers K and V over them in forward and reduce-scatters their gradients in backward,
+    exposed; activations / cp; gradients reduced over dp x cp (sim/tp.py, sim/parallel3d.py)."""
     pp: int = 1
     """Pipeline stages; the blocks split evenly, the embedding on the first, the output layer and
     loss on the last; grad_accum micro-batches per step flow through them (sim/pipeline.py)."""
@@ -186,7 +191,7 @@ class TrainingConfig:
             )
         else:
             _one_of("training.activation_checkpointing", self.activation_checkpointing, (True, False))
-        for key in ("tp", "pp", "pp_virtual_stages"):
+        for key in ("tp", "cp", "pp", "pp_virtual_stages"):
             _require(getattr(self, key) >= 1, f"training.{key}", getattr(self, key), "must be >= 1")
         _one_of("training.pp_schedule", self.pp_schedule, PP_SCHEDULES)
         if self.pp_virtual_stages > 1:
@@ -203,10 +208,10 @@ class TrainingConfig:
                 self.grad_accum,
                 f"the interleaved schedule needs a multiple of training.pp ({self.pp})",
             )
-        if self.tp * self.pp > 1:
-            why = "hsdp with tp or pp is not modelled (ddp, fsdp or zero1)"
+        if self.tp * self.cp * self.pp > 1:
+            why = "hsdp with tp, cp or pp is not modelled (ddp, fsdp or zero1)"
             _require(self.mode != "hsdp", "training.mode", self.mode, why)
-            why = "powersgd with tp or pp is not modelled (none, fp16 or bf16)"
+            why = "powersgd with tp, cp or pp is not modelled (none, fp16 or bf16)"
             _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
@@ -627,7 +632,7 @@ class Scenario:
     description: str = ""
     """One line for `ddplab scenarios` and the summary's first line."""
     ranks: int = 8
-    """GPUs: data-parallel ranks, x training.tp x training.pp when those are set."""
+    """GPUs: data-parallel ranks, x training.tp x training.cp x training.pp when those are set."""
     steps: int = 100
     """Optimizer steps to simulate."""
     seed: int = 0
@@ -707,7 +712,11 @@ class Scenario:
             t.pp,
             f"x pp_virtual_stages exceeds model.n_layer + 2 ({shape.n_layer + 2})",
         )
-        _require(self.ranks % (t.tp * t.pp) == 0, "ranks", self.ranks, f"must be a multiple of tp x pp ({t.tp * t.pp})")
+        mp = t.tp * t.cp * t.pp
+        _require(self.ranks % mp == 0, "ranks", self.ranks, f"must be a multiple of tp x cp x pp ({mp})")
+        if t.cp > 1:  # 2 x cp equal chunks of every sequence (the CP docstring)
+            why = f"must split training.seq_len ({self.seq_len}) into 2 x cp equal chunks"
+            _require(self.seq_len % (2 * t.cp) == 0, "training.cp", t.cp, why)
         if t.pp_layers is not None:
             n = t.pp * (t.pp_virtual_stages if t.pp_schedule == "interleaved" else 1)
             layers = t.pp_layers
@@ -717,15 +726,16 @@ class Scenario:
 
     @property
     def parallel3d(self) -> bool:
-        """Simulated by sim/parallel3d.py (tensor or pipeline parallel, or the distributed
+        """Simulated by sim/parallel3d.py (tensor, context or pipeline parallel, or the distributed
         optimizer, which only that model has) rather than sim/engine.py's DDP/FSDP step."""
         t = self.training
-        return t.tp * t.pp > 1 or t.mode == "zero1"
+        return t.tp * t.cp * t.pp > 1 or t.mode == "zero1"
 
     @property
     def dp(self) -> int:
-        """Data-parallel ranks: ranks / (tp x pp)."""
-        return self.ranks // (self.training.tp * self.training.pp)
+        """Data-parallel ranks: ranks / (tp x cp x pp)."""
+        t = self.training
+        return self.ranks // (t.tp * t.cp * t.pp)
 
     @property
     def straggler_map(self) -> dict[int, float]:

@@ -22,6 +22,11 @@ queries are saved as eager PyTorch's math path does, sim/memory.py).
 A stage holds its layers' activations for as many micro-batches as its schedule keeps in flight
 (sim/pipeline.py): the first stage's p for 1F1B, every micro-batch for GPipe.
 
+Context parallelism (sim/tp.py): a GPU holds s / cp of each sequence, so every term above is
+counted at s / cp tokens (unfused attention's scores as s / cp queries by s keys), and one
+block's K and V gathered over the CP group, with their gradients in the backward, are held while
+that block's attention runs: 2 x 2 s b kv_dim / t 16-bit values, not kept between blocks.
+
 Model states, in the Megatron mixed-precision arrangement (sim/precision.py ``sharded``: the
 module holds 16-bit weights, the optimizer the fp32 master copy and AdamW's moments, the
 gradients accumulate in the precision's gradient dtype): per parameter on the GPU, compute +
@@ -60,8 +65,12 @@ def layer_terms(
     *,
     fused_attention: bool,
     dropout: bool,
+    kv_len: int | None = None,
 ) -> LayerTerms:
+    """``seq_len``: the tokens of a sequence this GPU holds; ``kv_len``: the keys each of them
+    scores (the whole sequence under context parallelism; ``seq_len`` by default)."""
     s, b, h, a = seq_len, micro_batch, shape.n_embd, shape.n_head
+    keys = s if kv_len is None else kv_len
     r, c = dtypes.residual_bytes, dtypes.compute_bytes
     sb = s * b
     masks = 2 * h * DROPOUT_MASK_BYTES if dropout else 0  # after attention and after the MLP
@@ -70,7 +79,7 @@ def layer_terms(
     if fused_attention:
         core = sb * a * FP32  # FlashAttention's log-sum-exp; it regenerates its dropout mask
     else:
-        core = sb * a * s * (c + ((DROPOUT_MASK_BYTES + c) if dropout else 0))
+        core = sb * a * keys * (c + ((DROPOUT_MASK_BYTES + c) if dropout else 0))
     sharded = sb * (shape.qkv_dim + h + mlp) * c + core
     stats = sb * 2 * shape.norm_stats * FP32
     rope = 2 * s * shape.head_dim * c if not shape.learned_positions and dtypes.autocast else 0
@@ -114,9 +123,12 @@ def stage_memory(
     first: bool,
     last: bool,
     cuda_context_gib: float,
+    transient_bytes: float = 0.0,
 ) -> StageMemory:
     """``in_flight_layers``: layers' worth of activations the stage holds at its peak (its
-    layers per chunk x chunk-micro-batches in flight, sim/pipeline.py)."""
+    layers per chunk x chunk-micro-batches in flight, sim/pipeline.py); ``seq_len``: the tokens
+    of a sequence one GPU holds; ``transient_bytes``: what one block holds only while it runs
+    (context parallelism's gathered K and V, module docstring)."""
     c, w, g, o = dtypes.compute_bytes, dtypes.param_bytes, dtypes.grad_bytes, dtypes.optimizer_state_bytes
     if mode in ("fsdp", "zero1"):
         states = params * (c + g + (w + o) / dp)
@@ -129,6 +141,7 @@ def stage_memory(
         held = in_flight_layers * sb * h * dtypes.residual_bytes / split + per_layer
     else:
         held = in_flight_layers * per_layer
+    held += transient_bytes
     micro_batches = in_flight_layers / max(layers, 1)
     if first:  # the token ids the embedding keeps, per micro-batch in flight
         held += micro_batches * sb * INDEX_BYTES

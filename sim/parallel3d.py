@@ -1,10 +1,16 @@
-"""One training step of a 3D-parallel job: tensor parallelism inside a node (sim/tp.py), a
-pipeline of stages (sim/pipeline.py, replayed event by event), data parallelism over the rest.
+"""One training step of a 3D-parallel job: tensor parallelism inside a node (sim/tp.py),
+context parallelism over the sequence (sim/tp.py), a pipeline of stages (sim/pipeline.py,
+replayed event by event), data parallelism over the rest.
 
-Layout, as Megatron-LM lays ranks out (its initialize_model_parallel): tensor-parallel groups
-are tp consecutive ranks; a pipeline stage is tp x dp consecutive ranks; the data-parallel
-group of a GPU is the ranks with its stage and its TP position, tp apart; pipeline neighbours
-are tp x dp ranks apart, so on different nodes once tp x dp fills a node.
+Layout, as Megatron-LM lays ranks out (its initialize_model_parallel, order tp-cp-dp-pp; Llama 3
+orders its dimensions the same way, Grattafiori et al. 2024 Sec. 3.3.2): tensor-parallel groups
+are tp consecutive ranks; a context-parallel group is cp of them, tp apart; a pipeline stage is
+tp x cp x dp consecutive ranks; the data-parallel group of a GPU is the ranks with its stage,
+its TP and its CP position, tp x cp apart; pipeline neighbours are tp x cp x dp ranks apart, so
+on different nodes once that fills a node. The tp x cp GPUs of one replica and stage move in
+lockstep (TP's and CP's collectives every block), so the replay treats them as one group, which
+runs at its slowest GPU; gradients are reduced over dp x cp ranks (each CP rank's gradients are
+partial sums over its share of the sequence), and fsdp and zero1 shard over those ranks too.
 
 A step, on each of the dp pipelines (replicas):
 
@@ -60,7 +66,7 @@ from sim.optimizer import adamw_step_s
 from sim.pipeline import PipelineRun, bubble_fraction, in_flight_closed_form, run_pipeline
 from sim.precision import Precision, sharded
 from sim.roofline import rates
-from sim.tp import block_time, head_time
+from sim.tp import block_time, cp_kv_bytes, head_time
 from sim.transformer import flops_per_token, param_count
 from sim.workload import fabric_for
 
@@ -76,19 +82,27 @@ class Layout(NamedTuple):
     v: int  # model chunks per stage (interleaved), else 1
     m: int  # micro-batches per step per pipeline (grad_accum)
     schedule: str
+    cp: int = 1
 
-    def stage_of(self, rank: int) -> int:
-        return rank // (self.tp * self.dp)
+    @property
+    def group(self) -> int:
+        """GPUs that move in lockstep inside one replica's stage: its TP x CP group."""
+        return self.tp * self.cp
 
-    def replica_of(self, rank: int) -> int:
-        return (rank % (self.tp * self.dp)) // self.tp
+    def stage_of(self, rank):
+        """The pipeline stage of ``rank`` (an int, or a numpy array of them)."""
+        return rank // (self.group * self.dp)
+
+    def replica_of(self, rank):
+        """The data-parallel replica (pipeline) of ``rank`` (an int, or a numpy array)."""
+        return (rank % (self.group * self.dp)) // self.group
 
 
 def layout(sc: Scenario) -> Layout:
     t = sc.training
     v = t.pp_virtual_stages if t.pp_schedule == "interleaved" else 1
     schedule = t.pp_schedule if t.pp > 1 else "1f1b"
-    return Layout(t.tp, t.pp, sc.dp, v, t.grad_accum, schedule)
+    return Layout(t.tp, t.pp, sc.dp, v, t.grad_accum, schedule, t.cp)
 
 
 def chunk_layers(n_layer: int, chunks: int) -> list[int]:
@@ -135,14 +149,26 @@ def stage_params(sc: Scenario, lay: Layout, sizes: list[int]) -> np.ndarray:
     return chunk_params(sc, lay, sizes).sum(axis=1)
 
 
-def dp_fabric(sc: Scenario, lay: Layout) -> Fabric:
-    """Where one data-parallel group reduces (module docstring): its ranks per node, and its
-    share of the node's NICs with the other groups reducing at the same time."""
+def strided_fabric(sc: Scenario, lay: Layout, ranks: int, stride: int) -> Fabric:
+    """Where a group of ``ranks`` GPUs, ``stride`` apart, communicates: its ranks per node, and
+    its share of the node's NICs with the node's other such groups, which run their collectives
+    at the same time (the TP positions' data-parallel groups, the CP groups)."""
     g = sc.network.gpus_per_node
-    per_node = min(lay.dp, max(1, g // lay.tp))
+    per_node = min(ranks, max(1, g // stride))
     sharing = g // per_node if sc.ranks > g else 1
-    full = fabric_for(sc, ranks=lay.dp)
+    full = fabric_for(sc, ranks=ranks)
     return dataclasses.replace(full, gpus_per_node=per_node, inter_busbw_gb_s=full.inter_busbw_gb_s / sharing)
+
+
+def dp_fabric(sc: Scenario, lay: Layout) -> Fabric:
+    """Where one data-parallel group reduces (module docstring): dp x cp ranks, tp apart (a CP
+    group's ranks are consecutive in it)."""
+    return strided_fabric(sc, lay, lay.dp * lay.cp, lay.tp)
+
+
+def cp_fabric(sc: Scenario, lay: Layout) -> Fabric:
+    """Where one context-parallel group all-gathers K and V: cp ranks, tp apart."""
+    return strided_fabric(sc, lay, lay.cp, lay.tp)
 
 
 def bucketed_s(op: str, size_bytes: float, fabric: Fabric, cap_mb: float, units: int = 0) -> tuple[float, float]:
@@ -161,8 +187,8 @@ def p2p_s(sc: Scenario, lay: Layout, dt: Precision) -> float:
     if lay.pp == 1:
         return 0.0
     net, t = sc.network, sc.training
-    size = t.micro_batch_size * sc.seq_len * sc.model.shape.n_embd * dt.compute_bytes
-    cross_node = lay.tp * lay.dp >= net.gpus_per_node
+    size = t.micro_batch_size * sc.seq_len / lay.cp * sc.model.shape.n_embd * dt.compute_bytes
+    cross_node = lay.group * lay.dp >= net.gpus_per_node
     fabric = fabric_for(sc)
     if cross_node:  # rail-optimised: each GPU sends through its own NIC
         bw = fabric.inter_busbw_gb_s / net.gpus_per_node * 1e9
@@ -183,7 +209,7 @@ class StepCosts(NamedTuple):
 
     forward_s: np.ndarray  # (pp, v) one micro-batch
     backward_s: np.ndarray  # (pp, v)
-    tp_comm_s: np.ndarray  # (pp,) exposed TP collectives per micro-batch (forward + backward)
+    tp_comm_s: np.ndarray  # (pp,) exposed TP (and CP) collectives per micro-batch (forward + backward)
     p2p_s: float
     dp_s: np.ndarray  # (pp,) the data-parallel reduction of the stage's gradients
     dp_last_bucket_s: np.ndarray  # (pp,) of the stage's last chunk to finish (chunk 0)
@@ -213,8 +239,9 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     dt = dtypes_3d(sc)
     r = rates(c, dt)
     tp_fabric = fabric_for(sc, ranks=lay.tp)
-    kw = {"tp": lay.tp, "sequence_parallel": t.sequence_parallel and lay.tp > 1, "fabric": tp_fabric}
-    blk = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, **kw)
+    kw = {"tp": lay.tp, "sequence_parallel": t.sequence_parallel and lay.tp > 1, "fabric": tp_fabric, "cp": lay.cp}
+    cp_net = cp_fabric(sc, lay) if lay.cp > 1 else None
+    blk = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, cp_fabric=cp_net, **kw)
     head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, **kw)
     sizes = list(t.pp_layers) if t.pp_layers is not None else chunk_layers(shape.n_layer, lay.pp * lay.v)
     fwd = np.zeros((lay.pp, lay.v))
@@ -261,7 +288,7 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         dp_s[:], last[:], gather[:], first_gather[:] = 0.0, 0.0, 0.0, 0.0
         dp_c[:], last_c[:] = 0.0, 0.0
         tie = 0.0
-    shard = lay.dp if t.mode in ("fsdp", "zero1") else 1
+    shard = lay.dp * lay.cp if t.mode in ("fsdp", "zero1") else 1
     opt = np.array([adamw_step_s(n / shard, dt, c.hbm_tb_s) for n in params])
     if c.optimizer_s is not None:  # the whole model's, given: each GPU its share
         opt = c.optimizer_s * params / param_count(shape) / shard
@@ -295,7 +322,7 @@ class Step3D:
     optimizer_s: float
     bubble_fraction: float  # closed form for equal stages
     idle_fraction: np.ndarray  # (pp,) each stage's idle share of the slowest pipeline's makespan
-    tp_comm_s: float  # exposed TP collectives per step on the busiest stage
+    tp_comm_s: float  # exposed TP (and CP) collectives per step on the busiest stage
     p2p_s: float  # one send
     tokens_per_step: int
     model_flops_per_step: float  # 6N + 12 L d T per token
@@ -310,7 +337,7 @@ class Step3D:
 
     @property
     def gpus(self) -> int:
-        return self.layout.tp * self.layout.pp * self.layout.dp
+        return self.layout.group * self.layout.pp * self.layout.dp
 
     @property
     def tokens_per_s(self) -> float:
@@ -329,6 +356,7 @@ class Step3D:
         return {
             "layout": {
                 "tp": lay.tp,
+                "cp": lay.cp,
                 "pp": lay.pp,
                 "dp": lay.dp,
                 "virtual_stages": lay.v,
@@ -353,7 +381,7 @@ class Step3D:
 
 
 def group_factors(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray:
-    """(dp, pp): each TP group's compute-time factor, its slowest GPU's."""
+    """(dp, pp): each TP (x CP) group's compute-time factor, its slowest GPU's."""
     per_gpu = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
     out = np.zeros((lay.dp, lay.pp))
     for rank, f in enumerate(per_gpu):
@@ -363,21 +391,26 @@ def group_factors(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.nda
 
 
 def op_noise(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray | None:
-    """(dp, pp, operations per stage) multipliers: each GPU's per-micro-step draw, the TP group
-    waiting for its slowest; None without noise."""
+    """(dp, pp, operations per stage) multipliers: each GPU's per-micro-step draw, the TP (x CP)
+    group waiting for its slowest; None without noise."""
     n = sc.noise
     if n.distribution == "none" or (n.distribution != "empirical" and n.sigma == 0.0):
         return None
     ops = 2 * lay.m * lay.v
     # Each GPU from the pooled samples: a trace's per-rank rows (samples_by_rank) are a DDP job's ranks.
-    draws = multipliers(rng, n.distribution, n.sigma, (lay.dp, lay.pp, lay.tp, ops), n.samples)
+    draws = multipliers(rng, n.distribution, n.sigma, (lay.dp, lay.pp, lay.group, ops), n.samples)
     return draws.max(axis=2)
 
 
 def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMemory]:
     t, shape = sc.training, sc.model.shape
     dt = dtypes_3d(sc)
-    terms = layer_terms(shape, sc.seq_len, t.micro_batch_size, dt, fused_attention=t.fused_attention, dropout=False)
+    local = sc.seq_len // lay.cp  # the tokens of each sequence one GPU holds (context parallelism)
+    terms = layer_terms(
+        shape, local, t.micro_batch_size, dt, fused_attention=t.fused_attention, dropout=False, kv_len=sc.seq_len
+    )
+    # One block's gathered K and V, and their gradients in the backward (sim/memory3d.py).
+    transient = 2 * cp_kv_bytes(shape, t.micro_batch_size * sc.seq_len, dt, lay.tp) if lay.cp > 1 else 0.0
     out = []
     for i in range(lay.pp):
         layers = sum(costs.layers[g] for g in range(i, lay.pp * lay.v, lay.pp))
@@ -385,11 +418,11 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
         per_chunk = layers / lay.v
         out.append(
             stage_memory(
-                stage=i, params=costs.params[i], dtypes=dt, mode=t.mode, dp=lay.dp, layers=layers,
+                stage=i, params=costs.params[i], dtypes=dt, mode=t.mode, dp=lay.dp * lay.cp, layers=layers,
                 in_flight_layers=chunks_in_flight * per_chunk, terms=terms, tp=lay.tp,
                 sequence_parallel=t.sequence_parallel and lay.tp > 1, recompute=t.recompute, shape=shape,
-                seq_len=sc.seq_len, micro_batch=t.micro_batch_size, first=i == 0, last=i == lay.pp - 1,
-                cuda_context_gib=CUDA_CONTEXT_GIB,
+                seq_len=local, micro_batch=t.micro_batch_size, first=i == 0, last=i == lay.pp - 1,
+                cuda_context_gib=CUDA_CONTEXT_GIB, transient_bytes=transient,
             )
         )  # fmt: skip
     return out

@@ -146,7 +146,7 @@ class Run3D:
     def per_rank(self, groups: np.ndarray) -> np.ndarray:
         """(..., dp, pp) per TP group -> (..., ranks): each rank its group's."""
         lay, ranks = self.layout, np.arange(self.scenario.ranks)
-        return groups[..., (ranks % (lay.tp * lay.dp)) // lay.tp, ranks // (lay.tp * lay.dp)]
+        return groups[..., lay.replica_of(ranks), lay.stage_of(ranks)]
 
     @property
     def rank_mean(self) -> dict[str, np.ndarray]:

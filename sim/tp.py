@@ -24,6 +24,20 @@ The collectives are exposed: Megatron-LM (2021) issues them on the compute strea
 matmuls that need their result, so nothing hides them (Narayanan et al. 2021, Sec. 3.2).
 Recomputation reruns the forward, collectives included, in the backward (full); selective
 recomputation reruns only attention's core, which has none.
+
+Context parallelism (``cp`` > 1), as Llama 3 runs it (Grattafiori et al. 2024, Sec. 3.3.2):
+each sequence is cut into 2 cp chunks and a CP rank holds chunks i and 2 cp - 1 - i, so that
+under the causal mask every rank scores the same number of query-key pairs. Every kernel then
+does 1/cp of its work on each CP rank: the per-token ones on s / cp tokens, attention on s / cp
+queries against keys up to the whole sequence, which is 1/cp of the causal total by that
+placement. Before attention each block all-gathers K and V over the CP group (each rank's
+s / cp tokens of its KV heads, GQA-narrow); only the rank's own chunk is kept for the backward
+(sim/memory3d.py counts the gathered copy as transient), so the backward gathers them again and
+reduce-scatters their gradients. Llama 3 chose the all-gather over ring attention knowing its
+latency is exposed (small against attention's O(s^2) work because GQA keeps K and V narrow), so
+all of it is exposed here; full recomputation reruns the forward's TP collectives, and its
+gather serves the backward. Attention's bytes (it reads the whole K and
+V) are taken as 1/cp too: at these lengths attention is compute-bound.
 """
 
 from typing import NamedTuple
@@ -40,11 +54,10 @@ _REPLICATED = ("ln_", "residual")
 _EMBEDDING = ("wte.lookup", "wpe.", "wte.embedding_bwd", "wte.bucket_copy")
 
 
-def shard_kernel(k: Kernel, tp: int, sequence_parallel: bool) -> Kernel:
-    """One kernel as each of ``tp`` GPUs runs it (module docstring)."""
-    if tp == 1 or (k.name.startswith(_REPLICATED) and not sequence_parallel):
-        return k
-    return k._replace(flops=k.flops / tp, bytes=k.bytes / tp)
+def shard_kernel(k: Kernel, tp: int, sequence_parallel: bool, cp: int = 1) -> Kernel:
+    """One kernel as each of ``tp`` x ``cp`` GPUs runs it (module docstring)."""
+    split = cp if tp == 1 or (k.name.startswith(_REPLICATED) and not sequence_parallel) else tp * cp
+    return k if split == 1 else k._replace(flops=k.flops / split, bytes=k.bytes / split)
 
 
 class BlockTime(NamedTuple):
@@ -53,8 +66,10 @@ class BlockTime(NamedTuple):
     forward_compute_s: float
     backward_compute_s: float  # without recomputation
     recompute_s: float  # what backward adds for training.activation_checkpointing
-    forward_comm_s: float  # the forward's two allreduces (or allgathers + reduce-scatters)
-    backward_comm_s: float  # the backward's, plus the forward's again under full recomputation
+    forward_comm_s: float  # the forward's two allreduces (or allgathers + reduce-scatters), and CP's K/V allgather
+    backward_comm_s: (
+        float  # the backward's (CP: K/V gathered again, their gradients reduce-scattered), + full recompute's
+    )
 
     @property
     def forward_s(self) -> float:
@@ -89,11 +104,15 @@ def block_time(
     sequence_parallel: bool,
     recompute: str,
     fabric: Fabric,
+    cp: int = 1,
+    cp_fabric: Fabric | None = None,
 ) -> BlockTime:
+    """``seq_len``: the whole sequence; with ``cp`` > 1 each GPU holds 1/cp of it and
+    ``cp_fabric`` is its CP group's (module docstring)."""
     tokens = float(micro_batch * seq_len)
     fwd = bwd = core = 0.0
     for k in block_kernels(shape, seq_len, tokens, p):
-        t = kernel_time_s(shard_kernel(k, tp, sequence_parallel), r)
+        t = kernel_time_s(shard_kernel(k, tp, sequence_parallel, cp), r)
         if k.backward:
             bwd += t
         else:
@@ -103,11 +122,36 @@ def block_time(
     # Each synchronisation moves the t x d activation in the compute dtype. With sequence
     # parallelism the pair of collectives also replaces the allreduce (operator g) and the
     # identity (operator f), so the count is the same: two in forward, two in backward.
-    per_sync = tp_collective_s(tokens * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
-    fwd_comm = 2 * per_sync
+    per_sync = tp_collective_s(tokens / cp * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
+    gather, scatter = cp_collectives_s(shape, tokens, p, tp, cp, cp_fabric)
+    fwd_comm = 2 * per_sync + gather
     recompute_s = {"none": 0.0, "selective": core, "full": fwd}[recompute]
-    bwd_comm = 2 * per_sync + (fwd_comm if recompute == "full" else 0.0)
+    bwd_comm = 2 * per_sync + gather + scatter + (2 * per_sync if recompute == "full" else 0.0)
     return BlockTime(fwd, bwd, recompute_s, fwd_comm, bwd_comm)
+
+
+def cp_kv_bytes(shape: TransformerShape, tokens: float, p: Precision, tp: int) -> float:
+    """K and V of ``tokens`` (a whole micro-batch of sequences) for one GPU's KV heads: the
+    all-gather's output on each CP rank (nccl-tests' size convention). A TP rank holds
+    n_kv_head / tp of them, at least one (Megatron replicates KV heads when tp exceeds them)."""
+    kv_heads = max(1.0, (shape.n_kv_head or shape.n_head) / tp)
+    return tokens * 2 * kv_heads * shape.head_dim * p.compute_bytes
+
+
+def cp_collectives_s(
+    shape: TransformerShape, tokens: float, p: Precision, tp: int, cp: int, fabric: Fabric | None
+) -> tuple[float, float]:
+    """(the forward's K/V all-gather, the backward's reduce-scatter of their gradients), one
+    block and micro-batch, seconds; zero without context parallelism."""
+    if cp == 1:
+        return 0.0, 0.0
+    if fabric is None or fabric.ranks != cp:
+        raise ValueError(f"training.cp {cp}: the block needs its CP group's fabric ({cp} ranks)")
+    size = cp_kv_bytes(shape, tokens, p, tp)
+    return (
+        collective_cost("allgather", size, fabric).time_s,
+        collective_cost("reduce_scatter", size, fabric).time_s,
+    )
 
 
 class HeadTime(NamedTuple):
@@ -132,8 +176,10 @@ def head_time(
     tp: int,
     sequence_parallel: bool,
     fabric: Fabric,
+    cp: int = 1,
 ) -> HeadTime:
-    tokens = float(micro_batch * seq_len)
+    """``seq_len``: the whole sequence; each of ``cp`` GPUs embeds and scores its 1/cp."""
+    tokens = float(micro_batch * seq_len) / cp
     times = {"ef": 0.0, "eb": 0.0, "of": 0.0, "ob": 0.0}
     for k in head_kernels(shape, tokens, p):
         # The vocabulary-parallel output layer and loss split T x vocab; ln_f is a block norm.

@@ -175,7 +175,15 @@ def test_simulate_cli_runs_the_3d_model(capsys):
     argv = ["simulate", "h100-1024", "--ranks", "64", "--json"] + [x for s in sets for x in ("--set", s)]
     main(argv)
     s = json.loads(capsys.readouterr().out)
-    assert s["layout"] == {"tp": 8, "pp": 2, "dp": 4, "virtual_stages": 1, "micro_batches": 8, "schedule": "1f1b"}
+    assert s["layout"] == {
+        "tp": 8,
+        "cp": 1,
+        "pp": 2,
+        "dp": 4,
+        "virtual_stages": 1,
+        "micro_batches": 8,
+        "schedule": "1f1b",
+    }
     assert s["straggler"]["stages"] == [0] and s["straggler"]["cost_s"] > 0
     assert "assumed" in s
 

@@ -306,7 +306,8 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     lay, first = run.layout, run.first
     sched = lay.schedule + (f", v={lay.v}" if lay.v > 1 else "")
     mb = f"{lay.m} micro-batches of {sc.training.micro_batch_size} x {sc.seq_len}"
-    out = [f"{sc.name}: {sc.model.shape.name}, {sc.ranks} GPUs = tp {lay.tp} x pp {lay.pp} x dp {lay.dp} "
+    cp = f" x cp {lay.cp}" if lay.cp > 1 else ""
+    out = [f"{sc.name}: {sc.model.shape.name}, {sc.ranks} GPUs = tp {lay.tp}{cp} x pp {lay.pp} x dp {lay.dp} "
            f"({sc.training.mode}), {mb}, {sched}"]  # fmt: skip
     if "verdict" in s:
         out.append(f"  {s['verdict']} (--ignore-memory to simulate anyway)")
@@ -317,7 +318,8 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     idle = s["stage_idle_fraction"]
     out.append(f"  pipeline       {fmt_seconds(s['pipeline_s'])}  bubble (closed form) {first.bubble_fraction:.1%}, "
                f"stage idle {min(idle):.1%}-{max(idle):.1%}")  # fmt: skip
-    out.append(f"  TP comm        {fmt_seconds(first.tp_comm_s)} exposed per step on the busiest stage; "
+    what = "TP+CP comm    " if lay.cp > 1 else "TP comm       "
+    out.append(f"  {what} {fmt_seconds(first.tp_comm_s)} exposed per step on the busiest stage; "
                f"p2p send {fmt_seconds(first.p2p_s)}")  # fmt: skip
     out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline; optimizer "
                f"{fmt_seconds(first.optimizer_s)}")  # fmt: skip

@@ -42,7 +42,8 @@ def run(sc, *, records: bool = False, progress: Callable | None = None) -> tuple
 def _mode(sc) -> str:
     t = sc.training
     dp = f" dp{sc.dp}" if t.mode[-1].isdigit() else sc.dp  # "zero164" would read as one number
-    return f"tp{t.tp} x pp{t.pp} x {t.mode}{dp}"
+    cp = f" x cp{t.cp}" if t.cp > 1 else ""
+    return f"tp{t.tp}{cp} x pp{t.pp} x {t.mode}{dp}"
 
 
 def simulate(

@@ -1,0 +1,129 @@
+"""Context parallelism (training.cp; sim/tp.py, sim/parallel3d.py, sim/memory3d.py): each GPU
+does 1/cp of every kernel, the K/V all-gather and the reduce-scatter of their gradients are
+the bytes Llama 3's all-gather CP moves, gradients reduce over dp x cp, and the memory is the
+s / cp model's plus one block's gathered K and V."""
+
+import numpy as np
+import pytest
+
+from sim.collectives import collective_cost
+from sim.parallel3d import cp_fabric, dp_fabric, dtypes_3d, layout, memory_by_stage, simulate_3d, step_costs
+from sim.scenario_file import load_scenario
+from sim.roofline import rates
+from sim.tp import block_time, cp_kv_bytes, head_time
+from sim.workload import fabric_for
+
+BASE = [
+    "model.preset=llama3-8b",
+    "training.seq_len=8192",
+    "training.micro_batch_size=1",
+    "training.precision=bf16",
+    "training.mode=fsdp",
+    "noise.distribution=none",
+    "noise.speed_spread_sd=0",
+]
+
+
+def _sc(*sets, ranks=64):
+    return load_scenario("h100-1024", [*BASE, *sets], ranks=ranks)
+
+
+def test_cp1_is_the_model_without_it():
+    a, b = _sc("training.tp=8"), _sc("training.tp=8", "training.cp=1")
+    assert simulate_3d(a, None).step_s == simulate_3d(b, None).step_s
+
+
+def test_each_gpu_computes_one_cp_th_of_every_kernel():
+    # cp = 4 at seq s is exactly the cp = 1 job's compute / 4 (balanced causal chunks: attention's
+    # s^2 / 2 pairs split evenly too), once no kernel sits at the launch floor (every GPU still
+    # launches every kernel: sim/roofline.py). The embedding's and output layer's backward write
+    # their whole table's gradient whatever the tokens, so the head shrinks by less.
+    sc = _sc("training.tp=2", "compute.kernel_launch_us=0")
+    dt, shape = dtypes_3d(sc), sc.model.shape
+    r, tp_net = rates(sc.compute, dt), fabric_for(sc, ranks=2)
+    kw = {"tp": 2, "sequence_parallel": False, "fabric": tp_net}
+    one = block_time(shape, 8192, 1, dt, r, recompute="selective", **kw)
+    four = block_time(shape, 8192, 1, dt, r, recompute="selective", cp=4, cp_fabric=fabric_for(sc, ranks=4), **kw)
+    for part in ("forward_compute_s", "backward_compute_s", "recompute_s"):
+        assert getattr(four, part) == pytest.approx(getattr(one, part) / 4, rel=1e-12), part
+    h1, h4 = head_time(shape, 8192, 1, dt, r, **kw), head_time(shape, 8192, 1, dt, r, cp=4, **kw)
+    assert h4.output_forward_s == pytest.approx(h1.output_forward_s / 4, rel=1e-12)
+    assert h4.output_backward_s < h1.output_backward_s / 3  # per token, but a whole-table gradient copy
+    assert h4.embedding_backward_s > h1.embedding_backward_s / 2
+    # With the preset's launch floor the small kernels stay at it: more than a quarter.
+    r5 = rates(_sc("training.tp=2").compute, dt)
+    floored = block_time(shape, 8192, 1, dt, r5, recompute="none", cp=4, cp_fabric=fabric_for(sc, ranks=4), **kw)
+    assert floored.forward_compute_s > block_time(shape, 8192, 1, dt, r5, recompute="none", **kw).forward_compute_s / 4
+
+
+def test_the_kv_all_gather_and_gradient_reduce_scatter_are_llama3s_bytes():
+    sc = _sc("training.tp=8", "training.cp=4", ranks=64)  # 8 nodes: CP groups of 4 GPUs, one per node
+    lay, shape, dt = layout(sc), sc.model.shape, dtypes_3d(sc)
+    # llama3-8b: 8 KV heads of 128, one per TP rank; K and V of the whole 8192-token sequence, bf16.
+    assert cp_kv_bytes(shape, 8192, dt, 8) == 8192 * 2 * 1 * 128 * 2
+    fabric = cp_fabric(sc, lay)
+    assert fabric.ranks == 4 and fabric.gpus_per_node == 1  # tp fills the node: CP crosses nodes
+    gather = collective_cost("allgather", 8192 * 2 * 128 * 2, fabric).time_s
+    scatter = collective_cost("reduce_scatter", 8192 * 2 * 128 * 2, fabric).time_s
+    with_cp = step_costs(sc, lay)
+    # TP's collectives move the GPU's 8192 / 4 tokens; CP adds a gather in forward and a gather
+    # and a reduce-scatter in backward, per block.
+    tp_only = step_costs(*(lambda s: (s, layout(s)))(_sc("training.tp=8", "training.seq_len=2048", ranks=16)))
+    blocks = shape.n_layer
+    assert with_cp.tp_comm_s.sum() == pytest.approx(tp_only.tp_comm_s.sum() + blocks * (2 * gather + scatter))
+
+
+def test_gradients_reduce_over_dp_times_cp_and_fsdp_shards_over_them():
+    sc = _sc("training.tp=8", "training.cp=4", ranks=256)  # dp 8
+    lay = layout(sc)
+    assert (lay.tp, lay.cp, lay.dp) == (8, 4, 8) and sc.dp == 8
+    assert dp_fabric(sc, lay).ranks == 32
+    step = simulate_3d(sc, None)
+    assert step.gpus == 256
+    # fsdp's sharded states: 16-bit weights and gradients whole, the fp32 master and moments / 32.
+    mem = step.memory[0]
+    dt = dtypes_3d(sc)
+    per_param = dt.compute_bytes + dt.grad_bytes + (dt.param_bytes + dt.optimizer_state_bytes) / 32
+    assert mem.model_states_gib == pytest.approx(mem.parameters * per_param / 2**30, rel=1e-12)
+
+
+def test_tokens_and_mfu_count_whole_sequences():
+    sc = _sc("training.tp=8", "training.cp=4", "training.grad_accum=2", ranks=256)
+    step = simulate_3d(sc, None)
+    assert step.tokens_per_step == 8 * 2 * 8192  # dp x micro-batches x the whole sequence
+    assert step.mfu == pytest.approx(step.model_flops_per_step / step.step_s / 256 / (step.peak_tflop_s * 1e12))
+
+
+def test_memory_is_the_s_over_cp_model_plus_one_blocks_gathered_kv():
+    # Fused attention: every saved term is per token, so cp = 4 at seq s holds what cp = 1 holds
+    # at s / 4, plus the gathered K and V and their gradients of one block.
+    four = _sc("training.tp=8", "training.cp=4", ranks=32)
+    quarter = _sc("training.tp=8", "training.seq_len=2048", ranks=8)
+    m4 = memory_by_stage(four, layout(four), step_costs(four, layout(four)))[0]
+    m1 = memory_by_stage(quarter, layout(quarter), step_costs(quarter, layout(quarter)))[0]
+    transient = 2 * 8192 * 2 * 128 * 2  # K, V (1 head of 128 per TP rank) and their gradients, bf16
+    assert (m4.activations_gib - m1.activations_gib) * 2**30 == pytest.approx(transient, rel=1e-9)
+    assert m4.logits_gib == pytest.approx(m1.logits_gib, rel=1e-12)
+
+
+def test_a_slow_gpu_slows_its_cp_group():
+    sc = _sc("training.tp=8", "training.cp=2", "stragglers=9:1.5", ranks=32)  # rank 9: CP rank 1, replica 0
+    lay = layout(sc)
+    assert (lay.stage_of(9), lay.replica_of(9)) == (0, 0)
+    step = simulate_3d(sc, np.random.default_rng(0))
+    assert step.stage_factor[0, 0] == pytest.approx(1.5) and step.stage_factor[1, 0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "sets, ranks, message",
+    [
+        (["training.cp=3"], 48, "training.cp: must split training.seq_len (8192) into 2 x cp equal chunks, got 3"),
+        (["training.cp=4", "training.tp=8"], 16, "ranks: must be a multiple of tp x cp x pp (32), got 16"),
+        (["training.cp=0"], 8, "training.cp: must be >= 1, got 0"),
+        (["training.cp=2", "training.mode=hsdp"], 16, "training.mode: hsdp with tp, cp or pp is not modelled"),
+    ],
+)
+def test_impossible_cp_is_one_named_line(sets, ranks, message):
+    with pytest.raises(ValueError) as e:
+        _sc(*sets, ranks=ranks)
+    assert str(e.value).startswith(message), str(e.value)
