@@ -8,8 +8,8 @@ import pytest
 
 from sim.collectives import collective_cost
 from sim.parallel3d import cp_fabric, dp_fabric, dtypes_3d, layout, memory_by_stage, simulate_3d, step_costs
-from sim.scenario_file import load_scenario
 from sim.roofline import rates
+from sim.scenario_file import load_scenario
 from sim.tp import block_time, cp_kv_bytes, head_time
 from sim.workload import fabric_for
 
