@@ -296,7 +296,6 @@ def test_help_shows_backend_and_device_default_auto(verb, capsys):
     assert "(default: auto)" in device[: device.index("--", 5)]
 
 
-@pytest.mark.serial  # starts real ranks (tests/conftest.py)
 def test_real_two_rank_train_auto_resolves_to_gloo_on_cpu(tmp_path, capsys):
     """No GPU here: --backend auto (the default) agrees on gloo, every rank computes on the CPU,
     and the records say so, with what was asked."""
@@ -354,7 +353,6 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.serial  # starts real ranks (tests/conftest.py)
 def test_the_mps_path_trains_like_ddp_on_cpu_ranks():
     """realrun/ddp_wrap.py's path for MPS over gloo (no init sync, no bucket rebuild, every bucket
     through a CPU copy), forced on a CPU rank: the same weights after 3 steps as plain DDP; plain

@@ -201,7 +201,6 @@ def test_memory_of_a_real_llama_step_equals_torch_memtracker_on_cpu(precision):
     assert (e.peak_allocated_gib - e.ddp_buckets_gib) * GIB + composite_rms_norm == pytest.approx(measured, rel=0.005)
 
 
-@pytest.mark.serial  # starts real ranks (tests/conftest.py)
 def test_ddplab_train_llama_tiny_on_two_ranks(tmp_path):
     """`ddplab train --model llama-tiny`: two processes, gloo, real DDP over the Llama block."""
     from realrun.records import read_run

@@ -136,7 +136,6 @@ def test_ctrl_c_ends_the_run_in_one_line_with_interrupted_records(tmp_path):
     assert all(why and why.startswith("interrupted: Ctrl-C (or SIGTERM) to the launcher") for why in reasons), reasons
 
 
-@pytest.mark.serial  # starts real ranks (tests/conftest.py)
 def test_a_failed_run_ends_with_the_diagnosis_not_torchruns_traceback(ddplab, tmp_path):
     out = tmp_path / "run"
     code, _, err = ddplab("train", *TINY, "--nproc", "2", "--steps", "4", "--fault", "1:1:kill", "--out", str(out))
@@ -180,7 +179,6 @@ def test_two_runs_never_share_a_folder(ddplab, tmp_path):
     assert f"--out {out}: in use by a running ddplab run (pid {os.getpid()})" in err
 
 
-@pytest.mark.serial  # starts a real rank (tests/conftest.py)
 def test_an_earlier_run_is_refused_and_force_moves_it_aside(ddplab, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
