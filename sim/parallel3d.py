@@ -5,12 +5,14 @@ replayed event by event), data parallelism over the rest.
 Layout, as Megatron-LM lays ranks out (its initialize_model_parallel, order tp-cp-dp-pp; Llama 3
 orders its dimensions the same way, Grattafiori et al. 2024 Sec. 3.3.2): tensor-parallel groups
 are tp consecutive ranks; a context-parallel group is cp of them, tp apart; a pipeline stage is
-tp x cp x dp consecutive ranks; the data-parallel group of a GPU is the ranks with its stage,
-its TP and its CP position, tp x cp apart; pipeline neighbours are tp x cp x dp ranks apart, so
-on different nodes once that fills a node. The tp x cp GPUs of one replica and stage move in
-lockstep (TP's and CP's collectives every block), so the replay treats them as one group, which
-runs at its slowest GPU; gradients are reduced over dp x cp ranks (each CP rank's gradients are
-partial sums over its share of the sequence), and fsdp and zero1 shard over those ranks too.
+tp x cp x dp consecutive ranks; the replicas (data-parallel ranks) of a GPU are the ranks with
+its stage, its TP and its CP position, tp x cp apart; pipeline neighbours are tp x cp x dp ranks
+apart, so on different nodes once that fills a node. The tp x cp GPUs of one replica and stage
+move in lockstep (TP's and CP's collectives every block), so the replay treats them as one
+group, which runs at its slowest GPU. Gradients are reduced over the replicas and the CP group
+together, dp x cp ranks with the GPU's stage and TP position, tp apart (each CP rank's gradients
+are partial sums over its share of the sequence; Megatron's data-parallel group "with CP"), and
+fsdp and zero1 shard over those ranks too.
 
 A step, on each of the dp pipelines (replicas):
 

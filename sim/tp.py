@@ -66,10 +66,8 @@ class BlockTime(NamedTuple):
     forward_compute_s: float
     backward_compute_s: float  # without recomputation
     recompute_s: float  # what backward adds for training.activation_checkpointing
-    forward_comm_s: float  # the forward's two allreduces (or allgathers + reduce-scatters), and CP's K/V allgather
-    backward_comm_s: (
-        float  # the backward's (CP: K/V gathered again, their gradients reduce-scattered), + full recompute's
-    )
+    forward_comm_s: float  # two allreduces (or allgathers + reduce-scatters); CP: the K/V allgather
+    backward_comm_s: float  # the same two, full recompute's two more; CP: K/V gathered again, grads scattered
 
     @property
     def forward_s(self) -> float:

@@ -1,7 +1,8 @@
 """`ddplab probe` end to end on CPU: 2 processes, gloo over loopback.
 
 One full probe (all four parts, small sizes and iterations) feeds most tests; the
-quick check, a wrong interface and a multi-bucket model run on their own. This
+quick check and a wrong interface run on their own (a multi-bucket model's profile, one rank,
+in tests/test_shared_shapes.py). This
 box is shared and noisy (a 1 KiB gloo allreduce ranges 0.1-4 ms here), so
 comparisons span orders of magnitude in work: 1 KiB against 64 MiB.
 """
@@ -274,20 +275,6 @@ def test_one_rank_skips_what_needs_a_peer(tmp_path):
     grad_bytes = 4 * sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
     assert ddp["grad_dtype"] == "float32" and ddp["buckets"] == 1 and ddp["tokens"] == 32
     assert [b["bytes"] for b in by_type(r, "bucket_ready")] == [grad_bytes]  # AMP: float32 gradients
-
-
-@pytest.mark.slow
-def test_bucket_profile_of_a_multi_bucket_model(tmp_path):
-    """gpt2-124m: 13 buckets, so order and ready fractions mean something (~20 s)."""
-    p = probe(
-        tmp_path,
-        *("--parts", "compute", "--model", "gpt2-124m", "--seq-len", "16"),
-        *("--micro-batches", "1", "--iters", "1", "--warmup", "0"),
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    for r in read_run(tmp_path, "probe"):
-        _check_buckets(r, "gpt2-124m", 16, last_at_least=0.8)
-        assert len(by_type(r, "bucket_ready")) == 13
 
 
 def test_overlap_gamma(full):

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, run_here
+from test_realrun_probe import _check_buckets
 
 from scenarios import load_models
 from sim.buckets import build_buckets
@@ -118,3 +119,22 @@ def test_760m_buckets_equal_torchs_own_assignment(precision, count):
         hooked = build_workload(hook, np.random.default_rng(0))
         assert len(hooked.buckets) == 73
         np.testing.assert_allclose(hooked.wire_bytes, sim.wire_bytes / 2)
+
+
+@pytest.mark.slow
+def test_the_probes_bucket_profile_of_a_13_bucket_model(tmp_path):
+    """`ddplab probe --parts compute` on gpt2-124m: the bucket-ready records name DDP's 13
+    default-cap buckets in ready order, as sim/buckets.py builds them. One rank (~40 s, most of
+    it AdamW and first-touch page faults on 124M parameters): the buckets and their order are a
+    rank's own, so a peer adds only its cost; nothing is timed, so it runs beside the serial
+    tests (tests/conftest.py)."""
+    p = run_here(
+        *("probe", "--nproc", "1", "--out", str(tmp_path), "--parts", "compute", "--model", "gpt2-124m"),
+        *("--seq-len", "16", "--micro-batches", "1", "--iters", "1", "--warmup", "0"),
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    from realrun.records import read_run
+
+    (rank,) = read_run(tmp_path, "probe")
+    _check_buckets(rank, "gpt2-124m", 16, last_at_least=0.8)
+    assert len(rank.of_type("bucket_ready")) == 13
