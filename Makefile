@@ -49,19 +49,21 @@ browser:
 
 # Two passes at once: the `serial` tests (real runs, tc-shaped links, timing: tests/conftest.py)
 # one at a time, and beside them the rest, on the cores a 2-rank run leaves (all but two, at
-# least one). Run one after the other they left a core idle through
-# the serial pass's waits and one-process stretches (818 s against 691 s together on 2 cores,
-# 2026-12-03). The serial pass prints as it goes, the other's output follows it; both always
-# run, and either failing fails the target.
+# least one). Run one after the other they left a core idle through the serial pass's waits and
+# one-process stretches (818 s against 691 s together on 2 cores, 2026-12-03). Then the `quiet`
+# ones, alone: a 5 % timing tier that a stream beside it would move. The serial pass prints as
+# it goes, the other's output follows it; all three always run, and any failing fails the target.
 PURE_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 3 ? n - 2 : 1 )))
 test: lint browser
 	@log=$$(mktemp); \
 	  $(PY) -m pytest -q -n $(PURE_WORKERS) --dist loadfile -m "not serial" > $$log 2>&1 & pure=$$!; \
-	  $(PY) -m pytest -q -m serial; b=$$?; \
+	  $(PY) -m pytest -q -m "serial and not quiet"; b=$$?; \
 	  wait $$pure; a=$$?; \
 	  echo "--- the other tests ($(PURE_WORKERS) worker(s), run beside the serial ones):"; \
 	  cat $$log; rm -f $$log; \
-	  [ $$a = 0 ] && [ $$b = 0 ]
+	  echo "--- the quiet ones, alone:"; \
+	  $(PY) -m pytest -q -m quiet; c=$$?; \
+	  [ $$a = 0 ] && [ $$b = 0 ] && [ $$c = 0 ]
 
 bench: $(STAMP)
 	$(PY) bench/sim_speed.py

@@ -142,6 +142,11 @@ SERIAL_MODULES = {
     "test_traces_realrun",
     "test_train3d",
 }
+# Of those, the ones held to the home-lab tier (5 %) on this machine's own timing, which a second
+# stream of tests beside them moves by more than that (the trace validation missed at -6.2 %
+# beside the other pass, 2026-12-03): they also carry the `quiet` mark, and `make test` runs them
+# last, alone, after both streams.
+QUIET_MODULES = {"test_traces_realrun"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the mark
@@ -149,6 +154,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.stem in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+        if item.path.stem in QUIET_MODULES:
+            item.add_marker(pytest.mark.quiet)
 
 
 def pytest_runtest_setup(item):
