@@ -52,10 +52,11 @@ browser:
 # least one). Run one after the other they left a core idle through the serial pass's waits and
 # one-process stretches (818 s against 691 s together on 2 cores, 2026-12-03). Then the `quiet`
 # ones, alone: a 5 % timing tier that a stream beside it would move. The serial pass prints as
-# it goes, the other's output follows it; all three always run, and any failing fails the target.
+# it goes, the other's output follows it (from .pytest_cache, so a Ctrl-C leaves nothing in /tmp);
+# all three always run, and any failing fails the target.
 PURE_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 3 ? n - 2 : 1 )))
 test: lint browser
-	@log=$$(mktemp); \
+	@mkdir -p .pytest_cache; log=.pytest_cache/other-tests.log; \
 	  $(PY) -m pytest -q -n $(PURE_WORKERS) --dist loadfile -m "not serial" > $$log 2>&1 & pure=$$!; \
 	  $(PY) -m pytest -q -m "serial and not quiet"; b=$$?; \
 	  wait $$pure; a=$$?; \

@@ -151,7 +151,7 @@ def stage_params(sc: Scenario, lay: Layout, sizes: list[int]) -> np.ndarray:
     return chunk_params(sc, lay, sizes).sum(axis=1)
 
 
-def strided_fabric(sc: Scenario, lay: Layout, ranks: int, stride: int) -> Fabric:
+def strided_fabric(sc: Scenario, ranks: int, stride: int) -> Fabric:
     """Where a group of ``ranks`` GPUs, ``stride`` apart, communicates: its ranks per node, and
     its share of the node's NICs with the node's other such groups, which run their collectives
     at the same time (the TP positions' data-parallel groups, the CP groups)."""
@@ -165,12 +165,12 @@ def strided_fabric(sc: Scenario, lay: Layout, ranks: int, stride: int) -> Fabric
 def dp_fabric(sc: Scenario, lay: Layout) -> Fabric:
     """Where one data-parallel group reduces (module docstring): dp x cp ranks, tp apart (a CP
     group's ranks are consecutive in it)."""
-    return strided_fabric(sc, lay, lay.dp * lay.cp, lay.tp)
+    return strided_fabric(sc, lay.dp * lay.cp, lay.tp)
 
 
 def cp_fabric(sc: Scenario, lay: Layout) -> Fabric:
     """Where one context-parallel group all-gathers K and V: cp ranks, tp apart."""
-    return strided_fabric(sc, lay, lay.cp, lay.tp)
+    return strided_fabric(sc, lay.cp, lay.tp)
 
 
 def bucketed_s(op: str, size_bytes: float, fabric: Fabric, cap_mb: float, units: int = 0) -> tuple[float, float]:

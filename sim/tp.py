@@ -36,8 +36,8 @@ s / cp tokens of its KV heads, GQA-narrow); only the rank's own chunk is kept fo
 reduce-scatters their gradients. Llama 3 chose the all-gather over ring attention knowing its
 latency is exposed (small against attention's O(s^2) work because GQA keeps K and V narrow), so
 all of it is exposed here; full recomputation reruns the forward's TP collectives, and its
-gather serves the backward. Attention's bytes (it reads the whole K and
-V) are taken as 1/cp too: at these lengths attention is compute-bound.
+gather serves the backward. Attention's bytes (it reads the whole K and V) are taken as 1/cp
+too: at these lengths attention is compute-bound.
 """
 
 from typing import NamedTuple

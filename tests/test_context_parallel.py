@@ -28,6 +28,10 @@ def _sc(*sets, ranks=64):
     return load_scenario("h100-1024", [*BASE, *sets], ranks=ranks)
 
 
+def _costs(sc):
+    return step_costs(sc, layout(sc))
+
+
 def test_cp1_is_the_model_without_it():
     a, b = _sc("training.tp=8"), _sc("training.tp=8", "training.cp=1")
     assert simulate_3d(a, None).step_s == simulate_3d(b, None).step_s
@@ -68,7 +72,7 @@ def test_the_kv_all_gather_and_gradient_reduce_scatter_are_llama3s_bytes():
     with_cp = step_costs(sc, lay)
     # TP's collectives move the GPU's 8192 / 4 tokens; CP adds a gather in forward and a gather
     # and a reduce-scatter in backward, per block.
-    tp_only = step_costs(*(lambda s: (s, layout(s)))(_sc("training.tp=8", "training.seq_len=2048", ranks=16)))
+    tp_only = _costs(_sc("training.tp=8", "training.seq_len=2048", ranks=16))
     blocks = shape.n_layer
     assert with_cp.tp_comm_s.sum() == pytest.approx(tp_only.tp_comm_s.sum() + blocks * (2 * gather + scatter))
 
@@ -99,8 +103,8 @@ def test_memory_is_the_s_over_cp_model_plus_one_blocks_gathered_kv():
     # at s / 4, plus the gathered K and V and their gradients of one block.
     four = _sc("training.tp=8", "training.cp=4", ranks=32)
     quarter = _sc("training.tp=8", "training.seq_len=2048", ranks=8)
-    m4 = memory_by_stage(four, layout(four), step_costs(four, layout(four)))[0]
-    m1 = memory_by_stage(quarter, layout(quarter), step_costs(quarter, layout(quarter)))[0]
+    m4 = memory_by_stage(four, layout(four), _costs(four))[0]
+    m1 = memory_by_stage(quarter, layout(quarter), _costs(quarter))[0]
     transient = 2 * 8192 * 2 * 128 * 2  # K, V (1 head of 128 per TP rank) and their gradients, bf16
     assert (m4.activations_gib - m1.activations_gib) * 2**30 == pytest.approx(transient, rel=1e-9)
     assert m4.logits_gib == pytest.approx(m1.logits_gib, rel=1e-12)
