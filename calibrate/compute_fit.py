@@ -18,6 +18,7 @@ import numpy as np
 
 from calibrate.calibration import AffineFit, BucketReady, ComputePeak, DdpPeak, Memory, TpBlock
 from calibrate.records import Run
+from sim.config import DEFAULT_BUCKET_CAP_MB
 
 
 def fit_affine(tokens: list[int], seconds: list[float]) -> AffineFit:
@@ -156,8 +157,11 @@ def ready_profile(runs: list[Run]) -> tuple[dict[str, float], int] | None:
 
 
 def bucket_profile(runs: list[Run]) -> list[BucketReady]:
-    """Rank 0's measured default-cap buckets of the first run that has them (for the report)."""
+    """Rank 0's measured default-cap buckets of the first run that has them (for the report);
+    a probe run at another cap (`probe --bucket-cap-mb`) is not one."""
     for run in runs:
+        if run.config.get("bucket_cap_mb", DEFAULT_BUCKET_CAP_MB) != DEFAULT_BUCKET_CAP_MB:
+            continue
         recs = run.of("bucket_ready", 0)
         if recs:
             return [BucketReady(bucket=r["bucket"], bytes=r["bytes"], ready_fraction=r["ready_fraction"]) for r in recs]

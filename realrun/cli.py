@@ -16,6 +16,9 @@ PROBE_PARTS = ("collectives", "link", "compute", "overlap", "tp")
 DEFAULT_PROBE_PARTS = ("collectives", "link", "compute", "overlap")
 # sim/ has twins of OPS and COMM_HOOKS (realrun may not import sim); tests/test_twins.py holds them equal.
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+# torch DDP's default bucket_cap_mb: realrun/ddp_wrap.py passes a cap to DDP only when it is
+# another (tests/test_realrun_probe.py holds the two equal)
+BUCKET_CAP_MB = 25.0
 # realrun/precision.py's names; repeated here so that importing this module stays torch-free.
 PRECISIONS = ("auto", "fp32", "tf32", "bf16-amp", "bf16", "fp16-amp")
 MAX_SIZE_BYTES = 1 << 50  # sim/units.py's bound, held equal by tests/test_twins.py
@@ -203,6 +206,12 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
     p.add_argument("--model", default="gpt2-tiny", help="preset for the compute and overlap probes")
     p.add_argument("--seq-len", type=_positive(int), help="tokens per sequence (default: the model's context)")
     p.add_argument("--micro-batches", type=_positive_ints, default=[1, 2, 4, 8], help="micro-batch sizes")
+    p.add_argument(
+        "--bucket-cap-mb",
+        type=_positive(float),
+        default=BUCKET_CAP_MB,
+        help="DDP's bucket_cap_mb for the compute probe's training step and its bucket-ready profile",
+    )
     p.add_argument("--quick", action="store_true", help="the seed's 64 MB allreduce health check only")
     p.add_argument(
         "--sched",
@@ -227,7 +236,7 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
     p.add_argument("--micro-batch-per-rank", type=_positive_ints, help="uneven work, e.g. 8,4 (reweighted)")
     p.add_argument("--seq-len", type=_positive(int), help="tokens per sequence (default: the model's context)")
     p.add_argument("--grad-accum", type=_positive(int), default=1, help="micro-steps per optimizer step")
-    p.add_argument("--bucket-cap-mb", type=_positive(float), default=25.0, help="DDP's bucket_cap_mb")
+    p.add_argument("--bucket-cap-mb", type=_positive(float), default=BUCKET_CAP_MB, help="DDP's bucket_cap_mb")
     p.add_argument("--comm-hook", choices=COMM_HOOKS, default="none", help="gradient compression hook")
     p.add_argument("--no-overlap", action="store_true", help="launch every bucket after backward ends")
     p.add_argument(
@@ -349,7 +358,7 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
             f"--profile {args.profile}: needs --steps >= {FIRST_PROFILED_STEP + args.profile}"
             f" (profiling starts at step {FIRST_PROFILED_STEP}, after DDP's bucket rebuild)"
         )
-    if verb == "train" and args.compile and args.bucket_cap_mb < 1.0:
+    if args.compile and args.bucket_cap_mb < 1.0:
         # Under compile, dynamo's DDPOptimizer splits the graph at DDP's bucket cap and asserts
         # that its first bucket, fixed at c10d's 1 MiB, is no larger than the others
         # (torch/_dynamo/backends/distributed.py, DDPOptimizer.__init__; seen failing here).

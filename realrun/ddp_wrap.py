@@ -25,9 +25,19 @@ def needs_staging(env) -> bool:
     return env.comm_device != env.device
 
 
-def wrap(model: torch.nn.Module, env, *, staged: bool | None = None, **kwargs) -> DDP:
+DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
+
+
+def wrap(
+    model: torch.nn.Module, env, *, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB, staged: bool | None = None, **kwargs
+) -> DDP:
     """DDP of ``model`` (already on env.device); ``staged`` forces the MPS path (tests)."""
     staged = needs_staging(env) if staged is None else staged
+    # torch 2.13 (DDP _BucketCapacityConfig.create) makes the first bucket 1 MiB only when
+    # bucket_cap_mb is left unset; any value passed, even 25, makes every bucket that size.
+    # sim/buckets.py models exactly this rule, so pass the cap only when it is not 25.
+    if bucket_cap_mb != DEFAULT_BUCKET_CAP_MB:
+        kwargs["bucket_cap_mb"] = bucket_cap_mb
     if not staged:
         ids = [env.device.index] if env.device.type == "cuda" else None
         return DDP(model, device_ids=ids, **kwargs)

@@ -71,7 +71,7 @@ def _own_group(env: DistEnv):
 
 
 def training_path(env: DistEnv, a, recipe: Recipe, micro_batch: int, comm_hook: str = "none"):
-    """realrun/train.py's Trainer, default bucket cap and no comm hook, reducing over a group
+    """realrun/train.py's Trainer, the probe's bucket cap and no comm hook, reducing over a group
     of this rank alone: each step runs the whole of a training step (DDP's forward, its
     autograd hooks copying gradients into buckets, the timing comm hook, the mean's divide,
     the allreduce call, the copy back into .grad, the loss's sync, AdamW, zero_grad) with
@@ -82,14 +82,12 @@ def training_path(env: DistEnv, a, recipe: Recipe, micro_batch: int, comm_hook: 
 
 
 def training_args(a, micro_batch: int, comm_hook: str = "none") -> argparse.Namespace:
-    """The Trainer's arguments: the probe's model, sequence, seed and timeout, and `ddplab
-    train`'s defaults for the rest (realrun/cli.py train_parser, not imported here: it imports
-    this module; tests/test_realrun_probe.py checks the two agree)."""
-    from realrun.train import DEFAULT_BUCKET_CAP_MB
-
+    """The Trainer's arguments: the probe's model, sequence, bucket cap, seed and timeout, and
+    `ddplab train`'s defaults for the rest (realrun/cli.py train_parser, not imported here: it
+    imports this module; tests/test_realrun_probe.py checks the two agree)."""
     return argparse.Namespace(
         out=a.out, model=a.model, seq_len=a.seq_len, seed=a.seed, micro_batch=micro_batch, timeout_s=a.timeout_s,
-        comm_hook=comm_hook, micro_batch_per_rank=None, grad_accum=1, bucket_cap_mb=DEFAULT_BUCKET_CAP_MB,
+        comm_hook=comm_hook, micro_batch_per_rank=None, grad_accum=1, bucket_cap_mb=a.bucket_cap_mb,
         no_overlap=False, grad_staging="none", data=None, loader_workers=0, loader_delay_ms=0.0, loader_prefetch=2,
         lr=3e-4, straggler=[], no_instrument=False, fault=[], save_grads=False, tp=1, pp=1, pp_schedule="1f1b",
     )  # fmt: skip
@@ -185,11 +183,11 @@ class _Marks:
 
 
 def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> list[dict]:
-    """Real DDP (default bucket cap) for BUCKET_STEPS training steps; records the last
-    step's bucket and gradient ready times, as seconds and fractions of backward compute,
+    """Real DDP (the probe's ``--bucket-cap-mb``) for BUCKET_STEPS training steps; records the
+    last step's bucket and gradient ready times, as seconds and fractions of backward compute,
     and its peak memory."""
     model = model_for(a.model, env, a.seed, recipe)
-    ddp = ddp_wrap.wrap(model, env)
+    ddp = ddp_wrap.wrap(model, env, bucket_cap_mb=a.bucket_cap_mb)
     staged = ddp_wrap.needs_staging(env)  # MPS over gloo: reduce each bucket through a CPU copy
     opt, scaler = recipe.optimizer(ddp.parameters(), 1e-4), recipe.scaler()
     marks, names = _Marks(env.device), {id(p): n for n, p in model.named_parameters()}

@@ -33,8 +33,6 @@ from realrun.records import RecordWriter, one_line, rank_file
 from realrun.runfolder import RUN_ID_ENV
 from realrun.throttle import Throttle
 
-DEFAULT_BUCKET_CAP_MB = 25.0
-
 
 class Terminated(Exception):
     """SIGTERM: torchrun stops the surviving ranks once one has failed."""
@@ -77,11 +75,7 @@ class Trainer:
         for rank, factor in args.straggler:
             if rank == env.rank:
                 self.throttle = Throttle(model, factor, env.device)
-        # torch 2.13 (DDP _BucketCapacityConfig.create) makes the first bucket 1 MiB only when
-        # bucket_cap_mb is left unset; any value passed, even 25, makes every bucket that size.
-        # sim/buckets.py models exactly this rule, so pass the cap only when it is not 25.
-        cap = {} if args.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB else {"bucket_cap_mb": args.bucket_cap_mb}
-        self.ddp = ddp_wrap.wrap(model, env, process_group=group, **cap)
+        self.ddp = ddp_wrap.wrap(model, env, process_group=group, bucket_cap_mb=args.bucket_cap_mb)
         self.opt = recipe.optimizer(self.ddp.parameters(), args.lr)
         self.scaler = recipe.scaler()
         self.instrument = not args.no_instrument

@@ -53,6 +53,16 @@ def test_calibration_of_a_real_probe(loop):
     from sim.transformer import model_shape, param_tensors
 
     assert set(k.ready_fractions.value) == {t.name for t in param_tensors(model_shape(MODEL))}
+    # The probe ran at the default cap (no --bucket-cap-mb): its buckets are the report's.
+    from sim.buckets import build_buckets
+    from sim.config import TrainingConfig
+
+    t = TrainingConfig()
+    default = build_buckets(
+        model_shape(MODEL), SEQ_LEN, bytes_per_grad=4, bucket_cap_mb=t.bucket_cap_mb,
+        first_bucket_mb=t.effective_first_bucket_mb,
+    )  # fmt: skip
+    assert [b.bytes for b in k.buckets_default_cap] == [b.size_bytes for b in default]
     assert set(c.ranks) == {0, 1} and min(v.speed_factor for v in c.ranks.values()) == 1.0
 
 

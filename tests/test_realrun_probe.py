@@ -196,9 +196,10 @@ def test_compute_time_grows_with_micro_batch(full):
         assert opt[0]["params"] == sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
 
 
-def _check_buckets(rank, model: str, seq_len: int, last_at_least: float):
+def _check_buckets(rank, model: str, seq_len: int, last_at_least: float, bucket_cap_mb: float | None = None):
     buckets = sorted(by_type(rank, "bucket_ready"), key=lambda b: b["bucket"])
-    cfg = TrainingConfig()  # the default bucket cap, as the probe's DDP uses
+    # the probe's cap (--bucket-cap-mb), 25 MB by default as in training
+    cfg = TrainingConfig() if bucket_cap_mb is None else TrainingConfig(bucket_cap_mb=bucket_cap_mb)
     shape = model_shape(model)
     predicted = build_buckets(
         shape,
@@ -329,19 +330,20 @@ def test_unknown_model_fails_before_launching(ddplab, tmp_path):
 def test_the_compute_probe_trains_with_train_defaults():
     """The probe's Trainer (realrun/probe_compute.py training_args) takes `ddplab train`'s own
     defaults for everything it does not set, and every argument the Trainer reads."""
-    from argparse import Namespace
-
-    from realrun.cli import train_parser
+    from realrun.cli import probe_parser, train_parser
     from realrun.probe_compute import training_args
 
-    probe = Namespace(out="o", model="gpt2-mini", seq_len=128, seed=3, timeout_s=60.0)
-    mine = vars(training_args(probe, micro_batch=4))
     argv = ["--out", "o", "--model", "gpt2-mini", "--seq-len", "128", "--seed", "3", "--timeout-s", "60"]
+    mine = vars(training_args(probe_parser().parse_args(argv), micro_batch=4))
     train = vars(train_parser().parse_args(argv))
     # run() and the recipe read these
     launch_only = {"backend", "device", "precision", "compile", "force", "steps", "profile"}
     assert set(mine) == set(train) - launch_only
     assert all(mine[k] == train[k] for k in mine if k != "out") and str(mine["out"]) == str(train["out"])
+    # the default cap is torch's own, which realrun/ddp_wrap.py then leaves to DDP (its 1 MiB first bucket)
+    from realrun.ddp_wrap import DEFAULT_BUCKET_CAP_MB
+
+    assert train["bucket_cap_mb"] == DEFAULT_BUCKET_CAP_MB
 
 
 def test_tp_block_and_in_step_send(full):

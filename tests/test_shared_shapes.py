@@ -121,20 +121,25 @@ def test_760m_buckets_equal_torchs_own_assignment(precision, count):
         np.testing.assert_allclose(hooked.wire_bytes, sim.wire_bytes / 2)
 
 
-@pytest.mark.slow
-@pytest.mark.serial  # not timed; in the serial stream it balances `make test`'s two (Makefile)
-def test_the_probes_bucket_profile_of_a_13_bucket_model(tmp_path):
-    """`ddplab probe --parts compute` on gpt2-124m: the bucket-ready records name DDP's 13
-    default-cap buckets in ready order, as sim/buckets.py builds them. One rank (~40 s, most of
-    it AdamW and first-touch page faults on 124M parameters): the buckets and their order are a
-    rank's own, so a peer adds only its cost (118 CPU-s on two ranks, 52 on one)."""
+def test_the_probes_bucket_profile_at_its_cap(tmp_path):
+    """`ddplab probe --parts compute --bucket-cap-mb 0.05` on gpt2-tiny: the bucket-ready records
+    name the 7 buckets DDP forms at that cap, in ready order, as sim/buckets.py builds them. One
+    rank: the buckets and their order are a rank's own, a peer adds only its cost."""
     p = run_here(
-        *("probe", "--nproc", "1", "--out", str(tmp_path), "--parts", "compute", "--model", "gpt2-124m"),
-        *("--seq-len", "16", "--micro-batches", "1", "--iters", "1", "--warmup", "0"),
+        *("probe", "--nproc", "1", "--out", str(tmp_path), "--parts", "compute", "--model", "gpt2-tiny"),
+        *("--seq-len", "64", "--micro-batches", "1", "--iters", "1", "--warmup", "0", "--bucket-cap-mb", "0.05"),
     )
     assert p.returncode == 0, p.stderr[-3000:]
     from realrun.records import read_run
 
     (rank,) = read_run(tmp_path, "probe")
-    _check_buckets(rank, "gpt2-124m", 16, last_at_least=0.8)
-    assert len(rank.of_type("bucket_ready")) == 13
+    _check_buckets(rank, "gpt2-tiny", 64, last_at_least=0.7, bucket_cap_mb=0.05)
+    assert len(rank.of_type("bucket_ready")) == 7
+    # The calibration's `buckets_default_cap` (the report's grey bars) takes a default-cap probe
+    # only: these are another cap's buckets.
+    from calibrate import compute_fit
+    from calibrate.records import read_run as read_for_calibration
+
+    run = read_for_calibration(tmp_path, "probe")
+    assert run.config["bucket_cap_mb"] == 0.05 and len(run.of("bucket_ready", 0)) == 7
+    assert compute_fit.bucket_profile([run]) == []
