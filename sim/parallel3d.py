@@ -240,10 +240,14 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         )
     dt = dtypes_3d(sc)
     r = rates(c, dt)
-    tp_fabric = fabric_for(sc, ranks=lay.tp)
+    # network.enabled = false: no wire, so the TP and CP collectives inside each block (and the
+    # head's) cost nothing either, as the DP reduction and the sends below.
+    tp_fabric = fabric_for(sc, ranks=lay.tp) if sc.network.enabled else None
     kw = {"tp": lay.tp, "sequence_parallel": t.sequence_parallel and lay.tp > 1, "fabric": tp_fabric, "cp": lay.cp}
     cp_net = cp_fabric(sc, lay) if lay.cp > 1 else None
     blk = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, cp_fabric=cp_net, **kw)
+    if not sc.network.enabled:
+        blk = blk._replace(forward_comm_s=0.0, backward_comm_s=0.0)
     head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, **kw)
     sizes = list(t.pp_layers) if t.pp_layers is not None else chunk_layers(shape.n_layer, lay.pp * lay.v)
     fwd = np.zeros((lay.pp, lay.v))

@@ -78,10 +78,11 @@ class BlockTime(NamedTuple):
         return self.backward_compute_s + self.recompute_s + self.backward_comm_s
 
 
-def tp_collective_s(size_bytes: float, fabric: Fabric, sequence_parallel: bool) -> float:
+def tp_collective_s(size_bytes: float, fabric: Fabric | None, sequence_parallel: bool) -> float:
     """One of the block's four synchronisations: an allreduce of the t x d activation, or with
-    sequence parallelism the reduce-scatter and the allgather that replace it."""
-    if fabric.ranks == 1:
+    sequence parallelism the reduce-scatter and the allgather that replace it. ``fabric`` None:
+    no network (`network.enabled = false`), nothing to wait for."""
+    if fabric is None or fabric.ranks == 1:
         return 0.0
     if sequence_parallel:
         return (

@@ -20,7 +20,7 @@ from sim.parallel3d import (
 )
 from sim.roofline import micro_step_time, rates, step_kernels
 from sim.scenario_file import load_scenario
-from sim.tp import block_time
+from sim.tp import block_time, tp_collective_s
 from sim.workload import fabric_for, micro_step_compute_s, recompute_fraction
 
 BASE = ["model.preset=llama3-8b", "training.seq_len=4096", "training.micro_batch_size=1", "training.precision=bf16"]
@@ -70,6 +70,22 @@ def test_megatron_issues_two_collectives_per_block_each_way():
     # Matmuls and attention split 8 ways; norms and residual adds not (without sequence parallelism).
     assert one.forward_compute_s / 8 < bt.forward_compute_s < one.forward_compute_s / 4
     assert sp.forward_compute_s < bt.forward_compute_s
+
+
+def test_without_a_network_the_blocks_wait_for_no_collective():
+    """network.enabled = false takes the TP and CP collectives out of each block's time, as it
+    takes out the DP reduction and the sends: a stage loses exactly its blocks' collectives and
+    the heads' two t x d synchronisations (the embedding's forward, the output layer's backward)."""
+    sets = ["training.tp=8", "training.cp=2", "training.pp=2", "training.sequence_parallel=true"]
+    on, off = _sc(*sets), _sc(*sets, "network.enabled=false")
+    lay = layout(on)
+    c_on, c_off = step_costs(on, lay), step_costs(off, lay)
+    assert c_on.tp_comm_s.sum() > 0 and c_off.tp_comm_s.sum() == 0 and c_off.dp_s.sum() == 0
+    lost = (c_on.forward_s - c_off.forward_s).sum() + (c_on.backward_s - c_off.backward_s).sum()
+    tokens_per_gpu = 4096 / 2  # micro-batch 1 x seq_len 4096, over cp = 2
+    size = tokens_per_gpu * on.model.shape.n_embd * dtypes_3d(on).compute_bytes
+    head_syncs = 2 * tp_collective_s(size, fabric_for(on, ranks=8), sequence_parallel=True)
+    assert lost == pytest.approx(c_on.tp_comm_s.sum() + head_syncs, rel=1e-9)
 
 
 def test_a_straggler_is_charged_to_its_stage_and_delays_every_pipeline():
