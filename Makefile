@@ -48,13 +48,20 @@ browser:
 	  echo "chromium not installed: the report's browser test will skip"
 
 # Two passes at once: the `serial` tests (real runs, tc-shaped links, timing: tests/conftest.py)
-# one at a time, and beside them the rest, on the cores a 2-rank run leaves (all but two, at
-# least one). Run one after the other they left a core idle through the serial pass's waits and
-# one-process stretches (818 s against 691 s together on 2 cores, 2026-12-03). Then the `quiet`
-# ones, alone: a 5 % timing tier that a stream beside it would move. The serial pass prints as
-# it goes, the other's output follows it (from .pytest_cache, so a Ctrl-C leaves nothing in /tmp);
-# all three always run, and any failing fails the target.
-PURE_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 3 ? n - 2 : 1 )))
+# one at a time, and beside them the rest on PURE_WORKERS pytest-xdist workers: all but two
+# cores on a bigger box, all of them on a small one. Run one after the other they left a core
+# idle through the serial pass's waits and one-process stretches (818 s against 691 s together
+# on 2 cores, 2026-12-03); with one worker beside them the box was still idle 10-16 % of the
+# time (the serial tests' timeouts), with two the other pass took 414 s instead of 600. Then the
+# `quiet` ones, alone: predictions of a real run from a probe of this box, which a stream beside
+# them would move past their bounds; that pass collects only their modules (tests/conftest.py
+# QUIET_MODULES), since collecting the whole suite takes a
+# 2-core box 10-13 s (pytest rewrites every test module's asserts, and this environment's
+# PYTHONDONTWRITEBYTECODE keeps it from caching them). The serial pass prints as it goes, the
+# other's output follows it (from .pytest_cache, so a Ctrl-C leaves nothing in /tmp); all three
+# always run, and any failing fails the target.
+PURE_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 3 ? n - 2 : n )))
+QUIET_TESTS = $(shell $(PY) -c 'import sys; sys.path[:0] = ["tests"]; import conftest; print(*conftest.quiet_paths())')
 test: lint browser
 	@mkdir -p .pytest_cache; log=.pytest_cache/other-tests.log; \
 	  $(PY) -m pytest -q -n $(PURE_WORKERS) --dist loadfile -m "not serial" > $$log 2>&1 & pure=$$!; \
@@ -63,7 +70,7 @@ test: lint browser
 	  echo "--- the other tests ($(PURE_WORKERS) worker(s), run beside the serial ones):"; \
 	  cat $$log; rm -f $$log; \
 	  echo "--- the quiet ones, alone:"; \
-	  $(PY) -m pytest -q -m quiet; c=$$?; \
+	  $(PY) -m pytest -q -m quiet $(QUIET_TESTS); c=$$?; \
 	  [ $$a = 0 ] && [ $$b = 0 ] && [ $$c = 0 ]
 
 bench: $(STAMP)

@@ -9,10 +9,12 @@ MODEL = "gpt2-mini"
 SEQ_LEN = 128
 MICRO_BATCH = 4
 
-# Probe arguments and training steps: full (~4 min here) and --quick (~1.5 min).
+# Probe arguments and training steps: full (~4 min here) and --quick (~1 min). The quick probe
+# times 3 iterations per size: its overlap probe, 3 compute steps alone and about 6 under
+# allreduces, was over half of the quick demo's time at 5 (tests/conftest.py demo_run runs it).
 PROBE = {
     False: ["--sizes", "16K:64M", "--iters", "10", "--warmup", "2", "--micro-batches", "1,2,4,8"],
-    True: ["--sizes", "256K:16M", "--iters", "5", "--warmup", "1", "--micro-batches", "2,4"],
+    True: ["--sizes", "256K:16M", "--iters", "3", "--warmup", "1", "--micro-batches", "2,4"],
 }
 TRAIN_STEPS = {False: 12, True: 8}
 
