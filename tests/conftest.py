@@ -128,12 +128,12 @@ def demo_run(tmp_path_factory):
 # load or on a fixed port: test_doctor and test_launch (network namespaces named by a fresh
 # uuid, ports the OS picked free), test_planner and test_reliability_inputs (in-process; the
 # plan takes ~3 CPU seconds against its 30 s bound, the timed refusals under 0.05 s against 2 s),
-# test_shared_shapes (one-rank DDP on a free port), test_sweep (pools and a Dask cluster on ports the OS picks),
-# the real runs that time nothing (test_realrun_compile's one-rank compiles, test_llama's and
-# test_answers_calib's runs, test_reliability_runs' refusal and diagnosis: beside the serial
-# pass they balance it, 2026-12-03), and test_reliability_runs, test_reliability_procs and
-# test_shared_shapes but their timed kills, the runs whose sockets or timing they check, and one
-# long untimed probe that balances the two streams the other way (marked).
+# test_shared_shapes (one-rank DDP and probe on free ports), test_sweep (pools and a Dask cluster
+# on ports the OS picks), the real runs that time nothing (test_realrun_compile's one-rank
+# compiles, test_llama's and test_answers_calib's runs, test_reliability_runs' refusal and
+# diagnosis: beside the serial pass they balance it, 2026-12-03), and test_reliability_runs and
+# test_reliability_procs but their timed kills and the runs whose sockets or timing they check
+# (marked).
 SERIAL_MODULES = {
     "test_calibrate_realrun",
     "test_demo",

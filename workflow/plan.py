@@ -9,7 +9,7 @@ MODEL = "gpt2-mini"
 SEQ_LEN = 128
 MICRO_BATCH = 4
 
-# Probe arguments and training steps: full (~4 min here) and --quick (~1 min). The quick probe
+# Probe arguments and training steps: full (~4 min here) and --quick (79 s). The quick probe
 # times 3 iterations per size: its overlap probe, 3 compute steps alone and about 6 under
 # allreduces, was over half of the quick demo's time at 5 (tests/conftest.py demo_run runs it).
 PROBE = {
