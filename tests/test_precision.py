@@ -241,6 +241,7 @@ def test_nccl_nproc_above_the_gpu_count_fails_before_the_run_directory(monkeypat
         ("probe", ["--precision", "tf32"], ["--precision tf32"]),
         ("train", ["--compile", "--straggler", "0:1.5"], ["--compile", "--straggler 0:1.5"]),
         ("train", ["--compile", "--bucket-cap-mb", "0.05"], ["--bucket-cap-mb 0.05", "--compile"]),
+        ("probe", ["--compile", "--bucket-cap-mb", "0.05"], ["--bucket-cap-mb 0.05", "--compile"]),
     ],
 )
 def test_bad_combinations_fail_in_one_line_before_anything_starts(ddplab, tmp_path, verb, args, words):
