@@ -54,18 +54,18 @@ browser:
 # on 2 cores, 2026-12-03); with one worker beside them the box was still idle 10-16 % of the
 # time (the serial tests' timeouts), with two the other pass took 414 s instead of 600. Then the
 # `quiet` ones, alone: predictions of a real run from a probe of this box, which a stream beside
-# them would move past their bounds; that pass collects only their modules (tests/conftest.py
-# QUIET_MODULES), since collecting the whole suite takes a
-# 2-core box 10-13 s (pytest rewrites every test module's asserts, and this environment's
-# PYTHONDONTWRITEBYTECODE keeps it from caching them). The serial pass prints as it goes, the
-# other's output follows it (from .pytest_cache, so a Ctrl-C leaves nothing in /tmp); all three
-# always run, and any failing fails the target.
+# them would move past their bounds. That pass and the serial one collect only their modules
+# (tests/conftest.py quiet_paths, serial_paths): collecting the whole suite takes a 2-core box
+# 10-13 s, as pytest rewrites every test module's asserts and PYTHONDONTWRITEBYTECODE, where
+# set, keeps it from caching them. The serial pass prints as it goes, the other's output follows it (from .pytest_cache, so
+# a Ctrl-C leaves nothing in /tmp); all three always run, and any failing fails the target.
 PURE_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 3 ? n - 2 : n )))
+SERIAL_TESTS = $(shell $(PY) -c 'import sys; sys.path[:0] = ["tests"]; import conftest; print(*conftest.serial_paths())')
 QUIET_TESTS = $(shell $(PY) -c 'import sys; sys.path[:0] = ["tests"]; import conftest; print(*conftest.quiet_paths())')
 test: lint browser
 	@mkdir -p .pytest_cache; log=.pytest_cache/other-tests.log; \
 	  $(PY) -m pytest -q -n $(PURE_WORKERS) --dist loadfile -m "not serial" > $$log 2>&1 & pure=$$!; \
-	  $(PY) -m pytest -q -m "serial and not quiet"; b=$$?; \
+	  $(PY) -m pytest -q -m "serial and not quiet" $(SERIAL_TESTS); b=$$?; \
 	  wait $$pure; a=$$?; \
 	  echo "--- the other tests ($(PURE_WORKERS) worker(s), run beside the serial ones):"; \
 	  cat $$log; rm -f $$log; \
