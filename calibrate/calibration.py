@@ -62,7 +62,7 @@ class CollectiveFit(NamedTuple):
     alpha_s: float  # latency term
     alpha_ci_s: tuple[float, float]  # 95 % bootstrap interval
     busbw_gb_s: float
-    busbw_ci_gb_s: tuple[float, float]
+    busbw_ci_gb_s: tuple[float, float | None]  # None: the sizes measured set no upper bound
     hop_latency_us: float  # alpha / ring steps
     r2_log: float  # R^2 of log time, medians against the fit
 

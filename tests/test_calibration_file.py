@@ -33,6 +33,25 @@ def test_a_calibration_reads_back_equal(calib):
     assert {"alpha_s", "busbw_gb_s", "holdout_rel_err", "times_s"} <= set(allreduce)
 
 
+def test_an_open_bandwidth_interval_reads_back_and_prints(calib):
+    """calibrate/collective_fit.py leaves the busbw interval's upper end open (None) where the
+    sizes measured do not bound it: the file carries null and the tables say so."""
+    import dataclasses
+
+    from workflow.render_calib import calibration_lines
+
+    net = calib.networks["1gbit"]
+    entry = net.collectives["allreduce"]
+    fit = entry.fit._replace(busbw_ci_gb_s=(entry.fit.busbw_ci_gb_s[0], None))
+    nets = {"1gbit": dataclasses.replace(net, collectives={"allreduce": dataclasses.replace(entry, fit=fit)})}
+    opened = dataclasses.replace(calib, networks=nets)
+    text = json.dumps(opened.to_json())
+    assert json.loads(text)["networks"]["1gbit"]["collectives"]["allreduce"]["busbw_ci_gb_s"][1] is None
+    assert Calibration.from_json(json.loads(text), "calib.json") == opened
+    (row,) = [line for line in calibration_lines(opened) if line.startswith("1gbit") and "allreduce" in line]
+    assert "-unbounded]" in row
+
+
 def _same_values(old, new, where=""):
     """Every value of the old file, unchanged, in the new one (null = absent)."""
     if isinstance(old, dict):

@@ -72,7 +72,8 @@ def calibration_lines(c) -> list[str]:
             f = coll.fit
             lo, hi = f.busbw_ci_gb_s
             out.append(
-                f"{label:<10} {op:<15} {fmt_seconds(f.alpha_s):>9} {f.busbw_gb_s:>7.4g} [{lo:.3g}-{hi:.3g}]"
+                f"{label:<10} {op:<15} {fmt_seconds(f.alpha_s):>9} {f.busbw_gb_s:>7.4g}"
+                f" [{lo:.3g}-{'unbounded' if hi is None else f'{hi:.3g}'}]"
                 f" {f.hop_latency_us:>8.1f} {f.r2_log:>8.4f} {n.link_gbit_s.value:>12.4g}"
                 f" {n.stack_efficiency.value:>9.3f} {n.interference_gamma.raw:>6.3f}"
             )

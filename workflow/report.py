@@ -124,7 +124,7 @@ def _params(run_dir: Path, calib: Calibration | None) -> str:
                 [
                     f"{label} {op}",
                     f"{fmt_seconds(f.alpha_s)} [{fmt_seconds(lo)}, {fmt_seconds(hi)}]",
-                    f"{f.busbw_gb_s:.4g} [{blo:.4g}, {bhi:.4g}]",
+                    f"{f.busbw_gb_s:.4g} [{blo:.4g}, {'unbounded' if bhi is None else f'{bhi:.4g}'}]",
                     f"{f.r2_log:.3f}",
                     f"{f.samples} iterations, {f.sizes} sizes, {n.collectives_sched}",
                     f"{n.interference_gamma.raw:.3f}",
