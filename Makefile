@@ -57,20 +57,20 @@ browser:
 # them would move past their bounds. That pass and the serial one collect only their modules
 # (tests/conftest.py quiet_paths, serial_paths): collecting the whole suite takes a 2-core box
 # 10-13 s, as pytest rewrites every test module's asserts and PYTHONDONTWRITEBYTECODE, where
-# set, keeps it from caching them. The serial pass prints as it goes, the other's output follows it (from .pytest_cache, so
-# a Ctrl-C leaves nothing in /tmp); all three always run, and any failing fails the target.
+# set, keeps it from caching them. The serial pass prints as it goes, the other's output follows
+# it (from .pytest_cache, so a Ctrl-C leaves nothing in /tmp); all three always run, and any
+# failing fails the target.
 PURE_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 3 ? n - 2 : n )))
-SERIAL_TESTS = $(shell $(PY) -c 'import sys; sys.path[:0] = ["tests"]; import conftest; print(*conftest.serial_paths())')
-QUIET_TESTS = $(shell $(PY) -c 'import sys; sys.path[:0] = ["tests"]; import conftest; print(*conftest.quiet_paths())')
+test_files = $(shell $(PY) -c 'import sys; sys.path[:0] = ["tests"]; import conftest; print(*conftest.$(1)())')
 test: lint browser
 	@mkdir -p .pytest_cache; log=.pytest_cache/other-tests.log; \
 	  $(PY) -m pytest -q -n $(PURE_WORKERS) --dist loadfile -m "not serial" > $$log 2>&1 & pure=$$!; \
-	  $(PY) -m pytest -q -m "serial and not quiet" $(SERIAL_TESTS); b=$$?; \
+	  $(PY) -m pytest -q -m "serial and not quiet" $(call test_files,serial_paths); b=$$?; \
 	  wait $$pure; a=$$?; \
 	  echo "--- the other tests ($(PURE_WORKERS) worker(s), run beside the serial ones):"; \
 	  cat $$log; rm -f $$log; \
 	  echo "--- the quiet ones, alone:"; \
-	  $(PY) -m pytest -q -m quiet $(QUIET_TESTS); c=$$?; \
+	  $(PY) -m pytest -q -m quiet $(call test_files,quiet_paths); c=$$?; \
 	  [ $$a = 0 ] && [ $$b = 0 ] && [ $$c = 0 ]
 
 bench: $(STAMP)
