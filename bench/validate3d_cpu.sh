@@ -9,7 +9,7 @@ PY=${PYTHON:-python}
 O=$1
 mkdir -p "$O"
 $PY -m ddplab probe --nproc 2 --out "$O/probe" --model llama-tiny --seq-len 32 --sizes 64K:4M --iters 12 \
-    --warmup 2 --micro-batches 1,2,4,8 --parts collectives,link,compute,overlap,tp > "$O/probe.log" 2>&1
+    --warmup 2 --micro-batches 1,2,4,8 --parts collectives,link,compute,overlap,tp,pp > "$O/probe.log" 2>&1
 $PY -m ddplab calibrate "$O/probe" -o "$O/calib.json" > "$O/calib.log" 2>&1
 C="--model llama-tiny --seq-len 32 --micro-batch 2 --grad-accum 4 --steps 20"
 $PY -m ddplab train --nproc 2 --tp 2 $C --out "$O/tp2" > "$O/tp2.log" 2>&1

@@ -184,6 +184,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=N
             buckets_default_cap=compute_fit.bucket_profile(runs),
             memory=compute_fit.memory_fit(runs),
             tp_block=compute_fit.tp_block_fit(runs),
+            pp_schedules=compute_fit.pp_schedules_fit(runs),
         ),
         # Pooled, not step by step: each rank times its compute alone (its own process group,
         # realrun/probe_compute.py), so the ranks' k-th iterations are not one moment.

@@ -211,6 +211,30 @@ class TpBlock:
         return float(intercept), float(slope)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PpSchedule:
+    """realrun/probe_pp.py, one of torch.distributed.pipelining's schedules run by the probe's
+    ranks (one stage each): what it costs per forward or backward action beyond the stage's own
+    compute, solved so that sim/pipeline.py's replay of the probed step (each stage at its
+    measured compute, no sends: the action cost holds them) equals the step's median."""
+
+    pp: int
+    micro_batches: int
+    # [tokens per micro-batch, action s, step s (median over iterations of the slowest stage's
+    # schedule.step)] per probed micro-batch size
+    points: list[list[float]]
+    samples: int
+    source: str
+
+    def action_at(self, tokens: float) -> float:
+        """The action cost at ``tokens``: the least-squares line through the probed sizes (the
+        last stage's loss, outside its timed forward, grows with them), held at the nearest
+        probed size outside them, at >= 0."""
+        pts = sorted(self.points)
+        t = min(max(tokens, pts[0][0]), pts[-1][0])
+        return max(_line([p[0] for p in pts], [p[1] for p in pts], t), 0.0)
+
+
 def _line(xs, ys, x: float) -> float:
     if len(xs) < 2:
         return float(ys[0])
@@ -233,6 +257,7 @@ class Compute:
     buckets_default_cap: list[BucketReady] = field(default_factory=list)
     memory: Memory | None = None
     tp_block: TpBlock | None = None  # probes from before realrun/probe_tp.py have none
+    pp_schedules: dict[str, PpSchedule] | None = None  # by schedule; only a probe with --parts ...,pp has them
 
 
 @dataclass(frozen=True, kw_only=True)

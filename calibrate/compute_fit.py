@@ -16,9 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from calibrate.calibration import AffineFit, BucketReady, ComputePeak, DdpPeak, Memory, TpBlock
+from calibrate.calibration import AffineFit, BucketReady, ComputePeak, DdpPeak, Memory, PpSchedule, TpBlock
 from calibrate.records import Run
 from sim.config import DEFAULT_BUCKET_CAP_MB
+from sim.pipeline import run_pipeline
 
 
 def fit_affine(tokens: list[int], seconds: list[float]) -> AffineFit:
@@ -244,3 +245,63 @@ def tp_block_fit(runs: list[Run]) -> TpBlock | None:
         " per block, median over ranks and iterations; send: half a round trip after each rank's blocks' forward,"
         " rank 0's median; model: the bare model's forward and backward, median over ranks and iterations",
     )
+
+
+def pipeline_action_s(
+    schedule: str, forward_s: np.ndarray, backward_s: np.ndarray, micro_batches: int, step_s: float
+) -> float:
+    """The cost ``a`` per forward or backward action that makes sim/pipeline.py's replay of
+    ``schedule`` (stage i's ``forward_s[i]`` and ``backward_s[i]`` per micro-batch, each action
+    ``a`` longer, no sends) last ``step_s``: bisection, the replay's makespan growing with ``a``.
+    0 where the replay without it is already as long (nothing beyond compute and the bubble)."""
+    pp = len(forward_s)
+    f, b = np.asarray(forward_s, dtype=float).reshape(pp, 1), np.asarray(backward_s, dtype=float).reshape(pp, 1)
+
+    def makespan(a: float) -> float:
+        return run_pipeline(schedule, pp, micro_batches, 1, f + a, b + a, 0.0).makespan_s
+
+    if makespan(0.0) >= step_s:
+        return 0.0
+    lo, hi = 0.0, step_s / (2 * micro_batches)  # a stage runs 2 m actions: a >= hi overshoots
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if makespan(mid) < step_s else (lo, mid)
+    return (lo + hi) / 2
+
+
+def pp_schedules_fit(runs: list[Run]) -> dict[str, PpSchedule] | None:
+    """realrun/probe_pp.py's records: per schedule and micro-batch size, each stage's median
+    forward and backward per micro-batch, the median over iterations of the slowest stage's step,
+    and the action cost the replay needs to last that long. None for a probe without them."""
+    rows = [r for run in runs for r in run.of("pp_schedule")]
+    if not rows:
+        return None
+    out = {}
+    for schedule in sorted({r["schedule"] for r in rows}):
+        if schedule not in ("gpipe", "1f1b"):
+            raise ValueError(f"pp_schedule.schedule: {schedule!r} is not gpipe or 1f1b")
+        mine = [r for r in rows if r["schedule"] == schedule]
+        pp, m = mine[0]["pp"], mine[0]["micro_batches"]
+        points = []
+        for tokens in sorted({r["tokens"] for r in mine}):
+            at = [r for r in mine if r["tokens"] == tokens]
+            stages = [[r for r in at if r["stage"] == i] for i in range(pp)]
+            if any(not rs for rs in stages):
+                raise ValueError(f"pp_schedule: the {schedule} probe at {tokens} tokens lacks some of its {pp} stages")
+            f = np.array([np.median([r["forward_s"] for r in rs]) / m for rs in stages])
+            b = np.array([np.median([r["backward_s"] for r in rs]) / m for rs in stages])
+            by_iter = defaultdict(list)
+            for r in at:
+                by_iter[r["iter"]].append(r["pipeline_s"])
+            step = float(np.median([max(v) for v in by_iter.values() if len(v) == pp]))
+            points.append([float(tokens), pipeline_action_s(schedule, f, b, m, step), step])
+        out[schedule] = PpSchedule(
+            pp=pp,
+            micro_batches=m,
+            points=points,
+            samples=len(mine),
+            source=f"realrun/probe_pp.py: torch.distributed.pipelining's {schedule} on the probe's {pp} ranks,"
+            f" {m} micro-batches a step; per micro-batch size the cost per action that sim/pipeline.py's replay of"
+            " the stages' measured compute needs to last the measured step (median over iterations)",
+        )
+    return out

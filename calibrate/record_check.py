@@ -50,6 +50,16 @@ FIELDS = {
         "tp_model_backward_s": (False, _SECONDS),
     },
     "p2p": {"micro_batch": (True, _COUNT), "size_bytes": (True, _COUNT), "time_s": (False, _SECONDS)},
+    "pp_schedule": {
+        "pp": (True, _COUNT),
+        "stage": (True, _INDEX),
+        "micro_batches": (True, _COUNT),
+        "micro_batch": (True, _COUNT),
+        "tokens": (True, _COUNT),
+        "pipeline_s": (False, _SECONDS),
+        "forward_s": (False, _SECONDS),
+        "backward_s": (False, _SECONDS),
+    },
     "compute_memory": {"tokens": (True, _COUNT), "peak_allocated_bytes": (False, _POSITIVE)},
     "ddp_memory": {"tokens": (True, _COUNT), "peak_allocated_bytes": (False, _POSITIVE)},
 }

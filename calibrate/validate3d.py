@@ -15,6 +15,9 @@ Where each cost comes from (nothing of the train run's own timing enters; docs/p
 - TP: with the probe's TP part at this tp, each block is its bare self plus the measured
   (TP model - bare model) / blocks, as sync time no rank's speed or noise scales; else the four
   alpha-beta allreduces of sim/parallel3d.py on the calibrated link;
+- the pipeline: with the probe's pipeline part (realrun/probe_pp.py) at this depth, each forward and
+  backward action of this schedule costs the probe's action time on top (sync time, the sends in
+  it); without it the sends below and nothing else;
 - sends: the probe's in-step send, else sim/parallel3d.py's on gloo's calibrated hop; the
   data-parallel reduction: sim/parallel3d.py's, on the calibrated link, every rank as on its
   own host (gpus_per_node 1, as validate's DDP scenarios);
@@ -210,9 +213,28 @@ def calibrated_costs(sc, calib: Calibration):
     # An activation send between stages that computed before it (realrun/probe_tp.py), when
     # probed; else sim/parallel3d.py's alpha-beta send on the calibrated link.
     p2p = send if send is not None and lay.pp > 1 else base.p2p_s
+    action = pipeline_action_s(sc, calib)
+    if action:
+        # The pipeline probe's cost per forward and backward action of this schedule
+        # (realrun/probe_pp.py) holds the framework's sends and receives as its step held them, so
+        # no send is added again. Sync time: the framework's, neither scaled by a rank's speed nor
+        # drawn again (predict_3d keeps it out of the compute the records count).
+        p2p = 0.0
+        sync_f = (np.zeros_like(fwd) if sync_f is None else sync_f) + action
+        sync_b = (np.zeros_like(bwd) if sync_b is None else sync_b) + action
     return base._replace(
         forward_s=fwd, backward_s=bwd, optimizer_s=opt, p2p_s=p2p, sync_forward_s=sync_f, sync_backward_s=sync_b
     )
+
+
+def pipeline_action_s(sc, calib: Calibration) -> float:
+    """The pipeline probe's action cost for this run's schedule and micro-batch (0: none probed,
+    or probed at another pipeline depth)."""
+    t = sc.training
+    probed = (calib.compute.pp_schedules or {}).get(t.pp_schedule) if t.pp > 1 else None
+    if probed is None or probed.pp != t.pp:
+        return 0.0
+    return probed.action_at(t.micro_batch_size * sc.seq_len)
 
 
 def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: int = 0) -> dict:
@@ -228,6 +250,7 @@ def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: 
     compute = (costs.forward_s.sum(axis=1) + costs.backward_s.sum(axis=1)) * m  # per stage, speed 1
     if costs.sync_forward_s is not None:  # a TP run's records count its collectives in forward/backward
         compute = compute + (costs.sync_forward_s.sum(axis=1) + costs.sync_backward_s.sum(axis=1)) * m
+        compute = compute - 2 * m * pipeline_action_s(sc, calib)  # the pipeline's own work: in its wait
     return {
         "step_s": step_s,
         "mean_s": float(step_s.mean()),

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
-PROBE_PARTS = ("collectives", "link", "compute", "overlap", "tp")
-# "tp" (the tensor-parallel model, realrun/probe_tp.py) only when asked: only a TP prediction
-# reads it (calibrate/validate3d.py), and it adds 10-20 s to a CPU probe.
+PROBE_PARTS = ("collectives", "link", "compute", "overlap", "tp", "pp")
+# "tp" (the tensor-parallel model, realrun/probe_tp.py) and "pp" (the pipeline schedules,
+# realrun/probe_pp.py) only when asked: only a TP or PP prediction reads them
+# (calibrate/validate3d.py), and the TP model adds 10-20 s to a CPU probe.
 DEFAULT_PROBE_PARTS = ("collectives", "link", "compute", "overlap")
 # sim/ has twins of OPS and COMM_HOOKS (realrun may not import sim); tests/test_twins.py holds them equal.
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
@@ -193,7 +194,8 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
         "--parts",
         type=_csv(PROBE_PARTS),
         default=list(DEFAULT_PROBE_PARTS),
-        help="which probes to run; tp (the TP model, for --tp predictions) only when named",
+        help="which probes to run; tp (the TP model) and pp (the pipeline schedules),"
+        " for --tp/--pp predictions, only when named",
     )
     p.add_argument(
         "--ops", type=_csv(OPS), default=["allreduce", "allgather", "reduce_scatter"], help="collectives to sweep"

@@ -20,6 +20,7 @@ from realrun.parallel import layout_problem
 from realrun.probe_collectives import quick, sweep
 from realrun.probe_compute import bucket_profile, compute, model_for, overlap
 from realrun.probe_link import LINK_REPEATS, PING_BYTES, RTT_PINGS, probe_links
+from realrun.probe_pp import PP_MICRO_BATCHES, pp_schedules
 from realrun.probe_tp import tp_block
 from realrun.recipe import Recipe
 from realrun.records import RecordWriter, one_line, rank_file
@@ -145,6 +146,15 @@ def _full(env: DistEnv, args, writer, stage, recipe: Recipe) -> dict:
                 _print_tp(env.world_size, tp_rows, args.seq_len)
         elif lead:
             print(f"# tensor-parallel block: skipped: {tp_refused}", flush=True)
+    if "pp" in args.parts and env.world_size > 1:
+        pp_refused = layout_problem(1, env.world_size, None, load_models()[args.model])
+        if pp_refused is None:
+            stage[0] = f"pipeline schedules ({args.model}, pp {env.world_size})"
+            pp_steps = pp_schedules(env, args, writer)
+            if lead:
+                _print_pp(env.world_size, pp_steps, args.micro_batches)
+        elif lead:
+            print(f"# pipeline schedules: skipped: {pp_refused}", flush=True)
     if "overlap" in args.parts and "overlap" not in skipped:
         stage[0] = "overlap probe (compute under a concurrent allreduce)"
         row = overlap(env, args, mb, writer, recipe)
@@ -214,6 +224,16 @@ def _print_tp(tp: int, rows: dict, seq_len: int) -> None:
             f"{b:13d} {b * seq_len:8d} {r['mf'] * 1e3:7.2f} {r['mb'] * 1e3:7.2f} {r['sf'] * 1e3:10.2f}"
             f" {r['sb'] * 1e3:10.2f} {send}"
         )
+    print("#", flush=True)
+
+
+def _print_pp(pp: int, steps: dict, micro_batches) -> None:
+    print(
+        f"# pipeline schedules (realrun/probe_pp.py), pp {pp}, {PP_MICRO_BATCHES} micro-batches a step, rank 0's median"
+    )
+    print("# micro_batch " + " ".join(f"{k + '(ms)':>10}" for k in steps))
+    for b in micro_batches:
+        print(f"{b:13d} " + " ".join(f"{v[b] * 1e3:10.2f}" for v in steps.values()))
     print("#", flush=True)
 
 

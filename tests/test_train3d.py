@@ -110,7 +110,7 @@ def test_validate_reports_the_prediction(runs, tmp_path):
     p = run_cli(
         "probe", "--nproc", "2", "--out", str(probe), "--model", "llama-tiny", "--seq-len", "32",
         "--sizes", "64K:4M", "--iters", "4", "--warmup", "1", "--micro-batches", "1,16",
-        "--parts", "collectives,link,compute,overlap,tp",
+        "--parts", "collectives,link,compute,overlap,tp,pp",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     calib_path = tmp_path / "calib.json"
@@ -118,6 +118,12 @@ def test_validate_reports_the_prediction(runs, tmp_path):
     assert c.returncode == 0, c.stderr[-3000:]
     calib = Calibration.read(calib_path)
     assert calib.compute.tp_block is not None and calib.compute.tp_block.tp == 2  # realrun/probe_tp.py ran
+    # realrun/probe_pp.py ran both schedules at both sizes; torch's pipelining costs something
+    # per action beyond the stages' compute on any machine (its sends, at least).
+    pps = calib.compute.pp_schedules
+    assert set(pps) == {"gpipe", "1f1b"} and all(s.pp == 2 and s.micro_batches == 8 for s in pps.values())
+    assert all([p[0] for p in s.points] == [32.0, 16 * 32.0] and s.action_at(64) > 0 for s in pps.values())
+    assert "# pipeline schedules (realrun/probe_pp.py), pp 2" in p.stdout
     report = validate(calib, str(calib_path), [runs["tp"], runs["pp"]])
     for row, (tp, pp) in zip(report["rows"], [(2, 1), (1, 2)], strict=True):
         assert (row["layout"]["tp"], row["layout"]["pp"]) == (tp, pp)

@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.calibration import Calibration, TpBlock
-from calibrate.validate3d import calibrated_costs, stage_tensors
+from calibrate.calibration import Calibration, PpSchedule, TpBlock
+from calibrate.compute_fit import pipeline_action_s, pp_schedules_fit
+from calibrate.validate3d import calibrated_costs, predict_3d, stage_tensors
 from sim.parallel3d import fabric_for, layout, simulate_3d, step_costs
+from sim.pipeline import run_pipeline
 from sim.scenario_file import scenario_from_dict
 from sim.transformer import model_shape, param_tensors
 
@@ -21,7 +23,7 @@ CALIB = Path(__file__).parent / "calib-2026-11-29.json"
 TOKENS = 2 * 32
 
 
-def _calib(intercept_f=0.004, per_token_f=1e-5, intercept_b=0.005, per_token_b=2e-5, tp_block=None):
+def _calib(intercept_f=0.004, per_token_f=1e-5, intercept_b=0.005, per_token_b=2e-5, tp_block=None, pp_schedules=None):
     c = Calibration.read(CALIB)
     comp = c.compute
     comp = dataclasses.replace(
@@ -29,16 +31,17 @@ def _calib(intercept_f=0.004, per_token_f=1e-5, intercept_b=0.005, per_token_b=2
         forward_s=comp.forward_s._replace(intercept_s=intercept_f, per_token_s=per_token_f),
         backward_s=comp.backward_s._replace(intercept_s=intercept_b, per_token_s=per_token_b),
         tp_block=tp_block,
+        pp_schedules=pp_schedules,
     )
     return dataclasses.replace(c, compute=comp)
 
 
-def _sc(tp=1, pp=1, **net):
+def _sc(tp=1, pp=1, schedule="1f1b", **net):
     return scenario_from_dict(
         {
             "ranks": tp * pp, "model": {"preset": "llama-tiny"},
             "training": {"micro_batch_size": 2, "seq_len": 32, "grad_accum": 4, "precision": "fp32", "tp": tp,
-                         "pp": pp, "pp_schedule": "1f1b", "overlap": False},
+                         "pp": pp, "pp_schedule": schedule, "overlap": False},
             "network": {"backend": "gloo", "gpus_per_node": tp * pp, "intra_link": "pci", "intra_gb_s": 1.0,
                         "gloo_hop_latency_us": 150.0, **net},
             "compute": {"optimizer_s": 0.002},
@@ -140,3 +143,84 @@ def test_a_gloo_send_costs_gloos_hop():
     assert step_costs(sc, layout(sc)).p2p_s == pytest.approx(150e-6 + size / bw, rel=1e-12)
     slower = _sc(pp=2, gloo_hop_latency_us=400.0)
     assert step_costs(slower, layout(slower)).p2p_s == pytest.approx(400e-6 + size / bw, rel=1e-12)
+
+
+# --- the pipeline probe (realrun/probe_pp.py): torch.distributed.pipelining's cost per action ---
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("a_true", [0.0007, 0.002])
+def test_the_action_cost_is_what_the_replay_needs(schedule, a_true):
+    # Unequal stages, 8 micro-batches: the step a known per-action cost gives comes back as that cost.
+    f, b = np.array([0.001, 0.0015]), np.array([0.002, 0.0018])
+    step = run_pipeline(schedule, 2, 8, 1, (f + a_true)[:, None], (b + a_true)[:, None], 0.0).makespan_s
+    assert pipeline_action_s(schedule, f, b, 8, step) == pytest.approx(a_true, rel=1e-9)
+    bare = run_pipeline(schedule, 2, 8, 1, f[:, None], b[:, None], 0.0).makespan_s
+    assert pipeline_action_s(schedule, f, b, 8, bare * 0.9) == 0.0  # nothing beyond compute and the bubble
+
+
+class _Probe:
+    """What pp_schedules_fit reads of a run: its records by type, every rank's."""
+
+    def __init__(self, records):
+        self.records = records
+
+    def of(self, kind):
+        return [r for rank in sorted(self.records) for r in self.records[rank].get(kind, [])]
+
+
+def _pp_records(a_by_tokens: dict[int, float], schedule="1f1b", m=8, iters=5):
+    """Records of a 2-rank pipeline probe whose steps last what the replay gives with a known action cost."""
+    records = {0: {"pp_schedule": []}, 1: {"pp_schedule": []}}
+    for tokens, a in a_by_tokens.items():
+        f, b = np.array([1e-5, 1.2e-5]) * tokens, np.array([2e-5, 2.1e-5]) * tokens
+        step = run_pipeline(schedule, 2, m, 1, (f + a)[:, None], (b + a)[:, None], 0.0).makespan_s
+        for it in range(iters):
+            for st in (0, 1):
+                jitter = 1.0 + 0.2 * (it == 0) * (st == 1)  # one slow iteration on one stage: the median ignores it
+                records[st]["pp_schedule"].append(
+                    {"schedule": schedule, "pp": 2, "stage": st, "micro_batches": m, "micro_batch": tokens // 32,
+                     "seq_len": 32, "tokens": tokens, "pipeline_s": step * jitter, "forward_s": f[st] * m,
+                     "backward_s": b[st] * m, "iter": it}
+                )  # fmt: skip
+    return [_Probe(records)]
+
+
+def test_the_fit_recovers_each_sizes_action_cost_and_draws_a_line_through_them():
+    fit = pp_schedules_fit(_pp_records({32: 0.0006, 64: 0.0008, 128: 0.0012}))
+    (probed,) = fit.values()
+    assert fit.keys() == {"1f1b"} and probed.pp == 2 and probed.micro_batches == 8
+    assert [p[1] for p in probed.points] == pytest.approx([0.0006, 0.0008, 0.0012], rel=1e-6)
+    assert probed.action_at(96.0) == pytest.approx(0.001, rel=1e-6)  # on the line 0.4 ms + 6.25 us x tokens
+    assert probed.action_at(4096.0) == pytest.approx(0.0012, rel=1e-6)  # held at the largest probed size
+    with pytest.raises(ValueError, match="pp_schedule.schedule: 'zb'"):
+        pp_schedules_fit(_pp_records({32: 0.001}, schedule="zb"))
+
+
+def test_the_probed_action_cost_is_sync_time_and_replaces_the_sends():
+    probed = PpSchedule(pp=2, micro_batches=8, points=[[64.0, 0.001, 0.05]], samples=10, source="t")
+    for schedule in ("gpipe", "1f1b"):
+        bare, calib = _calib(), _calib(pp_schedules={schedule: probed})
+        sc = _sc(pp=2, schedule=schedule)
+        without, with_ = calibrated_costs(sc, bare), calibrated_costs(sc, calib)
+        assert with_.p2p_s == 0.0 and without.p2p_s > 0
+        assert with_.sync_forward_s == pytest.approx(np.full((2, 1), 0.001))
+        assert with_.sync_backward_s == pytest.approx(np.full((2, 1), 0.001))
+        assert with_.forward_s == pytest.approx(without.forward_s)
+        # The records count the stage's own compute only: the framework's work is in the wait.
+        p0, p1 = predict_3d(_data(sc), bare, steps=3), predict_3d(_data(sc), calib, steps=3)
+        assert p1["compute_s"] == pytest.approx(p0["compute_s"], rel=1e-12)
+        assert p1["mean_s"] > p0["mean_s"]
+    # Another schedule's or another depth's probe is not this run's.
+    assert calibrated_costs(_sc(pp=2, schedule="gpipe"), _calib(pp_schedules={"1f1b": probed})).p2p_s > 0
+
+
+def _data(sc) -> dict:
+    return {
+        "ranks": 2, "steps": 1, "seed": 0, "model": {"preset": "llama-tiny"},
+        "training": {"micro_batch_size": 2, "seq_len": 32, "grad_accum": 4, "precision": "fp32", "tp": 1, "pp": 2,
+                     "pp_schedule": sc.training.pp_schedule, "overlap": False},
+        "network": {"backend": "gloo", "gpus_per_node": 2, "intra_link": "pci", "intra_gb_s": 1.0,
+                    "gloo_hop_latency_us": 150.0},
+        "compute": {"optimizer_s": 0.002}, "noise": {"distribution": "none"},
+    }  # fmt: skip

@@ -1,0 +1,72 @@
+"""The pipeline probe: what torch.distributed.pipelining costs per action on these ranks, beyond
+the stages' own compute and the schedule's bubble.
+
+Why (docs/parallelism.md, "Real runs on CPU"): on a CPU with gloo, a 2-stage run of llama-tiny
+waits 11-13 ms a step where the bubble and the sends come to 4 ms. The rest is the framework's own
+work around every forward and backward (its point-to-point batches and their waits, the stage's
+bookkeeping, `stage_backward` through autograd.grad), about a millisecond an action here and not
+the same per action in GPipe and 1F1B (torch's 1F1B fuses a send with the next receive; GPipe
+does not), nor at every micro-batch size (the last stage's loss, outside its module's timed
+forward, grows with the tokens). No other probe times it, so this one runs each schedule itself:
+the probe's model cut into one stage per rank (realrun/pp.py, as `train --pp` cuts it),
+PP_MICRO_BATCHES micro-batches per step at each of the probe's micro-batch sizes, as the TP probe
+times its sizes, warm-up steps dropped. Each rank records its stage's
+compute (forward and backward, timed as realrun/pp.py times them) and the schedule's step;
+calibrate solves the per-action cost from them (calibrate/compute_fit.py pp_actions_fit).
+"""
+
+import torch
+
+from realrun.dist import DistEnv, now
+from realrun.model import build
+from realrun.parallel import stage_layers
+from realrun.pp import SCHEDULE_CLASSES, StageModule, build_schedule
+
+# Micro-batches per probed step: more than a 2-stage pipeline's warm-up, so 1F1B reaches its
+# steady state (at 2 it is all warm-up and drain: 1.08 ms an action against 0.57-0.66 at 4 and 8
+# here), and not the 4 that tests/test_train3d.py's and bench/validate3d_cpu.sh's runs use.
+PP_MICRO_BATCHES = 8
+
+
+def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
+    """Records ``pp_schedule`` (each rank, each schedule, each of the probe's micro-batch sizes,
+    each iteration) and returns rank 0's median step per schedule and size for the printout.
+    Every rank is one stage (pp = world size)."""
+    pp, stage = env.world_size, env.rank
+    out = {}
+    for schedule in SCHEDULE_CLASSES:
+        out[schedule] = {}
+        for b in a.micro_batches:  # the stage's shapes are static: one schedule per size
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(a.seed)
+                model = build(a.model).to(env.device)
+            sizes = stage_layers(model.cfg.n_layer, pp)
+            module = StageModule(model, sum(sizes[:stage]), sizes[stage], first=stage == 0, last=stage == pp - 1)
+            sched = build_schedule(module, stage, pp, None, env.device, schedule, PP_MICRO_BATCHES, (b, a.seq_len))
+            gen = torch.Generator().manual_seed(a.seed)
+            ids = torch.randint(0, model.cfg.vocab_size, (b * PP_MICRO_BATCHES, a.seq_len + 1), generator=gen)
+            x, y = ids[:, :-1].contiguous().to(env.device), ids[:, 1:].contiguous().to(env.device)
+            steps = []
+            for i in range(a.warmup + a.iters):
+                module.zero_grad(set_to_none=True)  # as a training step starts; no optimizer here
+                module.take_times()
+                t = now(env.device)
+                if module.first:
+                    sched.step(x)
+                elif module.last:
+                    sched.step(target=y, losses=[])
+                else:
+                    sched.step()
+                pipeline_s = now(env.device) - t
+                module.close_backward()
+                fwd, bwd = module.take_times()
+                if i >= a.warmup:
+                    steps.append(pipeline_s)
+                    writer.write(
+                        {"type": "pp_schedule", "schedule": schedule, "pp": pp, "stage": stage,
+                         "micro_batches": PP_MICRO_BATCHES, "micro_batch": b, "seq_len": a.seq_len,
+                         "tokens": b * a.seq_len, "pipeline_s": pipeline_s, "forward_s": fwd, "backward_s": bwd,
+                         "iter": i - a.warmup}
+                    )  # fmt: skip
+            out[schedule][b] = sorted(steps)[len(steps) // 2]
+    return out
