@@ -28,7 +28,7 @@ SHARDED_MODES = ("fsdp", "hsdp")  # training.mode values that run sim/fsdp.py's 
 MODES = ("ddp", "fsdp", "hsdp", "zero1")  # training.mode
 # Modes whose module holds 16-bit weights beside an fp32 master copy (sim/precision.py ``sharded``).
 MASTER_COPY_MODES = (*SHARDED_MODES, "zero1")
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved")  # training.pp_schedule (sim/pipeline.py)
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # training.pp_schedule (sim/pipeline.py)
 RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
@@ -200,6 +200,14 @@ class TrainingConfig:
                 "training.pp_virtual_stages",
                 self.pp_virtual_stages,
                 'needs training.pp_schedule = "interleaved"',
+            )
+        if self.pp_schedule == "zb-h1" and self.pp > 1:
+            # Its order and its bubble, (p - 1)(T_F + T_B - T_W), are Qi et al.'s for m >= p.
+            _require(
+                self.grad_accum >= self.pp,
+                "training.grad_accum",
+                self.grad_accum,
+                f"ZB-H1 needs at least training.pp ({self.pp}) micro-batches",
             )
         if self.pp_schedule == "interleaved" and self.pp > 1:
             _require(

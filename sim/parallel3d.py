@@ -65,7 +65,7 @@ from sim.memory3d import StageMemory, layer_terms, stage_memory
 from sim.nccl_time import INTRA_HOP_US, NET_HOP_US
 from sim.noise import multipliers, speed_factors
 from sim.optimizer import adamw_step_s
-from sim.pipeline import PipelineRun, bubble_fraction, in_flight_closed_form, run_pipeline
+from sim.pipeline import PipelineRun, bubble_fraction, in_flight_closed_form, ops_per_stage, run_pipeline
 from sim.precision import Precision, sharded
 from sim.roofline import rates
 from sim.tp import block_time, cp_kv_bytes, head_time
@@ -402,7 +402,7 @@ def op_noise(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray 
     n = sc.noise
     if n.distribution == "none" or (n.distribution != "empirical" and n.sigma == 0.0):
         return None
-    ops = 2 * lay.m * lay.v
+    ops = ops_per_stage(lay.schedule, lay.m, lay.v)
     # Each GPU from the pooled samples: a trace's per-rank rows (samples_by_rank) are a DDP job's ranks.
     draws = multipliers(rng, n.distribution, n.sigma, (lay.dp, lay.pp, lay.group, ops), n.samples)
     return draws.max(axis=2)

@@ -15,6 +15,10 @@ Clusters Using Megatron-LM", Sec. 2.2):
   alternates. The bubble shrinks to (p - 1) / (v m + p - 1); the first stage holds
   (1 + (p - 1) / (p v)) of a stage's activations for p micro-batches (Korthikanti et al. 2022,
   Sec. 4.2.3).
+- zb-h1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, Sec. 3.1): 1F1B
+  with each backward split into B (the input's gradient, passed on at once) and W (the weights'
+  gradient, run later where the drain would wait); 1F1B's activations in flight, the bubble
+  (p - 1)(T_F + T_B - T_W) instead of (p - 1)(T_F + T_B + T_W); needs m >= p.
 
 The event model: every operation starts when its stage is free and its input has arrived
 (the previous virtual stage's forward, plus the point-to-point send between GPUs; a backward
@@ -28,11 +32,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-F, B = "F", "B"
+F, B, W = "F", "B", "W"
+# Zero-bubble schedules split a backward into B (the input's gradient, which the previous stage
+# waits for) and W (the weights' gradient, which nothing downstream waits for). Each weight
+# matmul's backward is two matmuls of its forward's size, one per gradient, so W is about half
+# a backward (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, Sec. 2,
+# take T_F = T_B = T_W); attention's score and softmax backward, which has no weights, makes it
+# a little less, which this share ignores.
+W_SHARE = 0.5
 
 
 class Op(NamedTuple):
-    kind: str  # F | B
+    kind: str  # F | B | W (zb-h1 only: then B is the input's gradient alone)
     micro_batch: int
     chunk: int  # model chunk on this stage (0 unless interleaved)
 
@@ -41,6 +52,8 @@ def stage_ops(schedule: str, p: int, m: int, v: int, stage: int) -> list[Op]:
     """The operations stage ``stage`` of ``p`` runs, in order, for ``m`` micro-batches."""
     if schedule == "gpipe":
         return [Op(F, j, 0) for j in range(m)] + [Op(B, j, 0) for j in range(m)]
+    if schedule == "zb-h1":
+        return _zb_h1_ops(p, m, stage)
     if schedule == "1f1b":
         v = 1
     total = m * v
@@ -62,9 +75,33 @@ def stage_ops(schedule: str, p: int, m: int, v: int, stage: int) -> list[Op]:
     return ops
 
 
+def _zb_h1_ops(p: int, m: int, stage: int) -> list[Op]:
+    """ZB-H1 (Qi et al. 2023, Sec. 3.1): each backward split into B and W; at step x stage i runs
+    F_x, then B_(x - (p - 1 - i)) (1F1B's lag, so the same activations in flight), then
+    W_(x - (p - 1)): every stage's weight gradients lag its forwards by p - 1, which puts the W's
+    where 1F1B's drain would wait for the next backward. Each index is run where it lies in
+    [0, m). The bubble: (p - 1)(T_F + T_B - T_W) for m >= p, against 1F1B's (p - 1)(T_F + T_B + T_W)."""
+    ops = []
+    for x in range(m + p - 1):
+        for kind, j in ((F, x), (B, x - (p - 1 - stage)), (W, x - (p - 1))):
+            if 0 <= j < m:
+                ops.append(Op(kind, j, 0))
+    return ops
+
+
+def ops_per_stage(schedule: str, m: int, v: int = 1) -> int:
+    """Operations each stage runs in a step: a forward and a backward per micro-batch and chunk,
+    and a W per micro-batch in a zero-bubble schedule."""
+    if schedule == "zb-h1":
+        return 3 * m
+    return 2 * m * (v if schedule == "interleaved" else 1)
+
+
 def bubble_fraction(schedule: str, p: int, m: int, v: int = 1) -> float:
     """The idle share of a step of equal stages without communication: (p - 1) / (m + p - 1)
     for GPipe and 1F1B, (p - 1) / (v m + p - 1) interleaved (Narayanan et al. 2021, Sec. 2.2)."""
+    if schedule == "zb-h1":  # T_F = T_B = T_W: (p - 1)(1 + 1 - 1) over 3 m + that
+        return (p - 1) / (3 * m + p - 1)
     chunks = v if schedule == "interleaved" else 1
     return (p - 1) / (chunks * m + p - 1)
 
@@ -112,6 +149,7 @@ def run_pipeline(
     forward_s, backward_s = np.asarray(forward_s, dtype=float), np.asarray(backward_s, dtype=float)
     batch = forward_s.shape[:-2]
     lists = [stage_ops(schedule, p, m, v, i) for i in range(p)]
+    split = schedule == "zb-h1"
     ptr = [0] * p
     free = np.zeros((*batch, p))
     if start_s is not None:
@@ -140,6 +178,11 @@ def run_pipeline(
                         break  # its input has not been produced yet: another stage must run first
                     ready = 0.0 if g == 0 else f_end[..., op.micro_batch, g - 1] + p2p_s
                     dur = forward_s[..., i, op.chunk]
+                elif op.kind == W:  # after this stage's own B of the micro-batch; nothing waits on it
+                    if not b_done[op.micro_batch, g]:
+                        break
+                    ready = b_end[..., op.micro_batch, g]
+                    dur = backward_s[..., i, op.chunk] * W_SHARE
                 elif g == n_virtual - 1:
                     if not f_done[op.micro_batch, g]:
                         break
@@ -150,9 +193,11 @@ def run_pipeline(
                         break
                     ready = b_end[..., op.micro_batch, g + 1] + p2p_s
                     dur = backward_s[..., i, op.chunk]
+                if op.kind == B and split:
+                    dur = dur * (1.0 - W_SHARE)  # the input's gradient alone; W follows
                 if op_noise is not None:
                     dur = dur * op_noise[..., i, ptr[i]]
-                sync = sync_forward_s if op.kind == F else sync_backward_s
+                sync = sync_forward_s if op.kind == F else sync_backward_s if op.kind == B else None
                 if sync is not None:
                     dur = dur + sync[i, op.chunk]
                 start = np.maximum(free[..., i], ready)
@@ -162,11 +207,13 @@ def run_pipeline(
                     f_done[op.micro_batch, g] = True
                     in_flight[i] += 1
                     peak[i] = max(peak[i], in_flight[i])
-                else:
+                elif op.kind == B:
                     b_end[..., op.micro_batch, g] = end
                     b_done[op.micro_batch, g] = True
-                    in_flight[i] -= 1
+                    in_flight[i] -= 1  # what W still needs (its layers' inputs) is not counted
                     last_b_start[..., i] = start
+                    chunk_start[..., i, op.chunk], chunk_end[..., i, op.chunk] = start, end
+                else:  # the weights' gradients are ready when W ends: the DP reduction's input
                     chunk_start[..., i, op.chunk], chunk_end[..., i, op.chunk] = start, end
                 free[..., i] = end
                 busy[..., i] += dur
@@ -184,9 +231,10 @@ def run_pipeline(
 
 def in_flight_closed_form(schedule: str, p: int, m: int, v: int, stage: int) -> int:
     """Chunk-micro-batches stage ``stage`` holds at its peak: m (GPipe), min(p - stage, m)
-    (1F1B), min(2 (p - stage - 1) + (v - 1) p + 1, v m) interleaved (Megatron's warm-up + 1)."""
+    (1F1B, and ZB-H1, whose held-back W's keep only their layers' inputs), min(2 (p - stage - 1)
+    + (v - 1) p + 1, v m) interleaved (Megatron's warm-up + 1)."""
     if schedule == "gpipe":
         return m
-    if schedule == "1f1b":
+    if schedule in ("1f1b", "zb-h1"):
         return min(p - stage, m)
     return min(2 * (p - stage - 1) + (v - 1) * p + 1, v * m)

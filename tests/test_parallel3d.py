@@ -121,6 +121,7 @@ def test_a_straggler_is_charged_to_its_stage_and_delays_every_pipeline():
         (["training.pp_schedule=zb"], "training.pp_schedule"),
         (["training.pp_virtual_stages=2"], "training.pp_virtual_stages"),
         (["training.pp=4", "training.pp_schedule=interleaved", "training.grad_accum=6"], "training.grad_accum"),
+        (["training.pp=4", "training.pp_schedule=zb-h1", "training.grad_accum=3"], "training.grad_accum"),
         (["training.activation_checkpointing=some"], "training.activation_checkpointing"),
         (["training.tp=8", "training.mode=hsdp"], "training.mode"),
         (["training.pp=64"], "training.pp"),
@@ -313,3 +314,18 @@ def test_fsdp_reduces_one_block_at_a_time():
         one = collective_cost("reduce_scatter", c.params[i] * dt.grad_bytes / units, fabric).time_s
         assert c.dp_s[i] == pytest.approx(units * one, rel=1e-12)
         assert c.dp_last_bucket_s[i] == pytest.approx(one, rel=1e-12)
+
+
+def test_zb_h1_shortens_the_pipeline_by_its_bubble_and_keeps_1f1bs_memory():
+    # llama3-8b on 4 stages of 8 x H100, 8 micro-batches, no noise: ZB-H1 (Qi et al. 2023) takes up
+    # to 2 (p - 1) T_W of the drain's wait off 1F1B's pipeline (all of it for equal stages:
+    # tests/test_pipeline.py; here the first and last stages also hold the embedding and the output
+    # layer), and at least (p - 1) of the smallest T_W; the same activations in flight, so the same
+    # memory per stage.
+    quiet = ("training.pp=4", "training.grad_accum=8", "noise.distribution=none", "noise.speed_spread_sd=0")
+    one, zb = (simulate_3d(_sc(*quiet, f"training.pp_schedule={s}", ranks=32), None) for s in ("1f1b", "zb-h1"))
+    costs = step_costs(_sc(*quiet, ranks=32), layout(_sc(*quiet, ranks=32)))
+    t_w = costs.backward_s[:, 0] * 0.5  # sim/pipeline.py W_SHARE
+    assert 3 * t_w.min() < one.pipeline_s - zb.pipeline_s <= 2 * 3 * t_w.max() + 1e-12
+    assert [m.activations_gib for m in zb.memory] == [m.activations_gib for m in one.memory]
+    assert zb.bubble_fraction == pytest.approx(3 / (3 * 8 + 3))
