@@ -10,9 +10,10 @@ does not), nor at every micro-batch size (the last stage's loss, outside its mod
 forward, grows with the tokens). No other probe times it, so this one runs each schedule itself:
 the probe's model cut into one stage per rank (realrun/pp.py, as `train --pp` cuts it),
 PP_MICRO_BATCHES micro-batches per step at each of the probe's micro-batch sizes, as the TP probe
-times its sizes, warm-up steps dropped. Each rank records its stage's
-compute (forward and backward, timed as realrun/pp.py times them) and the schedule's step;
-calibrate solves the per-action cost from them (calibrate/compute_fit.py pp_actions_fit).
+times its sizes, warm-up steps dropped, in fp32 as `train --pp` trains. Each rank records its
+stage's compute (forward and backward, timed as realrun/pp.py times them) and the schedule's
+step; calibrate solves the per-action cost from them (calibrate/compute_fit.py
+pp_schedules_fit).
 """
 
 import torch
