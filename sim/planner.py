@@ -14,8 +14,8 @@ Two passes, so thousands of layouts take seconds:
 The grid: tp over the divisors of the node's GPU count that divide the heads, pp over the
 divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
 divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 and 4 chunks
-where the layers allow, recompute none, selective and full, ddp, fsdp and zero1 (Megatron's
-distributed optimizer) over the DP group.
+where the layers allow and ZB-H1 where there are at least pp micro-batches, recompute none,
+selective and full, ddp, fsdp and zero1 (Megatron's distributed optimizer) over the DP group.
 Sequence parallelism is on whenever tp > 1 (in this model it moves the same bytes and only
 removes work and memory). GPipe is left out: its bubble is 1F1B's and it holds more.
 
@@ -34,6 +34,7 @@ import numpy as np
 
 from sim.config import Scenario
 from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs
+from sim.pipeline import W_SHARE
 
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTES = ("none", "selective", "full")
@@ -65,6 +66,8 @@ class Candidate(NamedTuple):
         ]  # fmt: skip
         if self.schedule == "interleaved":
             out += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={self.virtual}"]
+        elif self.schedule == "zb-h1":
+            out.append("training.pp_schedule=zb-h1")
         return out
 
 
@@ -96,6 +99,8 @@ def grid(base: Scenario, gpus: int, global_batch: int) -> list[Candidate]:
                 schedules = [("1f1b", 1)]
                 if pp > 1 and m % pp == 0:
                     schedules += [("interleaved", v) for v in VIRTUAL if shape.n_layer % (pp * v) == 0]
+                if pp > 1 and m >= pp:
+                    schedules.append(("zb-h1", 1))
                 for sched, v in schedules:
                     for rc in RECOMPUTES:
                         for mode in MODES if dp > 1 else ("ddp",):
@@ -120,10 +125,14 @@ def estimate(sc: Scenario) -> tuple[float, float]:
     c = step_costs(sc, lay)
     stage = c.forward_s.sum(axis=1) + c.backward_s.sum(axis=1)
     fill = (lay.pp - 1) / lay.v * float(stage.mean()) + 2 * (lay.pp - 1) * c.p2p_s
+    last = c.backward_s.sum(axis=1) / lay.v  # the backward the DP reduction may hide behind
+    if lay.schedule == "zb-h1":  # (p - 1)(T_F + T_B - T_W); the drain's W's end the step
+        fill = (lay.pp - 1) * float((c.forward_s.sum(axis=1) + (1 - 2 * W_SHARE) * c.backward_s.sum(axis=1)).mean())
+        fill += 2 * (lay.pp - 1) * c.p2p_s
+        last = W_SHARE * c.backward_s.sum(axis=1)
     gather = c.gather_wait_s if sc.training.overlap and c.gather_wait_s is not None else c.gather_s
     pipeline = lay.m * float(stage.max()) + fill + float(gather.max())
     if sc.training.overlap:
-        last = c.backward_s.sum(axis=1) / lay.v
         dp = float(np.max(np.maximum(c.dp_last_bucket_s, c.dp_s - last)))
     else:
         dp = float(c.dp_s.max())
