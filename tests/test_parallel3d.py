@@ -329,3 +329,14 @@ def test_zb_h1_shortens_the_pipeline_by_its_bubble_and_keeps_1f1bs_memory():
     assert 3 * t_w.min() < one.pipeline_s - zb.pipeline_s <= 2 * 3 * t_w.max() + 1e-12
     assert [m.activations_gib for m in zb.memory] == [m.activations_gib for m in one.memory]
     assert zb.bubble_fraction == pytest.approx(3 / (3 * 8 + 3))
+
+
+def test_zb_h1_output_names_its_w_share(capsys):
+    from tests.conftest import in_process
+
+    sets = ("model.preset=llama3-8b", "training.pp=4", "training.grad_accum=8", "training.micro_batch_size=1")
+    args = ("simulate", "h100-1024", "--ranks", "32", "--steps", "2", *(x for k in sets for x in ("--set", k)))
+    code, out, _ = in_process(capsys, *args, "--set", "training.pp_schedule=zb-h1")
+    assert code == 0 and "ZB-H1: each backward split into B and W, W taken as 50% of it" in out
+    code, out, _ = in_process(capsys, *args)
+    assert code == 0 and "ZB-H1" not in out

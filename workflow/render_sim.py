@@ -5,6 +5,7 @@ tensor- or pipeline-parallel step, and the days and dollars to train. `ddplab co
 
 from sim.describe import description_over
 from sim.optimizer import optimizer_basis
+from sim.pipeline import W_SHARE
 from sim.summary import Summary
 from sim.transformer import param_count
 from workflow import threed
@@ -318,6 +319,9 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     idle = s["stage_idle_fraction"]
     out.append(f"  pipeline       {fmt_seconds(s['pipeline_s'])}  bubble (closed form) {first.bubble_fraction:.1%}, "
                f"stage idle {min(idle):.1%}-{max(idle):.1%}")  # fmt: skip
+    if lay.schedule == "zb-h1":
+        out.append(f"                 ZB-H1: each backward split into B and W, W taken as {W_SHARE:.0%} of it"
+                   " (Qi et al.'s T_B = T_W; attention's weightless backward makes it less)")  # fmt: skip
     what = "TP+CP comm    " if lay.cp > 1 else "TP comm       "
     out.append(f"  {what} {fmt_seconds(first.tp_comm_s)} exposed per step on the busiest stage; "
                f"p2p send {fmt_seconds(first.p2p_s)}")  # fmt: skip

@@ -148,7 +148,8 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
         f"  best: ddplab simulate {cluster} --ranks {gpus} "
         + " ".join(f"--set {x}" for x in [*scenario_sets(model, sets, seq_len), *rows[0]["sets"]])
     )
-    out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs")
+    zb = "; ZB-H1's W half of each backward" if any(r["schedule"] == "zb-h1" for r in rows) else ""
+    out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs{zb}")
     return out
 
 
