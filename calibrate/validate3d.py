@@ -213,7 +213,7 @@ def calibrated_costs(sc, calib: Calibration):
     # An activation send between stages that computed before it (realrun/probe_tp.py), when
     # probed; else sim/parallel3d.py's alpha-beta send on the calibrated link.
     p2p = send if send is not None and lay.pp > 1 else base.p2p_s
-    action = pipeline_action_s(sc, calib)
+    action = probed_action_s(sc, calib)
     if action:
         # The pipeline probe's cost per forward and backward action of this schedule
         # (realrun/probe_pp.py) holds the framework's sends and receives as its step held them, so
@@ -227,7 +227,7 @@ def calibrated_costs(sc, calib: Calibration):
     )
 
 
-def pipeline_action_s(sc, calib: Calibration) -> float:
+def probed_action_s(sc, calib: Calibration) -> float:
     """The pipeline probe's action cost for this run's schedule and micro-batch (0: none probed,
     or probed at another pipeline depth)."""
     t = sc.training
@@ -250,7 +250,7 @@ def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: 
     compute = (costs.forward_s.sum(axis=1) + costs.backward_s.sum(axis=1)) * m  # per stage, speed 1
     if costs.sync_forward_s is not None:  # a TP run's records count its collectives in forward/backward
         compute = compute + (costs.sync_forward_s.sum(axis=1) + costs.sync_backward_s.sum(axis=1)) * m
-        compute = compute - 2 * m * pipeline_action_s(sc, calib)  # the pipeline's own work: in its wait
+        compute = compute - 2 * m * probed_action_s(sc, calib)  # the pipeline's own work: in its wait
     return {
         "step_s": step_s,
         "mean_s": float(step_s.mean()),

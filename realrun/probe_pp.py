@@ -16,6 +16,8 @@ step; calibrate solves the per-action cost from them (calibrate/compute_fit.py
 pp_schedules_fit).
 """
 
+import statistics
+
 import torch
 
 from realrun.dist import DistEnv, now
@@ -34,15 +36,15 @@ def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
     each iteration) and returns rank 0's median step per schedule and size for the printout.
     Every rank is one stage (pp = world size)."""
     pp, stage = env.world_size, env.rank
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(a.seed)
+        model = build(a.model).to(env.device)
+    sizes = stage_layers(model.cfg.n_layer, pp)
+    module = StageModule(model, sum(sizes[:stage]), sizes[stage], first=stage == 0, last=stage == pp - 1)
     out = {}
     for schedule in SCHEDULE_CLASSES:
         out[schedule] = {}
         for b in a.micro_batches:  # the stage's shapes are static: one schedule per size
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(a.seed)
-                model = build(a.model).to(env.device)
-            sizes = stage_layers(model.cfg.n_layer, pp)
-            module = StageModule(model, sum(sizes[:stage]), sizes[stage], first=stage == 0, last=stage == pp - 1)
             sched = build_schedule(module, stage, pp, None, env.device, schedule, PP_MICRO_BATCHES, (b, a.seq_len))
             gen = torch.Generator().manual_seed(a.seed)
             ids = torch.randint(0, model.cfg.vocab_size, (b * PP_MICRO_BATCHES, a.seq_len + 1), generator=gen)
@@ -69,5 +71,5 @@ def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
                          "tokens": b * a.seq_len, "pipeline_s": pipeline_s, "forward_s": fwd, "backward_s": bwd,
                          "iter": i - a.warmup}
                     )  # fmt: skip
-            out[schedule][b] = sorted(steps)[len(steps) // 2]
+            out[schedule][b] = statistics.median(steps)
     return out

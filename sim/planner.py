@@ -123,13 +123,14 @@ def estimate(sc: Scenario) -> tuple[float, float]:
     """(analytical step time, the fullest GPU's memory) of one layout (module docstring)."""
     lay = layout(sc)
     c = step_costs(sc, lay)
-    stage = c.forward_s.sum(axis=1) + c.backward_s.sum(axis=1)
-    fill = (lay.pp - 1) / lay.v * float(stage.mean()) + 2 * (lay.pp - 1) * c.p2p_s
-    last = c.backward_s.sum(axis=1) / lay.v  # the backward the DP reduction may hide behind
+    fwd, bwd = c.forward_s.sum(axis=1), c.backward_s.sum(axis=1)
+    stage = fwd + bwd
+    # The fill and drain of the others, and the backward the DP reduction may hide behind.
     if lay.schedule == "zb-h1":  # (p - 1)(T_F + T_B - T_W); the drain's W's end the step
-        fill = (lay.pp - 1) * float((c.forward_s.sum(axis=1) + (1 - 2 * W_SHARE) * c.backward_s.sum(axis=1)).mean())
-        fill += 2 * (lay.pp - 1) * c.p2p_s
-        last = W_SHARE * c.backward_s.sum(axis=1)
+        fill, last = (lay.pp - 1) * float((fwd + (1 - 2 * W_SHARE) * bwd).mean()), W_SHARE * bwd
+    else:
+        fill, last = (lay.pp - 1) / lay.v * float(stage.mean()), bwd / lay.v
+    fill += 2 * (lay.pp - 1) * c.p2p_s
     gather = c.gather_wait_s if sc.training.overlap and c.gather_wait_s is not None else c.gather_s
     pipeline = lay.m * float(stage.max()) + fill + float(gather.max())
     if sc.training.overlap:
