@@ -81,7 +81,8 @@ class Throttle:
         span = self._clock() - self._t
         self.measured_s += span
         self._owed_s += self.extra * span
-        if self._owed_s >= min_burn_s:
+        # FACTOR 1 burns nothing and only measures (a rank's compute on the same clock).
+        if self._owed_s > 0.0 and self._owed_s >= min_burn_s:
             self._owed_s -= self._burn(self._owed_s)
         self._t = self._clock()
 

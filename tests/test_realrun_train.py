@@ -133,29 +133,37 @@ def test_uneven_micro_batches_give_the_full_batch_gradient(tmp_path):
 
 
 def test_straggler_burns_compute_and_the_other_rank_waits(tmp_path):
-    p = train(tmp_path, "--steps", "20", "--straggler", "1:2.0", timeout=360)
+    # Rank 0 at FACTOR 1 burns nothing and records its compute on the throttle's clock too
+    # (this thread's CPU seconds), so the two ranks' work is compared on a clock that the test
+    # suite's own load does not stretch.
+    p = train(tmp_path, "--steps", "20", "--straggler", "0:1.0", "--straggler", "1:2.0", timeout=360)
     assert p.returncode == 0, p.stderr[-3000:]
     fast, slow = steps_of(tmp_path)
-    # Everything is read from this one run's records, medians over its steps: a second test
-    # suite beside this one slows both ranks alike, and a bound against another run's numbers
-    # (the base run, minutes earlier at another load) is what a loaded machine used to cross.
+    assert all(s["throttle_s"] == 0 for s in fast)
     # The slow rank burns (F - 1) x its own compute: forward and backward tiled in spans, on
     # the throttle's clock (CPU seconds, so a preemption is not burned again). Against the
     # compute it measured on that clock: against wall-clock compute the ratio fell to 0.25 on
     # a machine loaded 3x (CPU seconds do not stretch with the load; wall seconds do).
     burned = med(slow, lambda s: s["throttle_s"])
     assert 0.8 < burned / med(slow, lambda s: s["throttle_compute_s"]) < 1.25
-    # Across ranks only the order is checked: gpt2-tiny's ~20 ms of compute swings by more than
-    # a tenth with the test suite's own load; on gpt2-mini over netlab 1:2 measured 1.88x the
-    # other rank's compute and 1:1.5 1.48x (docs/validation.md).
-    assert med(slow, fwd_bwd) > med(fast, fwd_bwd)
-    assert all(s["throttle_s"] == 0 for s in fast)
-    # Bulk-synchronous: rank 0 waits for rank 1's extra compute in its allreduces, and rank 1
-    # hardly waits for rank 0. Measured here: rank 0 waits ~0.8x the extra compute; a tenth of
-    # it leaves room for a 2x slowdown of either rank.
-    extra_s = med(slow, fwd_bwd) - med(fast, fwd_bwd)
-    assert med(fast, lambda s: s["wait_s"]) > 0.1 * extra_s
-    assert med(fast, lambda s: s["wait_s"]) > med(slow, lambda s: s["wait_s"])
+    # Across ranks, on that clock: the slow rank's compute and burn against the fast rank's
+    # compute, 2.0 by construction (the same model and batch); measured 1.8-2.1 here, loaded or
+    # not. Not on the wall clock: on a loaded 2-core CI runner (2026-12-03) the fast rank's
+    # wall-clock forward + backward came out at 34.6 ms against the slow rank's 28.4 ms, the
+    # scheduler having given the fast rank less of the machine; on gpt2-mini over netlab, which
+    # nothing else loads, 1:2 measured 1.88x the other rank's wall-clock compute and 1:1.5 1.48x
+    # (docs/validation.md).
+    slow_cpu = med(slow, lambda s: s["throttle_compute_s"] + s["throttle_s"])
+    assert 1.5 < slow_cpu / med(fast, lambda s: s["throttle_compute_s"]) < 2.6
+    # The burn is inside the slow rank's step, before its last reduction ends (wall >= CPU).
+    assert all(fwd_bwd(s) + s["wait_s"] >= s["throttle_s"] for s in slow)
+    # Bulk-synchronous: every step ends at the same allreduce on both ranks, so the fast rank's
+    # steps take as long as the slow one's, whatever share of the machine each got: it waits
+    # for the rank that does twice its work. Summed over steps 2-19, as one rank's long step is
+    # the other's catching up on the next (single steps differed by up to 20 %, the sums by
+    # 0.2-1.3 % with a test suite running beside).
+    total = [sum(s["step_wall_s"] for s in steps[2:]) for steps in (fast, slow)]
+    assert 0.9 < total[0] / total[1] < 1.1
 
 
 def test_plain_ddp_baseline_records_step_totals(tmp_path):
