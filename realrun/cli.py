@@ -247,7 +247,7 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
         action="append",
         default=[],
         metavar="RANK:FACTOR",
-        help="make RANK's compute FACTOR x slower with real work (repeatable; FACTOR 1 only records the rank's compute)",
+        help="make RANK's compute FACTOR x slower with real work (repeatable; FACTOR 1 only records its compute)",
     )
     p.add_argument("--grad-staging", choices=["none", "cpu"], default="none", help="reduce through CPU tensors")
     p.add_argument("--data", type=Path, help="train on this text file (byte tokens)")
