@@ -123,7 +123,9 @@ class TrainingConfig:
     hsdp_shard_size: int = 0
     """hsdp: ranks per shard group, consecutive ranks; 0 = network.gpus_per_node (one node),
     or every rank when the job is smaller than a node. Must divide ranks, and divide or be a
-    multiple of network.gpus_per_node."""
+    multiple of network.gpus_per_node. With tp, cp or pp: ranks of the data-parallel group
+    (dp x cp) per shard group; 0 = the group's ranks in one node (gpus_per_node / tp of them,
+    at most dp x cp); must divide dp x cp (sim/parallel3d.py)."""
     fsdp_prefetch: int = 1
     """fsdp, hsdp: units whose allgather is issued ahead of the unit computing (0 = none, 1 = FSDP's
     backward_prefetch=BACKWARD_PRE with forward_prefetch, or FSDP2's implicit prefetch)."""
@@ -217,8 +219,6 @@ class TrainingConfig:
                 f"the interleaved schedule needs a multiple of training.pp ({self.pp})",
             )
         if self.tp * self.cp * self.pp > 1:
-            why = "hsdp with tp, cp or pp is not modelled (ddp, fsdp or zero1)"
-            _require(self.mode != "hsdp", "training.mode", self.mode, why)
             why = "powersgd with tp, cp or pp is not modelled (none, fp16 or bf16)"
             _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
@@ -676,7 +676,11 @@ class Scenario:
             f"must be <= or a multiple of network.gpus_per_node ({g})",
         )
         self._check_model_parallel()
-        if self.training.mode == "hsdp":  # the default (a node, or every rank) always passes
+        if self.training.mode == "hsdp" and self.parallel3d:
+            s, dpcp = self.dp_shard_size, self.dp * self.training.cp
+            why = f"must divide the data-parallel group's dp x cp ranks ({dpcp})"
+            _require(dpcp % s == 0, "training.hsdp_shard_size", s, why)
+        elif self.training.mode == "hsdp":  # the default (a node, or every rank) always passes
             s = self.shard_size
             _require(self.ranks % s == 0, "training.hsdp_shard_size", s, f"must divide ranks ({self.ranks})")
             _require(
@@ -748,6 +752,19 @@ class Scenario:
     @property
     def straggler_map(self) -> dict[int, float]:
         return parse_stragglers(self.stragglers)
+
+    @property
+    def dp_shard_size(self) -> int:
+        """With tp, cp or pp: ranks of the data-parallel group (dp x cp) each parameter is sharded
+        over: fsdp and zero1 all of them, hsdp a shard group (by default the group's ranks in one
+        node, which are tp apart: sim/parallel3d.py), ddp 1."""
+        t = self.training
+        group = self.dp * t.cp
+        if t.mode in ("fsdp", "zero1"):
+            return group
+        if t.mode == "hsdp":
+            return t.hsdp_shard_size or min(group, max(1, self.network.gpus_per_node // t.tp))
+        return 1
 
     @property
     def shard_size(self) -> int:

@@ -34,6 +34,7 @@ parameter + gradient + optimizer-state bytes (2 + 4 + 4 + 8 = 18 under bf16-amp)
 the stage's 1/tp share. fsdp over the data-parallel ranks, as torchtitan runs it beside a
 pipeline (its parameters stay gathered from forward to backward, the gradients reduce-scattered
 once per step): the 16-bit weights and the gradients whole, master weights and moments / dp.
+hsdp the same over its shard group, / S.
 zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
 (distrib_optimizer) give 6 + 12 / dp bytes per parameter for bf16 weights and fp32 gradients.
 """
@@ -130,7 +131,7 @@ def stage_memory(
     of a sequence one GPU holds; ``transient_bytes``: what one block holds only while it runs
     (context parallelism's gathered K and V, module docstring)."""
     c, w, g, o = dtypes.compute_bytes, dtypes.param_bytes, dtypes.grad_bytes, dtypes.optimizer_state_bytes
-    if mode in ("fsdp", "zero1"):
+    if mode in ("fsdp", "hsdp", "zero1"):  # dp: the ranks it shards over (hsdp: a shard group)
         states = params * (c + g + (w + o) / dp)
     else:
         states = params * (c + w + g + o)

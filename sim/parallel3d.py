@@ -31,6 +31,13 @@ A step, on each of the dp pipelines (replicas):
    fsdp: the stage's 16-bit weights are allgathered once before the first forward (prefetched
    layer by layer behind it when overlapping) and gradients reduce-scattered after the last
    backward, one collective per block (FSDP's unit, sim/fsdp.py), not in DDP's buckets.
+   hsdp (FSDP2 on a (replicate, shard) mesh beside TP/PP, as torchtitan's ``dp_replicate``
+   x ``dp_shard`` dimensions do): the same units inside shard groups of S consecutive ranks
+   of the data-parallel group (``training.hsdp_shard_size``; by default the group's ranks in
+   one node, so the gathers stay on NVLink/xGMI), then each unit's 1/S gradient shard
+   allreduced across the R = dp x cp / S groups, one GPU per node per replica group on its
+   share of the node's NICs (sim/hsdp.py's placement); the optimizer and the master weights
+   sharded over S (with S = dp x cp it is fsdp).
    zero1 (Megatron's distributed optimizer): in DDP's buckets, each gradient bucket is
    reduce-scattered in the gradient dtype, where DDP allreduces it, and after the optimizer
    each GPU's updated shard of the 16-bit weights is allgathered, bucket by bucket; with
@@ -39,7 +46,7 @@ A step, on each of the dp pipelines (replicas):
    (``gather_start_s``). Megatron-Core's docs (distrib_optimizer) give the
    memory: 6 + 12 / dp bytes per parameter for bf16 weights and fp32 gradients;
 3. a tied embedding spread over the first and last stages allreduces its gradient between them;
-4. the optimizer steps the GPU's parameters (its shard under fsdp and zero1).
+4. the optimizer steps the GPU's parameters (its shard under fsdp, hsdp and zero1).
 
 Persistent slowness (``stragglers``, ``noise.speed_spread_sd``) scales a GPU's compute; a TP
 group runs at its slowest member (its collectives are synchronous), so the stage of that
@@ -168,6 +175,15 @@ def dp_fabric(sc: Scenario, lay: Layout) -> Fabric:
     return strided_fabric(sc, lay.dp * lay.cp, lay.tp)
 
 
+def hsdp_fabrics(sc: Scenario, lay: Layout) -> tuple[Fabric, Fabric]:
+    """(shard group, replica group) of hsdp over the data-parallel group (module docstring): S
+    consecutive ranks of the dp x cp group, tp apart, and the R = dp x cp / S ranks holding the
+    same shard, S x tp apart, each replica group on its share of its nodes' NICs with the other
+    groups on them (sim/hsdp.py's placement, with the TP positions' groups beside them)."""
+    shard = sc.dp_shard_size
+    return strided_fabric(sc, shard, lay.tp), strided_fabric(sc, lay.dp * lay.cp // shard, shard * lay.tp)
+
+
 def cp_fabric(sc: Scenario, lay: Layout) -> Fabric:
     """Where one context-parallel group all-gathers K and V: cp ranks, tp apart."""
     return strided_fabric(sc, lay.cp, lay.tp)
@@ -265,6 +281,8 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     per_chunk = chunk_params(sc, lay, sizes)
     params = per_chunk.sum(axis=1)
     fabric = dp_fabric(sc, lay)
+    if t.mode == "hsdp":
+        fabric, replica = hsdp_fabrics(sc, lay)
     cap = t.bucket_cap_mb
     dp_c, last_c = np.zeros((lay.pp, lay.v)), np.zeros((lay.pp, lay.v))
     gather, first_gather = np.zeros(lay.pp), np.zeros(lay.pp)
@@ -274,6 +292,13 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         if t.mode == "fsdp":  # one unit per block, and one for what the chunk holds besides blocks
             units = max(1, n + (g in (0, len(sizes) - 1)))
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap, units)
+            gather[i] += bucketed_s("allgather", size * dt.compute_bytes, fabric, cap, units)[0]
+        elif t.mode == "hsdp":  # fsdp's units in the shard group, then each shard allreduced across
+            units = max(1, n + (g in (0, len(sizes) - 1)))
+            grads = size * dt.grad_bytes
+            whole, one = bucketed_s("reduce_scatter", grads, fabric, cap, units)
+            across, last = bucketed_s("allreduce", grads / fabric.ranks, replica, cap, units)
+            dp_c[i, chunk], last_c[i, chunk] = whole + across, one + last
             gather[i] += bucketed_s("allgather", size * dt.compute_bytes, fabric, cap, units)[0]
         elif t.mode == "zero1":  # DDP's buckets, reduce-scattered; the weights gathered in the same buckets
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap)
@@ -294,14 +319,14 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         dp_s[:], last[:], gather[:], first_gather[:] = 0.0, 0.0, 0.0, 0.0
         dp_c[:], last_c[:] = 0.0, 0.0
         tie = 0.0
-    shard = lay.dp * lay.cp if t.mode in ("fsdp", "zero1") else 1
+    shard = sc.dp_shard_size
     opt = np.array([adamw_step_s(n / shard, dt, c.hbm_tb_s) for n in params])
     if c.optimizer_s is not None:  # the whole model's, given: each GPU its share
         opt = c.optimizer_s * params / param_count(shape) / shard
     p2p = p2p_s(sc, lay, dt) if sc.network.enabled else 0.0
     if t.mode == "zero1":
         wait = gather_start_s(gather, first_gather, fwd.sum(axis=1))
-    else:  # fsdp: one block's unit ahead of the forward
+    else:  # fsdp, hsdp: one block's unit ahead of the forward
         wait = gather / np.array([max(1, sum(sizes[g] for g in range(i, len(sizes), lay.pp))) for i in range(lay.pp)])
     return StepCosts(
         fwd, bwd, comm, p2p, dp_s, last, gather, tie, opt, params, sizes, dp_chunk_s=dp_c, dp_chunk_last_s=last_c,
@@ -424,7 +449,7 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
         per_chunk = layers / lay.v
         out.append(
             stage_memory(
-                stage=i, params=costs.params[i], dtypes=dt, mode=t.mode, dp=lay.dp * lay.cp, layers=layers,
+                stage=i, params=costs.params[i], dtypes=dt, mode=t.mode, dp=sc.dp_shard_size, layers=layers,
                 in_flight_layers=chunks_in_flight * per_chunk, terms=terms, tp=lay.tp,
                 sequence_parallel=t.sequence_parallel and lay.tp > 1, recompute=t.recompute, shape=shape,
                 seq_len=local, micro_batch=t.micro_batch_size, first=i == 0, last=i == lay.pp - 1,
@@ -487,7 +512,7 @@ def step_3d(
     (op_noise); ``memory``: memory_by_stage's, when the caller has it (sim/steps3d.py runs
     many steps of one layout). The dp pipelines replay together (sim/pipeline.py's batch),
     identical ones once."""
-    overlap, gathers = sc.training.overlap, sc.training.mode in ("fsdp", "zero1")
+    overlap, gathers = sc.training.overlap, sc.training.mode in ("fsdp", "hsdp", "zero1")
     start = costs.gather_wait_s if overlap and costs.gather_wait_s is not None else costs.gather_s
     if noise is None:  # identical pipelines replay identically
         rows, which = np.unique(factors, axis=0, return_inverse=True)

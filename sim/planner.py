@@ -15,7 +15,10 @@ The grid: tp over the divisors of the node's GPU count that divide the heads, pp
 divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
 divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 and 4 chunks
 where the layers allow and ZB-H1 where there are at least pp micro-batches, recompute none,
-selective and full, ddp, fsdp and zero1 (Megatron's distributed optimizer) over the DP group.
+selective and full, ddp, fsdp and zero1 (Megatron's distributed optimizer) over the DP group,
+and hsdp where that group spans nodes with more than one of its ranks in a node, its shard
+group those ranks (the gathers on NVLink, each shard allreduced across the nodes;
+sim/parallel3d.py).
 Sequence parallelism is on whenever tp > 1 (in this model it moves the same bytes and only
 removes work and memory). GPipe is left out: its bubble is 1F1B's and it holds more.
 
@@ -38,7 +41,7 @@ from sim.pipeline import W_SHARE
 
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTES = ("none", "selective", "full")
-MODES = ("ddp", "fsdp", "zero1")
+MODES = ("ddp", "fsdp", "zero1", "hsdp")
 VIRTUAL = (2, 4)
 # Candidates per pass-1 task: a task costs ~2 ms a candidate here, so 64 make ~0.1 s, long
 # enough that a Dask task's own overhead (a few ms) stays small, and 720 layouts still make
@@ -56,6 +59,7 @@ class Candidate(NamedTuple):
     virtual: int
     recompute: str
     mode: str
+    shard: int = 0  # hsdp: data-parallel ranks per shard group
 
     def sets(self) -> list[str]:
         """The --set keys that give this layout to `ddplab simulate`."""
@@ -64,6 +68,8 @@ class Candidate(NamedTuple):
             f"training.grad_accum={self.grad_accum}", f"training.activation_checkpointing={self.recompute}",
             f"training.mode={self.mode}", f"training.sequence_parallel={'true' if self.tp > 1 else 'false'}",
         ]  # fmt: skip
+        if self.mode == "hsdp":
+            out.append(f"training.hsdp_shard_size={self.shard}")
         if self.schedule == "interleaved":
             out += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={self.virtual}"]
         elif self.schedule == "zb-h1":
@@ -101,10 +107,13 @@ def grid(base: Scenario, gpus: int, global_batch: int) -> list[Candidate]:
                     schedules += [("interleaved", v) for v in VIRTUAL if shape.n_layer % (pp * v) == 0]
                 if pp > 1 and m >= pp:
                     schedules.append(("zb-h1", 1))
+                # hsdp: the DP group's ranks in one node; with all of them it is fsdp, with one ddp.
+                shard = g // tp
+                modes = [x for x in MODES if x != "hsdp" or 1 < shard < dp] if dp > 1 else ["ddp"]
                 for sched, v in schedules:
                     for rc in RECOMPUTES:
-                        for mode in MODES if dp > 1 else ("ddp",):
-                            out.append(Candidate(tp, pp, dp, b, m, sched, v, rc, mode))
+                        for mode in modes:
+                            out.append(Candidate(tp, pp, dp, b, m, sched, v, rc, mode, shard if mode == "hsdp" else 0))
     return out
 
 
@@ -114,7 +123,7 @@ def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
         tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch, grad_accum=c.grad_accum,
         pp_schedule=c.schedule if c.pp > 1 else "1f1b", pp_virtual_stages=c.virtual,
         activation_checkpointing=c.recompute, mode=c.mode, sequence_parallel=c.tp > 1,
-        comm_hook="none",
+        comm_hook="none", hsdp_shard_size=c.shard,
     )  # fmt: skip
     return dataclasses.replace(base, ranks=gpus, training=t, stragglers="", loader_stragglers="")
 

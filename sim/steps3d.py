@@ -19,7 +19,7 @@ their group's numbers) the step splits exactly:
 
 - compute: its stage's forwards and backwards in its pipeline (the exposed TP collectives in them);
 - exposed_comm: the stage's data-parallel reduction (and the tie) after the slowest replica's
-  last backward of the stage, and under fsdp and zero1 the part of the weight gather before the
+  last backward of the stage, and under fsdp, hsdp and zero1 the part of the weight gather before the
   first forward that the stage waited for (``gather_exposed``);
 - bubble: the idle the same GPU has in this layout on identical GPUs without noise (the
   schedule's fill and drain, stage imbalance, the other stages' later reductions), at most its
@@ -89,7 +89,7 @@ def jittered(sc: Scenario, lay: Layout, costs: StepCosts, rng: np.random.Generat
 
 def gather_exposed(sc: Scenario, lay: Layout, costs: StepCosts, calm: Step3D) -> np.ndarray:
     """(dp, pp) how much of each TP group's idle in the calm step is the weight gather before
-    the first forward (fsdp, zero1): its idle there less its idle in the same step replayed
+    the first forward (fsdp, hsdp, zero1): its idle there less its idle in the same step replayed
     without the gather. Zero when nothing is gathered."""
     if not costs.gather_s.any():
         return np.zeros_like(calm.busy_s)

@@ -124,7 +124,11 @@ def test_a_slow_gpu_slows_its_cp_group():
         (["training.cp=3"], 48, "training.cp: must split training.seq_len (8192) into 2 x cp equal chunks, got 3"),
         (["training.cp=4", "training.tp=8"], 16, "ranks: must be a multiple of tp x cp x pp (32), got 16"),
         (["training.cp=0"], 8, "training.cp: must be >= 1, got 0"),
-        (["training.cp=2", "training.mode=hsdp"], 16, "training.mode: hsdp with tp, cp or pp is not modelled"),
+        (
+            ["training.cp=2", "training.mode=hsdp", "training.hsdp_shard_size=3"],
+            16,
+            "training.hsdp_shard_size: must divide the data-parallel group's dp x cp ranks (16), got 3",
+        ),
     ],
 )
 def test_impossible_cp_is_one_named_line(sets, ranks, message):

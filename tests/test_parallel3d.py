@@ -12,6 +12,7 @@ from sim.collectives import collective_cost
 from sim.parallel3d import (
     dp_fabric,
     dtypes_3d,
+    hsdp_fabrics,
     layout,
     megatron_flops_per_step,
     overlapped_dp_end,
@@ -123,7 +124,7 @@ def test_a_straggler_is_charged_to_its_stage_and_delays_every_pipeline():
         (["training.pp=4", "training.pp_schedule=interleaved", "training.grad_accum=6"], "training.grad_accum"),
         (["training.pp=4", "training.pp_schedule=zb-h1", "training.grad_accum=3"], "training.grad_accum"),
         (["training.activation_checkpointing=some"], "training.activation_checkpointing"),
-        (["training.tp=8", "training.mode=hsdp"], "training.mode"),
+        (["training.tp=2", "training.mode=hsdp", "training.hsdp_shard_size=3"], "training.hsdp_shard_size"),
         (["training.pp=64"], "training.pp"),
         (["training.precision=fp4"], "training.precision"),
     ],
@@ -340,3 +341,58 @@ def test_zb_h1_output_names_its_w_share(capsys):
     assert code == 0 and "ZB-H1: each backward split into B and W, W taken as 50% of it" in out
     code, out, _ = in_process(capsys, *args)
     assert code == 0 and "ZB-H1" not in out
+
+
+HSDP = ("training.tp=2", "training.pp=2", "training.grad_accum=8", "training.mode=hsdp")
+
+
+def test_hsdp_beside_tp_and_pp_shards_in_the_node_and_allreduces_each_shard_across():
+    # llama3-8b on 64 H100s, tp 2 x pp 2 x dp 16: a stage's data-parallel group is 16 GPUs, 2
+    # apart, 4 per node; by default its shard groups are those 4 (one node, NVLink only) and
+    # each unit's 1/4 gradient shard is allreduced over the 4 groups, one GPU per node, each
+    # on 1/8 of the node's NICs (all 8 GPUs of a node reduce at once, each in its own group).
+    sc = _sc(*HSDP)
+    lay = layout(sc)
+    assert sc.dp_shard_size == 4
+    shard, replica = hsdp_fabrics(sc, lay)
+    assert (shard.ranks, shard.nodes) == (4, 1)
+    full = fabric_for(sc, ranks=4)
+    assert (replica.ranks, replica.gpus_per_node) == (4, 1)
+    assert replica.inter_busbw_gb_s == pytest.approx(full.inter_busbw_gb_s / 8, rel=1e-12)
+    c, dt = step_costs(sc, lay), dtypes_3d(sc)
+    for i, layers in enumerate(c.layers):
+        units = layers + (i in (0, lay.pp - 1))
+        grads = c.params[i] * dt.grad_bytes / units
+        rs = collective_cost("reduce_scatter", grads, shard).time_s
+        ar = collective_cost("allreduce", grads / 4, replica).time_s
+        ag = collective_cost("allgather", c.params[i] * dt.compute_bytes / units, shard).time_s
+        assert c.dp_s[i] == pytest.approx(units * (rs + ar), rel=1e-12)
+        assert c.dp_last_bucket_s[i] == pytest.approx(rs + ar, rel=1e-12)
+        assert c.gather_s[i] == pytest.approx(units * ag, rel=1e-12)
+    # The master weights and AdamW's moments over the 4 (fsdp: over all 16), the 16-bit weights
+    # and the gradients whole: compute + gradient + (master + moments) / S bytes per parameter.
+    fsdp = simulate_3d(_sc(*HSDP[:-1], "training.mode=fsdp"), None, factors=np.ones((16, 2)))
+    step = simulate_3d(sc, None, factors=np.ones((16, 2)))
+    for m, f in zip(step.memory, fsdp.memory, strict=True):
+        per_param = dt.compute_bytes + dt.grad_bytes + (dt.param_bytes + dt.optimizer_state_bytes) / 4
+        assert m.model_states_gib * 2**30 == pytest.approx(m.parameters * per_param, rel=1e-12)
+        assert m.model_states_gib > f.model_states_gib and m.activations_gib == f.activations_gib
+    # Gathering inside a node costs less than fsdp's across 4 nodes.
+    assert c.gather_s.max() < step_costs(_sc(*HSDP[:-1], "training.mode=fsdp"), lay).gather_s.max()
+
+
+def test_hsdp_over_the_whole_data_parallel_group_is_fsdp():
+    quiet = np.ones((16, 2))
+    fsdp = simulate_3d(_sc(*HSDP[:-1], "training.mode=fsdp"), None, factors=quiet)
+    whole = simulate_3d(_sc(*HSDP, "training.hsdp_shard_size=16"), None, factors=quiet)
+    assert whole.step_s == fsdp.step_s and whole.peak_memory_gib == fsdp.peak_memory_gib
+    assert np.array_equal(whole.costs.dp_s, fsdp.costs.dp_s)
+
+
+def test_hsdp_3d_output_names_its_groups(capsys):
+    from tests.conftest import in_process
+
+    sets = ("model.preset=llama3-8b", "training.seq_len=4096", "training.micro_batch_size=1", *HSDP)
+    args = ("simulate", "h100-1024", "--ranks", "64", "--steps", "2", *(x for k in sets for x in ("--set", k)))
+    code, out, _ = in_process(capsys, *args)
+    assert code == 0 and "(hsdp, shard groups of 4 x 4 replicas)" in out

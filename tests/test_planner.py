@@ -9,14 +9,16 @@ import numpy as np
 import pytest
 
 from sim.parallel3d import simulate_3d
-from sim.planner import estimate, grid, plan, scenario_for
+from sim.planner import estimate, grid, plan, replay, scenario_for
 from sim.scenario_file import load_scenario
 from workflow.sweep_engines import DaskEngine, LocalEngine
+
+SMALL_SETS = ["model.preset=llama3-8b", "training.seq_len=4096"]
 
 
 @pytest.fixture(scope="module")
 def small():
-    return load_scenario("h100-1024", ["model.preset=llama3-8b", "training.seq_len=4096"])
+    return load_scenario("h100-1024", SMALL_SETS)
 
 
 def _grid_best(base, gpus: int, batch: int) -> float:
@@ -53,7 +55,10 @@ def test_the_estimate_tracks_the_replay(small):
 def test_llama3_70b_on_h100_1024_is_within_10_percent_of_its_whole_grid():
     base = load_scenario("h100-1024", ["model.preset=llama3-70b", "training.seq_len=0"])
     ranked, considered = plan(base, 1024, 1024)
-    assert considered == 1440 and ranked[0].step is not None  # 480 layouts (120 ZB-H1) x ddp, fsdp, zero1
+    # 480 layouts (120 ZB-H1) x ddp, fsdp, zero1, and hsdp for the 104 with tp 2 or 4 whose
+    # data-parallel group spans nodes (tp 8 leaves one of its ranks in a node: hsdp would be ddp)
+    assert considered == 1440 + 312 and ranked[0].step is not None
+    assert sum(c.mode == "hsdp" for c in grid(base, 1024, 1024)) == 312
     assert ranked[0].step_s <= 1.10 * _grid_best(base, 1024, 1024)
 
 
@@ -97,3 +102,13 @@ def test_plan_engine_flags_refuse_in_one_line(flags, field, capsys):
     assert main(["plan", "llama3-8b", "h100-1024", "--gpus", "16", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and field in err
+
+
+def test_an_hsdp_layout_shards_in_the_node_and_reproduces_through_its_keys(small):
+    g = small.network.gpus_per_node
+    hsdp = [c for c in grid(small, 32, 64) if c.mode == "hsdp"]
+    assert hsdp and all(c.shard == g // c.tp and 1 < c.shard < c.dp for c in hsdp)
+    c = hsdp[0]
+    sc = load_scenario(small.name, [*SMALL_SETS, *c.sets()], ranks=32)
+    assert sc.dp_shard_size == c.shard
+    assert simulate_3d(sc, None, factors=np.ones((c.dp, c.pp))).step_s == replay((small, 32, c)).step_s

@@ -308,8 +308,12 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     sched = lay.schedule + (f", v={lay.v}" if lay.v > 1 else "")
     mb = f"{lay.m} micro-batches of {sc.training.micro_batch_size} x {sc.seq_len}"
     cp = f" x cp {lay.cp}" if lay.cp > 1 else ""
+    mode = sc.training.mode
+    if mode == "hsdp":  # over the data-parallel group (sim/parallel3d.py)
+        groups = lay.dp * lay.cp // sc.dp_shard_size
+        mode += f", shard groups of {sc.dp_shard_size} x {groups} replicas"
     out = [f"{sc.name}: {sc.model.shape.name}, {sc.ranks} GPUs = tp {lay.tp}{cp} x pp {lay.pp} x dp {lay.dp} "
-           f"({sc.training.mode}), {mb}, {sched}"]  # fmt: skip
+           f"({mode}), {mb}, {sched}"]  # fmt: skip
     if "verdict" in s:
         out.append(f"  {s['verdict']} (--ignore-memory to simulate anyway)")
     pct = s["step_time_percentiles_s"]
