@@ -29,6 +29,7 @@ MODES = ("ddp", "fsdp", "hsdp", "zero1")  # training.mode
 # Modes whose module holds 16-bit weights beside an fp32 master copy (sim/precision.py ``sharded``).
 MASTER_COPY_MODES = (*SHARDED_MODES, "zero1")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # training.pp_schedule (sim/pipeline.py)
+CP_COMMS = ("all_gather", "p2p")  # training.cp_comm, Megatron-Core's cp_comm_type names (sim/tp.py)
 RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
@@ -150,6 +151,10 @@ class TrainingConfig:
     chunks (rank i holds chunks i and 2 cp - 1 - i, so the causal work is even); every block
     all-gathers K and V over them in forward and reduce-scatters their gradients in backward,
     exposed; activations / cp; gradients reduced over dp x cp (sim/tp.py, sim/parallel3d.py)."""
+    cp_comm: str = "all_gather"
+    """How a CP group exchanges K and V (Megatron-Core's cp_comm_type): all_gather (Llama 3's,
+    exposed) | p2p (ring attention: each rank's chunk passed around the ring in cp - 1 steps,
+    each step's transfer under that step's share of attention; sim/tp.py)."""
     pp: int = 1
     """Pipeline stages; the blocks split evenly, the embedding on the first, the output layer and
     loss on the last; grad_accum micro-batches per step flow through them (sim/pipeline.py)."""
@@ -196,6 +201,7 @@ class TrainingConfig:
         for key in ("tp", "cp", "pp", "pp_virtual_stages"):
             _require(getattr(self, key) >= 1, f"training.{key}", getattr(self, key), "must be >= 1")
         _one_of("training.pp_schedule", self.pp_schedule, PP_SCHEDULES)
+        _one_of("training.cp_comm", self.cp_comm, CP_COMMS)
         if self.pp_virtual_stages > 1:
             _require(
                 self.pp_schedule == "interleaved",

@@ -261,7 +261,9 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     tp_fabric = fabric_for(sc, ranks=lay.tp) if sc.network.enabled else None
     kw = {"tp": lay.tp, "sequence_parallel": t.sequence_parallel and lay.tp > 1, "fabric": tp_fabric, "cp": lay.cp}
     cp_net = cp_fabric(sc, lay) if lay.cp > 1 else None
-    blk = block_time(shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, cp_fabric=cp_net, **kw)
+    blk = block_time(
+        shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, cp_fabric=cp_net, cp_comm=t.cp_comm, **kw
+    )
     if not sc.network.enabled:
         blk = blk._replace(forward_comm_s=0.0, backward_comm_s=0.0)
     head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, **kw)
@@ -440,8 +442,10 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
     terms = layer_terms(
         shape, local, t.micro_batch_size, dt, fused_attention=t.fused_attention, dropout=False, kv_len=sc.seq_len
     )
-    # One block's gathered K and V, and their gradients in the backward (sim/memory3d.py).
-    transient = 2 * cp_kv_bytes(shape, t.micro_batch_size * sc.seq_len, dt, lay.tp) if lay.cp > 1 else 0.0
+    # One block's gathered K and V, and their gradients in the backward (sim/memory3d.py); ring
+    # attention's two chunks of each instead (sim/tp.py).
+    kv = cp_kv_bytes(shape, t.micro_batch_size * sc.seq_len, dt, lay.tp)
+    transient = 0.0 if lay.cp == 1 else (4 * kv / lay.cp if t.cp_comm == "p2p" else 2 * kv)
     out = []
     for i in range(lay.pp):
         layers = sum(costs.layers[g] for g in range(i, lay.pp * lay.v, lay.pp))

@@ -38,6 +38,19 @@ latency is exposed (small against attention's O(s^2) work because GQA keeps K an
 all of it is exposed here; full recomputation reruns the forward's TP collectives, and its
 gather serves the backward. Attention's bytes (it reads the whole K and V) are taken as 1/cp
 too: at these lengths attention is compute-bound.
+
+Ring attention (``cp_comm = "p2p"``, Megatron-Core's cp_comm_type "p2p", TransformerEngine's
+ring exchange; Liu et al. 2023, "Ring Attention with Blockwise Transformers"): instead of one
+gather, each rank's K and V chunk travels around the CP ring in cp - 1 steps while the rank
+scores its queries against the chunk it holds, so each step's transfer runs under that step's
+attention and only what it exceeds is exposed: (cp - 1) max(0, step - A / cp) per block, A the
+attention core's time on the rank (the placement above makes every step's share equal, taken as
+A / cp). A step moves one chunk between neighbours at once on every rank, one step of the ring
+all-gather of the same K and V, so it is timed as that all-gather / (cp - 1). The backward passes
+K and V and their gradients, two chunks a step, under the backward's attention (and its
+recomputed core); full recomputation reruns the forward's ring first. A rank holds two chunks of
+K and V (the one in use, the one arriving) and two of their gradients, not the gathered whole
+(sim/parallel3d.py's memory).
 """
 
 from typing import NamedTuple
@@ -68,6 +81,7 @@ class BlockTime(NamedTuple):
     recompute_s: float  # what backward adds for training.activation_checkpointing
     forward_comm_s: float  # two allreduces (or allgathers + reduce-scatters); CP: the K/V allgather
     backward_comm_s: float  # the same two, full recompute's two more; CP: K/V gathered again, grads scattered
+    attention_backward_s: float = 0.0  # of backward_compute_s, the attention core's (ring attention hides under it)
 
     @property
     def forward_s(self) -> float:
@@ -105,15 +119,17 @@ def block_time(
     fabric: Fabric,
     cp: int = 1,
     cp_fabric: Fabric | None = None,
+    cp_comm: str = "all_gather",
 ) -> BlockTime:
     """``seq_len``: the whole sequence; with ``cp`` > 1 each GPU holds 1/cp of it and
-    ``cp_fabric`` is its CP group's (module docstring)."""
+    ``cp_fabric`` is its CP group's, ``cp_comm`` how it exchanges K and V (module docstring)."""
     tokens = float(micro_batch * seq_len)
-    fwd = bwd = core = 0.0
+    fwd = bwd = core = core_bwd = 0.0
     for k in block_kernels(shape, seq_len, tokens, p):
         t = kernel_time_s(shard_kernel(k, tp, sequence_parallel, cp), r)
         if k.backward:
             bwd += t
+            core_bwd += t if k.kind == ATTENTION else 0.0
         else:
             fwd += t
             if k.kind == ATTENTION:
@@ -122,11 +138,20 @@ def block_time(
     # parallelism the pair of collectives also replaces the allreduce (operator g) and the
     # identity (operator f), so the count is the same: two in forward, two in backward.
     per_sync = tp_collective_s(tokens / cp * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
-    gather, scatter = cp_collectives_s(shape, tokens, p, tp, cp, cp_fabric)
-    fwd_comm = 2 * per_sync + gather
     recompute_s = {"none": 0.0, "selective": core, "full": fwd}[recompute]
-    bwd_comm = 2 * per_sync + gather + scatter + (2 * per_sync if recompute == "full" else 0.0)
-    return BlockTime(fwd, bwd, recompute_s, fwd_comm, bwd_comm)
+    if cp > 1 and cp_comm == "p2p":
+        step, step2 = cp_ring_steps_s(shape, tokens, p, tp, cp, cp_fabric)
+        cp_fwd = (cp - 1) * max(0.0, step - core / cp)
+        # The backward's ring runs under its attention, and under the core it reruns (selective);
+        # full recomputation reruns the whole forward, its ring included, before it.
+        under = core_bwd + (core if recompute == "selective" else 0.0)
+        cp_bwd = (cp - 1) * max(0.0, step2 - under / cp) + (cp_fwd if recompute == "full" else 0.0)
+    else:
+        gather, scatter = cp_collectives_s(shape, tokens, p, tp, cp, cp_fabric)
+        cp_fwd, cp_bwd = gather, gather + scatter
+    fwd_comm = 2 * per_sync + cp_fwd
+    bwd_comm = 2 * per_sync + cp_bwd + (2 * per_sync if recompute == "full" else 0.0)
+    return BlockTime(fwd, bwd, recompute_s, fwd_comm, bwd_comm, core_bwd)
 
 
 def cp_kv_bytes(shape: TransformerShape, tokens: float, p: Precision, tp: int) -> float:
@@ -150,6 +175,21 @@ def cp_collectives_s(
     return (
         collective_cost("allgather", size, fabric).time_s,
         collective_cost("reduce_scatter", size, fabric).time_s,
+    )
+
+
+def cp_ring_steps_s(
+    shape: TransformerShape, tokens: float, p: Precision, tp: int, cp: int, fabric: Fabric | None
+) -> tuple[float, float]:
+    """Ring attention's step (one chunk of K and V to the next rank, forward) and the backward's
+    (K and V and their gradients, two chunks), one block and micro-batch, seconds: a step of the
+    ring all-gather of that much (module docstring)."""
+    if fabric is None or fabric.ranks != cp:
+        raise ValueError(f"training.cp {cp}: the block needs its CP group's fabric ({cp} ranks)")
+    size = cp_kv_bytes(shape, tokens, p, tp)
+    return (
+        collective_cost("allgather", size, fabric).time_s / (cp - 1),
+        collective_cost("allgather", 2 * size, fabric).time_s / (cp - 1),
     )
 
 

@@ -1,7 +1,8 @@
 """Context parallelism (training.cp; sim/tp.py, sim/parallel3d.py, sim/memory3d.py): each GPU
 does 1/cp of every kernel, the K/V all-gather and the reduce-scatter of their gradients are
 the bytes Llama 3's all-gather CP moves, gradients reduce over dp x cp, and the memory is the
-s / cp model's plus one block's gathered K and V."""
+s / cp model's plus one block's gathered K and V. Ring attention (training.cp_comm = "p2p")
+hides each ring step under that step's attention and holds two chunks, not the whole."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from sim.collectives import collective_cost
 from sim.parallel3d import cp_fabric, dp_fabric, dtypes_3d, layout, memory_by_stage, simulate_3d, step_costs
 from sim.roofline import rates
 from sim.scenario_file import load_scenario
-from sim.tp import block_time, cp_kv_bytes, head_time
+from sim.tp import block_time, cp_kv_bytes, cp_ring_steps_s, head_time
 from sim.workload import fabric_for
 
 BASE = [
@@ -118,12 +119,62 @@ def test_a_slow_gpu_slows_its_cp_group():
     assert step.stage_factor[0, 0] == pytest.approx(1.5) and step.stage_factor[1, 0] == pytest.approx(1.0)
 
 
+def _ring_block(sc, seq: int, recompute: str, comm: str):
+    """One block of llama3-8b at ``seq`` tokens, tp 8 x cp 4 (the CP group one GPU per node)."""
+    dt, shape = dtypes_3d(sc), sc.model.shape
+    kw = {"tp": 8, "sequence_parallel": True, "fabric": fabric_for(sc, ranks=8), "cp": 4}
+    fabric = cp_fabric(sc, layout(sc))
+    return block_time(shape, seq, 1, dt, rates(sc.compute, dt), recompute=recompute, cp_fabric=fabric,
+                      cp_comm=comm, **kw), fabric  # fmt: skip
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_ring_attention_exposes_only_what_each_step_exceeds_its_attention(recompute):
+    # Per block: the all_gather run exposes its gather (and in backward a gather and a scatter);
+    # the ring exposes (cp - 1) max(0, step - A / cp), a step being one of the ring all-gather's
+    # cp - 1 (two chunks in backward, K and V with their gradients). Short sequences leave the
+    # steps exposed; at 128k tokens attention's s^2 work hides them whole.
+    sc = _sc("training.tp=8", "training.cp=4", ranks=32)
+    dt, shape = dtypes_3d(sc), sc.model.shape
+    for seq, hidden in ((8192, False), (131072, True)):
+        ag, fabric = _ring_block(sc, seq, recompute, "all_gather")
+        ring, _ = _ring_block(sc, seq, recompute, "p2p")
+        sel, _ = _ring_block(sc, seq, "selective", "all_gather")  # its recompute_s: the attention core's forward
+        core = sel.recompute_s
+        step, step2 = cp_ring_steps_s(shape, seq, dt, 8, 4, fabric)
+        size = cp_kv_bytes(shape, seq, dt, 8)
+        assert step == pytest.approx(collective_cost("allgather", size, fabric).time_s / 3, rel=1e-12)
+        assert step2 == pytest.approx(collective_cost("allgather", 2 * size, fabric).time_s / 3, rel=1e-12)
+        gather = collective_cost("allgather", size, fabric).time_s
+        scatter = collective_cost("reduce_scatter", size, fabric).time_s
+        tp_fwd = ag.forward_comm_s - gather
+        want_fwd = 3 * max(0.0, step - core / 4)
+        under = ring.attention_backward_s + (core if recompute == "selective" else 0.0)
+        want_bwd = 3 * max(0.0, step2 - under / 4) + (want_fwd if recompute == "full" else 0.0)
+        assert ring.forward_comm_s == pytest.approx(tp_fwd + want_fwd, rel=1e-12)
+        assert ring.backward_comm_s == pytest.approx(ag.backward_comm_s - gather - scatter + want_bwd, rel=1e-12)
+        assert ring.forward_comm_s <= ag.forward_comm_s  # a step is a third of the gather, less what hides
+        assert (want_fwd == 0.0) == hidden and (want_bwd == 0.0) == hidden
+        assert ring.forward_compute_s == ag.forward_compute_s and ring.backward_compute_s == ag.backward_compute_s
+
+
+def test_ring_attention_holds_two_chunks_where_all_gather_holds_the_whole():
+    ring = _sc("training.tp=8", "training.cp=4", "training.cp_comm=p2p", ranks=32)
+    gather = _sc("training.tp=8", "training.cp=4", ranks=32)
+    m_ring = memory_by_stage(ring, layout(ring), _costs(ring))[0]
+    m_gather = memory_by_stage(gather, layout(gather), _costs(gather))[0]
+    kv = 8192 * 2 * 128 * 2  # the gathered K and V of one block (1 KV head of 128 per TP rank), bf16
+    # all_gather: the whole K, V and their gradients (2 kv); the ring: 2 chunks of each (4 kv / cp).
+    assert (m_gather.activations_gib - m_ring.activations_gib) * 2**30 == pytest.approx(2 * kv - 4 * kv / 4, rel=1e-9)
+
+
 @pytest.mark.parametrize(
     "sets, ranks, message",
     [
         (["training.cp=3"], 48, "training.cp: must split training.seq_len (8192) into 2 x cp equal chunks, got 3"),
         (["training.cp=4", "training.tp=8"], 16, "ranks: must be a multiple of tp x cp x pp (32), got 16"),
         (["training.cp=0"], 8, "training.cp: must be >= 1, got 0"),
+        (["training.cp=2", "training.cp_comm=ring"], 16, "training.cp_comm: must be one of all_gather, p2p"),
         (
             ["training.cp=2", "training.mode=hsdp", "training.hsdp_shard_size=3"],
             16,
@@ -135,3 +186,14 @@ def test_impossible_cp_is_one_named_line(sets, ranks, message):
     with pytest.raises(ValueError) as e:
         _sc(*sets, ranks=ranks)
     assert str(e.value).startswith(message), str(e.value)
+
+
+def test_simulate_says_how_cp_exchanges_k_and_v(capsys):
+    from tests.conftest import in_process
+
+    sets = (*BASE, "training.tp=8", "training.cp=2")
+    args = ("simulate", "h100-1024", "--ranks", "16", "--steps", "2", *(x for k in sets for x in ("--set", k)))
+    code, out, _ = in_process(capsys, *args, "--set", "training.cp_comm=p2p")
+    assert code == 0 and "CP: ring attention, each K/V step under that step's attention" in out
+    code, out, _ = in_process(capsys, *args)
+    assert code == 0 and "CP: K and V all-gathered per block, exposed" in out

@@ -329,6 +329,11 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     what = "TP+CP comm    " if lay.cp > 1 else "TP comm       "
     out.append(f"  {what} {fmt_seconds(first.tp_comm_s)} exposed per step on the busiest stage; "
                f"p2p send {fmt_seconds(first.p2p_s)}")  # fmt: skip
+    if lay.cp > 1 and sc.training.cp_comm == "p2p":
+        out.append("                 CP: ring attention, each K/V step under that step's attention (A / cp), a step"
+                   " timed as one of the ring all-gather's cp - 1")  # fmt: skip
+    elif lay.cp > 1:
+        out.append("                 CP: K and V all-gathered per block, exposed (Llama 3's)")
     out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline; optimizer "
                f"{fmt_seconds(first.optimizer_s)}")  # fmt: skip
     parts = s["parts_s"]
