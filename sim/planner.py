@@ -1,4 +1,4 @@
-"""Search TP x PP x DP (x micro-batch, schedule, recompute, mode) for the layouts of a model
+"""Search TP x CP x PP x DP (x micro-batch, schedule, recompute, mode) for the layouts of a model
 on a cluster that fit in memory, and rank them by predicted step time (`ddplab plan`).
 
 Two passes, so thousands of layouts take seconds:
@@ -18,7 +18,11 @@ where the layers allow and ZB-H1 where there are at least pp micro-batches, reco
 selective and full, ddp, fsdp and zero1 (Megatron's distributed optimizer) over the DP group,
 and hsdp where that group spans nodes with more than one of its ranks in a node, its shard
 group those ranks (the gathers on NVLink, each shard allreduced across the nodes;
-sim/parallel3d.py).
+sim/parallel3d.py). Context parallelism, 2-16 ranks with either K/V exchange (Llama 3's
+all-gather and ring attention, sim/tp.py), only from CP_MIN_SEQ tokens a sequence: below it
+the sequence's activations are small and CP only adds exchanges (Llama 3 405B trained its
+8k-token stage without CP and its 128k stage with 16; Grattafiori et al. 2024, Table 4), and
+searching it there would multiply the grid ninefold for nothing.
 Sequence parallelism is on whenever tp > 1 (in this model it moves the same bytes and only
 removes work and memory). GPipe is left out: its bubble is 1F1B's and it holds more.
 
@@ -42,6 +46,9 @@ from sim.pipeline import W_SHARE
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTES = ("none", "selective", "full")
 MODES = ("ddp", "fsdp", "zero1", "hsdp")
+CP = (2, 4, 8, 16)
+CP_COMMS = ("all_gather", "p2p")
+CP_MIN_SEQ = 16384
 VIRTUAL = (2, 4)
 # Candidates per pass-1 task: a task costs ~2 ms a candidate here, so 64 make ~0.1 s, long
 # enough that a Dask task's own overhead (a few ms) stays small, and 720 layouts still make
@@ -60,6 +67,8 @@ class Candidate(NamedTuple):
     recompute: str
     mode: str
     shard: int = 0  # hsdp: data-parallel ranks per shard group
+    cp: int = 1
+    cp_comm: str = "all_gather"
 
     def sets(self) -> list[str]:
         """The --set keys that give this layout to `ddplab simulate`."""
@@ -70,6 +79,8 @@ class Candidate(NamedTuple):
         ]  # fmt: skip
         if self.mode == "hsdp":
             out.append(f"training.hsdp_shard_size={self.shard}")
+        if self.cp > 1:
+            out += [f"training.cp={self.cp}", f"training.cp_comm={self.cp_comm}"]
         if self.schedule == "interleaved":
             out += ["training.pp_schedule=interleaved", f"training.pp_virtual_stages={self.virtual}"]
         elif self.schedule == "zb-h1":
@@ -92,28 +103,36 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _context(seq_len: int) -> list[tuple[int, str]]:
+    """(cp, cp_comm) pairs searched at this sequence length (module docstring)."""
+    long = [(cp, comm) for cp in CP if seq_len % (2 * cp) == 0 for comm in CP_COMMS] if seq_len >= CP_MIN_SEQ else []
+    return [(1, "all_gather"), *long]
+
+
 def grid(base: Scenario, gpus: int, global_batch: int) -> list[Candidate]:
     shape, g = base.model.shape, base.network.gpus_per_node
     out = []
     for tp in (d for d in _divisors(g) if shape.n_head % d == 0 and (shape.n_kv_head < d or shape.n_kv_head % d == 0)):
-        for pp in (d for d in _divisors(shape.n_layer) if gpus % (tp * d) == 0):
-            dp = gpus // (tp * pp)
-            for b in MICRO_BATCHES:
-                if global_batch % (dp * b):
-                    continue
-                m = global_batch // (dp * b)
-                schedules = [("1f1b", 1)]
-                if pp > 1 and m % pp == 0:
-                    schedules += [("interleaved", v) for v in VIRTUAL if shape.n_layer % (pp * v) == 0]
-                if pp > 1 and m >= pp:
-                    schedules.append(("zb-h1", 1))
-                # hsdp: the DP group's ranks in one node; with all of them it is fsdp, with one ddp.
-                shard = g // tp
-                modes = [x for x in MODES if x != "hsdp" or 1 < shard < dp] if dp > 1 else ["ddp"]
-                for sched, v in schedules:
-                    for rc in RECOMPUTES:
-                        for mode in modes:
-                            out.append(Candidate(tp, pp, dp, b, m, sched, v, rc, mode, shard if mode == "hsdp" else 0))
+        for cp, comm in _context(base.seq_len):
+            for pp in (d for d in _divisors(shape.n_layer) if gpus % (tp * cp * d) == 0):
+                dp = gpus // (tp * cp * pp)
+                for b in MICRO_BATCHES:
+                    if global_batch % (dp * b):
+                        continue
+                    m = global_batch // (dp * b)
+                    schedules = [("1f1b", 1)]
+                    if pp > 1 and m % pp == 0:
+                        schedules += [("interleaved", v) for v in VIRTUAL if shape.n_layer % (pp * v) == 0]
+                    if pp > 1 and m >= pp:
+                        schedules.append(("zb-h1", 1))
+                    # hsdp: the DP group's ranks in one node; with all of them it is fsdp, with one ddp.
+                    shard, group = g // tp, dp * cp
+                    modes = [x for x in MODES if x != "hsdp" or 1 < shard < group] if group > 1 else ["ddp"]
+                    for sched, v in schedules:
+                        for rc in RECOMPUTES:
+                            for mode in modes:
+                                s = shard if mode == "hsdp" else 0
+                                out.append(Candidate(tp, pp, dp, b, m, sched, v, rc, mode, s, cp, comm))
     return out
 
 
@@ -123,7 +142,7 @@ def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
         tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch, grad_accum=c.grad_accum,
         pp_schedule=c.schedule if c.pp > 1 else "1f1b", pp_virtual_stages=c.virtual,
         activation_checkpointing=c.recompute, mode=c.mode, sequence_parallel=c.tp > 1,
-        comm_hook="none", hsdp_shard_size=c.shard,
+        comm_hook="none", hsdp_shard_size=c.shard, cp=c.cp, cp_comm=c.cp_comm,
     )  # fmt: skip
     return dataclasses.replace(base, ranks=gpus, training=t, stragglers="", loader_stragglers="")
 

@@ -112,3 +112,23 @@ def test_an_hsdp_layout_shards_in_the_node_and_reproduces_through_its_keys(small
     sc = load_scenario(small.name, [*SMALL_SETS, *c.sets()], ranks=32)
     assert sc.dp_shard_size == c.shard
     assert simulate_3d(sc, None, factors=np.ones((c.dp, c.pp))).step_s == replay((small, 32, c)).step_s
+
+
+def test_long_sequences_search_context_parallelism_and_its_best_is_the_grids():
+    # From CP_MIN_SEQ tokens the grid holds cp 2-16 with both K/V exchanges; below it, none.
+    long = load_scenario("h100-1024", ["model.preset=llama3-8b", "model.block_size=16384", "training.seq_len=16384"])
+    g = grid(long, 16, 2)
+    assert {(c.cp, c.cp_comm) for c in g if c.cp > 1} == {
+        (cp, x) for cp in (2, 4, 8, 16) for x in ("all_gather", "p2p")
+    }
+    assert all(c.tp * c.cp * c.pp * c.dp == 16 for c in g)
+    short = load_scenario("h100-1024", ["model.preset=llama3-8b", "model.block_size=16384", "training.seq_len=8192"])
+    assert {c.cp for c in grid(short, 16, 2)} == {1}
+    ranked, _ = plan(long, 16, 2, finalists=4)
+    assert ranked[0].step_s <= 1.10 * _grid_best(long, 16, 2)
+    # A CP layout's keys give the same step through `ddplab simulate`'s scenario.
+    c = next(s.candidate for s in ranked if s.candidate.cp > 1)
+    sets = ["model.preset=llama3-8b", "model.block_size=16384", "training.seq_len=16384", *c.sets()]
+    sc = load_scenario("h100-1024", sets, ranks=16)
+    assert (sc.training.cp, sc.training.cp_comm) == (c.cp, c.cp_comm)
+    assert simulate_3d(sc, None, factors=np.ones((c.dp, c.pp))).step_s == replay((long, 16, c)).step_s

@@ -135,21 +135,28 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     fit, replayed = found["fitting"], min(found["fitting"], finalists)
     out.append(f"{model} on {gpus} GPUs of {cluster}, global batch {batch} x {found['seq_len']} tokens: "
           f"{fit} of {found['considered']} layouts fit; {replayed} replayed ({found['seconds']:.1f} s)")  # fmt: skip
-    out.append(f"  {'tp':>2} {'pp':>3} {'dp':>4} {'mb':>2} {'accum':>5} {'schedule':<14} {'recompute':<9} {'mode':<6}"
-          f" {'step':>9} {'MFU':>6} {'memory':>9} {'bubble':>6} {'TP comm':>9} {'DP exp.':>9}")  # fmt: skip
+    with_cp = any(r["cp"] > 1 for r in rows)  # a CP column only where a layout has one
+    head = ["tp", *(["cp     "] if with_cp else []), " pp", "  dp", "mb", "accum", f"{'schedule':<14}"]
+    head += [f"{'recompute':<9}", f"{'mode':<6}", f"{'step':>9}", f"{'MFU':>6}", f"{'memory':>9}", "bubble"]
+    out.append("  " + " ".join([*head, f"{'TP comm':>9}", f"{'DP exp.':>9}"]))
     for r in rows:
         sched = r["schedule"] + (f" v={r['virtual']}" if r["virtual"] > 1 else "")
-        mark = "" if r["replayed"] else "  (estimate)"
         mode = r["mode"] + (f"/{r['shard']}" if r["mode"] == "hsdp" else "")  # its shard group's ranks
-        out.append(f"  {r['tp']:>2} {r['pp']:>3} {r['dp']:>4} {r['micro_batch']:>2} {r['grad_accum']:>5} {sched:<14} "
-              f"{r['recompute']:<9} {mode:<6} {fmt_seconds(r['step_time_s']):>9} {_pct(r['mfu']):>6} "
-              f"{r['memory_gib']:>5.1f} GiB {_pct(r['bubble_fraction']):>6} {_s(r['tp_comm_s']):>9} "
-              f"{_s(r['dp_exposed_s']):>9}{mark}")  # fmt: skip
+        cp = str(r["cp"]) + ("" if r["cp"] == 1 else " ring" if r["cp_comm"] == "p2p" else " ag")
+        cells = [f"{r['tp']:>2}", *([f"{cp:<7}"] if with_cp else []), f"{r['pp']:>3}", f"{r['dp']:>4}"]
+        cells += [f"{r['micro_batch']:>2}", f"{r['grad_accum']:>5}", f"{sched:<14}", f"{r['recompute']:<9}"]
+        cells += [f"{mode:<6}", f"{fmt_seconds(r['step_time_s']):>9}", f"{_pct(r['mfu']):>6}"]
+        cells += [f"{r['memory_gib']:>5.1f} GiB", f"{_pct(r['bubble_fraction']):>6}", f"{_s(r['tp_comm_s']):>9}"]
+        cells.append(f"{_s(r['dp_exposed_s']):>9}" + ("" if r["replayed"] else "  (estimate)"))
+        out.append("  " + " ".join(cells))
     out.append(
         f"  best: ddplab simulate {cluster} --ranks {gpus} "
         + " ".join(f"--set {x}" for x in [*scenario_sets(model, sets, seq_len), *rows[0]["sets"]])
     )
     zb = "; ZB-H1's W half of each backward" if any(r["schedule"] == "zb-h1" for r in rows) else ""
+    if any(r["cp"] > 1 for r in rows):
+        zb += "; cp N ag: K and V all-gathered per block (Llama 3's), N ring: ring attention (sim/tp.py)"
+        zb += "; MFU counts 6N + 12 L d s FLOPs a token (PaLM's, as Llama 3's paper: causal attention counted whole)"
     if any(r["mode"] == "hsdp" for r in rows):
         zb += "; hsdp/S: shard groups of S data-parallel ranks in a node"
     out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs{zb}")
