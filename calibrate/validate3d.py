@@ -78,6 +78,7 @@ def scenario_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, see
     data["training"] |= {"tp": lay["tp"], "pp": lay["pp"], "sequence_parallel": False}
     if lay["pp"] > 1:
         data["training"]["pp_schedule"] = lay["schedule"]
+        data["training"]["pp_virtual_stages"] = lay.get("virtual", 1)  # interleaved's chunks per stage
     # The 3D model times kernels by the roofline (it refuses a whole-step compute time); the
     # probe's whole-model time scales the roofline's split instead (predict_3d).
     for key in ("step_compute_s", "mfu"):
@@ -184,31 +185,30 @@ def calibrated_costs(sc, calib: Calibration):
             # the tight-loop alpha-beta collectives.
             blk_f = scale_f * blk1.forward_compute_s + op_f * k["bf"] + extra_f
             blk_b = scale_b * blk1.backward_compute_s + op_b * k["bb"] + extra_b
-    fwd = np.zeros((lay.pp, 1))
-    bwd = np.zeros((lay.pp, 1))
-    for i, layers in enumerate(base.layers):
-        fwd[i, 0] = layers * blk_f
-        bwd[i, 0] = layers * blk_b
+    # (stage, chunk): chunk g of pp x v on stage g % pp (interleaved; one chunk a stage otherwise).
+    blocks = np.zeros((lay.pp, lay.v))
+    for g, layers in enumerate(base.layers):
+        blocks[g % lay.pp, g // lay.pp] = layers
+    fwd, bwd = blocks * blk_f, blocks * blk_b
     sync_f = sync_b = None
     if probed is not None and lay.tp > 1 and probed.tp == lay.tp:
         # simulate_3d scales a stage's forward and backward by its TP group's slowest rank and
         # the per-micro-step noise; the probed extra already holds the wait for the slower rank
         # of the group (it was timed on every rank, through their collectives), so it goes in as
         # sync time, neither scaled nor drawn again.
-        sync_f = np.array([[layers * extra_f] for layers in base.layers])
-        sync_b = np.array([[layers * extra_b] for layers in base.layers])
+        sync_f, sync_b = blocks * extra_f, blocks * extra_b
         fwd -= sync_f
         bwd -= sync_b
     fwd[0, 0] += scale_f * head.embedding_forward_s + op_f * k["ef"]
     bwd[0, 0] += scale_b * head.embedding_backward_s + op_b * k["eb"]
-    fwd[-1, 0] += scale_f * head.output_forward_s + op_f * k["of"]
-    bwd[-1, 0] += scale_b * head.output_backward_s + op_b * k["ob"]
+    fwd[-1, -1] += scale_f * head.output_forward_s + op_f * k["of"]
+    bwd[-1, -1] += scale_b * head.output_backward_s + op_b * k["ob"]
     # The probe's optimizer is torch's for-loop AdamW: a few operators per parameter tensor, at
     # these sizes their dispatch, so each rank pays for its tensors (every TP rank holds all of its
     # stage's tensors, sharded), not for its share of the parameters.
     opt = base.optimizer_s
     if calib.compute.optimizer_s is not None:
-        tensors = stage_tensors(shape, base.layers)
+        tensors = stage_tensors(shape, blocks.sum(axis=1).astype(int).tolist())
         opt = calib.compute.optimizer_s.value * tensors / tensors.sum()
     # An activation send between stages that computed before it (realrun/probe_tp.py), when
     # probed; else sim/parallel3d.py's alpha-beta send on the calibrated link.
@@ -258,6 +258,7 @@ def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: 
         "wait_s": float(np.mean(step_s[:, None] - compute[None, :] - costs.optimizer_s[None, :])),
         "memory": draws[0].memory,
         "costs": costs,
+        "action_s": probed_action_s(sc, calib),
     }
 
 
@@ -287,6 +288,11 @@ def row_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, seed: in
     m, p = measured_3d(run), predict_3d(data, calib, seed=seed)
     row = {"run": str(run.path), "name": f"{run.path.parent.name}/{run.path.name}", "network": label}
     row["layout"] = {k: lay[k] for k in ("tp", "pp", "dp", "micro_batches", "schedule")}
+    row["layout"]["virtual"] = lay.get("virtual", 1)
+    if lay["pp"] > 1 and not p["action_s"]:
+        # Where a run's schedule was not probed (realrun/probe_pp.py runs GPipe and 1F1B), its
+        # framework cost per action is not in the prediction: compute, bubble and sends only.
+        row["unprobed_schedule"] = lay["schedule"]
     row["steps"], row["simulated_steps"] = m["steps"], len(p["step_s"])
     mp, pp_ = percentiles(m["step_s"]), percentiles(p["step_s"])
     for key in ("p50_s", "p95_s", "p99_s"):

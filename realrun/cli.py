@@ -298,7 +298,12 @@ def _add_3d(p: argparse.ArgumentParser) -> None:
     """Tensor and pipeline parallelism (realrun/train3d.py); data parallelism over the rest."""
     p.add_argument("--tp", type=_positive(int), default=1, help="tensor-parallel ranks per group (Megatron-style)")
     p.add_argument("--pp", type=_positive(int), default=1, help="pipeline stages (--grad-accum micro-batches a step)")
-    p.add_argument("--pp-schedule", choices=("gpipe", "1f1b"), default="1f1b", help="pipeline schedule (with --pp)")
+    p.add_argument(
+        "--pp-schedule", choices=("gpipe", "1f1b", "interleaved"), default="1f1b", help="pipeline schedule (with --pp)"
+    )
+    p.add_argument(
+        "--pp-virtual-stages", type=_positive(int), default=2, help="model chunks per stage (--pp-schedule interleaved)"
+    )
 
 
 # What the 3D trainer (realrun/train3d.py) does not do; each refused in one line with --tp/--pp.
@@ -323,7 +328,8 @@ def check_3d(args: argparse.Namespace, shape: dict) -> None:
 
     # `ddplab train`'s --nproc, or a worker's world size; neither where `ddplab launch` checks.
     world = getattr(args, "nproc", None) or (int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else None)
-    problem = layout_problem(args.tp, args.pp, world, shape)
+    v = args.pp_virtual_stages if args.pp_schedule == "interleaved" and args.pp > 1 else 1
+    problem = layout_problem(args.tp, args.pp, world, shape, virtual=v, micro_batches=args.grad_accum)
     if problem:
         raise ValueError(problem)
     for key, flag in _NOT_3D:

@@ -10,7 +10,7 @@ shape (pp, dp, tp), row-major, so rank = stage * dp * tp + dp_rank * tp + tp_ran
 
 from typing import NamedTuple
 
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 
 class Layout(NamedTuple):
@@ -18,7 +18,8 @@ class Layout(NamedTuple):
     pp: int
     dp: int
     micro_batches: int  # per step per pipeline (--grad-accum)
-    schedule: str  # gpipe | 1f1b (pp > 1), else "none"
+    schedule: str  # gpipe | 1f1b | interleaved (pp > 1), else "none"
+    virtual: int = 1  # interleaved: model chunks per stage (Megatron's v), chunk g on stage g % pp
 
     def coords(self, rank: int) -> dict:
         """This rank's place: its stage, its position in its DP group and in its TP group."""
@@ -33,10 +34,14 @@ class Layout(NamedTuple):
         return {**self._asdict(), **self.coords(rank)}
 
 
-def layout_problem(tp: int, pp: int, world_size: int | None, shape: dict) -> str | None:
+def layout_problem(
+    tp: int, pp: int, world_size: int | None, shape: dict, *, virtual: int = 1, micro_batches: int = 1
+) -> str | None:
     """One line naming the flag and the value when (tp, pp) cannot run on ``world_size`` ranks of
     a model of ``shape`` (scenarios/models.toml's keys), else None. ``world_size`` None: not known
-    here (`ddplab launch` checks before the nodes start), so not checked."""
+    here (`ddplab launch` checks before the nodes start), so not checked. ``virtual`` > 1: the
+    interleaved schedule's chunks per stage, whose two end chunks may hold no block (the first the
+    embedding alone, the last the output layer), as sim/parallel3d.py allows."""
     heads, kv_heads = shape["n_head"], shape.get("n_kv_head") or shape["n_head"]
     layers = shape["n_layer"]
     ffn = shape.get("ffn_hidden") or 4 * shape["n_embd"]
@@ -46,6 +51,10 @@ def layout_problem(tp: int, pp: int, world_size: int | None, shape: dict) -> str
         return f"--tp {tp}: must divide the model's MLP width {ffn}"
     if pp > layers:
         return f"--pp {pp}: the model has {layers} layers; a stage needs at least one"
+    if virtual > 1 and pp * virtual > layers + 2:
+        return f"--pp-virtual-stages {virtual}: {pp} x {virtual} chunks exceed the model's {layers} layers + 2"
+    if virtual > 1 and micro_batches % pp:
+        return f"--grad-accum {micro_batches}: the interleaved schedule needs a multiple of --pp ({pp})"
     if world_size is not None and world_size % (tp * pp):
         return f"--nproc {world_size}: not divisible by --tp {tp} x --pp {pp} = {tp * pp}"
     tied = shape.get("tied_embeddings", shape.get("layout", "gpt2") == "gpt2")

@@ -1,9 +1,11 @@
 """Pipeline parallelism of realrun/model.py's GPT with torch's own API
-(torch.distributed.pipelining: PipelineStage and ScheduleGPipe / Schedule1F1B, which run on CPU
-with gloo in torch 2.13, its sends and receives as gloo isend/irecv). The model is cut by hand
-into stage modules, the embedding on the first, the final norm and output layer on the last
-(what sim/parallel3d.py and sim/memory3d.py assume), the blocks as realrun/parallel.py's
-stage_layers says.
+(torch.distributed.pipelining: PipelineStage and ScheduleGPipe / Schedule1F1B /
+ScheduleInterleaved1F1B, which run on CPU with gloo in torch 2.13, its sends and receives as gloo
+isend/irecv). The model is cut by hand into stage modules, the embedding on the first, the final
+norm and output layer on the last (what sim/parallel3d.py and sim/memory3d.py assume), the blocks
+as realrun/parallel.py's stage_layers says. Interleaved (Megatron's schedule, Narayanan et al.
+2021): pp x v chunks, chunk g on stage g % pp, each its own PipelineStage; a rank's chunks are a
+``Chunks`` list whose times are their sums.
 
 A stage times its own compute, for the records: its forward wraps itself; its backward starts
 when the gradient of its output arrives (a hook on the output tensor) and ends when its last
@@ -18,7 +20,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 SCHEDULE_CLASSES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -82,6 +84,18 @@ class StageModule(nn.Module):
             self._bwd_start = None
 
 
+class Chunks(nn.ModuleList):
+    """One rank's model chunks under the interleaved schedule (or its one stage), timed as one."""
+
+    def take_times(self) -> tuple[float, float]:
+        times = [m.take_times() for m in self]
+        return sum(f for f, _ in times), sum(b for _, b in times)
+
+    def close_backward(self) -> None:
+        for m in self:
+            m.close_backward()
+
+
 def cross_entropy(logits, targets):
     """Mean over the micro-batch's tokens; the schedule divides the gradients by the
     micro-batches (scale_grads), so a step's gradient is the mean over all its sequences, as
@@ -90,12 +104,32 @@ def cross_entropy(logits, targets):
 
 
 def build_schedule(
-    stage_module: StageModule, stage: int, pp: int, group, device, schedule: str, micro_batches: int, micro_shape
+    stage_module: StageModule | Chunks,
+    stage: int,
+    pp: int,
+    group,
+    device,
+    schedule: str,
+    micro_batches: int,
+    micro_shape,
 ):
-    """``micro_shape``: (sequences, tokens) of one micro-batch. The stage's input and output
-    shapes are given (static metadata): left to infer them at run time, torch 2.13's pipelining
-    deadlocked here on the first step over gloo (the last stage sent its backward metadata while
-    the first, whose input is integer token ids, was already waiting in the schedule's p2p)."""
+    """``micro_shape``: (sequences, tokens) of one micro-batch. ``stage_module``: the stage's
+    module, or under the interleaved schedule its Chunks (chunk k is pipeline stage stage + k pp
+    of pp x v). Each stage's input and output shapes are given (static metadata): left to infer
+    them at run time, torch 2.13's pipelining deadlocked here on the first step over gloo (the
+    last stage sent its backward metadata while the first, whose input is integer token ids, was
+    already waiting in the schedule's p2p)."""
+    if schedule == "interleaved":
+        n = pp * len(stage_module)
+        stages = [_stage(m, stage + k * pp, n, group, device, micro_shape) for k, m in enumerate(stage_module)]
+        return ScheduleInterleaved1F1B(stages, n_microbatches=micro_batches, loss_fn=cross_entropy)
+    pipe_stage = _stage(stage_module, stage, pp, group, device, micro_shape)
+    # Every stage gets the loss function: a schedule without one runs forward only on that rank
+    # (torch's _has_backward), and its peer then waits forever to send the gradient back.
+    return SCHEDULE_CLASSES[schedule](pipe_stage, n_microbatches=micro_batches, loss_fn=cross_entropy)
+
+
+def _stage(stage_module: StageModule, index: int, n_stages: int, group, device, micro_shape) -> PipelineStage:
     b, t = micro_shape
     cfg = stage_module.cfg
     # requires_grad: in static mode it is what tells a stage to send its input's gradient back;
@@ -107,9 +141,6 @@ def build_schedule(
         "output_grads": None if stage_module.last else torch.empty_like(hidden),  # from the next stage
         "input_grads": None if stage_module.first else torch.empty_like(hidden),  # to the previous one
     }
-    pipe_stage = PipelineStage(
-        stage_module, stage, pp, device, input_args=inputs, output_args=outputs, group=group, **grads
+    return PipelineStage(
+        stage_module, index, n_stages, device, input_args=inputs, output_args=outputs, group=group, **grads
     )
-    # Every stage gets the loss function: a schedule without one runs forward only on that rank
-    # (torch's _has_backward), and its peer then waits forever to send the gradient back.
-    return SCHEDULE_CLASSES[schedule](pipe_stage, n_microbatches=micro_batches, loss_fn=cross_entropy)

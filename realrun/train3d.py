@@ -28,7 +28,7 @@ from realrun.data import Batches
 from realrun.lifeline import let_go_reason
 from realrun.model import build
 from realrun.parallel import Layout, stage_layers
-from realrun.pp import StageModule, build_schedule
+from realrun.pp import Chunks, StageModule, build_schedule
 from realrun.recipe import Recipe
 from realrun.records import RecordWriter, one_line, rank_file
 from realrun.tp import shard_blocks
@@ -60,13 +60,20 @@ class Trainer3D:
         self.cfg = model.cfg
         self.seq_len = args.seq_len or model.cfg.block_size
         self.first, self.last = self.stage == 0, self.stage == lay.pp - 1
-        if lay.pp > 1:
-            sizes = stage_layers(model.cfg.n_layer, lay.pp)
-            start = sum(sizes[: self.stage])
-            self.module = StageModule(model, start, sizes[self.stage], first=self.first, last=self.last)
+        if lay.pp > 1:  # this stage's chunks: one, or v under the interleaved schedule (g % pp)
+            n = lay.pp * lay.virtual
+            sizes = stage_layers(model.cfg.n_layer, n)
+            chunks = [
+                StageModule(model, sum(sizes[:g]), sizes[g], first=g == 0, last=g == n - 1)
+                for g in range(self.stage, n, lay.pp)
+            ]
+            self.module = chunks[0] if lay.virtual == 1 else Chunks(chunks)
+            self.roots = chunks  # what the schedule calls, a micro-batch at a time
         else:
             self.module = model
-        shard_blocks(self.module, self.mesh["tp"])
+            self.roots = [model]
+        for m in self.roots:
+            shard_blocks(m, self.mesh["tp"])
         self.schedule = None
         if lay.pp > 1:
             pp_group = self.mesh["pp"].get_group()
@@ -194,11 +201,14 @@ class Trainer3D:
 
         def fresh_module_stats(module, _inputs):
             # MemTracker refuses a root module called twice in one tracking ("multiple iterative
-            # calls"), and every micro-batch calls it again; its per-module table is dropped before
-            # each call (its own advice). Registered before the tracker's hooks, so it runs first.
-            # The peak by category, which this record keeps, is the dispatch mode's and stays.
-            if module is self.module:
-                tracker.reset_mod_stats()
+            # calls"), and every micro-batch calls it again; the root's own entry is dropped before
+            # each call, which it then makes afresh. Not the whole table (reset_mod_stats, its own
+            # advice): under the interleaved schedule a chunk's forward runs while another's blocks
+            # still owe their backward, whose hooks look their entries up (a KeyError, seen). Registered
+            # before the tracker's hooks, so it runs first. The peak by category, which this record
+            # keeps, is the dispatch mode's and stays.
+            if any(module is m for m in self.roots):
+                tracker.memory_tracking.pop(module, None)
 
         handle = torch.nn.modules.module.register_module_forward_pre_hook(fresh_module_stats)
         try:
@@ -218,7 +228,9 @@ def run(args) -> int:
     env = rdist.init(args.backend, args.timeout_s, args.device)
     recipe = Recipe.for_run(args, env.device)
     dp = env.world_size // (args.tp * args.pp)
-    lay = Layout(args.tp, args.pp, dp, args.grad_accum, args.pp_schedule if args.pp > 1 else "none")
+    interleaved = args.pp > 1 and args.pp_schedule == "interleaved"
+    schedule = args.pp_schedule if args.pp > 1 else "none"
+    lay = Layout(args.tp, args.pp, dp, args.grad_accum, schedule, args.pp_virtual_stages if interleaved else 1)
     config = {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in vars(args).items()}
     writer = RecordWriter(
         rank_file(args.out, "train", env.rank),

@@ -147,14 +147,16 @@ def test_straggler_burns_compute_and_the_other_rank_waits(tmp_path):
     burned = med(slow, lambda s: s["throttle_s"])
     assert 0.8 < burned / med(slow, lambda s: s["throttle_compute_s"]) < 1.25
     # Across ranks, on that clock: the slow rank's compute and burn against the fast rank's
-    # compute, 2.0 by construction (the same model and batch); measured 1.8-2.1 here, loaded or
-    # not. Not on the wall clock: on a loaded 2-core CI runner (2026-12-03) the fast rank's
-    # wall-clock forward + backward came out at 34.6 ms against the slow rank's 28.4 ms, the
-    # scheduler having given the fast rank less of the machine; on gpt2-mini over netlab, which
-    # nothing else loads, 1:2 measured 1.88x the other rank's wall-clock compute and 1:1.5 1.48x
-    # (docs/validation.md).
+    # compute, 2.0 if both ranks' compute took the same CPU time. It does not quite: measured
+    # 2.2-2.3 on an idle box and 2.7 beside the test suite (CPU seconds stretch too where the
+    # ranks share caches and cores, the burn's matmuls among them), so only the floor is held;
+    # the burn's own size is held above, on the slow rank's clock. Not on the wall clock: on a
+    # loaded 2-core CI runner (2026-12-03) the fast rank's wall-clock forward + backward came out
+    # at 34.6 ms against the slow rank's 28.4 ms, the scheduler having given the fast rank less of
+    # the machine; on gpt2-mini over netlab, which nothing else loads, 1:2 measured 1.88x the other
+    # rank's wall-clock compute and 1:1.5 1.48x (docs/validation.md).
     slow_cpu = med(slow, lambda s: s["throttle_compute_s"] + s["throttle_s"])
-    assert 1.5 < slow_cpu / med(fast, lambda s: s["throttle_compute_s"]) < 2.6
+    assert slow_cpu / med(fast, lambda s: s["throttle_compute_s"]) > 1.5
     # The burn is inside the slow rank's step, before its last reduction ends (wall >= CPU).
     assert all(fwd_bwd(s) + s["wait_s"] >= s["throttle_s"] for s in slow)
     # Bulk-synchronous: every step ends at the same allreduce on both ranks, so the fast rank's

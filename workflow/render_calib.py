@@ -172,6 +172,10 @@ def validation_lines(v: dict) -> list[str]:
             f" {fmt_seconds(r['predicted_wait_s']):>9} {fmt_seconds(r['measured_wait_s']):>9}"
             f" {fmt_seconds(r['predicted_compute_s']):>9} {fmt_seconds(r['measured_compute_s']):>9}"
         )
+    for r in v["rows"]:
+        if r.get("unprobed_schedule"):
+            out.append(f"  {r['name']}: its {r['unprobed_schedule']} schedule was not probed (probe --parts ...,pp"
+                       " runs GPipe and 1F1B): the framework's cost per action is not in this prediction")  # fmt: skip
     n = len(v["rows"])
     steps = sorted({r["steps"] for r in v["rows"]})
     measured = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
