@@ -85,7 +85,7 @@ class StageModule(nn.Module):
 
 
 class Chunks(nn.ModuleList):
-    """One rank's model chunks under the interleaved schedule (or its one stage), timed as one."""
+    """One rank's model chunks under the interleaved schedule, timed as one module."""
 
     def take_times(self) -> tuple[float, float]:
         times = [m.take_times() for m in self]
