@@ -136,15 +136,16 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     out.append(f"{model} on {gpus} GPUs of {cluster}, global batch {batch} x {found['seq_len']} tokens: "
           f"{fit} of {found['considered']} layouts fit; {replayed} replayed ({found['seconds']:.1f} s)")  # fmt: skip
     with_cp = any(r["cp"] > 1 for r in rows)  # a CP column only where a layout has one
-    head = ["tp", *(["cp     "] if with_cp else []), " pp", "  dp", "mb", "accum", f"{'schedule':<14}"]
+    # The schedule column fits "interleaved v=4".
+    head = ["tp", *(["cp     "] if with_cp else []), " pp", "  dp", "mb", "accum", f"{'schedule':<15}"]
     head += [f"{'recompute':<9}", f"{'mode':<6}", f"{'step':>9}", f"{'MFU':>6}", f"{'memory':>9}", "bubble"]
-    out.append("  " + " ".join([*head, f"{'TP comm':>9}", f"{'DP exp.':>9}"]))
+    out.append("  " + " ".join([*head, f"{'TP+CP' if with_cp else 'TP comm':>9}", f"{'DP exp.':>9}"]))
     for r in rows:
         sched = r["schedule"] + (f" v={r['virtual']}" if r["virtual"] > 1 else "")
         mode = r["mode"] + (f"/{r['shard']}" if r["mode"] == "hsdp" else "")  # its shard group's ranks
         cp = str(r["cp"]) + ("" if r["cp"] == 1 else " ring" if r["cp_comm"] == "p2p" else " ag")
         cells = [f"{r['tp']:>2}", *([f"{cp:<7}"] if with_cp else []), f"{r['pp']:>3}", f"{r['dp']:>4}"]
-        cells += [f"{r['micro_batch']:>2}", f"{r['grad_accum']:>5}", f"{sched:<14}", f"{r['recompute']:<9}"]
+        cells += [f"{r['micro_batch']:>2}", f"{r['grad_accum']:>5}", f"{sched:<15}", f"{r['recompute']:<9}"]
         cells += [f"{mode:<6}", f"{fmt_seconds(r['step_time_s']):>9}", f"{_pct(r['mfu']):>6}"]
         cells += [f"{r['memory_gib']:>5.1f} GiB", f"{_pct(r['bubble_fraction']):>6}", f"{_s(r['tp_comm_s']):>9}"]
         cells.append(f"{_s(r['dp_exposed_s']):>9}" + ("" if r["replayed"] else "  (estimate)"))
