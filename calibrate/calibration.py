@@ -220,6 +220,7 @@ class PpSchedule:
 
     pp: int
     micro_batches: int
+    virtual: int = 1  # model chunks a stage (the interleaved schedule's)
     # [tokens per micro-batch, action s, step s (median over iterations of the slowest stage's
     # schedule.step)] per probed micro-batch size
     points: list[list[float]]

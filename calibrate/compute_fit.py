@@ -253,20 +253,37 @@ def pipeline_action_s(
     """The cost ``a`` per forward or backward action that makes sim/pipeline.py's replay of
     ``schedule`` (stage i's ``forward_s[i]`` and ``backward_s[i]`` per micro-batch, each action
     ``a`` longer, no sends) last ``step_s``: bisection, the replay's makespan growing with ``a``.
-    0 where the replay without it is already as long (nothing beyond compute and the bubble)."""
-    pp = len(forward_s)
-    f, b = np.asarray(forward_s, dtype=float).reshape(pp, 1), np.asarray(backward_s, dtype=float).reshape(pp, 1)
+    0 where the replay without it is already as long (nothing beyond compute and the bubble).
+    Shapes (pp,) or, per model chunk, (pp, v)."""
+    f, b = np.asarray(forward_s, dtype=float), np.asarray(backward_s, dtype=float)
+    f, b = (f, b) if f.ndim == 2 else (f.reshape(-1, 1), b.reshape(-1, 1))
+    pp, v = f.shape
 
     def makespan(a: float) -> float:
-        return run_pipeline(schedule, pp, micro_batches, 1, f + a, b + a, 0.0).makespan_s
+        return run_pipeline(schedule, pp, micro_batches, v, f + a, b + a, 0.0).makespan_s
 
     if makespan(0.0) >= step_s:
         return 0.0
-    lo, hi = 0.0, step_s / (2 * micro_batches)  # a stage runs 2 m actions: a >= hi overshoots
+    lo, hi = 0.0, step_s / (2 * micro_batches * v)  # a stage runs 2 m v actions: a >= hi overshoots
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if makespan(mid) < step_s else (lo, mid)
     return (lo + hi) / 2
+
+
+def _stage_compute(stages: list[list[dict]], m: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pp, v) forward and backward per micro-batch, each stage's (each chunk's) median over the
+    probe's iterations; with one chunk a stage, its whole compute."""
+    if v == 1:
+        keys, pick = ("forward_s", "backward_s"), lambda r, k, c: r[k]
+    else:
+        keys, pick = ("chunk_forward_s", "chunk_backward_s"), lambda r, k, c: r[k][c]
+        for r in (r for rs in stages for r in rs):
+            got = r.get("chunk_forward_s")
+            if not (isinstance(got, list) and len(got) == v and len(r.get("chunk_backward_s") or []) == v):
+                raise ValueError(f"pp_schedule.chunk_forward_s: expected {v} chunk times, got {got!r:.40}")
+    f, b = (np.array([[np.median([pick(r, k, c) for r in rs]) / m for c in range(v)] for rs in stages]) for k in keys)
+    return f, b
 
 
 def pp_schedules_fit(runs: list[Run]) -> dict[str, PpSchedule] | None:
@@ -278,18 +295,17 @@ def pp_schedules_fit(runs: list[Run]) -> dict[str, PpSchedule] | None:
         return None
     out = {}
     for schedule in sorted({r["schedule"] for r in rows}):
-        if schedule not in ("gpipe", "1f1b"):
-            raise ValueError(f"pp_schedule.schedule: {schedule!r} is not gpipe or 1f1b")
+        if schedule not in ("gpipe", "1f1b", "interleaved"):
+            raise ValueError(f"pp_schedule.schedule: {schedule!r} is not gpipe, 1f1b or interleaved")
         mine = [r for r in rows if r["schedule"] == schedule]
-        pp, m = mine[0]["pp"], mine[0]["micro_batches"]
+        pp, m, v = mine[0]["pp"], mine[0]["micro_batches"], mine[0].get("virtual", 1)
         points = []
         for tokens in sorted({r["tokens"] for r in mine}):
             at = [r for r in mine if r["tokens"] == tokens]
             stages = [[r for r in at if r["stage"] == i] for i in range(pp)]
             if any(not rs for rs in stages):
                 raise ValueError(f"pp_schedule: the {schedule} probe at {tokens} tokens lacks some of its {pp} stages")
-            f = np.array([np.median([r["forward_s"] for r in rs]) / m for rs in stages])
-            b = np.array([np.median([r["backward_s"] for r in rs]) / m for rs in stages])
+            f, b = _stage_compute(stages, m, v)
             by_iter = defaultdict(list)
             for r in at:
                 by_iter[r["iter"]].append(r["pipeline_s"])
@@ -297,6 +313,7 @@ def pp_schedules_fit(runs: list[Run]) -> dict[str, PpSchedule] | None:
             points.append([float(tokens), pipeline_action_s(schedule, f, b, m, step), step])
         out[schedule] = PpSchedule(
             pp=pp,
+            virtual=v,
             micro_batches=m,
             points=points,
             samples=len(mine),

@@ -229,10 +229,11 @@ def calibrated_costs(sc, calib: Calibration):
 
 def probed_action_s(sc, calib: Calibration) -> float:
     """The pipeline probe's action cost for this run's schedule and micro-batch (0: none probed,
-    or probed at another pipeline depth)."""
+    or probed at another pipeline depth or number of chunks)."""
     t = sc.training
     probed = (calib.compute.pp_schedules or {}).get(t.pp_schedule) if t.pp > 1 else None
-    if probed is None or probed.pp != t.pp:
+    v = t.pp_virtual_stages if t.pp_schedule == "interleaved" else 1
+    if probed is None or probed.pp != t.pp or probed.virtual != v:
         return 0.0
     return probed.action_at(t.micro_batch_size * sc.seq_len)
 
@@ -250,7 +251,8 @@ def predict_3d(data: dict, calib: Calibration, *, steps: int = SIM_STEPS, seed: 
     compute = (costs.forward_s.sum(axis=1) + costs.backward_s.sum(axis=1)) * m  # per stage, speed 1
     if costs.sync_forward_s is not None:  # a TP run's records count its collectives in forward/backward
         compute = compute + (costs.sync_forward_s.sum(axis=1) + costs.sync_backward_s.sum(axis=1)) * m
-        compute = compute - 2 * m * probed_action_s(sc, calib)  # the pipeline's own work: in its wait
+        # The pipeline's own work, in its wait: 2 m actions a chunk.
+        compute = compute - 2 * m * costs.forward_s.shape[1] * probed_action_s(sc, calib)
     return {
         "step_s": step_s,
         "mean_s": float(step_s.mean()),
@@ -290,8 +292,9 @@ def row_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, seed: in
     row["layout"] = {k: lay[k] for k in ("tp", "pp", "dp", "micro_batches", "schedule")}
     row["layout"]["virtual"] = lay.get("virtual", 1)
     if lay["pp"] > 1 and not p["action_s"]:
-        # Where a run's schedule was not probed (realrun/probe_pp.py runs GPipe and 1F1B), its
-        # framework cost per action is not in the prediction: compute, bubble and sends only.
+        # Where a run's schedule was not probed (realrun/probe_pp.py runs GPipe, 1F1B and
+        # interleaved at its PP_VIRTUAL chunks), its framework cost per action is not in the
+        # prediction: compute, bubble and sends only.
         row["unprobed_schedule"] = lay["schedule"]
     row["steps"], row["simulated_steps"] = m["steps"], len(p["step_s"])
     mp, pp_ = percentiles(m["step_s"]), percentiles(p["step_s"])

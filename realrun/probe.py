@@ -231,9 +231,9 @@ def _print_pp(pp: int, steps: dict, micro_batches) -> None:
     print(
         f"# pipeline schedules (realrun/probe_pp.py), pp {pp}, {PP_MICRO_BATCHES} micro-batches a step, rank 0's median"
     )
-    print("# micro_batch " + " ".join(f"{k + '(ms)':>10}" for k in steps))
+    print("# micro_batch " + " ".join(f"{k + '(ms)':>15}" for k in steps))
     for b in micro_batches:
-        print(f"{b:13d} " + " ".join(f"{v[b] * 1e3:10.2f}" for v in steps.values()))
+        print(f"{b:13d} " + " ".join(f"{v[b] * 1e3:15.2f}" for v in steps.values()))
     print("#", flush=True)
 
 

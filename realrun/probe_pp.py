@@ -13,7 +13,8 @@ PP_MICRO_BATCHES micro-batches per step at each of the probe's micro-batch sizes
 times its sizes, warm-up steps dropped, in fp32 as `train --pp` trains. Each rank records its
 stage's compute (forward and backward, timed as realrun/pp.py times them) and the schedule's
 step; calibrate solves the per-action cost from them (calibrate/compute_fit.py
-pp_schedules_fit).
+pp_schedules_fit). The interleaved schedule runs too, with PP_VIRTUAL chunks a stage where the
+model has the layers (pp x v <= layers + 2, as `train` allows), each chunk timed apart.
 """
 
 import statistics
@@ -23,12 +24,20 @@ import torch
 from realrun.dist import DistEnv, now
 from realrun.model import build
 from realrun.parallel import stage_layers
-from realrun.pp import SCHEDULE_CLASSES, StageModule, build_schedule
+from realrun.pp import SCHEDULE_CLASSES, Chunks, StageModule, build_schedule
 
 # Micro-batches per probed step: more than a 2-stage pipeline's warm-up, so 1F1B reaches its
 # steady state (at 2 it is all warm-up and drain: 1.08 ms an action against 0.57-0.66 at 4 and 8
 # here), and not the 4 that tests/test_train3d.py's and bench/validate3d_cpu.sh's runs use.
 PP_MICRO_BATCHES = 8
+PP_VIRTUAL = 2  # the interleaved schedule's chunks a stage, `train --pp-virtual-stages`'s default
+
+
+def _chunks(model, pp: int, v: int, stage: int) -> list[StageModule]:
+    """This stage's chunks of pp x v (chunk g on stage g % pp), as `train --pp` cuts them."""
+    n = pp * v
+    sizes = stage_layers(model.cfg.n_layer, n)
+    return [StageModule(model, sum(sizes[:g]), sizes[g], first=g == 0, last=g == n - 1) for g in range(stage, n, pp)]
 
 
 def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
@@ -39,10 +48,15 @@ def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(a.seed)
         model = build(a.model).to(env.device)
-    sizes = stage_layers(model.cfg.n_layer, pp)
-    module = StageModule(model, sum(sizes[:stage]), sizes[stage], first=stage == 0, last=stage == pp - 1)
     out = {}
-    for schedule in SCHEDULE_CLASSES:
+    schedules = [(s, 1) for s in SCHEDULE_CLASSES]
+    if pp * PP_VIRTUAL <= model.cfg.n_layer + 2 and PP_MICRO_BATCHES % pp == 0:
+        schedules.append(("interleaved", PP_VIRTUAL))
+    cuts = {v: _chunks(model, pp, v, stage) for v in {v for _, v in schedules}}  # once each: hooks on the weights
+    for schedule, v in schedules:
+        chunks = cuts[v]
+        module = chunks[0] if v == 1 else Chunks(chunks)
+        first, last = stage == 0, stage == pp - 1
         out[schedule] = {}
         for b in a.micro_batches:  # the stage's shapes are static: one schedule per size
             sched = build_schedule(module, stage, pp, None, env.device, schedule, PP_MICRO_BATCHES, (b, a.seq_len))
@@ -52,23 +66,27 @@ def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
             steps = []
             for i in range(a.warmup + a.iters):
                 module.zero_grad(set_to_none=True)  # as a training step starts; no optimizer here
-                module.take_times()
+                for c in chunks:
+                    c.take_times()
                 t = now(env.device)
-                if module.first:
+                if first:
                     sched.step(x)
-                elif module.last:
+                elif last:
                     sched.step(target=y, losses=[])
                 else:
                     sched.step()
                 pipeline_s = now(env.device) - t
-                module.close_backward()
-                fwd, bwd = module.take_times()
+                for c in chunks:
+                    c.close_backward()
+                times = [c.take_times() for c in chunks]  # per chunk, this stage's chunk order
                 if i >= a.warmup:
                     steps.append(pipeline_s)
                     writer.write(
-                        {"type": "pp_schedule", "schedule": schedule, "pp": pp, "stage": stage,
+                        {"type": "pp_schedule", "schedule": schedule, "pp": pp, "stage": stage, "virtual": v,
                          "micro_batches": PP_MICRO_BATCHES, "micro_batch": b, "seq_len": a.seq_len,
-                         "tokens": b * a.seq_len, "pipeline_s": pipeline_s, "forward_s": fwd, "backward_s": bwd,
+                         "tokens": b * a.seq_len, "pipeline_s": pipeline_s,
+                         "forward_s": sum(f for f, _ in times), "backward_s": sum(b_ for _, b_ in times),
+                         "chunk_forward_s": [f for f, _ in times], "chunk_backward_s": [b_ for _, b_ in times],
                          "iter": i - a.warmup}
                     )  # fmt: skip
             out[schedule][b] = statistics.median(steps)

@@ -123,21 +123,18 @@ def test_validate_reports_the_prediction(runs, tmp_path):
     assert c.returncode == 0, c.stderr[-3000:]
     calib = Calibration.read(calib_path)
     assert calib.compute.tp_block is not None and calib.compute.tp_block.tp == 2  # realrun/probe_tp.py ran
-    # realrun/probe_pp.py ran both schedules at both sizes; torch's pipelining costs something
-    # per action beyond the stages' compute on any machine (its sends, at least).
+    # realrun/probe_pp.py ran every schedule at both sizes (interleaved at 2 chunks a stage);
+    # torch's pipelining costs something per action beyond the stages' compute on any machine
+    # (its sends, at least).
     pps = calib.compute.pp_schedules
-    assert set(pps) == {"gpipe", "1f1b"} and all(s.pp == 2 and s.micro_batches == 8 for s in pps.values())
+    assert set(pps) == {"gpipe", "1f1b", "interleaved"}
+    assert all(s.pp == 2 and s.micro_batches == 8 for s in pps.values()) and pps["interleaved"].virtual == 2
     assert all([p[0] for p in s.points] == [32.0, 16 * 32.0] and s.action_at(64) > 0 for s in pps.values())
     assert "# pipeline schedules (realrun/probe_pp.py), pp 2" in p.stdout
     report = validate(calib, str(calib_path), [runs["tp"], runs["pp"], runs["il"]])
-    # The interleaved run is predicted too, and says its schedule was not probed (probe_pp runs
-    # GPipe and 1F1B): without torch's cost per action (16 actions a step here against 8 under
-    # 1F1B) it came out at 0.17 of the measured step in the one run looked at; no band held.
-    il = report["rows"].pop()
-    assert il["layout"]["virtual"] == 2 and il["unprobed_schedule"] == "interleaved"
-    assert 0 < il["predicted_p50_s"] < il["measured_p50_s"]
+    assert report["rows"][2]["layout"]["virtual"] == 2
     assert all("unprobed_schedule" not in r for r in report["rows"])
-    for row, (tp, pp) in zip(report["rows"], [(2, 1), (1, 2)], strict=True):
+    for row, (tp, pp) in zip(report["rows"], [(2, 1), (1, 2), (1, 2)], strict=True):
         assert (row["layout"]["tp"], row["layout"]["pp"]) == (tp, pp)
         assert row["predicted_p50_s"] > 0 and row["measured_p50_s"] > 0
         # Issue 28's bar is 10 %; this box meets it for neither (docs/parallelism.md, "Prediction":

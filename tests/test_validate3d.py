@@ -159,6 +159,28 @@ def test_the_action_cost_is_what_the_replay_needs(schedule, a_true):
     assert pipeline_action_s(schedule, f, b, 8, bare * 0.9) == 0.0  # nothing beyond compute and the bubble
 
 
+@pytest.mark.parametrize("a_true", [0.0007, 0.002])
+def test_the_interleaved_action_cost_is_what_the_replay_of_its_chunks_needs(a_true):
+    # 2 stages x 2 chunks, unequal (the end chunks hold the embedding and the output layer), 8
+    # micro-batches, from records as realrun/probe_pp.py writes them: per stage the chunk times.
+    f = np.array([[0.0004, 0.0011], [0.0010, 0.0006]])
+    b = np.array([[0.0007, 0.0020], [0.0019, 0.0012]])
+    step = run_pipeline("interleaved", 2, 8, 2, f + a_true, b + a_true, 0.0).makespan_s
+    assert pipeline_action_s("interleaved", f, b, 8, step) == pytest.approx(a_true, rel=1e-9)
+    rows = [
+        {"schedule": "interleaved", "pp": 2, "stage": st, "virtual": 2, "micro_batches": 8, "micro_batch": 2,
+         "seq_len": 32, "tokens": 64, "pipeline_s": step, "forward_s": f[st].sum() * 8, "backward_s": b[st].sum() * 8,
+         "chunk_forward_s": list(f[st] * 8), "chunk_backward_s": list(b[st] * 8), "iter": it}
+        for it in range(3) for st in (0, 1)
+    ]  # fmt: skip
+    fit = pp_schedules_fit([_Probe({0: {"pp_schedule": rows}})])["interleaved"]
+    assert (fit.pp, fit.virtual, fit.micro_batches) == (2, 2, 8)
+    assert fit.action_at(64) == pytest.approx(a_true, rel=1e-6)
+    del rows[0]["chunk_forward_s"]
+    with pytest.raises(ValueError, match="pp_schedule.chunk_forward_s: expected 2 chunk times"):
+        pp_schedules_fit([_Probe({0: {"pp_schedule": rows}})])
+
+
 class _Probe:
     """What pp_schedules_fit reads of a run: its records by type, every rank's."""
 
@@ -213,6 +235,23 @@ def test_the_probed_action_cost_is_sync_time_and_replaces_the_sends():
         assert p1["mean_s"] > p0["mean_s"]
     # Another schedule's or another depth's probe is not this run's.
     assert calibrated_costs(_sc(pp=2, schedule="gpipe"), _calib(pp_schedules={"1f1b": probed})).p2p_s > 0
+
+
+def test_the_interleaved_probe_applies_to_its_own_chunks_only():
+    # 2 stages x 2 chunks, 4 micro-batches: the action cost on every chunk's forward and backward
+    # as sync time, out of the compute the records count (2 m v actions a stage), and a probe at
+    # another number of chunks not this run's.
+    probed = PpSchedule(pp=2, virtual=2, micro_batches=8, points=[[64.0, 0.001, 0.05]], samples=10, source="t")
+    data = _data(_sc(pp=2, schedule="interleaved"))
+    data["training"] |= {"pp_schedule": "interleaved", "pp_virtual_stages": 2}
+    sc = scenario_from_dict(data)
+    bare, calib = _calib(), _calib(pp_schedules={"interleaved": probed})
+    with_ = calibrated_costs(sc, calib)
+    assert with_.sync_forward_s == pytest.approx(np.full((2, 2), 0.001)) and with_.p2p_s == 0.0
+    p0, p1 = predict_3d(data, bare, steps=3), predict_3d(data, calib, steps=3)
+    assert p1["compute_s"] == pytest.approx(p0["compute_s"], rel=1e-12) and p1["mean_s"] > p0["mean_s"]
+    other = _calib(pp_schedules={"interleaved": dataclasses.replace(probed, virtual=3)})
+    assert calibrated_costs(sc, other).sync_forward_s is None
 
 
 def _data(sc) -> dict:

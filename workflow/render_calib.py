@@ -174,8 +174,11 @@ def validation_lines(v: dict) -> list[str]:
         )
     for r in v["rows"]:
         if r.get("unprobed_schedule"):
-            out.append(f"  {r['name']}: its {r['unprobed_schedule']} schedule was not probed (probe --parts ...,pp"
-                       " runs GPipe and 1F1B): the framework's cost per action is not in this prediction")  # fmt: skip
+            what = f"its {r['unprobed_schedule']} schedule was not probed at its depth and chunks"
+            out.append(
+                f"  {r['name']}: {what} (probe --parts ...,pp): the framework's cost"
+                " per action is not in this prediction"
+            )
     n = len(v["rows"])
     steps = sorted({r["steps"] for r in v["rows"]})
     measured = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
