@@ -309,7 +309,7 @@ def pp_schedules_fit(runs: list[Run]) -> dict[str, PpSchedule] | None:
             by_iter = defaultdict(list)
             for r in at:
                 by_iter[r["iter"]].append(r["pipeline_s"])
-            step = float(np.median([max(v) for v in by_iter.values() if len(v) == pp]))
+            step = float(np.median([max(ts) for ts in by_iter.values() if len(ts) == pp]))
             points.append([float(tokens), pipeline_action_s(schedule, f, b, m, step), step])
         out[schedule] = PpSchedule(
             pp=pp,

@@ -324,11 +324,11 @@ def check_3d(args: argparse.Namespace, shape: dict) -> None:
     """--tp/--pp: a layout the ranks and the model allow, and only what the 3D trainer does."""
     if args.tp * args.pp == 1:
         return
-    from realrun.parallel import layout_problem
+    from realrun.parallel import layout_problem, virtual_stages
 
     # `ddplab train`'s --nproc, or a worker's world size; neither where `ddplab launch` checks.
     world = getattr(args, "nproc", None) or (int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else None)
-    v = args.pp_virtual_stages if args.pp_schedule == "interleaved" and args.pp > 1 else 1
+    v = virtual_stages(args)
     problem = layout_problem(args.tp, args.pp, world, shape, virtual=v, micro_batches=args.grad_accum)
     if problem:
         raise ValueError(problem)

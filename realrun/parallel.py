@@ -34,6 +34,11 @@ class Layout(NamedTuple):
         return {**self._asdict(), **self.coords(rank)}
 
 
+def virtual_stages(args) -> int:
+    """Model chunks a stage of `train --pp`: --pp-virtual-stages under the interleaved schedule, else 1."""
+    return args.pp_virtual_stages if args.pp > 1 and args.pp_schedule == "interleaved" else 1
+
+
 def layout_problem(
     tp: int, pp: int, world_size: int | None, shape: dict, *, virtual: int = 1, micro_batches: int = 1
 ) -> str | None:

@@ -22,6 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
+from realrun.parallel import stage_layers
+
 SCHEDULE_CLASSES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
 
@@ -82,6 +84,14 @@ class StageModule(nn.Module):
         if self._bwd_start is not None:
             self.backward_s += self._bwd_end - self._bwd_start
             self._bwd_start = None
+
+
+def stage_chunks(model, pp: int, virtual: int, stage: int) -> list[StageModule]:
+    """``stage``'s chunks of ``model`` cut in pp x ``virtual`` (chunk g on stage g % pp; one chunk
+    a stage unless interleaved), the blocks as realrun/parallel.py's stage_layers splits them."""
+    n = pp * virtual
+    sizes = stage_layers(model.cfg.n_layer, n)
+    return [StageModule(model, sum(sizes[:g]), sizes[g], first=g == 0, last=g == n - 1) for g in range(stage, n, pp)]
 
 
 class Chunks(nn.ModuleList):

@@ -23,21 +23,13 @@ import torch
 
 from realrun.dist import DistEnv, now
 from realrun.model import build
-from realrun.parallel import stage_layers
-from realrun.pp import SCHEDULE_CLASSES, Chunks, StageModule, build_schedule
+from realrun.pp import SCHEDULE_CLASSES, Chunks, build_schedule, stage_chunks
 
 # Micro-batches per probed step: more than a 2-stage pipeline's warm-up, so 1F1B reaches its
 # steady state (at 2 it is all warm-up and drain: 1.08 ms an action against 0.57-0.66 at 4 and 8
 # here), and not the 4 that tests/test_train3d.py's and bench/validate3d_cpu.sh's runs use.
 PP_MICRO_BATCHES = 8
 PP_VIRTUAL = 2  # the interleaved schedule's chunks a stage, `train --pp-virtual-stages`'s default
-
-
-def _chunks(model, pp: int, v: int, stage: int) -> list[StageModule]:
-    """This stage's chunks of pp x v (chunk g on stage g % pp), as `train --pp` cuts them."""
-    n = pp * v
-    sizes = stage_layers(model.cfg.n_layer, n)
-    return [StageModule(model, sum(sizes[:g]), sizes[g], first=g == 0, last=g == n - 1) for g in range(stage, n, pp)]
 
 
 def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
@@ -52,7 +44,7 @@ def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:
     schedules = [(s, 1) for s in SCHEDULE_CLASSES]
     if pp * PP_VIRTUAL <= model.cfg.n_layer + 2 and PP_MICRO_BATCHES % pp == 0:
         schedules.append(("interleaved", PP_VIRTUAL))
-    cuts = {v: _chunks(model, pp, v, stage) for v in {v for _, v in schedules}}  # once each: hooks on the weights
+    cuts = {v: stage_chunks(model, pp, v, stage) for v in {v for _, v in schedules}}  # once each: hooks on the weights
     for schedule, v in schedules:
         chunks = cuts[v]
         module = chunks[0] if v == 1 else Chunks(chunks)

@@ -27,8 +27,8 @@ from realrun import dist as rdist
 from realrun.data import Batches
 from realrun.lifeline import let_go_reason
 from realrun.model import build
-from realrun.parallel import Layout, stage_layers
-from realrun.pp import Chunks, StageModule, build_schedule
+from realrun.parallel import Layout, virtual_stages
+from realrun.pp import Chunks, build_schedule, stage_chunks
 from realrun.recipe import Recipe
 from realrun.records import RecordWriter, one_line, rank_file
 from realrun.tp import shard_blocks
@@ -61,12 +61,7 @@ class Trainer3D:
         self.seq_len = args.seq_len or model.cfg.block_size
         self.first, self.last = self.stage == 0, self.stage == lay.pp - 1
         if lay.pp > 1:  # this stage's chunks: one, or v under the interleaved schedule (g % pp)
-            n = lay.pp * lay.virtual
-            sizes = stage_layers(model.cfg.n_layer, n)
-            chunks = [
-                StageModule(model, sum(sizes[:g]), sizes[g], first=g == 0, last=g == n - 1)
-                for g in range(self.stage, n, lay.pp)
-            ]
+            chunks = stage_chunks(model, lay.pp, lay.virtual, self.stage)
             self.module = chunks[0] if lay.virtual == 1 else Chunks(chunks)
             self.roots = chunks  # what the schedule calls, a micro-batch at a time
         else:
@@ -228,9 +223,8 @@ def run(args) -> int:
     env = rdist.init(args.backend, args.timeout_s, args.device)
     recipe = Recipe.for_run(args, env.device)
     dp = env.world_size // (args.tp * args.pp)
-    interleaved = args.pp > 1 and args.pp_schedule == "interleaved"
     schedule = args.pp_schedule if args.pp > 1 else "none"
-    lay = Layout(args.tp, args.pp, dp, args.grad_accum, schedule, args.pp_virtual_stages if interleaved else 1)
+    lay = Layout(args.tp, args.pp, dp, args.grad_accum, schedule, virtual_stages(args))
     config = {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in vars(args).items()}
     writer = RecordWriter(
         rank_file(args.out, "train", env.rank),
