@@ -117,6 +117,8 @@ def test_calibrate_writes_the_trace_calibration(calibrated):
     # their jitter kept, that counterfactual can come out a little slower than the run itself.
     assert -0.02 < c["trace"]["straggler_cost"]["value"] < 1
     assert f"source    rank 0: measured in trace-rank0000.json.gz, rank 0, {traced}" in stdout
+    # What the traced compute rests on, printed beside it: the profiler ran in those steps.
+    assert "assumed   the traced steps are the job's: they ran under the profiler" in stdout
 
 
 def test_validate_predicts_the_run_from_its_trace_within_5pct(profiled, calibrated):
