@@ -70,6 +70,13 @@ SOURCES = {
         "248 nodes x 8 H200 = 1984 ranks, 8 HCAs per node (speed not stated), default NCCL_ALGO, -b 512M -e 512M;"
         " 'typically measuring around 350G, but occasionally dropping below 300G'",
     ),
+    "nccl-2169": (
+        "NVIDIA/nccl issue #2169 (2026-05-11), the second run in its thread",
+        "one node, 4 x H100 80GB HBM3 (-np 4, -g 1), NCCL 2.30.4 (nccl-headers=23004), nccl-tests 2.17.8"
+        " alltoall_perf -b 500M -e 524M, float; out-of-place 524288000 B: 1174.14 us, algbw 446.53, busbw"
+        " 334.90 GB/s (NCCL_ALGO=Ring and NCCL_PROTO=Simple were set; an all-to-all is point-to-point sends,"
+        " which neither chooses)",
+    ),
     "llm.c": (
         "karpathy/llm.c scripts/run_gpt2_{124M,350M,774M,1558M}.sh header comments",
         "GPT-2 at seq 1024, ZeRO-1 (-z 1), bf16, llm.c's own CUDA kernels; '8X A100 80GB SXM ... ~300ms/iter'"
@@ -255,6 +262,10 @@ def _rows() -> list[Row]:
                 _collective("h100-1024", 8 * nodes, 8 * GIB, "allreduce", off),
                 "one-node" if nodes == 1 else "nic-bound")
         )  # fmt: skip
+    rows.append(
+        Row("4 x H100, alltoall, 500 MiB", "nccl-2169", "GB/s", 334.90,
+            _collective("h100-1024", 4, 524288000, "alltoall", ()), "one-node")
+    )  # fmt: skip
     rows.append(
         Row("248 x 8 H200, 512 MiB", "nccl-tests-283", "GB/s", 350.0,
             _collective("h100-1024", 1984, 512 * MIB, "allreduce", ()), "nic-bound")

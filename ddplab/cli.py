@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument(
         "--op",
         default="allreduce",
-        choices=["allreduce", "allgather", "reduce_scatter", "broadcast"],
+        choices=["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"],  # sim/collectives.py OPS
         help="the collective",
     )
     k.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")

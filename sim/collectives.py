@@ -1,9 +1,10 @@
 """Collective cost in nccl-tests' bus-bandwidth convention (NVIDIA/nccl-tests doc/PERFORMANCE.md):
 an allreduce of S bytes puts 2(n-1)/n x S on each rank's bus, allgather and reduce-scatter
-(n-1)/n x S, broadcast S.
+(n-1)/n x S, broadcast S, alltoall (n-1)/n x S (S: each rank's buffer, S/n to every rank).
 
 NCCL and RCCL: sim/nccl.py replays the library's choice of algorithm and protocol and times
-the chosen one. gloo: a ring only, one hop latency measured on the link.
+the chosen one. gloo: a ring only, one hop latency measured on the link. The all-to-all is no
+ring (``alltoall_s`` below).
 
 Two-level topology: ``gpus_per_node`` GPUs on NVLink/xGMI, ``nics_per_node`` NICs between
 nodes. A ring's bus bandwidth is the minimum over its segments: the intra-node link per GPU,
@@ -17,16 +18,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sim.nccl import Option, Platform, Shape, choose, options
+from sim.nccl_time import NET_HOP_US
 from sim.topology import FLAT, Tiers
 
-OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
+SIMPLE = 2  # the Simple protocol's column of the latency tables
 
 
 def bus_factor(op: str, ranks: int) -> float:
     """Bytes on each rank's bus per byte of collective size (nccl-tests busbw factor)."""
     if op == "allreduce":
         return 2.0 * (ranks - 1) / ranks
-    if op in ("allgather", "reduce_scatter"):
+    if op in ("allgather", "reduce_scatter", "alltoall"):
         return (ranks - 1) / ranks
     if op == "broadcast":
         return 1.0
@@ -120,6 +123,8 @@ def collective_cost(op: str, size_bytes: float, fabric: Fabric) -> CollectiveCos
     n = fabric.ranks
     if n == 1:
         return CollectiveCost(0.0, "local")
+    if op == "alltoall":
+        return CollectiveCost(alltoall_s(size_bytes, fabric), "p2p" if fabric.backend == "nccl" else "pairwise")
     if fabric.backend == "gloo":
         # Ring: reduce-scatter then allgather, one hop latency per step (gloo's allreduce).
         steps = 2 * (n - 1) if op == "allreduce" else n - 1
@@ -128,6 +133,45 @@ def collective_cost(op: str, size_bytes: float, fabric: Fabric) -> CollectiveCos
         return CollectiveCost(latency_us * 1e-6 + bus_factor(op, n) * size_bytes / bw, "ring")
     best = choose(candidates(op, size_bytes, fabric))
     return CollectiveCost(best.time_us * 1e-6, best.algorithm, best)
+
+
+def alltoall_s(size_bytes: float, fabric: Fabric) -> float:
+    """nccl-tests' alltoall of ``size_bytes`` per rank (S / n to each of the n ranks), seconds.
+
+    NCCL runs it as grouped point-to-point sends to every peer at once (ncclAllToAll is
+    ncclSend/ncclRecv in a group), outside its tuner: no algorithm or protocol is chosen, so
+    nothing of sim/nccl.py applies. A rank's (ppn - 1) / n S to the GPUs of its node leave over
+    NVLink/xGMI at the node's per-GPU rate; its (n - ppn) / n S to other nodes over its own NIC
+    (rail-optimised, one NIC per GPU: the node's NIC rate / ppn), the two at once, so the slower
+    side sets the time. NVIDIA on nccl-tests #267 (6 x 8 H100, 8 x 400G each): "Alltoall cannot
+    aggregate the bandwidth of multiple NICs, so the performance you should see is the
+    performance of a single NIC." Across pods, unlike a ring's one edge a pod, every node sends
+    (pods - 1) / pods of its network bytes up: the pod's nodes share its uplink U (sim/topology.py).
+    Latency, assumed: the platform's one-node Simple latency (one kernel whose sends run
+    together), plus one network step (NVIDIA's NET Simple hop and ``net_hop_us``) and the tiers a
+    send climbs when the ranks span nodes; no per-peer term, so at thousands of ranks, where each
+    peer gets a few bytes, it is optimistic.
+    gloo: pairwise exchanges one peer after another, n - 1 hop latencies, at the link's rate."""
+    n, ppn, nodes = fabric.ranks, fabric.ranks_per_node, fabric.nodes
+    if n == 1:
+        return 0.0
+    if fabric.backend == "gloo":
+        latency_us = (n - 1) * fabric.gloo_hop_latency_us + fabric.tiers.extra_us("ring", "allgather", nodes)
+        return latency_us * 1e-6 + bus_factor("alltoall", n) * size_bytes / (fabric.ring_busbw_gb_s() * 1e9)
+    intra_s = (ppn - 1) / n * size_bytes / (fabric.intra_busbw_gb_s * 1e9) if ppn > 1 else 0.0
+    latency_us = fabric.latency_us[SIMPLE]
+    inter_s = 0.0
+    if nodes > 1:
+        tiers, node = fabric.tiers, fabric.inter_busbw_gb_s
+        pods = tiers.pods_spanned(nodes)
+        share = 1.0
+        if pods > 1:  # each pod's nodes send (pods - 1) / pods of their network bytes through its uplink
+            in_pod = math.ceil(nodes / pods)
+            share = min(1.0, tiers.pod_uplink_gb_s / (in_pod * node * (pods - 1) / pods))
+        inter_s = (n - ppn) / n * size_bytes / (node * share / ppn * 1e9)
+        climbed = (tiers.racks_spanned(nodes) > 1) + (pods > 1)
+        latency_us += NET_HOP_US["ring"][SIMPLE] + fabric.net_hop_us + climbed * tiers.tier_hop_us
+    return latency_us * 1e-6 + max(intra_s, inter_s)
 
 
 def algbw_busbw_gb_s(op: str, size_bytes: float, time_s: float, ranks: int) -> tuple[float, float]:

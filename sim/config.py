@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from sim.model_source import SHAPE_KEYS, resolve_model
 from sim.precision import PRECISIONS, Precision, precision_dtypes, sharded
 from sim.topology import PLACEMENTS
-from sim.transformer import GPT2Shape
+from sim.transformer import GPT2Shape, ulysses_refusal
 from sim.tuning_tables import TABLES
 
 NOISE_DISTRIBUTIONS = ("none", "lognormal", "normal", "gamma", "empirical")
@@ -29,7 +29,7 @@ MODES = ("ddp", "fsdp", "hsdp", "zero1")  # training.mode
 # Modes whose module holds 16-bit weights beside an fp32 master copy (sim/precision.py ``sharded``).
 MASTER_COPY_MODES = (*SHARDED_MODES, "zero1")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # training.pp_schedule (sim/pipeline.py)
-CP_COMMS = ("all_gather", "p2p")  # training.cp_comm, Megatron-Core's cp_comm_type names (sim/tp.py)
+CP_COMMS = ("all_gather", "p2p", "a2a")  # training.cp_comm: Megatron-Core's cp_comm_type names (sim/tp.py)
 RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
@@ -154,7 +154,9 @@ class TrainingConfig:
     cp_comm: str = "all_gather"
     """How a CP group exchanges K and V (Megatron-Core's cp_comm_type): all_gather (Llama 3's,
     exposed) | p2p (ring attention: each rank's chunk passed around the ring in cp - 1 steps,
-    each step's transfer under that step's share of attention; sim/tp.py)."""
+    each step's transfer under that step's share of attention) | a2a (DeepSpeed Ulysses: all-to-
+    alls trade tokens for heads around attention, four a block each way, exposed; the heads must
+    split over cp; sim/tp.py)."""
     pp: int = 1
     """Pipeline stages; the blocks split evenly, the embedding on the first, the output layer and
     loss on the last; grad_accum micro-batches per step flow through them (sim/pipeline.py)."""
@@ -732,7 +734,12 @@ class Scenario:
         )
         mp = t.tp * t.cp * t.pp
         _require(self.ranks % mp == 0, "ranks", self.ranks, f"must be a multiple of tp x cp x pp ({mp})")
-        if t.cp > 1:  # 2 x cp equal chunks of every sequence (the CP docstring)
+        if t.cp > 1 and t.cp_comm == "a2a":  # Ulysses: cp equal chunks, the heads split over cp
+            why = f"must split training.seq_len ({self.seq_len}) into cp equal chunks"
+            _require(self.seq_len % t.cp == 0, "training.cp", t.cp, why)
+            refusal = ulysses_refusal(shape, t.tp, t.cp)
+            _require(refusal is None, "training.cp", t.cp, refusal or "")
+        elif t.cp > 1:  # 2 x cp equal chunks of every sequence (the CP docstring)
             why = f"must split training.seq_len ({self.seq_len}) into 2 x cp equal chunks"
             _require(self.seq_len % (2 * t.cp) == 0, "training.cp", t.cp, why)
         if t.pp_layers is not None:

@@ -76,7 +76,7 @@ from sim.pipeline import PipelineRun, bubble_fraction, in_flight_closed_form, op
 from sim.precision import Precision, sharded
 from sim.roofline import rates
 from sim.tp import block_time, cp_kv_bytes, head_time
-from sim.transformer import flops_per_token, param_count
+from sim.transformer import flops_per_token, param_count, ulysses_kv_heads
 from sim.workload import fabric_for
 
 MIB = float(1 << 20)
@@ -443,9 +443,16 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
         shape, local, t.micro_batch_size, dt, fused_attention=t.fused_attention, dropout=False, kv_len=sc.seq_len
     )
     # One block's gathered K and V, and their gradients in the backward (sim/memory3d.py); ring
-    # attention's two chunks of each instead (sim/tp.py).
+    # attention's two chunks of each instead; Ulysses' K and V of its heads over the whole
+    # sequence, received by the all-to-all, and their gradients (sim/tp.py).
     kv = cp_kv_bytes(shape, t.micro_batch_size * sc.seq_len, dt, lay.tp)
-    transient = 0.0 if lay.cp == 1 else (4 * kv / lay.cp if t.cp_comm == "p2p" else 2 * kv)
+    if lay.cp == 1:
+        transient = 0.0
+    elif t.cp_comm == "a2a":
+        held = max(1, (shape.n_kv_head or shape.n_head) // lay.tp)
+        transient = 2 * kv * ulysses_kv_heads(shape, lay.tp, lay.cp) / held / lay.cp
+    else:
+        transient = 4 * kv / lay.cp if t.cp_comm == "p2p" else 2 * kv
     out = []
     for i in range(lay.pp):
         layers = sum(costs.layers[g] for g in range(i, lay.pp * lay.v, lay.pp))

@@ -18,11 +18,12 @@ where the layers allow and ZB-H1 where there are at least pp micro-batches, reco
 selective and full, ddp, fsdp and zero1 (Megatron's distributed optimizer) over the DP group,
 and hsdp where that group spans nodes with more than one of its ranks in a node, its shard
 group those ranks (the gathers on NVLink, each shard allreduced across the nodes;
-sim/parallel3d.py). Context parallelism, 2-16 ranks with either K/V exchange (Llama 3's
-all-gather and ring attention, sim/tp.py), only from CP_MIN_SEQ tokens a sequence: below it
+sim/parallel3d.py). Context parallelism, 2-16 ranks with each K/V exchange (Llama 3's
+all-gather, ring attention, and Ulysses' all-to-alls where the heads split over cp; sim/tp.py),
+only from CP_MIN_SEQ tokens a sequence: below it
 the sequence's activations are small and CP only adds exchanges (Llama 3 405B trained its
 8k-token stage without CP and its 128k stage with 16; Grattafiori et al. 2024, Table 4), and
-searching it there would multiply the grid ninefold for nothing.
+searching it there would multiply the grid a dozenfold for nothing.
 Sequence parallelism is on whenever tp > 1 (in this model it moves the same bytes and only
 removes work and memory). GPipe is left out: its bubble is 1F1B's and it holds more.
 
@@ -42,12 +43,13 @@ import numpy as np
 from sim.config import Scenario
 from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs
 from sim.pipeline import W_SHARE
+from sim.transformer import ulysses_refusal
 
 MICRO_BATCHES = (1, 2, 4, 8)
 RECOMPUTES = ("none", "selective", "full")
 MODES = ("ddp", "fsdp", "zero1", "hsdp")
 CP = (2, 4, 8, 16)
-CP_COMMS = ("all_gather", "p2p")
+CP_COMMS = ("all_gather", "p2p", "a2a")
 CP_MIN_SEQ = 16384
 VIRTUAL = (2, 4)
 # Candidates per pass-1 task: a task costs ~2 ms a candidate here, so 64 make ~0.1 s, long
@@ -103,17 +105,23 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _context(seq_len: int) -> list[tuple[int, str]]:
-    """(cp, cp_comm) pairs searched at this sequence length (module docstring)."""
-    long = [(cp, comm) for cp in CP if seq_len % (2 * cp) == 0 for comm in CP_COMMS] if seq_len >= CP_MIN_SEQ else []
-    return [(1, "all_gather"), *long]
+def _context(seq_len: int, shape, tp: int) -> list[tuple[int, str]]:
+    """(cp, cp_comm) pairs searched at this sequence length and tp (module docstring)."""
+    if seq_len < CP_MIN_SEQ:
+        return [(1, "all_gather")]
+    ok = {
+        "all_gather": lambda cp: seq_len % (2 * cp) == 0,
+        "p2p": lambda cp: seq_len % (2 * cp) == 0,
+        "a2a": lambda cp: seq_len % cp == 0 and ulysses_refusal(shape, tp, cp) is None,
+    }
+    return [(1, "all_gather"), *((cp, comm) for cp in CP for comm in CP_COMMS if ok[comm](cp))]
 
 
 def grid(base: Scenario, gpus: int, global_batch: int) -> list[Candidate]:
     shape, g = base.model.shape, base.network.gpus_per_node
     out = []
     for tp in (d for d in _divisors(g) if shape.n_head % d == 0 and (shape.n_kv_head < d or shape.n_kv_head % d == 0)):
-        for cp, comm in _context(base.seq_len):
+        for cp, comm in _context(base.seq_len, shape, tp):
             for pp in (d for d in _divisors(shape.n_layer) if gpus % (tp * cp * d) == 0):
                 dp = gpus // (tp * cp * pp)
                 for b in MICRO_BATCHES:

@@ -51,6 +51,19 @@ K and V and their gradients, two chunks a step, under the backward's attention (
 recomputed core); full recomputation reruns the forward's ring first. A rank holds two chunks of
 K and V (the one in use, the one arriving) and two of their gradients, not the gathered whole
 (sim/parallel3d.py's memory).
+
+Ulysses (``cp_comm = "a2a"``; Jacobs et al. 2023, "DeepSpeed Ulysses", arXiv 2309.14509, Sec.
+3.1): each CP rank holds s / cp tokens of every head it has; before attention an all-to-all
+trades tokens for heads, so a rank holds the whole sequence of 1/cp of its heads and runs
+attention on them as it would without CP (balanced whatever the mask: every head is the whole
+causal square), and after it a second all-to-all trades them back. DeepSpeed's
+DistributedAttention exchanges Q, K and V one all-to-all each and the context one: four a
+block forward, four backward (their gradients), on the compute stream, so exposed; full
+recomputation reruns the forward's four. Each moves the rank's s / cp tokens of those heads,
+(cp - 1) / cp of it off the rank (sim/collectives.py alltoall_s). The heads must split: a TP
+rank's query heads n_head / tp over cp, and its KV heads too, or, with fewer KV heads than cp
+(grouped-query attention), each repeated to cp so every rank gets the one its queries use
+(sim/transformer.py ``ulysses_kv_heads``), which then moves more bytes than the heads it holds.
 """
 
 from typing import NamedTuple
@@ -58,7 +71,7 @@ from typing import NamedTuple
 from sim.collectives import Fabric, collective_cost
 from sim.precision import Precision
 from sim.roofline import ATTENTION, Kernel, Rates, block_kernels, head_kernels, kernel_time_s
-from sim.transformer import TransformerShape
+from sim.transformer import TransformerShape, ulysses_kv_heads
 
 # Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
 _REPLICATED = ("ln_", "residual")
@@ -139,7 +152,10 @@ def block_time(
     # identity (operator f), so the count is the same: two in forward, two in backward.
     per_sync = tp_collective_s(tokens / cp * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
     recompute_s = {"none": 0.0, "selective": core, "full": fwd}[recompute]
-    if cp > 1 and cp_comm == "p2p":
+    if cp > 1 and cp_comm == "a2a":
+        cp_fwd = ulysses_a2a_s(shape, tokens, p, tp, cp, cp_fabric)
+        cp_bwd = cp_fwd * (2 if recompute == "full" else 1)  # the gradients' four; full reruns the forward's
+    elif cp > 1 and cp_comm == "p2p":
         step, step2 = cp_ring_steps_s(shape, tokens, p, tp, cp, cp_fabric)
         cp_fwd = (cp - 1) * max(0.0, step - core / cp)
         # The backward's ring runs under its attention, and under the core it reruns (selective);
@@ -191,6 +207,20 @@ def cp_ring_steps_s(
         collective_cost("allgather", size, fabric).time_s / (cp - 1),
         collective_cost("allgather", 2 * size, fabric).time_s / (cp - 1),
     )
+
+
+def ulysses_a2a_s(
+    shape: TransformerShape, tokens: float, p: Precision, tp: int, cp: int, fabric: Fabric | None
+) -> float:
+    """One block's forward all-to-alls under Ulysses, one micro-batch, seconds: Q, K, V in and the
+    context out, each the rank's s / cp tokens of its heads (the backward's four are the same
+    sizes: their gradients)."""
+    if fabric is None or fabric.ranks != cp:
+        raise ValueError(f"training.cp {cp}: the block needs its CP group's fabric ({cp} ranks)")
+    head = tokens / cp * shape.head_dim * p.compute_bytes  # one head's slice of the rank's tokens
+    q = collective_cost("alltoall", shape.n_head // tp * head, fabric).time_s
+    kv = collective_cost("alltoall", ulysses_kv_heads(shape, tp, cp) * head, fabric).time_s
+    return 2 * q + 2 * kv
 
 
 class HeadTime(NamedTuple):

@@ -286,3 +286,21 @@ def compute_shares(shape: TransformerShape, seq_len: int) -> ComputeShares:
     head = 2.0 * shape.vocab_size * d
     total = shape.n_layer * block + head
     return ComputeShares(0.0, block / total, head / total)
+
+
+def ulysses_kv_heads(shape: TransformerShape, tp: int, cp: int) -> int:
+    """The KV heads a TP rank exchanges under Ulysses: its own, or cp when it has fewer (each
+    repeated so that every CP rank gets the one its query heads read; sim/tp.py)."""
+    kv = max(1, (shape.n_kv_head or shape.n_head) // tp)
+    return cp if kv < cp else kv
+
+
+def ulysses_refusal(shape: TransformerShape, tp: int, cp: int) -> str | None:
+    """Why these heads cannot be split over ``cp`` Ulysses ranks, or None when they can."""
+    q = shape.n_head // tp
+    kv = max(1, (shape.n_kv_head or shape.n_head) // tp)
+    if q % cp:
+        return f"must divide model.n_head / training.tp ({q} query heads a TP rank) for cp_comm a2a"
+    if kv % cp and cp % kv:
+        return f"must divide, or be a multiple of, the {kv} KV heads a TP rank holds (cp_comm a2a)"
+    return None

@@ -91,3 +91,22 @@ def test_collective_json_and_table(ddplab):
     assert code == 0
     assert "time" in out and "busbw" in out and "# Avg bus bandwidth" in out
     assert len([ln for ln in out.splitlines() if not ln.startswith("#")]) == 4  # 8, 16, 32, 64 bytes
+
+
+def test_collective_alltoall_counts_elements_per_peer_as_nccl_tests(ddplab):
+    # nccl-tests' alltoall_perf prints 524288000 B on 4 ranks as count 32768000 (nccl #2169): the
+    # elements each rank sends one peer; allgather's count is a rank's send, allreduce's the whole.
+    for op, ranks, count in (("alltoall", 4, 32768000), ("allgather", 4, 32768000), ("allreduce", 4, 131072000)):
+        code, out, err = ddplab(
+            "collective", "h100-1024", "--op", op, "--ranks", str(ranks), "--sizes", "524288000", "--json"
+        )
+        assert code == 0, err
+        (row,) = json.loads(out)
+        assert row["count"] == count and row["ranks"] == ranks
+    assert row["op"] == "allreduce"
+    code, out, err = ddplab(
+        "collective", "h100-1024", "--op", "alltoall", "--ranks", "4", "--sizes", "524288000", "--json"
+    )
+    (row,) = json.loads(out)
+    assert row["algorithm"] == "p2p" and "why" not in row  # no tuner pick: point-to-point sends
+    assert row["busbw_gb_s"] == pytest.approx(row["algbw_gb_s"] * 3 / 4)

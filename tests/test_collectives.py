@@ -37,7 +37,7 @@ def test_gloo_ring_closed_form(n, op):
 
 def test_bus_factors_match_nccl_tests():
     assert bus_factor("allreduce", 8) == 2 * 7 / 8
-    assert bus_factor("allgather", 8) == bus_factor("reduce_scatter", 8) == 7 / 8
+    assert bus_factor("allgather", 8) == bus_factor("reduce_scatter", 8) == bus_factor("alltoall", 8) == 7 / 8
     assert bus_factor("broadcast", 8) == 1.0
     algbw, busbw = algbw_busbw_gb_s("allreduce", 1e9, 0.01, 8)
     assert (algbw, busbw) == pytest.approx((100.0, 175.0))
@@ -329,3 +329,33 @@ def test_one_h100_node_pick_is_nccls_rule_on_its_searched_graph(op, algorithm, o
     for k in range(3, 34):
         size = 2**k
         assert collective_cost(op, size, fabric).algorithm == _nccl_rule_pick(op, size, offered), (op, size)
+
+
+def test_alltoall_on_one_node_is_its_peers_bytes_at_the_nvlink_rate():
+    # 8 x H100: 7/8 of each rank's buffer to its peers over NVLink at the node's per-GPU rate, one
+    # kernel, the one-node Simple latency (45 us); no algorithm or protocol is picked (p2p sends).
+    size = 512 * 2**20
+    c = collective_cost("alltoall", size, h100(8))
+    assert c.algorithm == "p2p" and c.chosen is None
+    assert c.time_s == pytest.approx(45e-6 + 7 / 8 * size / (RING * 1e9), rel=1e-12)
+    assert algbw_busbw_gb_s("alltoall", size, c.time_s, 8)[1] < RING  # the latency's share below the link
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 16])
+def test_alltoall_across_nodes_runs_at_one_nic_a_gpu(nodes):
+    # The bytes to other nodes, (n - 8)/n S, leave through the GPU's own NIC (400G x 0.94), at once
+    # with the (8 - 1)/n S over NVLink; one network step of latency. nccl-tests #267: an alltoall
+    # "cannot aggregate the bandwidth of multiple NICs".
+    n, size, nic = 8 * nodes, 1 * 2**30, 400 / 8 * 0.94
+    t = collective_cost("alltoall", size, h100(n)).time_s
+    latency = (45.0 + 14.0 + NET_HOP) * 1e-6
+    assert t == pytest.approx(latency + max(7 / n * size / (RING * 1e9), (n - 8) / n * size / (nic * 1e9)), rel=1e-12)
+    busbw = algbw_busbw_gb_s("alltoall", size, t, n)[1]
+    assert nic < busbw < nic * n / (n - 8)  # some of it over NVLink, so above one NIC, never above its share
+
+
+def test_gloo_alltoall_is_pairwise():
+    n, size = 4, 64 * 2**20
+    c = collective_cost("alltoall", size, gloo(n))
+    assert c.algorithm == "pairwise"
+    assert c.time_s == pytest.approx((n - 1) * 100e-6 + 3 / 4 * size / 0.10625e9, rel=1e-12)

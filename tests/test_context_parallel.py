@@ -2,7 +2,8 @@
 does 1/cp of every kernel, the K/V all-gather and the reduce-scatter of their gradients are
 the bytes Llama 3's all-gather CP moves, gradients reduce over dp x cp, and the memory is the
 s / cp model's plus one block's gathered K and V. Ring attention (training.cp_comm = "p2p")
-hides each ring step under that step's attention and holds two chunks, not the whole."""
+hides each ring step under that step's attention and holds two chunks, not the whole. Ulysses
+(training.cp_comm = "a2a") is four all-to-alls a block each way, of the heads' bytes."""
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from sim.collectives import collective_cost
 from sim.parallel3d import cp_fabric, dp_fabric, dtypes_3d, layout, memory_by_stage, simulate_3d, step_costs
 from sim.roofline import rates
 from sim.scenario_file import load_scenario
-from sim.tp import block_time, cp_kv_bytes, cp_ring_steps_s, head_time
+from sim.tp import block_time, cp_kv_bytes, cp_ring_steps_s, head_time, ulysses_a2a_s
 from sim.workload import fabric_for
 
 BASE = [
@@ -168,10 +169,57 @@ def test_ring_attention_holds_two_chunks_where_all_gather_holds_the_whole():
     assert (m_gather.activations_gib - m_ring.activations_gib) * 2**30 == pytest.approx(2 * kv - 4 * kv / 4, rel=1e-9)
 
 
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_ulysses_is_four_all_to_alls_of_the_heads_each_way(recompute):
+    # llama3-8b at tp 8: 4 query heads and 1 KV head a TP rank; over cp 4 each rank gets one query
+    # head, and the KV head repeated to 4 so each gets the one its query reads. Per block and
+    # micro-batch: Q, K, V in and the context out, each the rank's s/4 tokens x heads x 128 x 2 B.
+    sc = _sc("training.tp=8", "training.cp=4", "training.cp_comm=a2a", ranks=32)
+    dt, shape = dtypes_3d(sc), sc.model.shape
+    ag, fabric = _ring_block(sc, 8192, recompute, "all_gather")
+    a2a, _ = _ring_block(sc, 8192, recompute, "a2a")
+    head = 8192 / 4 * 128 * 2
+    one = (
+        2 * collective_cost("alltoall", 4 * head, fabric).time_s
+        + 2 * collective_cost("alltoall", 4 * head, fabric).time_s
+    )
+    assert ulysses_a2a_s(shape, 8192, dt, 8, 4, fabric) == pytest.approx(one, rel=1e-12)
+    gather = collective_cost("allgather", cp_kv_bytes(shape, 8192, dt, 8), fabric).time_s
+    scatter = collective_cost("reduce_scatter", cp_kv_bytes(shape, 8192, dt, 8), fabric).time_s
+    tp_fwd, tp_bwd = ag.forward_comm_s - gather, ag.backward_comm_s - gather - scatter
+    assert a2a.forward_comm_s == pytest.approx(tp_fwd + one, rel=1e-12)
+    assert a2a.backward_comm_s == pytest.approx(tp_bwd + one * (2 if recompute == "full" else 1), rel=1e-12)
+    assert a2a.forward_compute_s == ag.forward_compute_s and a2a.backward_compute_s == ag.backward_compute_s
+
+
+def test_ulysses_holds_its_heads_kv_over_the_whole_sequence():
+    # All-gather CP holds one block's whole K and V of the TP rank's KV heads and their gradients
+    # (2 kv); Ulysses the K and V of its share of them over the whole sequence, and their
+    # gradients. tp 2: 4 KV heads a TP rank, one each over cp 4: 2 kv / 4. tp 8: 1 KV head,
+    # repeated to the 4 CP ranks: each holds the whole of it, as the all-gather does.
+    for tp, share in ((2, 1 / 4), (8, 1.0)):
+        ulysses = _sc(f"training.tp={tp}", "training.cp=4", "training.cp_comm=a2a", ranks=8 * tp)
+        gather = _sc(f"training.tp={tp}", "training.cp=4", ranks=8 * tp)
+        m_u = memory_by_stage(ulysses, layout(ulysses), _costs(ulysses))[0]
+        m_g = memory_by_stage(gather, layout(gather), _costs(gather))[0]
+        kv = 8192 * 2 * (8 // tp) * 128 * 2  # K and V of the TP rank's KV heads, bf16
+        assert (m_g.activations_gib - m_u.activations_gib) * 2**30 == pytest.approx(2 * kv * (1 - share), abs=1e-3)
+
+
 @pytest.mark.parametrize(
     "sets, ranks, message",
     [
         (["training.cp=3"], 48, "training.cp: must split training.seq_len (8192) into 2 x cp equal chunks, got 3"),
+        (
+            ["training.tp=8", "training.cp=8", "training.cp_comm=a2a"],
+            64,
+            "training.cp: must divide model.n_head / training.tp (4 query heads a TP rank) for cp_comm a2a, got 8",
+        ),
+        (
+            ["training.tp=2", "training.cp=3", "training.cp_comm=a2a", "training.seq_len=8190"],
+            48,
+            "training.cp: must divide model.n_head / training.tp (16 query heads a TP rank) for cp_comm a2a, got 3",
+        ),
         (["training.cp=4", "training.tp=8"], 16, "ranks: must be a multiple of tp x cp x pp (32), got 16"),
         (["training.cp=0"], 8, "training.cp: must be >= 1, got 0"),
         (["training.cp=2", "training.cp_comm=ring"], 16, "training.cp_comm: must be one of all_gather, p2p"),
@@ -197,3 +245,5 @@ def test_simulate_says_how_cp_exchanges_k_and_v(capsys):
     assert code == 0 and "CP: ring attention, each K/V step under that step's attention" in out
     code, out, _ = in_process(capsys, *args)
     assert code == 0 and "CP: K and V all-gathered per block, exposed" in out
+    code, out, _ = in_process(capsys, *args, "--set", "training.cp_comm=a2a")
+    assert code == 0 and "CP: Ulysses, four all-to-alls a block each way" in out

@@ -115,12 +115,17 @@ def test_an_hsdp_layout_shards_in_the_node_and_reproduces_through_its_keys(small
 
 
 def test_long_sequences_search_context_parallelism_and_its_best_is_the_grids():
-    # From CP_MIN_SEQ tokens the grid holds cp 2-16 with both K/V exchanges; below it, none.
+    # From CP_MIN_SEQ tokens the grid holds cp 2-16 with each K/V exchange, Ulysses only where
+    # the heads split (llama3-8b: 32 query heads, 8 KV; a TP rank's 32 / tp over cp); below, none.
     long = load_scenario("h100-1024", ["model.preset=llama3-8b", "model.block_size=16384", "training.seq_len=16384"])
     g = grid(long, 16, 2)
     assert {(c.cp, c.cp_comm) for c in g if c.cp > 1} == {
-        (cp, x) for cp in (2, 4, 8, 16) for x in ("all_gather", "p2p")
+        (cp, x) for cp in (2, 4, 8, 16) for x in ("all_gather", "p2p", "a2a")
     }
+    # On 64 GPUs, tp 8 x cp 8 and tp 4 x cp 16 leave each CP rank half a query head: no Ulysses.
+    wide = grid(long, 64, 2)
+    by = {x: {(c.tp, c.cp) for c in wide if c.cp_comm == x} for x in ("p2p", "a2a")}
+    assert {(8, 8), (4, 16)} <= by["p2p"] and by["a2a"] == by["p2p"] - {(8, 8), (4, 16)}
     assert all(c.tp * c.cp * c.pp * c.dp == 16 for c in g)
     short = load_scenario("h100-1024", ["model.preset=llama3-8b", "model.block_size=16384", "training.seq_len=8192"])
     assert {c.cp for c in grid(short, 16, 2)} == {1}

@@ -332,6 +332,9 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     if lay.cp > 1 and sc.training.cp_comm == "p2p":
         out.append("                 CP: ring attention, each K/V step under that step's attention (A / cp), a step"
                    " timed as one of the ring all-gather's cp - 1")  # fmt: skip
+    elif lay.cp > 1 and sc.training.cp_comm == "a2a":
+        out.append("                 CP: Ulysses, four all-to-alls a block each way (Q, K, V, context), exposed;"
+                   " assumed: all-to-all latency without a per-peer term (sim/collectives.py)")  # fmt: skip
     elif lay.cp > 1:
         out.append("                 CP: K and V all-gathered per block, exposed (Llama 3's)")
     out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline; optimizer "

@@ -128,6 +128,9 @@ def model_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+CP_LABELS = {"all_gather": "ag", "p2p": "ring", "a2a": "a2a"}  # plan's CP column, by training.cp_comm
+
+
 def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: int, found: dict) -> list[str]:
     """`ddplab plan`: the layouts that fit, fastest first (workflow/layouts.py), and the best as a command."""
     out = []
@@ -143,7 +146,7 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     for r in rows:
         sched = r["schedule"] + (f" v={r['virtual']}" if r["virtual"] > 1 else "")
         mode = r["mode"] + (f"/{r['shard']}" if r["mode"] == "hsdp" else "")  # its shard group's ranks
-        cp = str(r["cp"]) + ("" if r["cp"] == 1 else " ring" if r["cp_comm"] == "p2p" else " ag")
+        cp = str(r["cp"]) + ("" if r["cp"] == 1 else f" {CP_LABELS[r['cp_comm']]}")
         cells = [f"{r['tp']:>2}", *([f"{cp:<7}"] if with_cp else []), f"{r['pp']:>3}", f"{r['dp']:>4}"]
         cells += [f"{r['micro_batch']:>2}", f"{r['grad_accum']:>5}", f"{sched:<15}", f"{r['recompute']:<9}"]
         cells += [f"{mode:<6}", f"{fmt_seconds(r['step_time_s']):>9}", f"{_pct(r['mfu']):>6}"]
@@ -156,7 +159,8 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     )
     zb = "; ZB-H1's W half of each backward" if any(r["schedule"] == "zb-h1" for r in rows) else ""
     if any(r["cp"] > 1 for r in rows):
-        zb += "; cp N ag: K and V all-gathered per block (Llama 3's), N ring: ring attention (sim/tp.py)"
+        zb += "; cp N ag: K and V all-gathered per block (Llama 3's), N ring: ring attention, N a2a: Ulysses"
+        zb += " (sim/tp.py)"
         zb += "; MFU counts 6N + 12 L d s FLOPs a token (PaLM's, as Llama 3's paper: causal attention counted whole)"
     if any(r["mode"] == "hsdp" for r in rows):
         zb += "; hsdp/S: shard groups of S data-parallel ranks in a node"

@@ -90,7 +90,9 @@ def collective_rows(op: str, sizes: str, scenario: str, sets=(), ranks: int | No
         row = {
             "op": op,
             "size_bytes": size,
-            "count": size // 4,
+            # nccl-tests' count: elements per rank's buffer piece (allgather's send, reduce-scatter's
+            # receive, all-to-all's per peer), the whole buffer's for allreduce and broadcast.
+            "count": size // 4 // (fabric.ranks if op in ("allgather", "reduce_scatter", "alltoall") else 1),
             "type": "float",
             "ranks": fabric.ranks,
             "algorithm": c.algorithm,
