@@ -50,11 +50,14 @@ def collective_lines(op: str, found) -> list[str]:
     out, sc, rows = [], found.scenario, found.rows
     redop = "sum" if op in ("allreduce", "reduce_scatter") else "none"
     out.append(f"# ddplab collective: predicted {op} on {sc.name} ({network_line(sc)})")
-    how = (
-        f"{sc.network.tuner}'s choice replayed from its own estimate, then timed (sim/nccl.py)"
-        if sc.network.backend == "nccl"
-        else "gloo's ring"
-    )
+    if op == "alltoall":  # no algorithm to choose: point-to-point sends to every peer
+        how = "point-to-point sends to every peer at once, no tuner pick (sim/collectives.py alltoall_s)"
+        if sc.network.backend != "nccl":
+            how = "gloo's pairwise exchanges, one peer after another (sim/collectives.py alltoall_s)"
+    elif sc.network.backend == "nccl":
+        how = f"{sc.network.tuner}'s choice replayed from its own estimate, then timed (sim/nccl.py)"
+    else:
+        how = "gloo's ring"
     out.append(f"# nranks {found.ranks}, nodes {found.nodes}; {how}")
     out.append("#")
     head = ("size", "count", "type", "redop", "algorithm", "time", "algbw", "busbw")
