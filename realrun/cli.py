@@ -9,14 +9,13 @@ import re
 import sys
 from pathlib import Path
 
-OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
 PROBE_PARTS = ("collectives", "link", "compute", "overlap", "tp", "pp")
 # "tp" (the tensor-parallel model, realrun/probe_tp.py) and "pp" (the pipeline schedules,
 # realrun/probe_pp.py) only when asked: only a TP or PP prediction reads them
 # (calibrate/validate3d.py), and the TP model adds 10-20 s to a CPU probe.
 DEFAULT_PROBE_PARTS = ("collectives", "link", "compute", "overlap")
-# sim/ has twins of OPS (its own adds the all-to-all, not probed) and COMM_HOOKS (realrun may not import
-# sim); tests/test_twins.py holds them equal.
+# sim/ has twins of OPS and COMM_HOOKS (realrun may not import sim); tests/test_twins.py holds them equal.
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 # torch DDP's default bucket_cap_mb: realrun/ddp_wrap.py passes a cap to DDP only when it is
 # another (tests/test_realrun_probe.py holds the two equal)

@@ -16,16 +16,18 @@ import torch.distributed as dist
 from realrun.dist import DistEnv, now
 
 DTYPE, DTYPE_NAME, WORD_BYTES = torch.float32, "float", 4
-REDOP = {"allreduce": "sum", "reduce_scatter": "sum", "allgather": "none", "broadcast": "none"}
+REDOP = {"allreduce": "sum", "reduce_scatter": "sum", "allgather": "none", "broadcast": "none", "alltoall": "none"}
+# The ops whose buffer is cut into one piece per rank: a size must hold whole pieces.
+PER_RANK = ("allgather", "reduce_scatter", "alltoall")
 
 
 def bus_factor(op: str, ranks: int) -> float:
     """nccl-tests: 2(n-1)/n for allreduce (reduce-scatter then allgather), (n-1)/n for
-    allgather and reduce-scatter, 1 for broadcast. realrun may not import sim/, whose
+    allgather, reduce-scatter and alltoall, 1 for broadcast. realrun may not import sim/, whose
     collectives.py has the same table; a test holds the two equal."""
     if op == "allreduce":
         return 2.0 * (ranks - 1) / ranks
-    if op in ("allgather", "reduce_scatter"):
+    if op in PER_RANK:
         return (ranks - 1) / ranks
     if op == "broadcast":
         return 1.0
@@ -57,6 +59,9 @@ def _collective(op: str, size_bytes: int, env: DistEnv):
         return lambda: dist.all_reduce(full)
     if op == "broadcast":
         return lambda: dist.broadcast(full, src=0)
+    if op == "alltoall":  # S / n of the buffer to each rank (nccl-tests' alltoall_perf)
+        out = torch.zeros(count, dtype=DTYPE, device=env.comm_device)
+        return lambda: dist.all_to_all_single(out, full)
     chunk = torch.zeros(count // n, dtype=DTYPE, device=env.comm_device)
     if op == "allgather":
         return lambda: _all_gather(full, chunk)
@@ -64,8 +69,8 @@ def _collective(op: str, size_bytes: int, env: DistEnv):
 
 
 def runnable(op: str, size_bytes: int, ranks: int) -> bool:
-    """Whole float32 elements, and for allgather/reduce-scatter a whole chunk per rank."""
-    unit = WORD_BYTES * (ranks if op in ("allgather", "reduce_scatter") else 1)
+    """Whole float32 elements, and for allgather/reduce-scatter/alltoall a whole chunk per rank."""
+    unit = WORD_BYTES * (ranks if op in PER_RANK else 1)
     return size_bytes % unit == 0
 
 
@@ -129,8 +134,10 @@ def sweep(op: str, sizes: list[int], env: DistEnv, *, iters: int, warmup: int, w
         rows.append(row)
         if env.rank == 0:
             writer.write({"type": "collective_summary", **row._asdict(), "ranks": env.world_size})
+            # nccl-tests' count column: a rank's piece for the ops that cut the buffer per rank.
+            count = row.count // (env.world_size if op in PER_RANK else 1)
             print(
-                f"  {row.size_bytes:>12} {row.count:>12} {DTYPE_NAME:>6} {REDOP[op]:>6}"
+                f"  {row.size_bytes:>12} {count:>12} {DTYPE_NAME:>6} {REDOP[op]:>6}"
                 f" {row.time_us_mean:>10.1f} {row.algbw_gb_s:>8.3f} {row.busbw_gb_s:>8.3f}",
                 flush=True,
             )
@@ -147,7 +154,7 @@ def _print_header(op, sizes, env, iters, warmup, skipped) -> None:
     )
     print("# time = mean over iterations of the slowest rank's time (every iteration is in the records)")
     if skipped:
-        unit = WORD_BYTES * (env.world_size if op in ("allgather", "reduce_scatter") else 1)
+        unit = WORD_BYTES * (env.world_size if op in PER_RANK else 1)
         print(f"# skipped sizes {skipped}: not a multiple of {unit} B (float32 x chunk per rank)")
     print("#")
     head = ("size", "count", "type", "redop", "time", "algbw", "busbw")

@@ -25,18 +25,19 @@ from sim.collectives import bus_factor as sim_bus_factor
 from sim.config import TrainingConfig
 from sim.transformer import model_shape, param_tensors
 
-OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast"]
+OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
+PER_RANK = ("allgather", "reduce_scatter", "alltoall")  # a piece of the buffer per rank
 SIZES = [1024, 1028, 64 << 10, 1 << 20, 64 << 20]  # 1028 B: 257 floats, not 2 equal chunks
 # The bucket profile and the overlap probe use the largest micro-batch: 32 x 64 tokens
 # keeps gpt2-tiny's backward (~25 ms) long against this box's 4 ms scheduler tick.
 ITERS, MICRO_BATCHES, SEQ_LEN = 5, [1, 32], 64
-# nccl-tests' busbw / algbw at 2 ranks: 2(n-1)/n, (n-1)/n, (n-1)/n, 1.
-FACTOR_2_RANKS = {"allreduce": 1.0, "allgather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}
+# nccl-tests' busbw / algbw at 2 ranks: 2(n-1)/n, (n-1)/n, (n-1)/n, 1, (n-1)/n.
+FACTOR_2_RANKS = {"allreduce": 1.0, "allgather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0, "alltoall": 0.5}
 
 
 def sizes_run(op: str) -> list[int]:
-    """allgather/reduce_scatter need whole float32 chunks per rank: 4 x 2 ranks."""
-    return [s for s in SIZES if s % (8 if op in ("allgather", "reduce_scatter") else 4) == 0]
+    """allgather/reduce_scatter/alltoall need whole float32 chunks per rank: 4 x 2 ranks."""
+    return [s for s in SIZES if s % (8 if op in PER_RANK else 4) == 0]
 
 
 def probe(out, *args, env=None, timeout=300) -> subprocess.CompletedProcess:
@@ -106,9 +107,11 @@ def test_tables_are_nccl_tests_shaped(full):
             assert word in heads, (op, word)
         assert [row[0] for row in table["rows"]] == sizes_run(op)
         skipped = any("skipped" in h and "1028" in h for h in table["head"])
-        assert skipped == (op in ("allgather", "reduce_scatter"))
+        assert skipped == (op in PER_RANK)
         for size, count, dtype, redop, *_ in table["rows"]:
-            assert count == size // 4 and dtype == "float"
+            # nccl-tests' count: a rank's piece where the buffer is cut per rank (all_gather_perf,
+            # reduce_scatter_perf, alltoall_perf print it so); the records keep the whole buffer's.
+            assert count == size // 4 // (2 if op in PER_RANK else 1) and dtype == "float"
             assert redop == ("sum" if op in ("allreduce", "reduce_scatter") else "none")
         avg = statistics.fmean(row[6] for row in table["rows"])
         assert table["footer"] == pytest.approx(avg, abs=2e-3)
