@@ -22,7 +22,7 @@ from sim.nccl_time import NET_HOP_US
 from sim.topology import FLAT, Tiers
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
-SIMPLE = 2  # the Simple protocol's column of the latency tables
+SIMPLE = 2  # the Simple protocol's column of the latency tables (sim/nccl_time.py PROTOCOLS)
 
 
 def bus_factor(op: str, ranks: int) -> float:

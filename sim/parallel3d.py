@@ -65,7 +65,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.collectives import Fabric, collective_cost
+from sim.collectives import SIMPLE, Fabric, collective_cost
 from sim.config import Scenario
 from sim.memory import CUDA_CONTEXT_GIB
 from sim.memory3d import StageMemory, layer_terms, stage_memory
@@ -81,7 +81,6 @@ from sim.workload import fabric_for
 
 MIB = float(1 << 20)
 ASSUMED = "one step drawn; loader waits, episodes and compute.interference_gamma are not applied (sim/parallel3d.py)"
-SIMPLE = 2  # the Simple protocol's column in sim/nccl_time.py's hop latencies
 
 
 class Layout(NamedTuple):
