@@ -27,8 +27,11 @@ from realrun.model import build
 from realrun.recipe import Recipe, backward, optimizer_step
 
 # DDP builds buckets in reverse parameter order for step 1 and rebuilds them in the
-# order gradients became ready at the start of step 2 (reducer.cpp rebuild_buckets).
-BUCKET_STEPS = 3
+# order gradients became ready at the start of step 2 (reducer.cpp rebuild_buckets). The
+# profile is the median over the steps after that (BUCKET_PROFILED of them): one step's ready
+# times move by a preempted thread on a loaded CPU (the last bucket at 0.64 of backward in one
+# step beside a second test suite, 0.89 quiet).
+BUCKET_STEPS, BUCKET_PROFILED = 5, 3
 OVERLAP_COMM_BYTES = 16 * 1024 * 1024  # one background allreduce: a 16 MiB bucket
 
 
@@ -185,8 +188,8 @@ class _Marks:
 
 def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> list[dict]:
     """Real DDP (the probe's ``--bucket-cap-mb``) for BUCKET_STEPS training steps; records the
-    last step's bucket and gradient ready times, as seconds and fractions of backward compute,
-    and its peak memory."""
+    bucket and gradient ready times of the last BUCKET_PROFILED, each the median over them, as
+    seconds and fractions of backward compute, and the peak memory."""
     model = model_for(a.model, env, a.seed, recipe)
     ddp = ddp_wrap.wrap(model, env, bucket_cap_mb=a.bucket_cap_mb)
     staged = ddp_wrap.needs_staging(env)  # MPS over gloo: reduce each bucket through a CPU copy
@@ -212,7 +215,8 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) ->
 
     ddp.register_comm_hook(None, recording_hook)
     batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
-    for _ in range(BUCKET_STEPS):
+    profiled = []  # per profiled step: (backward_s, compute_s, {name: ready_s}, {bucket: launch_s})
+    for step in range(BUCKET_STEPS):
         for d in (ready, launched, members):
             d.clear()
         batch = _batch(batches, micro_batch, env.device)
@@ -226,26 +230,38 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) ->
         del _logits  # held through backward, as a training step holds them; not into the next step
         optimizer_step(opt, scaler)
         opt.zero_grad(set_to_none=True)
+        if step >= BUCKET_STEPS - BUCKET_PROFILED:
+            now(env.device)  # CUDA events: elapsed only once recorded
+            profiled.append(
+                (
+                    marks.seconds(start, stop),
+                    marks.seconds(start, end["t"]),
+                    {name: marks.seconds(start, m) for name, m in ready.items()},
+                    {i: marks.seconds(start, m) for i, m in launched.items()},
+                )
+            )
     now(env.device)
     peak = peak_memory(env.device)
-    backward_s, compute_s = marks.seconds(start, stop), marks.seconds(start, end["t"])
-    ready_s = {name: marks.seconds(start, m) for name, m in ready.items()}
+    backward_s = statistics.median(x[0] for x in profiled)
+    compute_s = statistics.median(x[1] for x in profiled)
+    ready_s = {name: statistics.median(x[2][name] for x in profiled) for name in profiled[-1][2]}
     for name, _ in model.named_parameters():
         t = ready_s[name]
         writer.write({"type": "grad_ready", "name": name, "ready_s": t, "ready_fraction": t / compute_s})
     rows = []
-    for index in sorted(members):
+    for index in sorted(members):  # the last step's buckets: membership is fixed after the rebuild
         params, nbytes = members[index]
         t = max(ready_s[p] for p in params)
         row = {
             "type": "bucket_ready",
             "step": BUCKET_STEPS - 1,
+            "steps": list(range(BUCKET_STEPS - BUCKET_PROFILED, BUCKET_STEPS)),
             "micro_batch": micro_batch,
             "bucket": index,
             "bytes": nbytes,
             "params": params,
             "ready_s": t,
-            "launch_s": marks.seconds(start, launched[index]),
+            "launch_s": statistics.median(x[3][index] for x in profiled),
             "ready_fraction": t / compute_s,
             "backward_compute_s": compute_s,
             "backward_s": backward_s,
