@@ -100,7 +100,11 @@ SOURCES = {
         "Llama 3.1 8B, FSDP2 alone, on 8 and 128 'H100 ... 96GB HBM2e with 2.4 TB/sec ... 500W power limit',"
         " 400 Gb/s RDMA per GPU, local batch 2, selective AC, eager and torch.compile, TPS/GPU read at step 90;"
         " Llama 3 8B (selective op AC) and 70B (full AC) on 64 A100 80GB, local batch 1; seq 8192 from the"
-        " train_configs at those commits; step time = local batch x 8192 / TPS per GPU",
+        " train_configs at those commits; step time = local batch x 8192 / TPS per GPU. Its Table 2 (added"
+        " 2026-12-06): FSDP + CP + torch.compile + Float8, Llama 3.1 8B on 8 GPUs, local batch 1, full AC,"
+        " sequence 32768-262144 as printed, CP by torch's context_parallel with torchtitan's default K/V"
+        " rotation ('allgather': all K/V shards all-gathered after the first sub-SDPA); step time = FSDP degree"
+        " x sequence / (8 x TPS per GPU)",
     ),
     "megatron-table1": (
         "Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM'"
@@ -283,6 +287,7 @@ def _rows() -> list[Row]:
     rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY]
     rows += [_torchtitan_row(*r) for r in data.TORCHTITAN]
     rows += [_torchtitan_tp_row(*r, fp8=True) for r in data.TORCHTITAN_FLOAT8]
+    rows += [_torchtitan_cp_row(*r) for r in data.TORCHTITAN_CP]
     for model, gpus, tp, batch, ac, bf16_tps, fp8_tps in data.TORCHTITAN_VANILLA_TP:
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, bf16_tps, fp8=False))
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, fp8_tps, fp8=True))
@@ -459,6 +464,18 @@ def _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_g
     what += f", {act_ckpt} AC, compiled, step"
     step_s = local_batch * 8192 / tp / tokens_s_gpu
     return _simulate_row(what, "torchtitan", step_s, "h100-1024", gpus, job)
+
+
+def _torchtitan_cp_row(fsdp: int, cp: int, seq_len: int, tokens_s_gpu: float) -> Row:
+    """One row of torchtitan's Table 2 (docs/validation-public.md, its rule): Llama 3.1 8B on
+    8 H100 96GB, FSDP over the dp x cp ranks, CP as torch's context_parallel with torchtitan's
+    default K/V rotation ("allgather"), ddplab's all-gather CP; compiled, Float8, full AC, one
+    sequence a data-parallel rank. Step time = FSDP degree x sequence / (8 x TPS/GPU)."""
+    job = (*_torchtitan_sets("llama3-8b", 1, "fp8", "full", True), *sets(compute__hbm_tb_s=2.4))
+    job += sets(training__seq_len=seq_len, model__block_size=seq_len, training__cp=cp, training__cp_comm="all_gather")
+    what = f"torchtitan llama3-8b on 8 x H100 96GB (Table 2), FSDP {fsdp} x CP {cp}, seq {seq_len}, Float8, full AC"
+    what += ", compiled, step"
+    return _simulate_row(what, "torchtitan", fsdp * seq_len / (8 * tokens_s_gpu), "h100-1024", 8, job)
 
 
 STEPS = 50

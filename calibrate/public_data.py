@@ -360,6 +360,14 @@ TORCHTITAN_FLOAT8 = (
     ("Table 3", "llama3-8b", 128, 1, 2, "selective", 8380),
     ("Table 4", "llama3-70b", 256, 8, 16, "full", 829),
 )
+# The same H100 page's Table 2, "FSDP + CP + torch.compile + Float8. Llama 3.1 8B model. 8 GPUs.
+# Local batch size 1. Full activation checkpointing.": (FSDP, CP, sequence length, TPS/GPU).
+TORCHTITAN_CP = (
+    (8, 1, 32768, 3890),
+    (4, 2, 65536, 2540),
+    (2, 4, 131072, 1071),
+    (1, 8, 262144, 548),
+)
 # benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, the "Vanilla TP tokens/sec" column (per
 # GPU): (model, GPUs, TP, local batch, AC, bf16 TPS/GPU, float8 tensorwise TPS/GPU); compiled.
 TORCHTITAN_VANILLA_TP = (

@@ -71,7 +71,7 @@ def test_headline_counts_held_out_rows_apart(results):
     assert h["held_out"]["within"] == sum(r.ok for r in held)
     assert sum(b["rows"] for b in h["held_out_by_source"].values()) == len(held)
     assert sum(b["within"] for b in h["held_out_by_source"].values()) == h["held_out"]["within"]
-    # The state measured when the table last changed (docs/validation-public.md): 215 of 271
+    # The state measured when the table last changed (docs/validation-public.md): 215 of 275
     # held-out rows within their tier, median 5.4 %. A change that loses held-out rows fails here.
     assert h["held_out"]["within"] >= 215
     assert h["held_out"]["median_abs_error"] <= 0.06
@@ -110,7 +110,8 @@ def test_no_row_bends_a_constant():
 
 def test_step_rows_follow_their_sources_rules():
     """llm-foundry: every seq-2048 FULL_SHARD bf16/amp_bf16 row, its step the printed global batch
-    over the printed throughput; torchtitan: local batch x 8192 over TPS per GPU."""
+    over the printed throughput; torchtitan: local batch x 8192 over TPS per GPU (Table 2: FSDP
+    degree x sequence over 8 x TPS per GPU)."""
     foundry = [r for r in ROWS if r.source == "llm-foundry"]
     assert len(foundry) == len(data.LLM_FOUNDRY) == 82
     seven = next(r for r in foundry if r.what.startswith("llm-foundry mpt-7b on 8 x H100"))
@@ -127,8 +128,13 @@ def test_step_rows_follow_their_sources_rules():
     # Float8: 2 x 8192 / 8532 and / 8380; the 2D row's TP group shares its local batch of 16.
     assert [round(r.measured, 3) for r in titan[6:9]] == [1.92, 1.955, round(16 * 8192 / 8 / 829, 3)]
     assert all("training.precision=fp8" in r.command for r in titan[6:9])
+    # Table 2: FSDP degree x sequence / (8 GPUs x TPS per GPU), CP as printed, the sequence set.
+    assert [round(r.measured, 3) for r in titan[9:13]] == [8.424, 12.901, 30.596, 59.796]
+    for r, (fsdp, cp, seq, _) in zip(titan[9:13], data.TORCHTITAN_CP, strict=True):
+        assert f"training.cp={cp} " in r.command + " " and f"training.seq_len={seq}" in r.command
+        assert fsdp * cp == 8 and "--ranks 8 " in r.command and "training.precision=fp8" in r.command
     # The async-TP page's vanilla TP column: bf16 then float8 tensorwise, 70B then 8B.
-    assert [round(r.measured, 3) for r in titan[9:]] == [27.43, 20.232, 2.807, 2.42]
+    assert [round(r.measured, 3) for r in titan[13:]] == [27.43, 20.232, 2.807, 2.42]
     assert "training.tp=8" in titan[8].command and "--ranks 256 " in titan[8].command
 
 
