@@ -22,6 +22,9 @@ from sim.nccl_time import NET_HOP_US
 from sim.topology import FLAT, Tiers
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
+# The ops whose buffer is cut into a piece per rank: (n - 1)/n of it on the bus, and nccl-tests
+# prints a piece's element count (realrun/probe_collectives.py has the twin, PER_RANK).
+PER_RANK_OPS = ("allgather", "reduce_scatter", "alltoall")
 SIMPLE = 2  # the Simple protocol's column of the latency tables (sim/nccl_time.py PROTOCOLS)
 
 
@@ -29,7 +32,7 @@ def bus_factor(op: str, ranks: int) -> float:
     """Bytes on each rank's bus per byte of collective size (nccl-tests busbw factor)."""
     if op == "allreduce":
         return 2.0 * (ranks - 1) / ranks
-    if op in ("allgather", "reduce_scatter", "alltoall"):
+    if op in PER_RANK_OPS:
         return (ranks - 1) / ranks
     if op == "broadcast":
         return 1.0

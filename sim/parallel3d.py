@@ -76,7 +76,7 @@ from sim.pipeline import PipelineRun, bubble_fraction, in_flight_closed_form, op
 from sim.precision import Precision, sharded
 from sim.roofline import rates
 from sim.tp import block_time, cp_kv_bytes, head_time
-from sim.transformer import flops_per_token, param_count, ulysses_kv_heads
+from sim.transformer import flops_per_token, kv_heads_per_rank, param_count, ulysses_kv_heads
 from sim.workload import fabric_for
 
 MIB = float(1 << 20)
@@ -448,7 +448,7 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
     if lay.cp == 1:
         transient = 0.0
     elif t.cp_comm == "a2a":
-        held = max(1, (shape.n_kv_head or shape.n_head) // lay.tp)
+        held = kv_heads_per_rank(shape, lay.tp)
         transient = 2 * kv * ulysses_kv_heads(shape, lay.tp, lay.cp) / held / lay.cp
     else:
         transient = 4 * kv / lay.cp if t.cp_comm == "p2p" else 2 * kv

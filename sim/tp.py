@@ -71,7 +71,7 @@ from typing import NamedTuple
 from sim.collectives import Fabric, collective_cost
 from sim.precision import Precision
 from sim.roofline import ATTENTION, Kernel, Rates, block_kernels, head_kernels, kernel_time_s
-from sim.transformer import TransformerShape, ulysses_kv_heads
+from sim.transformer import TransformerShape, kv_heads_per_rank, ulysses_kv_heads
 
 # Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
 _REPLICATED = ("ln_", "residual")
@@ -174,8 +174,7 @@ def cp_kv_bytes(shape: TransformerShape, tokens: float, p: Precision, tp: int) -
     """K and V of ``tokens`` (a whole micro-batch of sequences) for one GPU's KV heads: the
     all-gather's output on each CP rank (nccl-tests' size convention). A TP rank holds
     n_kv_head / tp of them, at least one (Megatron replicates KV heads when tp exceeds them)."""
-    kv_heads = max(1.0, (shape.n_kv_head or shape.n_head) / tp)
-    return tokens * 2 * kv_heads * shape.head_dim * p.compute_bytes
+    return tokens * 2 * kv_heads_per_rank(shape, tp) * shape.head_dim * p.compute_bytes
 
 
 def cp_collectives_s(

@@ -288,17 +288,22 @@ def compute_shares(shape: TransformerShape, seq_len: int) -> ComputeShares:
     return ComputeShares(0.0, block / total, head / total)
 
 
+def kv_heads_per_rank(shape: TransformerShape, tp: int) -> int:
+    """The KV heads one of ``tp`` tensor-parallel ranks holds: its share, at least one (Megatron
+    replicates KV heads when tp exceeds them; sim/config.py requires tp to divide them otherwise)."""
+    return max(1, (shape.n_kv_head or shape.n_head) // tp)
+
+
 def ulysses_kv_heads(shape: TransformerShape, tp: int, cp: int) -> int:
     """The KV heads a TP rank exchanges under Ulysses: its own, or cp when it has fewer (each
     repeated so that every CP rank gets the one its query heads read; sim/tp.py)."""
-    kv = max(1, (shape.n_kv_head or shape.n_head) // tp)
+    kv = kv_heads_per_rank(shape, tp)
     return cp if kv < cp else kv
 
 
 def ulysses_refusal(shape: TransformerShape, tp: int, cp: int) -> str | None:
     """Why these heads cannot be split over ``cp`` Ulysses ranks, or None when they can."""
-    q = shape.n_head // tp
-    kv = max(1, (shape.n_kv_head or shape.n_head) // tp)
+    q, kv = shape.n_head // tp, kv_heads_per_rank(shape, tp)
     if q % cp:
         return f"must divide model.n_head / training.tp ({q} query heads a TP rank) for cp_comm a2a"
     if kv % cp and cp % kv:

@@ -7,11 +7,13 @@ import pytest
 
 from realrun import cli as realrun_cli
 from realrun import precision as realrun_precision
+from realrun import probe_collectives
 from sim import collectives, config, precision, units
 
 
 def test_vocabularies_match():
     assert realrun_cli.OPS == collectives.OPS
+    assert probe_collectives.PER_RANK == collectives.PER_RANK_OPS
     assert realrun_cli.COMM_HOOKS == config.COMM_HOOKS
     trained = tuple(p for p in precision.PRECISIONS if p not in precision.SIMULATED_ONLY)
     assert realrun_precision.PRECISIONS == trained

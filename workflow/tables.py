@@ -9,7 +9,7 @@ rows a notebook can use (each a dict, as their ``--json`` prints it).
 from typing import NamedTuple
 
 from scenarios import load_models, scenario_names
-from sim.collectives import algbw_busbw_gb_s, candidates, collective_cost
+from sim.collectives import PER_RANK_OPS, algbw_busbw_gb_s, candidates, collective_cost
 from sim.cost import SEED_LINKS, link_costs, parse_link
 from sim.precision import PRECISIONS, precision_dtypes
 from sim.scenario_file import BASE_HINT, load_scenario, scenario_data
@@ -92,7 +92,7 @@ def collective_rows(op: str, sizes: str, scenario: str, sets=(), ranks: int | No
             "size_bytes": size,
             # nccl-tests' count: elements per rank's buffer piece (allgather's send, reduce-scatter's
             # receive, all-to-all's per peer), the whole buffer's for allreduce and broadcast.
-            "count": size // 4 // (fabric.ranks if op in ("allgather", "reduce_scatter", "alltoall") else 1),
+            "count": size // 4 // (fabric.ranks if op in PER_RANK_OPS else 1),
             "type": "float",
             "ranks": fabric.ranks,
             "algorithm": c.algorithm,
