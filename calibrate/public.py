@@ -364,8 +364,10 @@ def _megatron_row(name, heads, hidden, layers, tp, pp, gpus, batch, tflop_s, mic
     fixed before predicting); the acceptance bar of issue 28 is the rows from 18B up. Describes
     the job only: its shape, TP/PP/DP, micro-batch and accumulation (batch / (micro-batch x DP)),
     interleaving where the script sets it, fp16 mixed precision, full recomputation, unfused
-    attention (2021: no FlashAttention), Megatron's fused kernels (stack compiled), and its DDP:
-    torch's overlaps buckets with backward, Megatron's "local" reduces after the pipeline."""
+    attention (2021: no FlashAttention), dropout 0.1 (the script's CONFIG.sh sets none, so
+    Megatron's argument defaults, --attention-dropout and --hidden-dropout 0.1, apply),
+    Megatron's fused kernels (stack compiled), and its DDP: torch's overlaps buckets with
+    backward, Megatron's "local" reduces after the pipeline."""
     dp = gpus // (tp * pp)
     v = layers // pp // per_virtual if per_virtual else 1
     job = sets(
@@ -373,7 +375,7 @@ def _megatron_row(name, heads, hidden, layers, tp, pp, gpus, batch, tflop_s, mic
         model__n_head=heads, model__block_size=2048, model__vocab_size=51200, training__seq_len=2048,
         training__micro_batch_size=micro_batch, training__grad_accum=batch // (micro_batch * dp),
         training__tp=tp, training__pp=pp, training__precision="fp16-amp",
-        training__activation_checkpointing="full", training__fused_attention=False,
+        training__activation_checkpointing="full", training__fused_attention=False, training__dropout=0.1,
         training__overlap=ddp == "torch", compute__stack="compiled",
     )  # fmt: skip
     if v > 1:

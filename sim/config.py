@@ -139,7 +139,15 @@ class TrainingConfig:
     has no selective path and recomputes it as full."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
-    seq x seq score matrix for backward (memory estimate only)."""
+    seq x seq score matrix for backward. false: the scores, softmax and weighted sum as separate
+    kernels over the whole seq x seq square, timed (sim/roofline.py unfused_attention) and
+    kept for backward (sim/memory.py)."""
+    dropout: float = 0.0
+    """Dropout probability, as Megatron-LM applies it (its default 0.1; nanoGPT's and llm.c's
+    GPT-2 pre-training: 0): on the attention probabilities and after attention and the MLP.
+    Only whether it is on matters: its masks are kept (sim/memory.py, sim/memory3d.py) and, with
+    unfused attention, the probabilities' dropout is timed; on the residual branches it runs
+    fused into the residual add (sim/roofline.py)."""
     tp: int = 1
     """Tensor-parallel ranks (Megatron-style, inside one node): each block's matmuls sharded
     over them, two allreduces per block in forward and two in backward (sim/tp.py)."""
@@ -180,6 +188,7 @@ class TrainingConfig:
         for key in ("micro_batch_size", "grad_accum", "powersgd_rank"):
             _require(getattr(self, key) >= 1, f"training.{key}", getattr(self, key), "must be >= 1")
         _require(self.seq_len >= 0, "training.seq_len", self.seq_len, "must be >= 0")
+        _require(0 <= self.dropout < 1, "training.dropout", self.dropout, "must be in [0, 1)")
         _require(self.bucket_cap_mb > 0, "training.bucket_cap_mb", self.bucket_cap_mb, "must be > 0")
         if self.first_bucket_mb is not None:
             _require(self.first_bucket_mb > 0, "training.first_bucket_mb", self.first_bucket_mb, "must be > 0")

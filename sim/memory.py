@@ -33,6 +33,8 @@ Activations saved for backward, per block, in bytes per token per model dimensio
   This is Korthikanti et al. 2022 ("Reducing Activation Recomputation", Sec. 4.1) for a
   model without dropout and with fused attention, which stores no s x s scores; without it
   (``fused_attention = false``) the softmax probabilities a s^2 b and the scaled queries add.
+  With dropout (``training.dropout`` > 0) its 1-byte masks add: two per token on the residual
+  branches and, unfused, one per score with dropout's output (Korthikanti's 2 + 3 a s / h).
   A Llama block (sim/transformer.py's llama layout) adapts the same count: the two RMSNorm inputs (r
   each) and outputs (c each), Q (c) and the narrower K and V (kv_dim / d each, grouped-query
   attention: SDPA's enable_gqa keeps them unrepeated, as torch 2.13 does on CPU; a kernel that
@@ -64,7 +66,7 @@ from typing import NamedTuple
 
 from sim.config import SHARDED_MODES, Scenario
 from sim.fsdp import ROOT, unit_numels
-from sim.precision import Precision
+from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
 GIB = float(1 << 30)
@@ -101,32 +103,47 @@ class MemoryEstimate(NamedTuple):
 
 
 def block_activation_bytes(
-    shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision, *, fused_attention: bool
+    shape: TransformerShape,
+    seq_len: int,
+    micro_batch: int,
+    dtypes: Precision,
+    *,
+    fused_attention: bool,
+    dropout: bool = False,
 ) -> float:
     """One transformer block's tensors saved for backward, bytes (see the module docstring)."""
-    s, b, h, a = seq_len, micro_batch, shape.n_embd, shape.n_head
+    s, b, h = seq_len, micro_batch, shape.n_embd
     r, c = dtypes.residual_bytes, dtypes.compute_bytes
     stats = 2 * shape.norm_stats * FP32  # two norms' statistics per token
     # Per token, compute-dtype elements: the norms' outputs, Q K V, the attention output, and the
     # MLP's: GELU's input and output (2 ffn), or SwiGLU's gate, silu(gate), up, product (4 ffn).
     mlp = (4 if shape.swiglu else 2) * shape.ffn_hidden
     saved = 2 * h + shape.qkv_dim + h + mlp  # 14 h for GPT-2
-    if fused_attention:
-        attention = a * FP32  # log-sum-exp per head and token
-    else:
-        attention = a * s * c + h * c  # softmax probabilities per head and key, and the scaled queries
+    masks = 2 * h * DROPOUT_MASK_BYTES if dropout else 0  # after attention and after the MLP
+    attention = attention_core_bytes(shape, 1, 1, dtypes, fused_attention, dropout, keys=s)
     rope = 2 * s * shape.head_dim * c if not shape.learned_positions and dtypes.autocast else 0
-    return s * b * (h * 2 * r + saved * c + stats + attention) + rope
+    return s * b * (h * 2 * r + saved * c + masks + stats + attention) + rope
 
 
 def attention_core_bytes(
-    shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision, fused_attention: bool
+    shape: TransformerShape,
+    seq_len: int,
+    micro_batch: int,
+    dtypes: Precision,
+    fused_attention: bool,
+    dropout: bool = False,
+    *,
+    keys: int | None = None,
 ) -> float:
     """What selective recomputation does not keep per block: the attention core's own saved
-    tensors (block_activation_bytes' attention term): the log-sum-exp when fused, else the
-    softmax probabilities and the scaled queries."""
+    tensors (block_activation_bytes' attention term): the log-sum-exp per head and token when
+    fused, else the softmax probabilities per head and key, the scaled queries and, with
+    dropout, its mask and output. ``keys``: the keys each token scores (``seq_len`` by default)."""
     s, b, a, h, c = seq_len, micro_batch, shape.n_head, shape.n_embd, dtypes.compute_bytes
-    return s * b * (a * FP32 if fused_attention else a * s * c + h * c)
+    k = s if keys is None else keys
+    if fused_attention:
+        return s * b * a * FP32
+    return s * b * (a * k * (c + ((DROPOUT_MASK_BYTES + c) if dropout else 0)) + h * c)
 
 
 def activation_bytes(
@@ -137,10 +154,11 @@ def activation_bytes(
     *,
     checkpointing: bool,
     fused_attention: bool,
+    dropout: bool = False,
 ) -> float:
     """One micro-batch's activations saved for backward outside the loss, bytes."""
     s, b, h = seq_len, micro_batch, shape.n_embd
-    block = block_activation_bytes(shape, s, b, dtypes, fused_attention=fused_attention)
+    block = block_activation_bytes(shape, s, b, dtypes, fused_attention=fused_attention, dropout=dropout)
     blocks = shape.n_layer * (s * b * h * dtypes.residual_bytes) + block if checkpointing else shape.n_layer * block
     head = s * b * (h * (dtypes.residual_bytes + dtypes.compute_bytes) + shape.norm_stats * FP32 + 2 * INDEX_BYTES)
     return blocks + head
@@ -167,11 +185,13 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
     shape, seq = sc.model.shape, sc.seq_len
     numels = unit_numels(shape)
     params = float(numels.sum())
+    drop = t.dropout > 0
     act = activation_bytes(
-        shape, seq, t.micro_batch_size, dt, checkpointing=t.recompute == "full", fused_attention=t.fused_attention
-    )
+        shape, seq, t.micro_batch_size, dt, checkpointing=t.recompute == "full", fused_attention=t.fused_attention,
+        dropout=drop,
+    )  # fmt: skip
     if t.recompute == "selective":  # attention's core recomputed: its saved tensors are not kept
-        act -= shape.n_layer * attention_core_bytes(shape, seq, t.micro_batch_size, dt, t.fused_attention)
+        act -= shape.n_layer * attention_core_bytes(shape, seq, t.micro_batch_size, dt, t.fused_attention, drop)
     logits = logits_bytes(shape, seq, t.micro_batch_size, dt)
     buckets = unsharded = copies = 0.0
     if t.mode in SHARDED_MODES:

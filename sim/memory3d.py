@@ -42,10 +42,8 @@ zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
 from typing import NamedTuple
 
 from sim.memory import FP32, GIB, INDEX_BYTES
-from sim.precision import Precision
+from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
-
-DROPOUT_MASK_BYTES = 1  # torch's dropout keeps a bool mask
 
 
 class LayerTerms(NamedTuple):

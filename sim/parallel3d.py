@@ -261,8 +261,9 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     kw = {"tp": lay.tp, "sequence_parallel": t.sequence_parallel and lay.tp > 1, "fabric": tp_fabric, "cp": lay.cp}
     cp_net = cp_fabric(sc, lay) if lay.cp > 1 else None
     blk = block_time(
-        shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, cp_fabric=cp_net, cp_comm=t.cp_comm, **kw
-    )
+        shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, cp_fabric=cp_net, cp_comm=t.cp_comm,
+        fused_attention=t.fused_attention, dropout=t.dropout > 0, **kw
+    )  # fmt: skip
     if not sc.network.enabled:
         blk = blk._replace(forward_comm_s=0.0, backward_comm_s=0.0)
     head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, **kw)
@@ -439,8 +440,9 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
     dt = dtypes_3d(sc)
     local = sc.seq_len // lay.cp  # the tokens of each sequence one GPU holds (context parallelism)
     terms = layer_terms(
-        shape, local, t.micro_batch_size, dt, fused_attention=t.fused_attention, dropout=False, kv_len=sc.seq_len
-    )
+        shape, local, t.micro_batch_size, dt, fused_attention=t.fused_attention, dropout=t.dropout > 0,
+        kv_len=sc.seq_len,
+    )  # fmt: skip
     # One block's gathered K and V, and their gradients in the backward (sim/memory3d.py); ring
     # attention's two chunks of each instead; Ulysses' K and V of its heads over the whole
     # sequence, received by the all-to-all, and their gradients (sim/tp.py).

@@ -35,6 +35,7 @@ PRECISIONS = ("fp32", "tf32", "bf16-amp", "bf16", "fp16-amp", "fp8")
 # What the simulator predicts but `ddplab train` does not run: FP8 matmuls need Transformer
 # Engine (or torchao) on an FP8-capable GPU, which realrun does not use.
 SIMULATED_ONLY = ("fp8",)
+DROPOUT_MASK_BYTES = 1  # torch's dropout keeps a bool mask, one byte an element
 
 
 class Precision(NamedTuple):

@@ -11,7 +11,10 @@ the bytes it moves, and takes
 one eager op, which bounds a GPU that finishes kernels faster than Python issues them).
 Matmuls run at the precision's tensor peak x ``matmul_efficiency``; fused attention at
 ``attention_efficiency`` of it (FlashAttention-2 reaches about 35 % of an H100's peak: Shah et
-al. 2024, "FlashAttention-3", Sec. 1); everything else is memory-bound. The constants are per
+al. 2024, "FlashAttention-3", Sec. 1); everything else is memory-bound. Unfused attention
+(``training.fused_attention = false``, Megatron-LM 2021) is its batched matmuls over the whole
+s x s square and the softmax and dropout between them, which move that square through HBM
+(unfused_attention below). The constants are per
 platform, in the preset, with their sources; `ddplab calibrate` on a GPU replaces all of this
 with the measured fit.
 
@@ -54,7 +57,7 @@ its own gradient and bucket copy where a tied one adds its gradient into wte's.
 from typing import NamedTuple
 
 from sim.config import ComputeConfig
-from sim.precision import Precision
+from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
 MATMUL, ATTENTION, MEMORY = "matmul", "attention", "memory"
@@ -66,6 +69,7 @@ class Kernel(NamedTuple):
     kind: str  # matmul | attention | memory
     flops: float
     bytes: float
+    core: bool = False  # attention's core (what selective recomputation reruns, ring attention hides under)
 
 
 class Rates(NamedTuple):
@@ -179,8 +183,57 @@ def _norm(name: str, t: float, d: int, p: Precision, bias: bool = True) -> tuple
     return fwd, bwd
 
 
-def block_kernels(shape: TransformerShape, seq_len: int, tokens: float, p: Precision) -> list[Kernel]:
-    """One transformer block's kernels for a micro-step of ``tokens`` (= micro-batch x seq_len)."""
+def unfused_attention(t: float, s: int, d: int, kv: int, heads: int, c: int, dropout: bool):
+    """Attention without a fused kernel, as Megatron-LM (2021) and eager PyTorch's math path run
+    it: (forward kernels, backward kernels) for ``t`` tokens of sequences of ``s``.
+
+    The scores are a full s x s matrix per head and sequence, t s heads elements in the compute
+    dtype, written and read by every step (Korthikanti et al. 2022, Sec. 4.1, count the same
+    tensors as saved activations: the softmax output, the dropout mask and its output).
+    Forward: Q K^T (a batched matmul over the whole square, 2 t s d FLOPs: the causal mask is
+    applied after it), the scale, mask and softmax in one kernel (Megatron's
+    FusedScaleMaskSoftmax: read the scores, write the probabilities), dropout on them (read,
+    write, and a 1-byte mask), and the probabilities times V (2 t s d). Backward: the two
+    matmuls' input and weight gradients (each reads or writes the square), dropout's backward
+    (read the gradient and the mask, write) and the softmax's (read its output and the
+    gradient, write). Each pass is counted over the whole square, though the causal kernels
+    skip reading the masked half. The head transposes (t d copies, 1/(s/head_dim) of this
+    traffic) are not counted. K and V are read ``kv`` wide, as stored."""
+    e = t * s * heads  # score elements
+    drop = e * (2 * c + DROPOUT_MASK_BYTES)
+    fwd = [
+        Kernel("attention.scores", False, MATMUL, 2.0 * t * s * d, t * (d + kv) * c + e * c, True),
+        _mem("attention.softmax", False, 2.0 * e * c)._replace(core=True),
+    ]
+    if dropout:
+        fwd.append(_mem("attention.dropout", False, drop)._replace(core=True))
+    fwd.append(Kernel("attention.context", False, MATMUL, 2.0 * t * s * d, e * c + t * (kv + d) * c, True))
+    bwd = [
+        Kernel("attention.context.dgrad", True, MATMUL, 2.0 * t * s * d, t * (d + kv) * c + e * c, True),
+        Kernel("attention.context.wgrad", True, MATMUL, 2.0 * t * s * d, e * c + t * (d + kv) * c, True),
+    ]
+    if dropout:
+        bwd.append(_mem("attention.dropout.bwd", True, drop)._replace(core=True))
+    bwd += [
+        _mem("attention.softmax.bwd", True, 3.0 * e * c)._replace(core=True),
+        Kernel("attention.scores.dgrad", True, MATMUL, 2.0 * t * s * d, e * c + t * (kv + d) * c, True),
+        Kernel("attention.scores.wgrad", True, MATMUL, 2.0 * t * s * d, e * c + t * (d + kv) * c, True),
+    ]
+    return fwd, bwd
+
+
+def block_kernels(
+    shape: TransformerShape,
+    seq_len: int,
+    tokens: float,
+    p: Precision,
+    *,
+    fused_attention: bool = True,
+    dropout: bool = False,
+) -> list[Kernel]:
+    """One transformer block's kernels for a micro-step of ``tokens`` (= micro-batch x seq_len);
+    ``fused_attention`` False: attention's core as unfused kernels (unfused_attention),
+    ``dropout``: training.dropout > 0."""
     d, s, t = shape.n_embd, seq_len, tokens
     kv, f, bias = shape.kv_dim, shape.ffn_hidden, shape.biases
     r, c = p.residual_bytes, p.compute_bytes
@@ -197,22 +250,28 @@ def block_kernels(shape: TransformerShape, seq_len: int, tokens: float, p: Preci
     if not shape.learned_positions:  # RoPE rotates Q and K: read and write each; V's copy
         rope = 2.0 * t * (d + kv) * c
         add(([_mem("rope", False, rope), _mem("v_copy", False, 2.0 * t * kv * c)], [_mem("rope.bwd", True, rope)]))
-    # Reads Q, K, V, writes the output; backward reads Q, K, V, the output and its gradient,
-    # writes dQ, dK, dV. K and V are kv_dim wide (= d without grouped-query attention).
-    add(
-        (
-            [Kernel("attention", False, ATTENTION, 2.0 * t * s * d, t * (2 * d + 2 * kv) * c)],
-            [
-                _mem("attention.bwd_preprocess", True, 2.0 * t * d * c),
-                Kernel("attention.bwd", True, ATTENTION, 5.0 * t * s * d, t * (4 * d + 4 * kv) * c),
-            ],
+    if fused_attention:
+        # Reads Q, K, V, writes the output; backward reads Q, K, V, the output and its gradient,
+        # writes dQ, dK, dV. K and V are kv_dim wide (= d without grouped-query attention).
+        add(
+            (
+                [Kernel("attention", False, ATTENTION, 2.0 * t * s * d, t * (2 * d + 2 * kv) * c, True)],
+                [
+                    _mem("attention.bwd_preprocess", True, 2.0 * t * d * c),
+                    Kernel("attention.bwd", True, ATTENTION, 5.0 * t * s * d, t * (4 * d + 4 * kv) * c, True),
+                ],
+            )
         )
-    )
+    else:
+        add(unfused_attention(t, s, d, kv, shape.n_head, c, dropout))
     add(_linear("attn.c_proj", t, d, d, p, bias))
-    residual_add = _mem("residual_add", False, t * d * (2 * r + c))
+    # Dropout on a residual branch (dropout > 0) runs fused into the add, as Megatron-LM's
+    # bias-dropout-add does: it writes a 1-byte mask, and its backward reads it.
+    mask = t * d * DROPOUT_MASK_BYTES if dropout else 0.0
+    residual_add = _mem("residual_add", False, t * d * (2 * r + c) + mask)
     # Backward of a residual add: the branch's gradient cast to its dtype, and the sum of the two
     # gradients that reach the residual stream.
-    residual_bwd = [_mem("residual_grad_sum", True, 3.0 * t * d * r)]
+    residual_bwd = [_mem("residual_grad_sum", True, 3.0 * t * d * r + mask)]
     if p.autocast:
         residual_bwd.append(_mem("residual_grad_cast", True, t * d * (r + c)))
     add(([residual_add], residual_bwd))
@@ -275,10 +334,19 @@ def head_kernels(shape: TransformerShape, tokens: float, p: Precision) -> list[K
     return fwd + bwd
 
 
-def step_kernels(shape: TransformerShape, seq_len: int, micro_batch: int, p: Precision) -> list[Kernel]:
+def step_kernels(
+    shape: TransformerShape,
+    seq_len: int,
+    micro_batch: int,
+    p: Precision,
+    *,
+    fused_attention: bool = True,
+    dropout: bool = False,
+) -> list[Kernel]:
     """Every kernel of one micro-step's forward and backward, in no particular order."""
     tokens = float(micro_batch * seq_len)
-    return shape.n_layer * block_kernels(shape, seq_len, tokens, p) + head_kernels(shape, tokens, p)
+    block = block_kernels(shape, seq_len, tokens, p, fused_attention=fused_attention, dropout=dropout)
+    return shape.n_layer * block + head_kernels(shape, tokens, p)
 
 
 def kernel_time_s(k: Kernel, r: Rates) -> float:
@@ -287,10 +355,19 @@ def kernel_time_s(k: Kernel, r: Rates) -> float:
     return max(compute_s, k.bytes / r.memory_bytes_s, r.launch_s)
 
 
-def micro_step_time(shape: TransformerShape, seq_len: int, micro_batch: int, p: Precision, r: Rates) -> ComputeTime:
+def micro_step_time(
+    shape: TransformerShape,
+    seq_len: int,
+    micro_batch: int,
+    p: Precision,
+    r: Rates,
+    *,
+    fused_attention: bool = True,
+    dropout: bool = False,
+) -> ComputeTime:
     fwd = bwd = mm = mem = 0.0
     floor = 0
-    kernels = step_kernels(shape, seq_len, micro_batch, p)
+    kernels = step_kernels(shape, seq_len, micro_batch, p, fused_attention=fused_attention, dropout=dropout)
     for k in kernels:
         t = kernel_time_s(k, r)
         if k.backward:

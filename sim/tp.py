@@ -70,7 +70,7 @@ from typing import NamedTuple
 
 from sim.collectives import Fabric, collective_cost
 from sim.precision import Precision
-from sim.roofline import ATTENTION, Kernel, Rates, block_kernels, head_kernels, kernel_time_s
+from sim.roofline import Kernel, Rates, block_kernels, head_kernels, kernel_time_s
 from sim.transformer import TransformerShape, kv_heads_per_rank, ulysses_kv_heads
 
 # Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
@@ -133,20 +133,22 @@ def block_time(
     cp: int = 1,
     cp_fabric: Fabric | None = None,
     cp_comm: str = "all_gather",
+    fused_attention: bool = True,
+    dropout: bool = False,
 ) -> BlockTime:
     """``seq_len``: the whole sequence; with ``cp`` > 1 each GPU holds 1/cp of it and
-    ``cp_fabric`` is its CP group's, ``cp_comm`` how it exchanges K and V (module docstring)."""
+    ``cp_fabric`` is its CP group's, ``cp_comm`` how it exchanges K and V (module docstring);
+    ``fused_attention``, ``dropout``: sim/roofline.py block_kernels'."""
     tokens = float(micro_batch * seq_len)
     fwd = bwd = core = core_bwd = 0.0
-    for k in block_kernels(shape, seq_len, tokens, p):
+    for k in block_kernels(shape, seq_len, tokens, p, fused_attention=fused_attention, dropout=dropout):
         t = kernel_time_s(shard_kernel(k, tp, sequence_parallel, cp), r)
         if k.backward:
             bwd += t
-            core_bwd += t if k.kind == ATTENTION else 0.0
+            core_bwd += t if k.core else 0.0
         else:
             fwd += t
-            if k.kind == ATTENTION:
-                core += t
+            core += t if k.core else 0.0
     # Each synchronisation moves the t x d activation in the compute dtype. With sequence
     # parallelism the pair of collectives also replaces the allreduce (operator g) and the
     # identity (operator f), so the count is the same: two in forward, two in backward.

@@ -117,7 +117,10 @@ def micro_step_compute_s(sc: Scenario) -> tuple[float, float]:
             total = flops / (c.peak_for(t.dtypes) * 1e12 * c.mfu)
         frac = 2.0 / 3.0 if c.backward_fraction is None else c.backward_fraction
         return total * (1.0 - frac), total * frac
-    r = micro_step_time(shape, seq, t.micro_batch_size, t.dtypes, rates(c, t.dtypes))
+    r = micro_step_time(
+        shape, seq, t.micro_batch_size, t.dtypes, rates(c, t.dtypes), fused_attention=t.fused_attention,
+        dropout=t.dropout > 0,
+    )  # fmt: skip
     if c.backward_fraction is None:
         return r.forward_s, r.backward_s
     return r.step_s * (1.0 - c.backward_fraction), r.step_s * c.backward_fraction

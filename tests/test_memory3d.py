@@ -39,11 +39,29 @@ def test_korthikanti_closed_forms(t, sp, recompute):
 
 @pytest.mark.parametrize("preset", ["gpt2-760m", "llama3-8b"])
 @pytest.mark.parametrize("precision", ["bf16-amp", "bf16"])
-def test_tp1_is_sim_memory_block_count(preset, precision):
+@pytest.mark.parametrize("dropout", [False, True])
+def test_tp1_is_sim_memory_block_count(preset, precision, dropout):
     shape, dt = model_shape(preset), precision_dtypes(precision)
-    terms = layer_terms(shape, 2048, 4, dt, fused_attention=True, dropout=False)
+    terms = layer_terms(shape, 2048, 4, dt, fused_attention=True, dropout=dropout)
     got = layer_activation_bytes(terms, tp=1, sequence_parallel=False, recompute="none")
-    assert got == pytest.approx(block_activation_bytes(shape, 2048, 4, dt, fused_attention=True), rel=1e-12)
+    want = block_activation_bytes(shape, 2048, 4, dt, fused_attention=True, dropout=dropout)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_unfused_dropout_adds_korthikantis_mask_and_output_per_score():
+    """Unfused attention with dropout keeps the softmax output, the dropout mask and its output:
+    5 a s^2 b bytes at 16 bits (Korthikanti et al. 2022, Sec. 4.1), where without dropout 2 a s^2 b;
+    the two residual branches' masks add 2 s b h. sim/memory.py and sim/memory3d.py agree on it."""
+    shape, dt = model_shape("gpt2-760m"), precision_dtypes("bf16")
+    s, b, a, h = 2048, 4, shape.n_head, shape.n_embd
+    plain = block_activation_bytes(shape, s, b, dt, fused_attention=False)
+    drop = block_activation_bytes(shape, s, b, dt, fused_attention=False, dropout=True)
+    assert drop - plain == pytest.approx(3 * a * s * s * b + 2 * s * b * h, rel=1e-12)
+    t0, t1 = (layer_terms(shape, s, b, dt, fused_attention=False, dropout=d) for d in (False, True))
+    assert t1.attention_core == pytest.approx(5 * a * s * s * b, rel=1e-12)
+    assert t0.attention_core == pytest.approx(2 * a * s * s * b, rel=1e-12)
+    held = [layer_activation_bytes(x, tp=1, sequence_parallel=False, recompute="none") for x in (t0, t1)]
+    assert held[1] - held[0] == pytest.approx(drop - plain, rel=1e-12)
 
 
 def _sc(*sets, ranks=64):

@@ -127,6 +127,8 @@ def test_a_straggler_is_charged_to_its_stage_and_delays_every_pipeline():
         (["training.tp=2", "training.mode=hsdp", "training.hsdp_shard_size=3"], "training.hsdp_shard_size"),
         (["training.pp=64"], "training.pp"),
         (["training.precision=fp4"], "training.precision"),
+        (["training.dropout=1"], "training.dropout"),
+        (["training.dropout=-0.1"], "training.dropout"),
     ],
 )
 def test_bad_values_name_the_key(sets, key):
@@ -146,6 +148,27 @@ def test_activation_checkpointing_keeps_booleans():
     head = 2 * shape.vocab_size * shape.n_embd
     want = shape.n_layer * 4 * 4096 * shape.n_embd / (shape.n_layer * block + head)
     assert recompute_fraction(sel) == pytest.approx(want)
+
+
+def test_selective_recompute_reruns_the_unfused_attention_core():
+    """With unfused attention the core is its QK^T, softmax, dropout and AV kernels: selective
+    recomputation reruns exactly their forward, and unfused costs more than fused."""
+    from sim.roofline import block_kernels, kernel_time_s
+    from sim.tp import shard_kernel
+
+    sc = _sc("training.fused_attention=false", "training.dropout=0.1", "training.activation_checkpointing=selective")
+    shape, dt = sc.model.shape, dtypes_3d(sc)
+    r = rates(sc.compute, dt)
+    kw = {"tp": 8, "sequence_parallel": False, "fabric": fabric_for(sc, ranks=8)}
+    blk = block_time(shape, 4096, 1, dt, r, recompute="selective", fused_attention=False, dropout=True, **kw)
+    core = [k for k in block_kernels(shape, 4096, 4096.0, dt, fused_attention=False, dropout=True) if k.core]
+    assert {k.name for k in core if not k.backward} == {
+        "attention.scores", "attention.softmax", "attention.dropout", "attention.context"
+    }  # fmt: skip
+    want = sum(kernel_time_s(shard_kernel(k, 8, False), r) for k in core if not k.backward)
+    assert blk.recompute_s == pytest.approx(want, rel=1e-12)
+    fused = block_time(shape, 4096, 1, dt, r, recompute="selective", **kw)
+    assert blk.forward_compute_s > fused.forward_compute_s and blk.recompute_s > fused.recompute_s
 
 
 def test_fp8_runs_linear_matmuls_at_the_fp8_peak_with_cast_kernels():

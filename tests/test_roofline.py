@@ -36,6 +36,39 @@ def test_matmul_and_attention_flops_add_up(precision):
     assert att == pytest.approx((2 + 5) * t * SEQ * d * L, rel=1e-12)
 
 
+@pytest.mark.parametrize("dropout", [False, True])
+def test_unfused_attention_runs_the_whole_square_and_moves_it_through_hbm(dropout):
+    """Unfused attention (Megatron-LM 2021, eager math): QK^T and AV over the whole s x s square,
+    4 s d FLOPs per token forward and 8 backward, as matmuls; the square's elements (t s a) pass
+    through HBM, at 16 bits: forward the scores written, the softmax's read and write and AV's
+    read (4), backward the four matmul gradients' (4) and the softmax's backward (3); dropout
+    adds a read, a write and a 1-byte mask each way. Everything else equals the fused block."""
+    from sim.roofline import block_kernels
+
+    p = precision_dtypes("bf16")
+    d, kv, a, s, t = SHAPE.n_embd, SHAPE.kv_dim, SHAPE.n_head, SEQ, 4.0 * SEQ
+    fused = block_kernels(SHAPE, s, t, p)
+    unfused = block_kernels(SHAPE, s, t, p, fused_attention=False, dropout=dropout)
+    core = [k for k in unfused if k.core]
+    assert {k.name for k in unfused if not k.core} - {"residual_add", "residual_grad_sum"} == {
+        k.name for k in fused if not k.core and k.name != "attention.bwd_preprocess"
+    } - {"residual_add", "residual_grad_sum"}
+    assert all(k.kind in (MATMUL, "memory") for k in core)
+    assert sum(k.flops for k in core if not k.backward) == pytest.approx(4 * t * s * d, rel=1e-12)
+    assert sum(k.flops for k in core if k.backward) == pytest.approx(8 * t * s * d, rel=1e-12)
+    e, c = t * s * a, p.compute_bytes
+    per_token = 2 * (d + kv) * c  # Q, K (or V) and an output or gradient, t d wide, per matmul
+    square = {False: 4 * e * c, True: 7 * e * c}
+    if dropout:
+        square = {b: v + e * (2 * c + 1) for b, v in square.items()}
+    for backward in (False, True):
+        got = sum(k.bytes for k in core if k.backward == backward)
+        matmuls = sum(k.kind == MATMUL for k in core if k.backward == backward)
+        assert got == pytest.approx(square[backward] + matmuls * t * per_token / 2, rel=1e-12)
+    # Selective recomputation reruns the core: its forward kernels only.
+    assert [k.name for k in core if not k.backward][0] == "attention.scores"
+
+
 def test_without_memory_and_launch_limits_time_is_flops_over_rate():
     c = dataclasses.replace(ComputeConfig(), hbm_tb_s=1e9, kernel_launch_us=0.0)
     p = precision_dtypes("bf16-amp")
