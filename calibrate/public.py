@@ -412,6 +412,7 @@ def _foundry_row(section, model, gpus, micro_batch, accum, global_tokens, tokens
         training__grad_accum=accum,
         training__precision="bf16-amp" if precision == "amp_bf16" else "bf16",
         training__activation_checkpointing=act_ckpt,
+        training__fused_loss=True,
         compute__stack="eager",
     )
     preset = "h100-1024" if section == "h100" else "a100-8"

@@ -142,6 +142,12 @@ class TrainingConfig:
     seq x seq score matrix for backward. false: the scores, softmax and weighted sum as separate
     kernels over the whole seq x seq square, timed (sim/roofline.py unfused_attention) and
     kept for backward (sim/memory.py)."""
+    fused_loss: bool = False
+    """The loss as one fused cross-entropy kernel over the 16-bit logits (flash-attn's
+    CrossEntropyLoss, llm-foundry's MPT default; Liger's and others like it), where false is
+    eager F.cross_entropy under autocast (realrun's model): an fp32 copy of the logits,
+    log_softmax and the NLL, and their backward. Timed (sim/roofline.py loss_kernels) and in
+    memory (sim/memory.py loss_bytes_per_logit)."""
     dropout: float = 0.0
     """Dropout probability, as Megatron-LM applies it (its default 0.1; nanoGPT's and llm.c's
     GPT-2 pre-training: 0): on the attention probabilities and after attention and the MLP.

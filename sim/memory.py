@@ -164,11 +164,21 @@ def activation_bytes(
     return blocks + head
 
 
-def logits_bytes(shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision) -> float:
-    """The T x vocab tensors alive at the start of backward: the logits the caller holds, the
-    saved log_softmax output and the two gradients of the loss's backward."""
-    tv = seq_len * micro_batch * shape.vocab_size
-    return tv * (dtypes.compute_bytes + 3 * dtypes.loss_bytes)
+def loss_bytes_per_logit(dtypes: Precision, fused_loss: bool = False) -> float:
+    """Bytes per T x vocab element alive at the start of backward. Eager: the logits the caller
+    holds, the saved log_softmax output and the two gradients of the loss's backward. A fused
+    cross-entropy (``training.fused_loss``) keeps only the 16-bit logits and writes their
+    gradient (sim/roofline.py loss_kernels)."""
+    if fused_loss:
+        return 2.0 * dtypes.compute_bytes
+    return dtypes.compute_bytes + 3.0 * dtypes.loss_bytes
+
+
+def logits_bytes(
+    shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision, fused_loss: bool = False
+) -> float:
+    """The T x vocab tensors alive at the start of backward (loss_bytes_per_logit)."""
+    return seq_len * micro_batch * shape.vocab_size * loss_bytes_per_logit(dtypes, fused_loss)
 
 
 def weight_copy_bytes(shape: TransformerShape, dtypes: Precision) -> float:
@@ -192,7 +202,7 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
     )  # fmt: skip
     if t.recompute == "selective":  # attention's core recomputed: its saved tensors are not kept
         act -= shape.n_layer * attention_core_bytes(shape, seq, t.micro_batch_size, dt, t.fused_attention, drop)
-    logits = logits_bytes(shape, seq, t.micro_batch_size, dt)
+    logits = logits_bytes(shape, seq, t.micro_batch_size, dt, t.fused_loss)
     buckets = unsharded = copies = 0.0
     if t.mode in SHARDED_MODES:
         shard = 1.0 / sc.shard_size

@@ -41,7 +41,7 @@ zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
 
 from typing import NamedTuple
 
-from sim.memory import FP32, GIB, INDEX_BYTES
+from sim.memory import FP32, GIB, INDEX_BYTES, loss_bytes_per_logit
 from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
@@ -123,6 +123,7 @@ def stage_memory(
     last: bool,
     cuda_context_gib: float,
     transient_bytes: float = 0.0,
+    fused_loss: bool = False,
 ) -> StageMemory:
     """``in_flight_layers``: layers' worth of activations the stage holds at its peak (its
     layers per chunk x chunk-micro-batches in flight, sim/pipeline.py); ``seq_len``: the tokens
@@ -147,6 +148,6 @@ def stage_memory(
     logits = 0.0
     if last:  # ln_f's input and output, the targets; the loss's T x vocab / tp tensors, one micro-batch
         held += sb * (h * (dtypes.residual_bytes + dtypes.compute_bytes) + INDEX_BYTES)
-        logits = sb * shape.vocab_size / tp * (c + 3 * dtypes.loss_bytes)
+        logits = sb * shape.vocab_size / tp * loss_bytes_per_logit(dtypes, fused_loss)
     total = (states + held + logits) / GIB + cuda_context_gib
     return StageMemory(stage, params, states / GIB, held / GIB, logits / GIB, total)

@@ -266,7 +266,7 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     )  # fmt: skip
     if not sc.network.enabled:
         blk = blk._replace(forward_comm_s=0.0, backward_comm_s=0.0)
-    head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, **kw)
+    head = head_time(shape, sc.seq_len, t.micro_batch_size, dt, r, fused_loss=t.fused_loss, **kw)
     sizes = list(t.pp_layers) if t.pp_layers is not None else chunk_layers(shape.n_layer, lay.pp * lay.v)
     fwd = np.zeros((lay.pp, lay.v))
     bwd = np.zeros((lay.pp, lay.v))
@@ -465,7 +465,7 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
                 in_flight_layers=chunks_in_flight * per_chunk, terms=terms, tp=lay.tp,
                 sequence_parallel=t.sequence_parallel and lay.tp > 1, recompute=t.recompute, shape=shape,
                 seq_len=local, micro_batch=t.micro_batch_size, first=i == 0, last=i == lay.pp - 1,
-                cuda_context_gib=CUDA_CONTEXT_GIB, transient_bytes=transient,
+                cuda_context_gib=CUDA_CONTEXT_GIB, transient_bytes=transient, fused_loss=t.fused_loss,
             )
         )  # fmt: skip
     return out

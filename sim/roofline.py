@@ -293,10 +293,11 @@ def block_kernels(
     return fwd + bwd
 
 
-def head_kernels(shape: TransformerShape, tokens: float, p: Precision) -> list[Kernel]:
-    """The embeddings, the final norm, the output layer (tied or not) and the loss."""
+def head_kernels(shape: TransformerShape, tokens: float, p: Precision, *, fused_loss: bool = False) -> list[Kernel]:
+    """The embeddings, the final norm, the output layer (tied or not) and the loss; ``fused_loss``:
+    the loss as one fused cross-entropy kernel (loss_kernels)."""
     d, v, t = shape.n_embd, shape.vocab_size, tokens
-    r, c, w, loss = p.residual_bytes, p.compute_bytes, p.param_bytes, p.loss_bytes
+    r, c, w = p.residual_bytes, p.compute_bytes, p.param_bytes
     fwd = [_mem("wte.lookup", False, t * d * (w + r))]
     if shape.learned_positions:
         fwd.append(_mem("wpe.add", False, t * d * 2 * r))
@@ -305,15 +306,8 @@ def head_kernels(shape: TransformerShape, tokens: float, p: Precision) -> list[K
     fwd.append(_matmul("lm_head", False, t, d, v, c))
     if p.weight_casts:
         fwd.append(_mem("lm_head.weight_cast", False, v * d * (w + c)))
-    if p.autocast:
-        fwd.append(_mem("logits.cast_fp32", False, t * v * (c + loss)))
-    fwd += [_mem("log_softmax", False, 3.0 * t * v * loss), _mem("nll_loss", False, 0.0)]
-    bwd = [
-        _mem("nll_loss.bwd", True, t * v * loss),  # a zero-filled T x vocab gradient
-        _mem("log_softmax.bwd", True, 4.0 * t * v * loss),
-    ]
-    if p.autocast:
-        bwd.append(_mem("logits.cast_bwd", True, t * v * (loss + c)))
+    loss_fwd, bwd = loss_kernels(t * v, p, fused_loss)
+    fwd += loss_fwd
     bwd += [
         _matmul("lm_head.dgrad", True, t, v, d, c),
         _matmul("lm_head.wgrad", True, v, t, d, c),
@@ -334,6 +328,31 @@ def head_kernels(shape: TransformerShape, tokens: float, p: Precision) -> list[K
     return fwd + bwd
 
 
+def loss_kernels(logits: float, p: Precision, fused: bool) -> tuple[list[Kernel], list[Kernel]]:
+    """The cross-entropy over ``logits`` (T x vocab) elements: (forward, backward) kernels.
+
+    Eager (realrun's model, F.cross_entropy under autocast): the logits cast to fp32, log_softmax
+    (read, and write its output; the max and sum passes read again) and the NLL's gather;
+    backward a zero-filled gradient, log_softmax's backward and the cast back. Fused
+    (``training.fused_loss``: flash-attn's CrossEntropyLoss, which llm-foundry's MPT uses by
+    default, and kernels like it): one kernel reads the 16-bit logits once and keeps one
+    log-sum-exp per row; its backward reads them again and writes their gradient."""
+    c, loss = p.compute_bytes, p.loss_bytes
+    if fused:
+        return [_mem("cross_entropy.fused", False, logits * c)], [
+            _mem("cross_entropy.fused_bwd", True, 2.0 * logits * c)
+        ]
+    fwd = [_mem("logits.cast_fp32", False, logits * (c + loss))] if p.autocast else []
+    fwd += [_mem("log_softmax", False, 3.0 * logits * loss), _mem("nll_loss", False, 0.0)]
+    bwd = [
+        _mem("nll_loss.bwd", True, logits * loss),  # a zero-filled T x vocab gradient
+        _mem("log_softmax.bwd", True, 4.0 * logits * loss),
+    ]
+    if p.autocast:
+        bwd.append(_mem("logits.cast_bwd", True, logits * (loss + c)))
+    return fwd, bwd
+
+
 def step_kernels(
     shape: TransformerShape,
     seq_len: int,
@@ -342,11 +361,12 @@ def step_kernels(
     *,
     fused_attention: bool = True,
     dropout: bool = False,
+    fused_loss: bool = False,
 ) -> list[Kernel]:
     """Every kernel of one micro-step's forward and backward, in no particular order."""
     tokens = float(micro_batch * seq_len)
     block = block_kernels(shape, seq_len, tokens, p, fused_attention=fused_attention, dropout=dropout)
-    return shape.n_layer * block + head_kernels(shape, tokens, p)
+    return shape.n_layer * block + head_kernels(shape, tokens, p, fused_loss=fused_loss)
 
 
 def kernel_time_s(k: Kernel, r: Rates) -> float:
@@ -364,10 +384,13 @@ def micro_step_time(
     *,
     fused_attention: bool = True,
     dropout: bool = False,
+    fused_loss: bool = False,
 ) -> ComputeTime:
     fwd = bwd = mm = mem = 0.0
     floor = 0
-    kernels = step_kernels(shape, seq_len, micro_batch, p, fused_attention=fused_attention, dropout=dropout)
+    kernels = step_kernels(
+        shape, seq_len, micro_batch, p, fused_attention=fused_attention, dropout=dropout, fused_loss=fused_loss
+    )
     for k in kernels:
         t = kernel_time_s(k, r)
         if k.backward:

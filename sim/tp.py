@@ -247,11 +247,12 @@ def head_time(
     sequence_parallel: bool,
     fabric: Fabric,
     cp: int = 1,
+    fused_loss: bool = False,
 ) -> HeadTime:
     """``seq_len``: the whole sequence; each of ``cp`` GPUs embeds and scores its 1/cp."""
     tokens = float(micro_batch * seq_len) / cp
     times = {"ef": 0.0, "eb": 0.0, "of": 0.0, "ob": 0.0}
-    for k in head_kernels(shape, tokens, p):
+    for k in head_kernels(shape, tokens, p, fused_loss=fused_loss):
         # The vocabulary-parallel output layer and loss split T x vocab; ln_f is a block norm.
         sharded = shard_kernel(k, tp, sequence_parallel) if k.name.startswith("ln_f") else _vocab_shard(k, tp)
         key = ("e" if k.name.startswith(_EMBEDDING) else "o") + ("b" if k.backward else "f")

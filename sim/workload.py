@@ -119,7 +119,7 @@ def micro_step_compute_s(sc: Scenario) -> tuple[float, float]:
         return total * (1.0 - frac), total * frac
     r = micro_step_time(
         shape, seq, t.micro_batch_size, t.dtypes, rates(c, t.dtypes), fused_attention=t.fused_attention,
-        dropout=t.dropout > 0,
+        dropout=t.dropout > 0, fused_loss=t.fused_loss,
     )  # fmt: skip
     if c.backward_fraction is None:
         return r.forward_s, r.backward_s

@@ -69,6 +69,31 @@ def test_unfused_attention_runs_the_whole_square_and_moves_it_through_hbm(dropou
     assert [k.name for k in core if not k.backward][0] == "attention.scores"
 
 
+@pytest.mark.parametrize("precision", ["bf16-amp", "bf16"])
+def test_a_fused_loss_reads_the_16_bit_logits_once_each_way(precision):
+    """training.fused_loss: one kernel reads the T x vocab logits forward, and backward reads
+    them and writes their gradient (2 + 4 bytes an element at 16 bits), in place of eager's fp32
+    copy, log_softmax, NLL and their backward; every other kernel is the same, and memory holds
+    the logits and their gradient alone."""
+    from sim.memory import loss_bytes_per_logit
+
+    p = precision_dtypes(precision)
+    eager, fused = (step_kernels(SHAPE, SEQ, 4, p, fused_loss=f) for f in (False, True))
+    loss = {"cross_entropy.fused", "cross_entropy.fused_bwd"}
+    assert {k.name for k in fused} - {k.name for k in eager} == loss
+    assert [k for k in fused if k.name not in loss] == [
+        k for k in eager if k.name not in ("logits.cast_fp32", "log_softmax", "nll_loss", "nll_loss.bwd",
+                                           "log_softmax.bwd", "logits.cast_bwd")
+    ]  # fmt: skip
+    tv, c = 4 * SEQ * SHAPE.vocab_size, p.compute_bytes
+    by_name = {k.name: k.bytes for k in fused}
+    assert (by_name["cross_entropy.fused"], by_name["cross_entropy.fused_bwd"]) == (tv * c, 2 * tv * c)
+    eager_loss = sum(k.bytes for k in eager if k.name not in {j.name for j in fused})
+    assert eager_loss > 3 * tv * c  # eager moves several times the fused kernel's bytes
+    assert loss_bytes_per_logit(p, True) == 2 * c
+    assert loss_bytes_per_logit(p, False) == c + 3 * p.loss_bytes
+
+
 def test_without_memory_and_launch_limits_time_is_flops_over_rate():
     c = dataclasses.replace(ComputeConfig(), hbm_tb_s=1e9, kernel_launch_us=0.0)
     p = precision_dtypes("bf16-amp")
