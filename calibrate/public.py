@@ -492,6 +492,8 @@ LLMC_ROWS = (
     ("a100-8", "gpt2-large", 32, 2, 1.7),
     ("h100-1024", "gpt2-xl", 16, 8, 2.80),
 )
+# The README's 8 x A100 40GB, at its datasheet figures as the page's rule has it (the row left
+# them out until 2026-12-06).
 NANOGPT_SETS = sets(
     model__preset="gpt2-124m",
     training__seq_len=1024,
@@ -499,7 +501,7 @@ NANOGPT_SETS = sets(
     training__grad_accum=5,
     training__precision="bf16-amp",
     compute__stack="compiled",
-)
+) + A100_40GB_SETS
 
 
 def llmc_sets(preset: str, model: str, micro_batch: int, accum: int) -> tuple[Patch, ...]:
