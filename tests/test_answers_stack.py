@@ -96,6 +96,28 @@ def test_simulate_prints_mfu_and_the_stack(capsys):
     assert "stack eager: plain PyTorch" in next(line for line in out.splitlines() if "compute (fwd+bwd)" in line)
 
 
+def test_the_compute_line_names_the_kernel_choices_that_move_it(capsys):
+    """Unfused attention, dropout and a fused loss each change the roofline's time; the compute
+    line says which are on, and says nothing extra at the defaults (realrun's model)."""
+    # At micro-batch 2: unfused attention's kept scores put micro-batch 8 out of memory.
+    keys = (
+        "training.fused_attention=false",
+        "training.dropout=0.1",
+        "training.fused_loss=true",
+        "training.micro_batch_size=2",
+    )
+    sets = tuple(x for k in keys for x in ("--set", k))
+    line = {}
+    for extra in ((), sets):
+        code, out, _ = in_process(capsys, "simulate", "h100-1024", "--ranks", "2", "--steps", "2", *extra)
+        assert code == 0
+        line[bool(extra)] = next(x for x in out.splitlines() if "compute (fwd+bwd)" in x)
+    assert line[False].endswith("(compute.stack=compiled: a fused step)")
+    assert line[True].endswith(
+        "; attention unfused (its s x s scores through HBM); dropout 0.1; fused cross-entropy"
+    )  # fmt: skip
+
+
 def test_fp32_mfu_is_against_the_fp32_peak(capsys):
     s = run_json(capsys, "simulate", "h100-1024", "--ranks", "2", "--steps", "2", "--set", "training.precision=fp32")
     assert s["peak_tflop_s"] == 66.9

@@ -35,6 +35,21 @@ STACK_NOTES = {
 }
 
 
+def compute_note(stack: str, sc) -> str:
+    """The compute basis, and for a roofline stack the kernel choices that move its time away
+    from realrun's model (sim/roofline.py): unfused attention, dropout, a fused loss."""
+    note = STACK_NOTES[stack]
+    if stack not in ("eager", "compiled"):
+        return note
+    t = sc.training
+    extra = [
+        "attention unfused (its s x s scores through HBM)" if not t.fused_attention else "",
+        f"dropout {t.dropout:g}" if t.dropout > 0 else "",
+        "fused cross-entropy" if t.fused_loss else "",
+    ]
+    return "; ".join([note, *[e for e in extra if e]])
+
+
 def mfu_line(s: dict) -> str:
     """MFU over the step and over compute, naming the FLOP count and the peak (sim/mfu.py)."""
     return (
@@ -101,7 +116,7 @@ def summary_lines(sc, s: Summary) -> list[str]:
         ("dataloader", s.dataloader_s),
     ]
     notes = {
-        "compute (fwd+bwd)": STACK_NOTES[s.stack],
+        "compute (fwd+bwd)": compute_note(s.stack, sc),
         "optimizer": optimizer_basis(sc),
         "dataloader": "waiting for batches the DataLoader's workers have not built (docs/loader.md)",
     }
