@@ -494,14 +494,17 @@ LLMC_ROWS = (
 )
 # The README's 8 x A100 40GB, at its datasheet figures as the page's rule has it (the row left
 # them out until 2026-12-06).
-NANOGPT_SETS = sets(
-    model__preset="gpt2-124m",
-    training__seq_len=1024,
-    training__micro_batch_size=12,
-    training__grad_accum=5,
-    training__precision="bf16-amp",
-    compute__stack="compiled",
-) + A100_40GB_SETS
+NANOGPT_SETS = (
+    sets(
+        model__preset="gpt2-124m",
+        training__seq_len=1024,
+        training__micro_batch_size=12,
+        training__grad_accum=5,
+        training__precision="bf16-amp",
+        compute__stack="compiled",
+    )
+    + A100_40GB_SETS
+)
 
 
 def llmc_sets(preset: str, model: str, micro_batch: int, accum: int) -> tuple[Patch, ...]:
