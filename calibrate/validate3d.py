@@ -102,15 +102,14 @@ def scenario_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, see
 def _kernel_counts(shape, seq_len: int, tokens: float, dt) -> dict:
     """Kernels (operators) per micro-batch: one block's forward and backward, the embedding's and
     the output layer's (sim/roofline.py's inventory), what the probe's fixed cost is spread over."""
-    from sim.roofline import block_kernels, head_kernels
-    from sim.tp import _EMBEDDING
+    from sim.roofline import EMBEDDING_KERNELS, block_kernels, head_kernels
 
     blk = block_kernels(shape, seq_len, tokens, dt)
     counts = {"bf": sum(not k.backward for k in blk), "bb": sum(k.backward for k in blk)}
     for key in ("ef", "eb", "of", "ob"):
         counts[key] = 0
     for k in head_kernels(shape, tokens, dt):
-        counts[("e" if k.name.startswith(_EMBEDDING) else "o") + ("b" if k.backward else "f")] += 1
+        counts[("e" if k.name.startswith(EMBEDDING_KERNELS) else "o") + ("b" if k.backward else "f")] += 1
     return counts
 
 

@@ -76,8 +76,8 @@ from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
 from sim.noise import comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
-from sim.transformer import ComputeShares, GPT2Shape, compute_shares, param_tensors
-from sim.workload import build_workload
+from sim.transformer import ComputeShares, GPT2Shape, param_tensors
+from sim.workload import build_workload, forward_shares
 
 ROOT = 0  # unit index of the root; block i is unit 1 + i
 
@@ -188,9 +188,9 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     # The DDP workload without recompute: the program below reruns each block's forward itself.
     t = sc.training
     base = build_workload(replace(sc, training=replace(t, activation_checkpointing=False)), rng)
-    shape, seq = sc.model.shape, sc.seq_len
+    shape = sc.model.shape
     numels = unit_numels(shape)
-    sh = compute_shares(shape, seq)
+    sh = forward_shares(sc)[0]
     shard, replicas = sc.shard_size, replica_groups(sc)
     prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing, replicas > 1)
     colls = colls * t.grad_accum

@@ -61,6 +61,9 @@ from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
 MATMUL, ATTENTION, MEMORY = "matmul", "attention", "memory"
+# head_kernels' embedding kernels (the first pipeline stage, FSDP's root unit); the rest of them
+# are the final norm, the output layer and the loss.
+EMBEDDING_KERNELS = ("wte.lookup", "wpe.", "wte.embedding_bwd", "wte.bucket_copy")
 
 
 class Kernel(NamedTuple):

@@ -70,14 +70,11 @@ from typing import NamedTuple
 
 from sim.collectives import Fabric, collective_cost
 from sim.precision import Precision
-from sim.roofline import Kernel, Rates, block_kernels, head_kernels, kernel_time_s
+from sim.roofline import EMBEDDING_KERNELS, Kernel, Rates, block_kernels, head_kernels, kernel_time_s
 from sim.transformer import TransformerShape, kv_heads_per_rank, ulysses_kv_heads
 
 # Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
 _REPLICATED = ("ln_", "residual")
-# The embedding's kernels (the first pipeline stage holds it); the rest of head_kernels is the
-# final norm, output layer and loss (the last stage).
-_EMBEDDING = ("wte.lookup", "wpe.", "wte.embedding_bwd", "wte.bucket_copy")
 
 
 def shard_kernel(k: Kernel, tp: int, sequence_parallel: bool, cp: int = 1) -> Kernel:
@@ -255,7 +252,7 @@ def head_time(
     for k in head_kernels(shape, tokens, p, fused_loss=fused_loss):
         # The vocabulary-parallel output layer and loss split T x vocab; ln_f is a block norm.
         sharded = shard_kernel(k, tp, sequence_parallel) if k.name.startswith("ln_f") else _vocab_shard(k, tp)
-        key = ("e" if k.name.startswith(_EMBEDDING) else "o") + ("b" if k.backward else "f")
+        key = ("e" if k.name.startswith(EMBEDDING_KERNELS) else "o") + ("b" if k.backward else "f")
         times[key] += kernel_time_s(sharded, r)
     sync = tp_collective_s(tokens * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
     return HeadTime(times["ef"] + sync, times["eb"], times["of"], times["ob"] + sync)

@@ -12,9 +12,9 @@ from sim.config import NetworkConfig, Scenario, parse_stragglers
 from sim.loader import loader_wait_s
 from sim.noise import speed_factors
 from sim.optimizer import optimizer_step_s
-from sim.roofline import micro_step_time, rates
+from sim.roofline import EMBEDDING_KERNELS, block_kernels, head_kernels, kernel_time_s, micro_step_time, rates
 from sim.topology import FLAT, Tiers
-from sim.transformer import compute_shares, flops_per_token, gradient_ready_order, param_tensors
+from sim.transformer import ComputeShares, compute_shares, flops_per_token, gradient_ready_order, param_tensors
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,21 +86,42 @@ def tiers_for(net: NetworkConfig) -> Tiers:
 def recompute_fraction(sc: Scenario) -> float:
     """The share of a forward that backward runs again. Activation checkpointing reruns every
     block's forward inside backward (torch.utils.checkpoint; Chen et al. 2016): backward grows by
-    the blocks' share of the forward (FSDP does the same per block)."""
+    the blocks' share of the forward (FSDP does the same per block); selective recomputation
+    (Megatron's) reruns attention's core alone (forward_shares)."""
     recompute = sc.training.recompute
     if recompute == "none":
         return 0.0
-    shares = compute_shares(sc.model.shape, sc.seq_len)
-    if recompute == "selective":  # Megatron's: attention's core (QK^T, AV) alone runs again
-        return sc.model.shape.n_layer * selective_share(sc.model.shape, sc.seq_len, shares)
-    return sc.model.shape.n_layer * shares.block
+    shares, core = forward_shares(sc)
+    return sc.model.shape.n_layer * (core if recompute == "selective" else shares.block)
 
 
-def selective_share(shape, seq_len: int, shares) -> float:
-    """One block's attention core (4 s d FLOPs per token: QK^T and AV) as a share of the forward,
-    in compute_shares' units (Korthikanti et al. 2022, Sec. 5: selective recomputation)."""
-    block = 2.0 * shape.block_matmul_numel + 4.0 * seq_len * shape.n_embd
-    return shares.block * 4.0 * seq_len * shape.n_embd / block
+def forward_shares(sc: Scenario) -> tuple[ComputeShares, float]:
+    """(each part's share of a micro-step's forward, one block's attention core's share). On the
+    roofline, by its kernels' times (sim/roofline.py): memory-bound kernels weigh what they
+    take, so the loss over a large vocabulary, or unfused attention's s x s passes, move the
+    shares from the FLOP count's. With a given step time or a fixed MFU, by FLOPs
+    (sim/transformer.py compute_shares; the core: QK^T and AV's 4 s d per token, Korthikanti et
+    al. 2022, Sec. 5)."""
+    c, t, shape, seq = sc.compute, sc.training, sc.model.shape, sc.seq_len
+    if c.step_compute_s is not None or c.mfu is not None:
+        shares = compute_shares(shape, seq)
+        block = 2.0 * shape.block_matmul_numel + 4.0 * seq * shape.n_embd
+        return shares, shares.block * 4.0 * seq * shape.n_embd / block
+    r = rates(c, t.dtypes)
+    tokens = float(t.micro_batch_size * seq)
+    blk = core = embedding = head = 0.0
+    for k in block_kernels(shape, seq, tokens, t.dtypes, fused_attention=t.fused_attention, dropout=t.dropout > 0):
+        if not k.backward:
+            blk += kernel_time_s(k, r)
+            core += kernel_time_s(k, r) if k.core else 0.0
+    for k in head_kernels(shape, tokens, t.dtypes, fused_loss=t.fused_loss):
+        if not k.backward:
+            if k.name.startswith(EMBEDDING_KERNELS):
+                embedding += kernel_time_s(k, r)
+            else:
+                head += kernel_time_s(k, r)
+    total = shape.n_layer * blk + embedding + head
+    return ComputeShares(embedding / total, blk / total, head / total), core / total
 
 
 def micro_step_compute_s(sc: Scenario) -> tuple[float, float]:

@@ -6,6 +6,14 @@ held to, for both.
 
 Run once, at the commit whose numbers are to be kept (issue 26 ran it at a1db606, before the
 engine lost SimPy: the arrays are that engine's, which bench/engine_v1.py's frozen copy matched).
+
+    .venv/bin/python tests/golden_engine.py --refreeze fsdp hsdp
+
+re-runs only the stored cases named with one of those words, on their stored data, and keeps
+every other array: for an intended change to what those cases compute, named in its commit.
+Done once: the FSDP and HSDP cases when FSDP's units took their shares of the step from the
+roofline's kernel times instead of FLOPs (2026-12-06, sim/workload.py forward_shares); every
+DDP case is still a1db606's.
 Each case stores its scenario as data (sim/scenario_file.py scenario_from_dict), so the test
 does not depend on presets or calibrate/ staying as they are.
 """
@@ -104,5 +112,18 @@ def main() -> int:
     return 0
 
 
+def refreeze(words: list[str]) -> int:
+    """Re-run the stored cases named with one of ``words``, on their stored data."""
+    old = np.load(OUT)
+    arrays = {k: old[k] for k in old.files}
+    for i, (name, data) in enumerate(json.loads(str(old["cases"]))):
+        if set(words) & set(name.split()):
+            for k, v in run(data).items():
+                arrays[f"{i}/{k}"] = v
+            print(f"{i:3d} {name}", flush=True)
+    np.savez_compressed(OUT, **arrays)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(refreeze(sys.argv[2:]) if sys.argv[1:2] == ["--refreeze"] else main())

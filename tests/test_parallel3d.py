@@ -141,13 +141,21 @@ def test_activation_checkpointing_keeps_booleans():
     assert _sc("training.activation_checkpointing=true").training.activation_checkpointing is True
     assert _sc("training.activation_checkpointing=none").training.activation_checkpointing is False
     assert _sc("training.activation_checkpointing=full").training.recompute == "full"
+    # Selective reruns attention's core alone: on the roofline its kernels' share of the
+    # forward's time; under a fixed MFU its FLOPs', 4 s d per token per block.
+    from sim.roofline import block_kernels, kernel_time_s
+
     sel = _sc("training.activation_checkpointing=selective")
-    # Selective reruns attention's core alone: 4 s d FLOPs per token per block.
-    shape = sel.model.shape
+    shape, dt = sel.model.shape, sel.training.dtypes
+    r = rates(sel.compute, dt)
+    core = sum(kernel_time_s(k, r) for k in block_kernels(shape, 4096, 4096.0, dt) if k.core and not k.backward)
+    want = shape.n_layer * core / micro_step_time(shape, 4096, 1, dt, r).forward_s
+    assert recompute_fraction(sel) == pytest.approx(want, rel=1e-12)
+    fixed = _sc("training.activation_checkpointing=selective", "compute.mfu=0.4")
     block = 2 * shape.block_matmul_numel + 4 * 4096 * shape.n_embd
     head = 2 * shape.vocab_size * shape.n_embd
     want = shape.n_layer * 4 * 4096 * shape.n_embd / (shape.n_layer * block + head)
-    assert recompute_fraction(sel) == pytest.approx(want)
+    assert recompute_fraction(fixed) == pytest.approx(want)
 
 
 def test_selective_recompute_reruns_the_unfused_attention_core():
