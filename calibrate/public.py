@@ -90,7 +90,9 @@ SOURCES = {
     "llm-foundry": (
         "mosaicml/llm-foundry scripts/train/benchmarking/README.md (commit 4952183, 2024-04-22)",
         "MPT 125M-70B on the MosaicML platform, Composer FSDP FULL_SHARD, flash attention, no torch.compile,"
-        " 12 steps per configuration, seq 2048; sections 'H100 80GB BF16' (interconnect not stated: the"
+        " MPT's default loss (flash-attn's fused cross-entropy: llmfoundry/models/mpt/modeling_mpt.py at that"
+        " commit; the mpt-*.yaml set no loss_fn), 12 steps per configuration, seq 2048; sections"
+        " 'H100 80GB BF16' (interconnect not stated: the"
         " preset's 8 x 400G IB assumed) and 'A100 80GB|40GB with 1600 Gbps node-node interconnect (RoCE)';"
         " step time = 'GlobalBatchSize (T)' / 'Throughput (T/s)'",
     ),
@@ -112,7 +114,8 @@ SOURCES = {
         " examples/sc21/run_table_1.sh",
         "GPT, seq 2048, vocabulary 51,200, on Selene: DGX A100 80GB nodes, NVLink3 through NVSwitch, 8 x 200 Gb/s"
         " HDR InfiniBand per node (the a100-8 preset's fabric); fp16 mixed precision, full activation"
-        " recomputation, Megatron's fused kernels; achieved teraFLOP/s per GPU = 96 B s l h^2 (1 + s/6h +"
+        " recomputation, unfused attention (2021), dropout 0.1 (Megatron's argument defaults: the sc21"
+        " CONFIG.sh sets none), Megatron's fused kernels; achieved teraFLOP/s per GPU = 96 B s l h^2 (1 + s/6h +"
         " V/16lh) / (step time x GPUs), the paper's count",
     ),
     "llama3-table4": (
