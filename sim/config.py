@@ -135,8 +135,8 @@ class TrainingConfig:
     block's forward in its backward: only block inputs are kept (memory estimate), and backward
     costs one more forward of every block, in ddp and fsdp mode alike (sim/workload.py,
     sim/fsdp.py). selective: Megatron's (Korthikanti et al. 2022): only attention's core (the
-    scores, softmax and weighted sum) is recomputed, so its s x s tensors are not kept; sim/fsdp.py
-    has no selective path and recomputes it as full."""
+    scores, softmax and weighted sum) is recomputed, so its s x s tensors are not kept; each
+    engine reruns the core's share of the forward (sim/workload.py forward_shares)."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
     seq x seq score matrix for backward. false: the scores, softmax and weighted sum as separate

@@ -106,8 +106,10 @@ class _Op(NamedTuple):
     bwd_share: float  # compute: share of its backward time
 
 
-def _program(n_layer: int, prefetch: int, shares: ComputeShares, recompute: bool, allreduce: bool = False):
-    """One micro-step's program and its collectives [(op, unit)] in issue order; ``allreduce``
+def _program(n_layer: int, prefetch: int, shares: ComputeShares, rerun: float, allreduce: bool = False):
+    """One micro-step's program and its collectives [(op, unit)] in issue order; ``rerun``: the
+    share of the forward each block's backward runs again (activation checkpointing: the block's
+    share, or its attention core's under selective recomputation; 0 without); ``allreduce``
     (hsdp): each reduce-scatter is followed by the allreduce of its shard across the groups."""
     colls: list[tuple[str, int]] = []
     prog: list[_Op] = []
@@ -135,8 +137,8 @@ def _program(n_layer: int, prefetch: int, shares: ComputeShares, recompute: bool
         if s == 0:
             prog.append(_Op(-1, -1, 0.0, shares.head))
         else:
-            # Activation checkpointing reruns the block's forward inside its backward.
-            prog.append(_Op(-1, ag[s], shares.block if recompute else 0.0, shares.block))
+            # Activation checkpointing reruns the block's forward (or its core) inside its backward.
+            prog.append(_Op(-1, ag[s], rerun, shares.block))
             issue("reduce_scatter", 1 + n_layer - s)
     prog.append(_Op(-1, -1, 0.0, shares.embedding))
     issue("reduce_scatter", ROOT)
@@ -190,9 +192,10 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     base = build_workload(replace(sc, training=replace(t, activation_checkpointing=False)), rng)
     shape = sc.model.shape
     numels = unit_numels(shape)
-    sh = forward_shares(sc)[0]
+    sh, core = forward_shares(sc)
+    rerun = {"none": 0.0, "selective": core, "full": sh.block}[t.recompute]
     shard, replicas = sc.shard_size, replica_groups(sc)
-    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, t.activation_checkpointing, replicas > 1)
+    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, rerun, replicas > 1)
     colls = colls * t.grad_accum
     ops = tuple(op for op, _ in colls)
     units = tuple(u for _, u in colls)

@@ -336,6 +336,27 @@ def test_ddp_activation_checkpointing_recomputes_the_blocks_forward():
     )
 
 
+@pytest.mark.parametrize("attention", ["true", "false"])
+def test_fsdp_selective_recompute_reruns_each_blocks_attention_core(attention):
+    """FSDP under selective recomputation: each block's backward reruns its attention core's
+    share of the forward (sim/workload.py forward_shares), not the whole block; with unfused
+    attention that core is its s x s passes, a larger share than fused attention's."""
+    sets = ["training.mode=fsdp", f"training.fused_attention={attention}", "training.micro_batch_size=1"]
+    programs = {}
+    for ckpt in ("none", "selective", "full"):
+        sc = load_scenario("h100-1024", [*sets, f"training.activation_checkpointing={ckpt}"], ranks=8, steps=2)
+        programs[ckpt] = build_fsdp_workload(sc, np.random.default_rng(0)).program
+        sh, core = forward_shares(sc)
+    reruns = {k: [op.fwd_share for op in p if op.bwd_share == sh.block] for k, p in programs.items()}
+    assert len(reruns["selective"]) == model_shape("gpt2-760m").n_layer
+    assert reruns["none"] == [0.0] * len(reruns["none"])
+    assert reruns["selective"] == [core] * len(reruns["selective"])
+    assert reruns["full"] == [sh.block] * len(reruns["full"])
+    assert 0 < core < sh.block
+    if attention == "false":
+        assert core > 0.3 * sh.block  # the unfused core's s x s passes weigh on the block
+
+
 def test_fsdp_trace_spans_and_timeline(tmp_path):
     """FSDP runs keep their first steps as spans: per traced rank the compute lane never
     overlaps itself, every collective of the program appears on the comm lane, and the
