@@ -76,6 +76,7 @@ from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
 from sim.noise import comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
+from sim.roofline import rerun
 from sim.transformer import ComputeShares, GPT2Shape, param_tensors
 from sim.workload import build_workload, forward_shares
 
@@ -106,8 +107,8 @@ class _Op(NamedTuple):
     bwd_share: float  # compute: share of its backward time
 
 
-def _program(n_layer: int, prefetch: int, shares: ComputeShares, rerun: float, allreduce: bool = False):
-    """One micro-step's program and its collectives [(op, unit)] in issue order; ``rerun``: the
+def _program(n_layer: int, prefetch: int, shares: ComputeShares, rerun_share: float, allreduce: bool = False):
+    """One micro-step's program and its collectives [(op, unit)] in issue order; ``rerun_share``: the
     share of the forward each block's backward runs again (activation checkpointing: the block's
     share, or its attention core's under selective recomputation; 0 without); ``allreduce``
     (hsdp): each reduce-scatter is followed by the allreduce of its shard across the groups."""
@@ -138,7 +139,7 @@ def _program(n_layer: int, prefetch: int, shares: ComputeShares, rerun: float, a
             prog.append(_Op(-1, -1, 0.0, shares.head))
         else:
             # Activation checkpointing reruns the block's forward (or its core) inside its backward.
-            prog.append(_Op(-1, ag[s], rerun, shares.block))
+            prog.append(_Op(-1, ag[s], rerun_share, shares.block))
             issue("reduce_scatter", 1 + n_layer - s)
     prog.append(_Op(-1, -1, 0.0, shares.embedding))
     issue("reduce_scatter", ROOT)
@@ -193,9 +194,8 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     shape = sc.model.shape
     numels = unit_numels(shape)
     sh, core = forward_shares(sc)
-    rerun = {"none": 0.0, "selective": core, "full": sh.block}[t.recompute]
     shard, replicas = sc.shard_size, replica_groups(sc)
-    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, rerun, replicas > 1)
+    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, rerun(t.recompute, sh.block, core), replicas > 1)
     colls = colls * t.grad_accum
     ops = tuple(op for op, _ in colls)
     units = tuple(u for _, u in colls)

@@ -120,7 +120,7 @@ def block_activation_bytes(
     mlp = (4 if shape.swiglu else 2) * shape.ffn_hidden
     saved = 2 * h + shape.qkv_dim + h + mlp  # 14 h for GPT-2
     masks = 2 * h * DROPOUT_MASK_BYTES if dropout else 0  # after attention and after the MLP
-    attention = attention_core_bytes(shape, 1, 1, dtypes, fused_attention, dropout, keys=s)
+    attention = _core_per_token(shape, s, dtypes, fused_attention, dropout)
     rope = 2 * s * shape.head_dim * c if not shape.learned_positions and dtypes.autocast else 0
     return s * b * (h * 2 * r + saved * c + masks + stats + attention) + rope
 
@@ -132,18 +132,26 @@ def attention_core_bytes(
     dtypes: Precision,
     fused_attention: bool,
     dropout: bool = False,
-    *,
-    keys: int | None = None,
 ) -> float:
     """What selective recomputation does not keep per block: the attention core's own saved
     tensors (block_activation_bytes' attention term): the log-sum-exp per head and token when
-    fused, else the softmax probabilities per head and key, the scaled queries and, with
-    dropout, its mask and output. ``keys``: the keys each token scores (``seq_len`` by default)."""
-    s, b, a, h, c = seq_len, micro_batch, shape.n_head, shape.n_embd, dtypes.compute_bytes
-    k = s if keys is None else keys
-    if fused_attention:
-        return s * b * a * FP32
-    return s * b * (a * k * (c + ((DROPOUT_MASK_BYTES + c) if dropout else 0)) + h * c)
+    fused, else each score's bytes (score_bytes) and the scaled queries."""
+    return seq_len * micro_batch * _core_per_token(shape, seq_len, dtypes, fused_attention, dropout)
+
+
+def _core_per_token(shape: TransformerShape, keys: int, dtypes: Precision, fused: bool, dropout: bool) -> float:
+    """attention_core_bytes for one token that scores ``keys`` keys."""
+    if fused:
+        return shape.n_head * FP32
+    return shape.n_head * keys * score_bytes(dtypes, dropout) + shape.n_embd * dtypes.compute_bytes
+
+
+def score_bytes(dtypes: Precision, dropout: bool) -> float:
+    """What unfused attention keeps per score for backward: the softmax output and, with
+    dropout, its 1-byte mask and its output (Korthikanti et al. 2022, Sec. 4.1: 2 + 1 + 2 bytes at
+    16 bits). sim/memory3d.py counts the same."""
+    c = dtypes.compute_bytes
+    return c + ((DROPOUT_MASK_BYTES + c) if dropout else 0)
 
 
 def activation_bytes(

@@ -41,7 +41,7 @@ zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
 
 from typing import NamedTuple
 
-from sim.memory import FP32, GIB, INDEX_BYTES, loss_bytes_per_logit
+from sim.memory import FP32, GIB, INDEX_BYTES, loss_bytes_per_logit, score_bytes
 from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
@@ -78,7 +78,7 @@ def layer_terms(
     if fused_attention:
         core = sb * a * FP32  # FlashAttention's log-sum-exp; it regenerates its dropout mask
     else:
-        core = sb * a * keys * (c + ((DROPOUT_MASK_BYTES + c) if dropout else 0))
+        core = sb * a * keys * score_bytes(dtypes, dropout)
     sharded = sb * (shape.qkv_dim + h + mlp) * c + core
     stats = sb * 2 * shape.norm_stats * FP32
     rope = 2 * s * shape.head_dim * c if not shape.learned_positions and dtypes.autocast else 0

@@ -75,6 +75,14 @@ class Kernel(NamedTuple):
     core: bool = False  # attention's core (what selective recomputation reruns, ring attention hides under)
 
 
+def rerun(recompute: str, block: float, core: float) -> float:
+    """What activation checkpointing (training.recompute) runs again in backward, in the units of
+    ``block`` (a block's forward) and ``core`` (its attention core's, the kernels marked
+    ``core``): nothing, the core alone (Megatron's selective; Korthikanti et al. 2022, Sec. 5),
+    or the whole block."""
+    return {"none": 0.0, "selective": core, "full": block}[recompute]
+
+
 class Rates(NamedTuple):
     """What a platform achieves, from its scenario's [compute] constants (``rates``)."""
 

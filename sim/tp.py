@@ -70,7 +70,7 @@ from typing import NamedTuple
 
 from sim.collectives import Fabric, collective_cost
 from sim.precision import Precision
-from sim.roofline import EMBEDDING_KERNELS, Kernel, Rates, block_kernels, head_kernels, kernel_time_s
+from sim.roofline import EMBEDDING_KERNELS, Kernel, Rates, block_kernels, head_kernels, kernel_time_s, rerun
 from sim.transformer import TransformerShape, kv_heads_per_rank, ulysses_kv_heads
 
 # Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
@@ -150,7 +150,7 @@ def block_time(
     # parallelism the pair of collectives also replaces the allreduce (operator g) and the
     # identity (operator f), so the count is the same: two in forward, two in backward.
     per_sync = tp_collective_s(tokens / cp * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
-    recompute_s = {"none": 0.0, "selective": core, "full": fwd}[recompute]
+    recompute_s = rerun(recompute, fwd, core)
     if cp > 1 and cp_comm == "a2a":
         cp_fwd = ulysses_a2a_s(shape, tokens, p, tp, cp, cp_fabric)
         cp_bwd = cp_fwd * (2 if recompute == "full" else 1)  # the gradients' four; full reruns the forward's

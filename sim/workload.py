@@ -12,7 +12,15 @@ from sim.config import NetworkConfig, Scenario, parse_stragglers
 from sim.loader import loader_wait_s
 from sim.noise import speed_factors
 from sim.optimizer import optimizer_step_s
-from sim.roofline import EMBEDDING_KERNELS, block_kernels, head_kernels, kernel_time_s, micro_step_time, rates
+from sim.roofline import (
+    EMBEDDING_KERNELS,
+    block_kernels,
+    head_kernels,
+    kernel_time_s,
+    micro_step_time,
+    rates,
+    rerun,
+)
 from sim.topology import FLAT, Tiers
 from sim.transformer import ComputeShares, compute_shares, flops_per_token, gradient_ready_order, param_tensors
 
@@ -88,11 +96,10 @@ def recompute_fraction(sc: Scenario) -> float:
     block's forward inside backward (torch.utils.checkpoint; Chen et al. 2016): backward grows by
     the blocks' share of the forward (FSDP does the same per block); selective recomputation
     (Megatron's) reruns attention's core alone (forward_shares)."""
-    recompute = sc.training.recompute
-    if recompute == "none":
+    if sc.training.recompute == "none":
         return 0.0
     shares, core = forward_shares(sc)
-    return sc.model.shape.n_layer * (core if recompute == "selective" else shares.block)
+    return sc.model.shape.n_layer * rerun(sc.training.recompute, shares.block, core)
 
 
 def forward_shares(sc: Scenario) -> tuple[ComputeShares, float]:
