@@ -147,9 +147,11 @@ SERIAL_MODULES = {
 # of tests beside them moves past their bound: the trace validation, held to the home-lab tier
 # (5 %), missed at -6.2 % beside the other pass; the quick demo's validation, held to 50 % on
 # loopback, missed at +62 % beside two workers of it (its probe timed under more load than its
-# train run; 2026-12-03). They also carry the `quiet` mark, and `make test` runs them last,
-# alone, after both streams.
-QUIET_MODULES = {"test_traces_realrun", "test_calibrate_realrun", "test_demo"}
+# train run; 2026-12-03); the TP/PP runs' prediction (order of magnitude, predicted / measured
+# within 0.3-3.0) came out 3.25x in the serial pass with a second make test beside it
+# (2026-12-06). They also carry the `quiet` mark, and `make test` runs them last, alone, after
+# both streams.
+QUIET_MODULES = {"test_traces_realrun", "test_calibrate_realrun", "test_demo", "test_train3d"}
 
 
 def quiet_paths() -> list[str]:
