@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from sim.config import Scenario
-from sim.memory import estimate_memory
+from sim.memory import GIB, estimate_memory
 
 # The changes tried, in the order they are named. A candidate the scenario refuses (ValueError:
 # a mode this version does not have, or one that does not go with the rest) is skipped, and one
@@ -30,11 +30,22 @@ CANDIDATES = (
 )
 MICRO_BATCH = "training.micro_batch_size"  # searched: the largest below the scenario's that fits
 
+# NCCL's own buffers and state live outside PyTorch's caching allocator: neither
+# max_memory_allocated nor sim/memory.py sees them. Measured: about 1.6 GB on a GPU once one
+# communicator has run an allreduce, about 6 GB with three or more (NVIDIA/nccl#864); on
+# 8 x H100, 1.06 GB before a first all-to-all and 4.34 GB after it, 32 channels to every peer
+# (NVIDIA/nccl#1685). The amount moves with the channels, the algorithms a communicator has
+# connected and the NCCL version ("linearly tied to the number of channels", NVIDIA/nccl#986),
+# so it is not added to the peak: a fit with less spare than this per communicator is reported
+# as tight, where the number is.
+NCCL_BYTES_PER_COMMUNICATOR = 1.6e9
+
 
 class Fit(NamedTuple):
     total_gib: float  # the rank's peak on the device: allocated (estimated or measured) + CUDA context
     device_gib: float  # compute.device_memory_gib; 0 = not checked
     measured: bool  # total_gib rests on a GPU calibration's measured peak
+    communicators: int = 0  # NCCL communicators the rank runs collectives on (``communicators``)
 
     @property
     def checked(self) -> bool:
@@ -43,6 +54,34 @@ class Fit(NamedTuple):
     @property
     def fits(self) -> bool:
         return not self.checked or self.total_gib <= self.device_gib
+
+    @property
+    def tight(self) -> bool:
+        """It fits, but with less spare than NCCL's own buffers take (NCCL_BYTES_PER_COMMUNICATOR)."""
+        spare = self.device_gib - self.total_gib
+        return bool(self.checked and self.fits and spare < nccl_reserve_gib(self.communicators))
+
+
+def nccl_reserve_gib(communicators: int) -> float:
+    return communicators * NCCL_BYTES_PER_COMMUNICATOR / GIB
+
+
+def communicators(sc: Scenario) -> int:
+    """The NCCL communicators one rank runs collectives on: one per process group of more than
+    one rank (PyTorch makes one for each group it runs a collective on). Tensor, context and
+    pipeline groups; the data-parallel group, or under HSDP its shard and replicate groups. gloo
+    (no NCCL) and one rank: none."""
+    if sc.network.backend != "nccl" or sc.ranks <= 1:
+        return 0
+    t = sc.training
+    if sc.parallel3d:
+        group = sc.dp * t.cp  # the ranks each parameter's data parallelism spans
+        shard = sc.dp_shard_size
+        data = [shard, group // shard] if t.mode == "hsdp" else [group]
+        return sum(n > 1 for n in (t.tp, t.cp, t.pp, *data))
+    if t.mode == "hsdp":
+        return sum(n > 1 for n in (sc.shard_size, sc.ranks // sc.shard_size))
+    return 1
 
 
 class Alternative(NamedTuple):
@@ -60,7 +99,7 @@ def fit(sc: Scenario) -> Fit:
     est = estimate_memory(sc)
     measured = sc.compute.memory_peak_gib
     total = est.total_gib if measured is None else measured + est.cuda_context_gib
-    return Fit(total, sc.compute.device_memory_gib, measured is not None)
+    return Fit(total, sc.compute.device_memory_gib, measured is not None, communicators(sc))
 
 
 def with_changes(sc: Scenario, changes: dict) -> Scenario:

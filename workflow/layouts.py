@@ -9,9 +9,10 @@ MODEL CLUSTER` prints.
 import contextlib
 import time
 
+from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
 from sim.patches import Patch, parse_sets
-from sim.planner import plan
+from sim.planner import plan, scenario_for
 from sim.scenario_file import resolve
 
 
@@ -65,12 +66,17 @@ def plan_layouts(
         raise ValueError(f"no layout of {model} on {gpus} GPUs at global batch {batch} fits in memory")
     return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch,
             "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
-            "seconds": took, "assumed": ASSUMED, "layouts": [_row(s) for s in ranked[:top]]}  # fmt: skip
+            "seconds": took, "assumed": ASSUMED,
+            "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False,
+                                    communicators(scenario_for(base, s.candidate, gpus))))
+                        for s in ranked[:top]]}  # fmt: skip
 
 
-def _row(s) -> dict:
+def _row(s, fit: Fit) -> dict:
     c, step = s.candidate, s.step
     return c._asdict() | {
+        "nccl_communicators": fit.communicators,
+        "tight": fit.tight,
         "step_time_s": s.step_s,
         "estimate_s": s.estimate_s,
         "replayed": step is not None,

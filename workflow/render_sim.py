@@ -4,6 +4,7 @@ tensor- or pipeline-parallel step, and the days and dollars to train. `ddplab co
 `ddplab collective` share the network line and the alternatives."""
 
 from sim.describe import description_over
+from sim.memory_fit import nccl_reserve_gib
 from sim.optimizer import optimizer_basis
 from sim.pipeline import W_SHARE
 from sim.summary import Summary
@@ -166,6 +167,8 @@ def memory_lines(sc, m: dict, *, simulated: bool = True) -> list[str]:
         verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB"
         if not m["fits"] and simulated:
             verdict += ": simulated anyway (--ignore-memory); a real device runs out of memory"
+        if m.get("tight"):
+            verdict += "; " + tight_note(m["device_gib"] - m["total_gib"], m["nccl_communicators"])
     terms = ", ".join(f"{label} {m[key]:.2f}" for label, key in _MEMORY_TERMS if m[key] > 0)
     estimate = f"at the {m['peak_phase']} peak ({sc.training.mode}, {sc.training.precision}: {terms})"
     if "measured_peak_allocated_gib" in m:
@@ -177,6 +180,14 @@ def memory_lines(sc, m: dict, *, simulated: bool = True) -> list[str]:
         return out
     out.append(f"  memory/GPU       {m['total_gib']:.2f} GiB {estimate}{verdict}")
     return out
+
+
+def tight_note(spare_gib: float, communicators: int) -> str:
+    """What a fit with little spare leaves out (sim/memory_fit.py NCCL_BYTES_PER_COMMUNICATOR)."""
+    need = nccl_reserve_gib(communicators)
+    groups = f"{communicators} communicator{'s' if communicators != 1 else ''}"
+    return (f"tight: {spare_gib:.2f} GiB spare, where NCCL's own buffers (not in this estimate) take about"
+            f" {need:.1f} GiB for its {groups} (NVIDIA/nccl#864), and the allocator's fragmentation more")  # fmt: skip
 
 
 def out_of_memory_lines(sc, v: dict) -> list[str]:
@@ -360,6 +371,9 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
                f" {fmt_seconds(parts['straggler_wait_s'])} (means over GPUs and steps)")  # fmt: skip
     mem = ", ".join(f"{m.total_gib:.1f}" for m in first.memory[:8]) + (" ..." if len(first.memory) > 8 else "")
     out.append(f"  memory per GPU {first.peak_memory_gib:.1f} GiB at most (by stage: {mem})")
+    if "memory_tight" in s:
+        t = s["memory_tight"]
+        out.append(f"                 {tight_note(t['spare_gib'], t['nccl_communicators'])}")
     if "straggler" in s:
         g = s["straggler"]
         c = g["charged_to"]

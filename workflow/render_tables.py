@@ -2,6 +2,7 @@
 nccl-tests-style table, `scenarios` (and `--keys`), `models` and `plan`. Each reads the rows its
 workflow/ function returned (what `--json` prints)."""
 
+from sim.memory_fit import nccl_reserve_gib
 from sim.scenario_file import BASE_HINT
 from workflow.layouts import scenario_sets
 from workflow.render_sim import network_line
@@ -144,7 +145,7 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     with_cp = any(r["cp"] > 1 for r in rows)  # a CP column only where a layout has one
     # The schedule column fits "interleaved v=4".
     head = ["tp", *(["cp     "] if with_cp else []), " pp", "  dp", "mb", "accum", f"{'schedule':<15}"]
-    head += [f"{'recompute':<9}", f"{'mode':<6}", f"{'step':>9}", f"{'MFU':>6}", f"{'memory':>9}", "bubble"]
+    head += [f"{'recompute':<9}", f"{'mode':<6}", f"{'step':>9}", f"{'MFU':>6}", f"{'memory':>10}", "bubble"]
     out.append("  " + " ".join([*head, f"{'TP+CP' if with_cp else 'TP comm':>9}", f"{'DP exp.':>9}"]))
     for r in rows:
         sched = r["schedule"] + (f" v={r['virtual']}" if r["virtual"] > 1 else "")
@@ -153,13 +154,16 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
         cells = [f"{r['tp']:>2}", *([f"{cp:<7}"] if with_cp else []), f"{r['pp']:>3}", f"{r['dp']:>4}"]
         cells += [f"{r['micro_batch']:>2}", f"{r['grad_accum']:>5}", f"{sched:<15}", f"{r['recompute']:<9}"]
         cells += [f"{mode:<6}", f"{fmt_seconds(r['step_time_s']):>9}", f"{_pct(r['mfu']):>6}"]
-        cells += [f"{r['memory_gib']:>5.1f} GiB", f"{_pct(r['bubble_fraction']):>6}", f"{_s(r['tp_comm_s']):>9}"]
+        memory = f"{r['memory_gib']:>5.1f} GiB" + ("!" if r["tight"] else " ")
+        cells += [memory, f"{_pct(r['bubble_fraction']):>6}", f"{_s(r['tp_comm_s']):>9}"]
         cells.append(f"{_s(r['dp_exposed_s']):>9}" + ("" if r["replayed"] else "  (estimate)"))
         out.append("  " + " ".join(cells))
-    out.append(
-        f"  best: ddplab simulate {cluster} --ranks {gpus} "
-        + " ".join(f"--set {x}" for x in [*scenario_sets(model, sets, seq_len), *rows[0]["sets"]])
-    )
+
+    def simulate(row) -> str:  # the command that gives this layout
+        keys = [*scenario_sets(model, sets, seq_len), *row["sets"]]
+        return f"ddplab simulate {cluster} --ranks {gpus} " + " ".join(f"--set {x}" for x in keys)
+
+    out.append(f"  best: {simulate(rows[0])}")
     zb = "; ZB-H1's W half of each backward" if any(r["schedule"] == "zb-h1" for r in rows) else ""
     if any(r["cp"] > 1 for r in rows):
         zb += "; cp N ag: K and V all-gathered per block (Llama 3's), N ring: ring attention, N a2a: Ulysses"
@@ -168,6 +172,15 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     if any(r["mode"] == "hsdp" for r in rows):
         zb += "; hsdp/S: shard groups of S data-parallel ranks in a node"
     out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs{zb}")
+    if any(r["tight"] for r in rows):
+        counts = sorted({r["nccl_communicators"] for r in rows if r["tight"]})
+        runs = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        out.append(f"  memory!: tight, less spare than NCCL's own buffers take, about {nccl_reserve_gib(1):.1f} GiB a"
+                   f" communicator (NVIDIA/nccl#864), {runs} in these layouts; they and the allocator's fragmentation"
+                   " are not in the estimate: it may not run")  # fmt: skip
+        roomy = next((r for r in rows if not r["tight"]), None)
+        if rows[0]["tight"] and roomy is not None:
+            out.append(f"  best with that room: {simulate(roomy)}")
     return out
 
 

@@ -267,6 +267,7 @@ def _memory(sc) -> dict:
     out["total_gib"] = f.total_gib
     if f.checked:  # compute.device_memory_gib = 0: a CPU rank, nothing to check against
         out["device_gib"], out["fits"] = f.device_gib, f.fits
+        out["nccl_communicators"], out["tight"] = f.communicators, f.tight
     return out
 
 

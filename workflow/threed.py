@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from output.export3d import write_run3d, write_summaries_3d
+from sim.memory_fit import Fit, communicators
 from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
 
 __all__ = ["ASSUMED", "run", "simulate"]
@@ -71,7 +72,10 @@ def simulate(
         peak = r.first.peak_memory_gib
         if not (ignore_memory or not device or peak <= device):
             s["verdict"] = f"out of memory: {peak:.1f} GiB per GPU > {device:g} GiB"
-        elif out is not None:
+        fit = Fit(peak, device, False, communicators(sc))
+        if fit.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
+            s["memory_tight"] = {"spare_gib": device - peak, "nccl_communicators": fit.communicators}
+        if "verdict" not in s and out is not None:
             write_run3d(r, out)
             written.append(s)
         yield sc, r, s
