@@ -175,9 +175,9 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     if any(r["tight"] for r in rows):
         counts = sorted({r["nccl_communicators"] for r in rows if r["tight"]})
         runs = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        out.append(f"  memory!: tight, less spare than NCCL's own buffers take, about {nccl_reserve_gib(1):.1f} GiB a"
-                   f" communicator (NVIDIA/nccl#864), {runs} in these layouts; they and the allocator's fragmentation"
-                   " are not in the estimate: it may not run")  # fmt: skip
+        out.append(f"  memory!: tight: less spare than NCCL's own buffers take, about {nccl_reserve_gib(1):.1f} GiB for"
+                   f" each communicator (NVIDIA/nccl#864; these layouts run {runs}); neither they nor the allocator's"
+                   " fragmentation are in the estimate, so such a layout may not run")  # fmt: skip
         roomy = next((r for r in rows if not r["tight"]), None)
         if rows[0]["tight"] and roomy is not None:
             out.append(f"  best with that room: {simulate(roomy)}")
