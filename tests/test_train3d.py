@@ -92,6 +92,12 @@ def test_records_have_the_layout(runs, name, tp, pp, v):
             assert s["forward_s"] > 0 and s["backward_s"] > 0 and s["wait_s"] >= 0
             assert s["step_wall_s"] >= s["forward_s"] + s["backward_s"]
         assert len(r.of_type("mem_tracker")) == 1
+    if pp > 1:
+        # The stages leave each step together (the loss broadcast is inside it), so each stage's
+        # steps add up to the same wall time, the pipeline's: a few ms apart at most, at the ends
+        # only. With the broadcast outside the timing the last stage's came out 5-12 % short.
+        walls = [sum(s["step_wall_s"] for s in r.of_type("step")[1:]) for r in ranks]
+        assert max(walls) - min(walls) < 0.03 * max(walls), walls
 
 
 @pytest.mark.parametrize("name", ["tp", "pp", "il"])
