@@ -56,10 +56,13 @@ class Fit(NamedTuple):
         return not self.checked or self.total_gib <= self.device_gib
 
     @property
+    def spare_gib(self) -> float:
+        return self.device_gib - self.total_gib
+
+    @property
     def tight(self) -> bool:
         """It fits, but with less spare than NCCL's own buffers take (NCCL_BYTES_PER_COMMUNICATOR)."""
-        spare = self.device_gib - self.total_gib
-        return bool(self.checked and self.fits and spare < nccl_reserve_gib(self.communicators))
+        return bool(self.checked and self.fits and self.spare_gib < nccl_reserve_gib(self.communicators))
 
 
 def nccl_reserve_gib(communicators: int) -> float:
@@ -74,14 +77,12 @@ def communicators(sc: Scenario) -> int:
     if sc.network.backend != "nccl" or sc.ranks <= 1:
         return 0
     t = sc.training
-    if sc.parallel3d:
-        group = sc.dp * t.cp  # the ranks each parameter's data parallelism spans
-        shard = sc.dp_shard_size
-        data = [shard, group // shard] if t.mode == "hsdp" else [group]
-        return sum(n > 1 for n in (t.tp, t.cp, t.pp, *data))
-    if t.mode == "hsdp":
-        return sum(n > 1 for n in (sc.shard_size, sc.ranks // sc.shard_size))
-    return 1
+    # One count for every engine: without tp, cp or pp the data-parallel group is every rank and
+    # dp_shard_size is HSDP's shard group (sim/config.py), as the DDP/FSDP engines take them.
+    group = sc.dp * t.cp  # the ranks each parameter's data parallelism spans
+    shard = sc.dp_shard_size
+    data = [shard, group // shard] if t.mode == "hsdp" else [group]
+    return sum(n > 1 for n in (t.tp, t.cp, t.pp, *data))
 
 
 class Alternative(NamedTuple):

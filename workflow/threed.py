@@ -74,7 +74,7 @@ def simulate(
             s["verdict"] = f"out of memory: {peak:.1f} GiB per GPU > {device:g} GiB"
         fit = Fit(peak, device, False, communicators(sc))
         if fit.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
-            s["memory_tight"] = {"spare_gib": device - peak, "nccl_communicators": fit.communicators}
+            s["memory_tight"] = {"spare_gib": fit.spare_gib, "nccl_communicators": fit.communicators}
         if "verdict" not in s and out is not None:
             write_run3d(r, out)
             written.append(s)
