@@ -59,6 +59,7 @@ class Summary:
     calibration: dict | None = None  # the calib.json applied: file, mode, why, withheld
     parameters: list | None = None  # each calibrated key's value and source
     to_train: dict | None = None  # days, GPU-hours and dollars to train (sim/train_cost.py)
+    record: dict | None = None  # how published steps of jobs like this came out (calibrate/record.py)
 
     def __post_init__(self):
         # The last guard before a number is printed: a NaN or infinity here is a bug upstream

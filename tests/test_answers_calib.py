@@ -98,6 +98,8 @@ def test_gpu_calibration_over_the_same_backend_still_carries_gamma(tmp_path, cap
     assert params["compute.interference_gamma"]["source"].startswith("measured on NVIDIA H200")
     held = {w["key"] for w in s["calibration"]["withheld"]}
     assert "compute.interference_gamma" not in held and "noise.sigma" not in held
+    # The public record judges the presets' compute; a calibration's is the user's measurement.
+    assert "record" not in s
 
 
 # ---------------------------------------------------------------------------------------------

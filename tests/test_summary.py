@@ -36,7 +36,7 @@ def test_the_step_splits_into_its_parts(summary):
 
 def test_json_is_every_field_in_order_and_leaves_out_what_simulate_did_not_add(summary):
     d = summary.to_json_dict()
-    extras = ("memory_gib", "episodes", "calibration", "parameters", "to_train")
+    extras = ("memory_gib", "episodes", "calibration", "parameters", "to_train", "record")
     assert list(d) == [f.name for f in fields(Summary) if f.name not in extras]
     assert d["step_time_s"] == {"mean": summary.step_time_s.mean, "p5": summary.step_time_s.p5,
                                 "p50": summary.step_time_s.p50, "p95": summary.step_time_s.p95,

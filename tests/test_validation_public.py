@@ -197,3 +197,16 @@ def test_nemo_rows_follow_their_rule():
     assert rows[3].measured == pytest.approx(9.93, abs=0.01)
     sc = load_scenario("h100-1024", [s for s in rows[-1].command.split() if "=" in s], ranks=64)
     assert param_count(sc.model.shape) == pytest.approx(69e9, rel=0.01)  # LLAMA2-70B
+
+
+def test_the_committed_public_record_is_the_current_models(results):
+    """calibrate/public_record.json, which `simulate` prints beside a step time, holds the step
+    rows as this model predicts them: a change to the model fails here until `make record`."""
+    from calibrate.record import RECORD_PATH, record_rows
+
+    fresh = record_rows(results)
+    committed = json.loads(RECORD_PATH.read_text())["rows"]
+    assert [r["what"] for r in committed] == [r["what"] for r in fresh], "run `make record`"
+    for old, new in zip(committed, fresh, strict=True):
+        assert old | {"step_error": 0} == new | {"step_error": 0}, f"{new['what']}: run `make record`"
+        assert old["step_error"] == pytest.approx(new["step_error"], abs=2e-4), f"{new['what']}: run `make record`"

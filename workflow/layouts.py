@@ -9,6 +9,7 @@ MODEL CLUSTER` prints.
 import contextlib
 import time
 
+from calibrate.record import track_record
 from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
 from sim.patches import Patch, parse_sets
@@ -67,6 +68,9 @@ def plan_layouts(
     return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch,
             "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
             "seconds": took, "assumed": ASSUMED,
+            # The best layout's class in the public record (calibrate/record.py): the table's
+            # other layouts share its device and stack, and nearly always its TP/PP/CP class.
+            "record": track_record(scenario_for(base, ranked[0].candidate, gpus)),
             "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False,
                                     communicators(scenario_for(base, s.candidate, gpus))))
                         for s in ranked[:top]]}  # fmt: skip

@@ -59,6 +59,29 @@ def mfu_line(s: dict) -> str:
     )
 
 
+def record_lines(record: dict | None, indent: str = "  ") -> list[str]:
+    """How the public record's step times of jobs like this one came out (calibrate/record.py),
+    under the step time it qualifies; nothing when the compute was given or calibrated."""
+    if record is None:
+        return []
+    head = f"{indent}public record    {record['regime']}:"
+    pad = " " * len(f"{indent}public record    ")
+    if not record["rows"]:
+        return [
+            f"{head} no published run of such a job is in the record; this step rests on the"
+            " preset's efficiencies alone (docs/validation-public.md)"
+        ]
+    n = record["rows"]
+    lo, hi, med = record["step_error_min"], record["step_error_max"], record["step_error_median"]
+    spread = f"{lo:+.1%}" if n == 1 else f"{lo:+.1%} to {hi:+.1%} (median {med:+.1%})"
+    return [
+        f"{head} {n} published run{'s: their steps' if n > 1 else ': its step'} predicted {spread},"
+        f" {record['within']} of {n} within the {record['bound'] * 100:.0f} % tier",
+        f"{pad}(minus: the prediction is faster than the run; {', '.join(record['sources'])}:"
+        " docs/validation-public.md)",
+    ]
+
+
 def parameters_lines(summary: Summary) -> list[str]:
     """The calibration applied and where each parameter came from (calibrate/apply.py)."""
     out = []
@@ -108,6 +131,7 @@ def summary_lines(sc, s: Summary) -> list[str]:
         f"  step time        {fmt_seconds(st.mean)} mean  (p50 {fmt_seconds(st.p50)},"
         f" p95 {fmt_seconds(st.p95)}, p99 {fmt_seconds(st.p99)})"
     )
+    out += record_lines(s.record)
     out.append("  where it goes    per rank, mean of a step:")
     parts = [
         ("compute (fwd+bwd)", s.compute_s),
@@ -271,6 +295,7 @@ def sweep_lines(sc, summaries: list[Summary | dict]) -> list[str]:
     if ran is not None:
         out.append(f"  compute: {STACK_NOTES[ran.stack]}; MFU: {ran.flop_count} FLOPs per token"
               f" x tokens/s per GPU / {ran.peak_tflop_s:g} TFLOP/s peak")  # fmt: skip
+        out += record_lines(ran.record)  # every scale is the same class of job
     oom = next((s for s in summaries if not isinstance(s, Summary)), None)
     if oom is not None:
         out.append(f"  at {oom['ranks']} ranks:")
@@ -346,6 +371,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     out.append(f"  step time      {fmt_seconds(s['step_time_s'])} mean over {sc.steps} steps"
                f" (p50 {fmt_seconds(pct['p50'])}, p99 {fmt_seconds(pct['p99'])};"
                f" {s['tokens_per_s']:,.0f} tokens/s, MFU {s['mfu']:.1%})")  # fmt: skip
+    out += record_lines(s.get("record"))
     idle = s["stage_idle_fraction"]
     out.append(f"  pipeline       {fmt_seconds(s['pipeline_s'])}  bubble (closed form) {first.bubble_fraction:.1%}, "
                f"stage idle {min(idle):.1%}-{max(idle):.1%}")  # fmt: skip

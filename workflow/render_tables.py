@@ -5,7 +5,7 @@ workflow/ function returned (what `--json` prints)."""
 from sim.memory_fit import nccl_reserve_gib
 from sim.scenario_file import BASE_HINT
 from workflow.layouts import scenario_sets
-from workflow.render_sim import network_line
+from workflow.render_sim import network_line, record_lines
 from workflow.units import fmt_bytes, fmt_seconds
 
 
@@ -172,6 +172,7 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
     if any(r["mode"] == "hsdp" for r in rows):
         zb += "; hsdp/S: shard groups of S data-parallel ranks in a node"
     out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs{zb}")
+    out += record_lines(found.get("record"))
     if any(r["tight"] for r in rows):
         counts = sorted({r["nccl_communicators"] for r in rows if r["tight"]})
         runs = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"

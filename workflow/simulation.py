@@ -17,6 +17,7 @@ from pathlib import Path
 
 from calibrate.apply import Layer, calibration_layer, calibration_summary, transfer_warning
 from calibrate.calibration import Calibration
+from calibrate.record import track_record
 from calibrate.refusal import refusal
 from output.export import write_result, write_summaries
 from output.outdir import claim
@@ -225,6 +226,8 @@ def simulate_scales(
             summary.calibration = provenance[i - 1]["calibration"]
             summary.parameters = provenance[i - 1]["parameters"]
             _mark_measured(summary)
+        else:  # a calibration's compute is the user's own measurement, not the presets' the record judges
+            summary.record = track_record(sc)
         train_cost.attach(summary, tokens, price)
         summaries.append(summary)
         if sweep and say:

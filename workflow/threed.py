@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from calibrate.record import track_record
 from output.export3d import write_run3d, write_summaries_3d
 from sim.memory_fit import Fit, communicators
 from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
@@ -55,11 +56,14 @@ def simulate(
     out: Path | None = None,
     sweep: bool = False,
     progress: Callable | None = None,
+    calibrated: bool = False,
 ) -> Iterator[tuple[object, Run3D, dict]]:
     """(scenario, run, summary) for each scenario, one at a time; a step that does not fit the
     GPU's memory has ``summary["verdict"]`` (unless ``ignore_memory``). With ``out`` (claimed:
     workflow/simulation.py claim_out) each scale that fits is written as it ends, and the
-    summaries at the end. ``progress(sc)``: a step progress callback with close(), per scale."""
+    summaries at the end. ``progress(sc)``: a step progress callback with close(), per scale.
+    Unless ``calibrated`` (a calib.json set the compute), ``summary["record"]`` is what the
+    public record says of jobs like it (calibrate/record.py)."""
     written = []
     for sc in scenarios:
         bar = progress(sc) if progress else None
@@ -75,6 +79,9 @@ def simulate(
         fit = Fit(peak, device, False, communicators(sc))
         if fit.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
             s["memory_tight"] = {"spare_gib": fit.spare_gib, "nccl_communicators": fit.communicators}
+        record = None if calibrated else track_record(sc)
+        if record is not None:
+            s["record"] = record
         if "verdict" not in s and out is not None:
             write_run3d(r, out)
             written.append(s)

@@ -1,0 +1,109 @@
+"""The public record beside a prediction: how the published step times of jobs like this one
+came out against the same model (calibrate/public.py, docs/validation-public.md).
+
+A step time from the roofline rests on the preset's efficiencies, and the public table shows
+where they run fast or slow (docs/validation-public.md, "The record beside each prediction").
+A user sizing a job should see that beside the number, not only in a document. ``regime`` puts
+a scenario in one of a few classes (device, stack, layout, whether attention takes half of the
+forward or more), and ``track_record`` summarises the public step rows of that class.
+
+The rows' errors are the model's as committed: ``public_record.json`` beside this module holds
+them, written by `make record` (workflow/public_record.py), and
+tests/test_validation_public.py fails when it differs from a fresh evaluation of the table, so
+the record printed is always the current model's. Running the whole table takes seconds, which
+`simulate` must not spend.
+"""
+
+import json
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+from calibrate.public import TIERS
+from sim.patches import flag_patches
+from sim.scenario_file import resolve
+from sim.workload import forward_shares
+
+RECORD_PATH = Path(__file__).with_name("public_record.json")
+# Attention's share of a forward at which a step is "attention-bound": above it the roofline's
+# attention efficiency, not its matmuls', sets the step (sim/roofline.py). At seq 8192 Llama 3
+# 8B's attention is 23 % of the forward's time here, at 32,768 60 %.
+ATTENTION_BOUND_SHARE = 0.5
+STEP_UNITS = ("s", "TFLOP/s", "MFU")  # the step tier's rows; a throughput is a step's inverse
+
+
+def attention_share(sc) -> float:
+    """Attention's share of one forward's time on the roofline (every block's core together)."""
+    _, core = forward_shares(sc)
+    return core * sc.model.shape.n_layer
+
+
+def regime(sc) -> str | None:
+    """The class of job the public record is read in, or None when the compute time is not the
+    roofline's (a given step time or MFU, or a calibration's): the record does not speak to it."""
+    c = sc.compute
+    if c.step_compute_s is not None or c.mfu is not None:
+        return None
+    # An attention-bound step's error is its attention rate's whatever the layout (CP splits
+    # the attention, not its rate), so those rows are one class.
+    if attention_share(sc) >= ATTENTION_BOUND_SHARE:
+        layout = "attention-bound (any layout)"
+    else:
+        layout = "TP/PP/CP" if sc.parallel3d else "data parallel"
+    return f"{c.device_class or 'unnamed device'}, {c.stack}, {layout}"
+
+
+def step_error(unit: str, error: float) -> float:
+    """A row's error as predicted step / measured step - 1: a throughput row's inverted."""
+    return error if unit == "s" else 1.0 / (1.0 + error) - 1.0
+
+
+def record_rows(results) -> list[dict]:
+    """The step rows of an evaluated public table (calibrate/public.py Result), as the record
+    file holds them: what, source, regime, the step error, and whether within its tier."""
+    out = []
+    for r in results:
+        row, job = r.row, r.row.job
+        if row.unit not in STEP_UNITS:
+            continue
+        sc = resolve(job.preset, job.sets, flag_patches(ranks=job.ranks, steps=job.steps)).scenario
+        out.append(
+            {
+                "what": row.what,
+                "source": row.source,
+                "regime": regime(sc),
+                "step_error": round(step_error(row.unit, r.error), 4),
+                "within": bool(r.ok),
+                "held_out": row.held_out,
+            }
+        )
+    return out
+
+
+@lru_cache(maxsize=1)
+def load_record(path: Path = RECORD_PATH) -> tuple[dict, ...]:
+    return tuple(json.loads(path.read_text())["rows"])
+
+
+def track_record(sc, rows=None) -> dict | None:
+    """What the public record says of jobs like ``sc``: its regime, how many step rows share it,
+    how many are within the step tier (``bound``), and their step errors' range and median;
+    ``rows``: 0 when none does. None when the compute is not the roofline's (``regime``)."""
+    key = regime(sc)
+    if key is None:
+        return None
+    rows = load_record() if rows is None else rows
+    like = [r for r in rows if r["regime"] == key]
+    if not like:
+        return {"regime": key, "rows": 0}
+    errors = [r["step_error"] for r in like]
+    return {
+        "regime": key,
+        "rows": len(like),
+        "within": sum(r["within"] for r in like),
+        "bound": TIERS["step"],
+        "step_error_min": min(errors),
+        "step_error_max": max(errors),
+        "step_error_median": statistics.median(errors),
+        "sources": sorted({r["source"] for r in like}),
+    }
