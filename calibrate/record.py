@@ -1,5 +1,6 @@
 """The public record beside a prediction: how the published step times of jobs like this one
-came out against the same model (calibrate/public.py, docs/validation-public.md).
+came out against the same model, and the published collective runs of the very command a user
+types (calibrate/public.py, docs/validation-public.md).
 
 A step time from the roofline rests on the preset's efficiencies, and the public table shows
 where they run fast or slow (docs/validation-public.md, "The record beside each prediction").
@@ -19,8 +20,8 @@ import statistics
 from functools import lru_cache
 from pathlib import Path
 
-from calibrate.public import TIERS
-from sim.patches import flag_patches
+from calibrate.public import SOURCES, TIERS, _rows, evaluate
+from sim.patches import flag_patches, parse_sets
 from sim.scenario_file import resolve
 from sim.workload import forward_shares
 
@@ -107,3 +108,38 @@ def track_record(sc, rows=None) -> dict | None:
         "step_error_median": statistics.median(errors),
         "sources": sorted({r["source"] for r in like}),
     }
+
+
+def _assignments(patches) -> frozenset:
+    return frozenset((p.key, p.value) for p in patches)
+
+
+def published_collectives(scenario: str, ranks: int, op: str, sets=()) -> dict[int, list[dict]]:
+    """The published runs of this very collective, by size: the public table's rows whose
+    command is this one (the preset by name, the rank count, the op, the same --set keys and
+    values; a row that forced NCCL_ALGO sets network.algorithm, and so must the user). Each with
+    its source, the figure as printed (time in us below 1 MiB, busbw in GB/s from it),
+    validate's error and whether it is within its tier. Static rows: no simulation here."""
+    wanted = _assignments(parse_sets(sets))
+    out: dict[int, list[dict]] = {}
+    for row in _rows():
+        job = row.job
+        if job.kind != "collective" or (job.preset, job.ranks, job.op) != (scenario, ranks, op):
+            continue
+        if _assignments(job.sets) != wanted:
+            continue
+        r = evaluate(row)
+        out.setdefault(job.size, []).append(
+            {
+                "source": row.source,
+                "citation": SOURCES[row.source][0],
+                "conditions": SOURCES[row.source][1],
+                "unit": row.unit,
+                "measured": row.measured,
+                "error": r.error,
+                "bound": row.bound,
+                "within": r.ok,
+                "held_out": row.held_out,
+            }
+        )
+    return out

@@ -127,3 +127,42 @@ def test_plan_prints_the_record_simulate_prints_for_its_best():
     best = load_scenario("h100-1024", sets=(*scenario_sets("llama3-8b"), *found["layouts"][0]["sets"]))
     assert found["record"] == track_record(best)
     assert found["record"]["regime"].startswith("h100, eager, ")
+
+
+def test_collective_shows_the_published_run_of_the_same_command(ddplab):
+    from calibrate import public_data as data
+
+    args = ("collective", "h100-1024", "--ranks", "8", "--op", "allgather", "--set", "network.algorithm=ring")
+    code, out, err = ddplab(*args, "--sizes", "128:8G", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    printed = {size: (time_us, busbw) for size, time_us, busbw in data.T1_RING_ALLGATHER}
+    assert {r["size_bytes"] for r in rows if "published" in r} == set(printed)
+    for r in rows:
+        (p,) = r["published"]
+        time_us, busbw = printed[r["size_bytes"]]
+        # The error is this table's own figure against the printed one, in the printed unit.
+        ours = r["time_us"] if p["unit"] == "us" else r["busbw_gb_s"]
+        assert p["measured"] == (time_us if p["unit"] == "us" else busbw)
+        assert p["error"] == pytest.approx(ours / p["measured"] - 1, rel=1e-9)
+        assert p["within"] == (abs(p["error"]) <= p["bound"]) and p["source"] == "together-h100"
+    # Not the same command: NCCL's own pick (the ring run forced NCCL_ALGO=RING), a rank count no
+    # one printed, or a cluster file.
+    code, out, err = ddplab("collective", "h100-1024", "--ranks", "8", "--op", "allgather", "--sizes", "4M", "--json")
+    assert "published" not in json.loads(out)[0]
+    code, out, err = ddplab(*args[:3], "16", *args[4:], "--sizes", "4M", "--json")
+    assert "published" not in json.loads(out)[0]
+    mine = "scenarios/examples/my-cluster.toml"
+    code, out, err = ddplab("collective", mine, "--ranks", "8", "--sizes", "4M", "--json")
+    assert "published" not in json.loads(out)[0]
+
+
+def test_collective_table_marks_misses_and_fitted_figures(ddplab):
+    code, out, err = ddplab("collective", "mi300x-1024", "--ranks", "8", "--sizes", "8,1K")
+    assert code == 0, err
+    eight, kib = (line for line in out.splitlines() if line.strip().startswith(("8 ", "1024 ")))
+    # 8 B: the ROCm blog's 16.61 us against RCCL's 23.2 us ring LL, a miss; AAC8's 19.28 within.
+    assert "16.61 us [1] +39.7% MISS" in eight and "19.28 us [2] +20.3%" in eight
+    # 1 KiB: the blog's figure is one latency_ll_us was fitted on.
+    assert "13.11 us [1] +3.1% fitted" in kib and "13.67 us [2] -1.2%" in kib
+    assert "#   [2] aac8-mi300x: hisohara/ai-scripts" in out

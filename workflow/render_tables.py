@@ -64,15 +64,32 @@ def collective_lines(op: str, found) -> list[str]:
     head = ("size", "count", "type", "redop", "algorithm", "time", "algbw", "busbw")
     units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)")
     widths = (12, 12, 6, 6, 15, 10, 8, 8)
+    cited = {p["source"]: p for r in rows for p in r.get("published", ())}
+    sources = list(cited)
+    if sources:  # a published run of this very command: its figure and our error beside ours
+        head, units = (*head, "  published [source], ours vs it"), (*units, "")
+        widths = (*widths, 0)
     out.append("# " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
-    out.append("# " + " ".join(f"{u:>{w}}" for u, w in zip(units, widths, strict=True)))
+    out.append("# " + " ".join(f"{u:>{w}}" for u, w in zip(units, widths, strict=True)).rstrip())
     for r in rows:
-        out.append(
+        line = (
             f"  {r['size_bytes']:>12} {r['count']:>12} {r['type']:>6} {redop:>6} {r['algorithm']:>15}"
             f" {r['time_us']:>10.1f} {r['algbw_gb_s']:>8.2f} {r['busbw_gb_s']:>8.2f}"
         )
+        for p in r.get("published", ()):
+            mark = ("" if p["within"] else " MISS") + ("" if p["held_out"] else " fitted")
+            line += f"   {p['measured']:g} {p['unit']} [{sources.index(p['source']) + 1}] {p['error']:+.1%}{mark}"
+        out.append(line)
     avg = sum(r["busbw_gb_s"] for r in rows) / len(rows)
     out.append(f"# Avg bus bandwidth    : {avg:.3f}")
+    if sources:
+        out.append("#")
+        out.append("# published: the same command's run as its source printed it (time below 1 MiB, busbw from")
+        out.append("#   1 MiB); ours vs it = ours / its - 1; MISS: outside the tier set before it was compared;")
+        out.append("#   fitted: a preset constant was fitted on that figure, so agreeing with it proves little")
+        out.append("#   (ddplab validate --public, docs/validation-public.md)")
+        for i, name in enumerate(sources, 1):
+            out.append(f"#   [{i}] {name}: {cited[name]['citation']}; {cited[name]['conditions']}")
     if rows and "why" in rows[0]:
         out.append("#")
         out.append(f"# why: {sc.network.tuner}'s estimate (us), its pick first; then our time = latency + bytes")

@@ -8,6 +8,7 @@ rows a notebook can use (each a dict, as their ``--json`` prints it).
 
 from typing import NamedTuple
 
+from calibrate.record import published_collectives
 from scenarios import load_models, scenario_names
 from sim.collectives import PER_RANK_OPS, algbw_busbw_gb_s, candidates, collective_cost
 from sim.cost import SEED_LINKS, link_costs, parse_link
@@ -77,7 +78,8 @@ class Collectives(NamedTuple):
 def collective_rows(op: str, sizes: str, scenario: str, sets=(), ranks: int | None = None) -> Collectives:
     """``op`` at each of ``sizes`` ("1M:1G" or a list) on the scenario's network, timed as the
     simulator times it (sim/collectives.py), with nccl-tests' algbw and busbw; under NCCL/RCCL
-    each row says why: the library's estimate for its pick and the runners-up."""
+    each row says why: the library's estimate for its pick and the runners-up; where a published
+    run of this command printed a size, the row carries it as ``published``."""
     sizes = parse_sizes(sizes)
     sc = load_scenario(scenario, list(sets), ranks=ranks)
     fabric = fabric_for(sc)
@@ -110,6 +112,11 @@ def collective_rows(op: str, sizes: str, scenario: str, sets=(), ranks: int | No
                 "bytes_us": c.chosen.time_us - c.chosen.latency_us,
             }
         rows.append(row)
+    # The published runs of this very command, where the public record has one (calibrate/record.py).
+    published = published_collectives(scenario, fabric.ranks, op, sets)
+    for row in rows:
+        if row["size_bytes"] in published:
+            row["published"] = published[row["size_bytes"]]
     return Collectives(sc, fabric.ranks, fabric.nodes, rows)
 
 
