@@ -241,7 +241,7 @@ def _mi300x_blog_fit(size: int) -> str:
     return ""
 
 
-def _rows() -> list[Row]:
+def table_rows() -> list[Row]:
     ring = sets(network__algorithm="ring")
     rows = _curve("8 x H100, allreduce, ring", "together-h100", "h100-1024", 8, "allreduce",
                   data.T1_RING_ALLREDUCE, ring, _h100_ring_fit)  # fmt: skip
@@ -582,7 +582,7 @@ def evaluate(row: Row) -> Result:
 
 
 def public_table() -> list[Result]:
-    return [evaluate(r) for r in _rows()]
+    return [evaluate(r) for r in table_rows()]
 
 
 def headline(results: list[Result]) -> dict:

@@ -322,10 +322,10 @@ def test_json_help_names_keys_that_json_prints(capsys, monkeypatch, argv):
         text = text.split("with --public", 1)[1]
         # Every row has the same keys: the first of each source (held-out and in-sample rows
         # among them), not all 333 (12 s of simulation that tests/test_validation_public.py runs).
-        from calibrate.public import _rows, evaluate
+        from calibrate.public import evaluate, table_rows
         from workflow import calibration
 
-        firsts = list({r.source: r for r in reversed(_rows())}.values())
+        firsts = list({r.source: r for r in reversed(table_rows())}.values())
         assert {r.held_out for r in firsts} == {True, False}
         monkeypatch.setattr(calibration, "public_table", lambda: [evaluate(r) for r in firsts])
     named = [k for k in re.findall(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+)\b", text.split(":", 1)[1])]

@@ -83,8 +83,12 @@ def test_table_prints_each_row_with_its_numbers(capsys):
     rows = run_json(capsys, "compare", "h100-1024", "4x200G=" + FOUR_BY_200, *SMALL)
     code, out, err = ddplab(capsys, "compare", "h100-1024", "4x200G=" + FOUR_BY_200, *SMALL)
     assert code == 0, err
-    lines = {line.split()[0]: line for line in out.splitlines()[2:]}
+    table, below = out.splitlines()[2:4], out.splitlines()[4:]
+    lines = {line.split()[0]: line for line in table}
     assert list(lines) == ["h100-1024", "4x200G"]
+    # Both are the same class of job: its public record once, naming both (calibrate/record.py).
+    assert below[0].startswith("h100-1024, 4x200G: public record    h100, eager, data parallel: ")
+    assert rows[0]["record"] == rows[1]["record"] and rows[0]["record"]["rows"] > 0
     for r in rows:
         line = lines[r["name"]]
         for shown in (

@@ -11,11 +11,11 @@ import json
 import pytest
 
 from calibrate import public_data as data
-from calibrate.public import KIB, MIB, SOURCES, TIERS, _rows, evaluate, headline, public_table
+from calibrate.public import KIB, MIB, SOURCES, TIERS, evaluate, headline, public_table, table_rows
 from sim.scenario_file import load_scenario
 from sim.transformer import param_count
 
-ROWS = _rows()
+ROWS = table_rows()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
 
+from calibrate.record import track_record
 from output.atomic import write_csv_atomic
 from output.export import SUMMARY_COLUMNS
 from output.jsonfile import write_json_atomic
@@ -119,8 +120,14 @@ def compare(
 
 
 def _row(sc, ignore_memory: bool, progress) -> Summary | dict:
-    """simulate's summary of the set-up, or, when it does not fit its device, simulate's OOM verdict."""
-    return out_of_memory(sc, ignore=ignore_memory) or run_scale(sc, progress=progress)[1]
+    """simulate's summary of the set-up (with the public record of its class of job, as simulate
+    has it), or, when it does not fit its device, simulate's OOM verdict."""
+    oom = out_of_memory(sc, ignore=ignore_memory)
+    if oom:
+        return oom
+    summary = run_scale(sc, progress=progress)[1]
+    summary.record = track_record(sc)
+    return summary
 
 
 # compare.csv: the set-up, then simulate's summary as output/export.py flattens it, then the ratios.

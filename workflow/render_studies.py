@@ -3,7 +3,7 @@
 their intervals. Each reads what its workflow/ function returned (what `--json` prints)."""
 
 from workflow.compare import CompareRow
-from workflow.render_sim import alternatives_lines, train_cost_lines
+from workflow.render_sim import alternatives_lines, record_lines, train_cost_lines
 from workflow.units import FLOP_COUNT, fmt_seconds
 
 
@@ -54,6 +54,13 @@ def compare_lines(rows: list[CompareRow]) -> list[str]:
         out.append(f"{r.name:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
     for r in rows:
         out += train_cost_lines(r.result, indent=f"{r.name}: ")
+    # The public record once per class of job the set-ups fall in (calibrate/record.py).
+    classes = {}
+    for r in rows:
+        if r.simulated and r.result.record is not None:
+            classes.setdefault(r.result.record["regime"], (r.result.record, []))[1].append(r.name)
+    for record, names in classes.values():
+        out += record_lines(record, indent=f"{', '.join(names)}: ")
     for r in rows:
         if not r.simulated:
             out.append(f"{r.name}: out of memory, not simulated;")
