@@ -95,7 +95,12 @@ def track_record(sc, rows=None) -> dict | None:
     if key is None:
         return None
     rows = load_record() if rows is None else rows
-    like = [r for r in rows if r["regime"] == key]
+    return summary(key, [r for r in rows if r["regime"] == key])
+
+
+def summary(key: str, like: list[dict]) -> dict:
+    """One class's rows (record_rows' dicts) in a few numbers; ``rows``: 0 and nothing else when
+    the class has none."""
     if not like:
         return {"regime": key, "rows": 0}
     errors = [r["step_error"] for r in like]
@@ -109,6 +114,12 @@ def track_record(sc, rows=None) -> dict | None:
         "step_error_median": statistics.median(errors),
         "sources": sorted({r["source"] for r in like}),
     }
+
+
+def by_class(rows: list[dict]) -> list[dict]:
+    """Every class the record's rows fall in, summarised (``summary``), the most rows first."""
+    keys = sorted({r["regime"] for r in rows}, key=lambda k: (-sum(r["regime"] == k for r in rows), k))
+    return [summary(k, [r for r in rows if r["regime"] == k]) for k in keys]
 
 
 def _assignments(patches) -> frozenset:

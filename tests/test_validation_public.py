@@ -156,8 +156,13 @@ def test_cli_prints_the_same_table(ddplab, results, monkeypatch):
     assert [r["predicted"] for r in rows] == pytest.approx([r.predicted for r in results], rel=1e-12)
     assert all({"error", "bound", "held_out", "source", "within", "fitted"} <= set(r) for r in rows)
     assert [r["held_out"] for r in rows] == [r.row.held_out for r in results]
+    # Step rows carry the class `simulate` reads the record in; collective rows have none.
+    from calibrate.record import load_record
+
+    assert {r["what"]: r["regime"] for r in rows if "regime" in r} == {r["what"]: r["regime"] for r in load_record()}
     code, out, err = ddplab("validate", "--public")
     assert code == 0 and "held-out:" in out and "in-sample:" in out
+    assert "h100, compiled, attention-heavy (any layout) 0 of 4 within, -45.2% to -24.4%" in " ".join(out.split())
     code, _, err = ddplab("validate", "--public", "--calib", "x.json")
     assert code == 2 and "--public: takes no RUN_DIR or --calib" in err
 

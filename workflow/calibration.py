@@ -16,6 +16,7 @@ from calibrate.admit import check_admitted
 from calibrate.calib import calibrate as fit
 from calibrate.calibration import Calibration
 from calibrate.public import SOURCES, headline, public_table
+from calibrate.record import by_class, record_rows
 from calibrate.trace_calib import JobShape, calibrate_traces
 from calibrate.validate import validate as run_validation
 from output.calib_plots import predicted_vs_measured, step_distributions, write_calibration_plots
@@ -86,6 +87,7 @@ def public_validation() -> tuple[list[dict], dict]:
     """(the public-record table, its headline): each published measurement, the prediction,
     the error, its tier and whether it was held out (calibrate/public.py)."""
     results = public_table()
+    steps = {r["what"]: r for r in record_rows(results)}  # the step rows' classes (calibrate/record.py)
     rows = [
         {
             "what": r.row.what,
@@ -103,6 +105,7 @@ def public_validation() -> tuple[list[dict], dict]:
             "fitted": r.row.fitted,
             "command": r.row.command,
         }
+        | ({"regime": steps[r.row.what]["regime"]} if r.row.what in steps else {})
         for r in results
     ]
-    return rows, headline(results)
+    return rows, headline(results) | {"step_classes": by_class(list(steps.values()))}

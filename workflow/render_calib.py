@@ -227,5 +227,11 @@ def public_lines(rows: list[dict], h: dict) -> list[str]:
     out.append(
         "held-out by source: " + ", ".join(f"{k} {v['within']}/{v['rows']}" for k, v in h["held_out_by_source"].items())
     )
+    out.append("step rows by class of job (what `simulate` prints beside a step time; minus: predicted faster):")
+    for c in h["step_classes"]:
+        spread = f"{c['step_error_min']:+.1%} to {c['step_error_max']:+.1%}, median {c['step_error_median']:+.1%}"
+        out.append(
+            f"  {c['regime']:<45} {c['within']:>3} of {c['rows']:>3} within, {spread} ({', '.join(c['sources'])})"
+        )
     out.append(f"{h['sources']} sources; conditions, citations and commands: ddplab validate --public --json")
     return out
