@@ -16,6 +16,9 @@ STAMP := $(VENV)/.installed
 # missing (best effort: without them those tests skip and say why).
 SYSDEPS := iproute2:ip iptables:iptables util-linux:taskset
 
+# Holistic Trace Analysis, which tests/test_traces_public.py holds calibrate/trace_fit.py to, goes
+# in without the jupyterlab it declares (~40 packages), which its analyses never import; the test
+# extra carries what they do import (pandas, plotly, networkx, pydot).
 $(STAMP): pyproject.toml
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; for d in $(SYSDEPS); do command -v $${d#*:} >/dev/null || missing="$$missing $${d%%:*}"; done; \
@@ -25,6 +28,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q --no-deps "HolisticTraceAnalysis>=0.5"
 	touch $(STAMP)
 
 # The whole loop on this machine (workflow/demo.py): probe, train, calibrate, validate,
