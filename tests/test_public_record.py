@@ -166,3 +166,10 @@ def test_collective_table_marks_misses_and_fitted_figures(ddplab):
     # 1 KiB: the blog's figure is one latency_ll_us was fitted on.
     assert "13.11 us [1] +3.1% fitted" in kib and "13.67 us [2] -1.2%" in kib
     assert "#   [2] aac8-mi300x: hisohara/ai-scripts" in out
+
+
+def test_collective_says_when_no_published_run_is_its_command(ddplab):
+    code, out, err = ddplab("collective", "h100-1024", "--sizes", "1M")
+    assert code == 0 and "# published: no run of this command (preset, --ranks, --op, --set)" in out
+    code, out, err = ddplab("collective", "homelab-1gbe", "--sizes", "1M")  # gloo: the home lab's own record
+    assert code == 0 and "# published" not in out

@@ -90,6 +90,10 @@ def collective_lines(op: str, found) -> list[str]:
         out.append("#   (ddplab validate --public, docs/validation-public.md)")
         for i, name in enumerate(sources, 1):
             out.append(f"#   [{i}] {name}: {cited[name]['citation']}; {cited[name]['conditions']}")
+    elif sc.network.backend == "nccl":  # say so: these sizes were not held to any published run
+        out.append("#")
+        out.append("# published: no run of this command (preset, --ranks, --op, --set) is in the public record;")
+        out.append("#   the runs it has: ddplab validate --public (docs/validation-public.md)")
     if rows and "why" in rows[0]:
         out.append("#")
         out.append(f"# why: {sc.network.tuner}'s estimate (us), its pick first; then our time = latency + bytes")
