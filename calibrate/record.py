@@ -95,10 +95,10 @@ def track_record(sc, rows=None) -> dict | None:
     if key is None:
         return None
     rows = load_record() if rows is None else rows
-    return summary(key, [r for r in rows if r["regime"] == key])
+    return class_summary(key, [r for r in rows if r["regime"] == key])
 
 
-def summary(key: str, like: list[dict]) -> dict:
+def class_summary(key: str, like: list[dict]) -> dict:
     """One class's rows (record_rows' dicts) in a few numbers; ``rows``: 0 and nothing else when
     the class has none."""
     if not like:
@@ -117,9 +117,9 @@ def summary(key: str, like: list[dict]) -> dict:
 
 
 def by_class(rows: list[dict]) -> list[dict]:
-    """Every class the record's rows fall in, summarised (``summary``), the most rows first."""
+    """Every class the record's rows fall in, summarised (``class_summary``), the most rows first."""
     keys = sorted({r["regime"] for r in rows}, key=lambda k: (-sum(r["regime"] == k for r in rows), k))
-    return [summary(k, [r for r in rows if r["regime"] == k]) for k in keys]
+    return [class_summary(k, [r for r in rows if r["regime"] == k]) for k in keys]
 
 
 def _assignments(patches) -> frozenset:
@@ -131,7 +131,8 @@ def published_collectives(scenario: str, ranks: int, op: str, sets=()) -> dict[i
     command is this one (the preset by name, the rank count, the op, the same --set keys and
     values; a row that forced NCCL_ALGO sets network.algorithm, and so must the user). Each with
     its source, the figure as printed (time in us below 1 MiB, busbw in GB/s from it),
-    validate's error and whether it is within its tier. Static rows: no simulation here."""
+    validate's error and whether it is within its tier. The rows are static and a collective's
+    prediction a closed form, so nothing is precomputed."""
     wanted = _assignments(parse_sets(sets))
     out: dict[int, list[dict]] = {}
     for row in table_rows():
