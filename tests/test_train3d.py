@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from conftest import run_here
 
+from calibrate.validate3d import WARMUP_STEPS
 from realrun.parallel import layout_problem, stage_layers
 from realrun.records import read_run
 from scenarios import load_models
@@ -96,7 +97,10 @@ def test_records_have_the_layout(runs, name, tp, pp, v):
         # The stages leave each step together (the loss broadcast is inside it), so each stage's
         # steps add up to the same wall time, the pipeline's: a few ms apart at most, at the ends
         # only. With the broadcast outside the timing the last stage's came out 5-12 % short.
-        walls = [sum(s["step_wall_s"] for s in r.of_type("step")[1:]) for r in ranks]
+        # After validate's warm-up: step 1 runs under MemTracker, 5x a later step, and beside a
+        # second `make test` the last stage began it up to 20 ms after the first (2026-12-06:
+        # 7.3 % apart from step 1 on, 0.6 % from step 2 on, in the same run).
+        walls = [sum(s["step_wall_s"] for s in r.of_type("step")[WARMUP_STEPS:]) for r in ranks]
         assert max(walls) - min(walls) < 0.03 * max(walls), walls
 
 
