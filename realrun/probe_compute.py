@@ -282,10 +282,19 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) ->
     return rows
 
 
+# Tries of the overlap phase, each with OVERLAP_GROWTH x the allreduces, while some rank saw
+# no iteration run entirely under them (the box slowed the compute, or sped the comm, after
+# the single allreduce that sized the first try).
+OVERLAP_TRIES = 3
+OVERLAP_GROWTH = 4
+
+
 def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
     """gamma = compute time with a concurrent allreduce / alone - 1. Every rank queues
     the same number of async allreduces (so the collectives match) and keeps computing
-    until they are done; only iterations that ran entirely under communication count."""
+    until they are done; only iterations that ran entirely under communication count.
+    The compute alone is timed half before and half after, so that a box whose speed drifts
+    (a loaded or throttling machine) shifts both sides alike, not gamma."""
     model = model_for(a.model, env, a.seed, recipe)
     scaler = recipe.scaler()
     batches = Batches(vocab_size=model.cfg.vocab_size, seq_len=a.seq_len, seed=a.seed, rank=env.rank)
@@ -305,7 +314,9 @@ def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
 
     for _ in range(a.warmup):
         step()
-    alone = statistics.fmean(step() for _ in range(a.iters))
+    first = (a.iters + 1) // 2
+    alone_s = [step() for _ in range(first)]
+    alone = statistics.fmean(alone_s)  # sizes the allreduces; the row's is both halves'
     buf = torch.zeros(OVERLAP_COMM_BYTES // 4, device=env.comm_device)  # zeros: racing sums stay 0
     dist.all_reduce(buf)
     dist.barrier()
@@ -315,15 +326,25 @@ def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
     # Enough allreduces to cover about 2 x iters computations; the largest count wins.
     ops = torch.tensor([min(4096, max(4, math.ceil(2 * a.iters * alone / one_s)))], device=env.comm_device)
     dist.all_reduce(ops, op=dist.ReduceOp.MAX)
-    dist.barrier()
-    works = [dist.all_reduce(buf, async_op=True) for _ in range(int(ops.item()))]
-    with_comm = []
-    while not all(w.is_completed() for w in works):
-        t = step()
-        if not all(w.is_completed() for w in works):
-            with_comm.append(t)
-    for w in works:
-        w.wait()
+    for attempt in range(OVERLAP_TRIES):
+        if attempt:
+            ops = torch.clamp(ops * OVERLAP_GROWTH, max=4096)
+        dist.barrier()
+        works = [dist.all_reduce(buf, async_op=True) for _ in range(int(ops.item()))]
+        with_comm = []
+        while not all(w.is_completed() for w in works):
+            t = step()
+            if not all(w.is_completed() for w in works):
+                with_comm.append(t)
+        for w in works:
+            w.wait()
+        # Every rank tries again, or none does: their collectives must stay matched.
+        missed = torch.tensor([0 if with_comm else 1], device=env.comm_device)
+        dist.all_reduce(missed, op=dist.ReduceOp.MAX)
+        if not missed.item() or ops.item() >= 4096:
+            break
+    alone_s += [step() for _ in range(a.iters - first)]
+    alone = statistics.fmean(alone_s)
     busy = statistics.fmean(with_comm) if with_comm else None  # comm ended within one iteration
     row = {
         "type": "overlap",

@@ -13,6 +13,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from collections import defaultdict
 
 import pytest
@@ -368,3 +369,70 @@ def test_tp_block_and_in_step_send(full):
         assert len(sends) == (ITERS * len(MICRO_BATCHES) if r.meta["rank"] == 0 else 0)
         assert all(s["size_bytes"] == s["micro_batch"] * SEQ_LEN * 64 * 4 and s["time_s"] > 0 for s in sends)
     assert "# tensor-parallel model (realrun/probe_tp.py), tp 2" in stdout
+
+
+class _FakeDist:
+    """torch.distributed as the overlap probe calls it, on one rank: a blocking allreduce takes
+    20 ms (so the first try is sized at the minimum, 4), an async one stays in flight for
+    ``busy_checks`` is_completed() calls (0: done at once)."""
+
+    class ReduceOp:
+        MAX = "max"
+
+    def __init__(self, busy_checks: int):
+        self.busy_checks, self.tries = busy_checks, []  # async allreduces issued after each barrier
+
+    def all_reduce(self, tensor, op=None, async_op=False):
+        if not async_op:
+            time.sleep(0.02)
+            return None
+        checks = [self.busy_checks]
+
+        class Work:
+            def is_completed(self):
+                checks[0] -= 1
+                return checks[0] < 0
+
+            def wait(self):
+                return True
+
+        self.tries[-1] += 1
+        return Work()
+
+    def barrier(self):
+        self.tries.append(0)
+
+
+@pytest.mark.parametrize("busy_checks", [0, 10])
+def test_overlap_probe_tries_again_with_more_allreduces_when_none_overlapped(monkeypatch, busy_checks):
+    """A box whose speed moved after the one allreduce that sized the overlap phase can leave no
+    iteration under communication (make test beside a second one, 2026-12-06: iters_with_comm 0
+    on one clone). Every rank then tries again with 4 x the allreduces, up to 3 tries; where
+    iterations did run under them, one try."""
+    import types
+
+    import torch
+
+    from realrun import probe_compute
+    from realrun.dist import DistEnv
+    from realrun.recipe import Recipe
+
+    fake = _FakeDist(busy_checks)
+    monkeypatch.setattr(probe_compute, "dist", fake)
+    cpu = torch.device("cpu")
+    env = DistEnv(0, 1, 0, "gloo", cpu, cpu)
+    args = types.SimpleNamespace(
+        model="gpt2-tiny", seed=0, seq_len=16, warmup=1, iters=4, precision="fp32", compile=False
+    )
+    rows = []
+    writer = types.SimpleNamespace(write=rows.append)
+    row = probe_compute.overlap(env, args, 1, writer, Recipe.for_run(args, cpu))
+    assert rows == [row] and row["iters_alone"] == 4
+    tries = [n for n in fake.tries if n]
+    if busy_checks == 0:  # nothing ever overlaps: 3 tries, each with 4 x the last's allreduces
+        n = tries[0]
+        assert tries == [n, 4 * n, 16 * n] and n >= 4 and row["comm_ops"] == 16 * n
+        assert row["iters_with_comm"] == 0 and row["gamma"] is None
+    else:  # iterations ran under the first try's allreduces: no second try
+        assert tries == [row["comm_ops"]] and row["iters_with_comm"] >= 1
+        assert row["gamma"] == pytest.approx(row["compute_with_comm_s"] / row["compute_alone_s"] - 1)
