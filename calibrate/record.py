@@ -20,7 +20,7 @@ import statistics
 from functools import lru_cache
 from pathlib import Path
 
-from calibrate.public import SOURCES, TIERS, evaluate, table_rows
+from calibrate.public import SOURCES, TIERS, table_rows
 from sim.patches import flag_patches, parse_sets
 from sim.scenario_file import resolve
 from sim.workload import forward_shares
@@ -130,9 +130,9 @@ def published_collectives(scenario: str, ranks: int, op: str, sets=()) -> dict[i
     """The published runs of this very collective, by size: the public table's rows whose
     command is this one (the preset by name, the rank count, the op, the same --set keys and
     values; a row that forced NCCL_ALGO sets network.algorithm, and so must the user). Each with
-    its source, the figure as printed (time in us below 1 MiB, busbw in GB/s from it),
-    validate's error and whether it is within its tier. The rows are static and a collective's
-    prediction a closed form, so nothing is precomputed."""
+    its source, the figure as printed (time in us below 1 MiB, busbw in GB/s from it) and its
+    tier's bound; the caller, which has just predicted that size, sets the error against it
+    (``against``). The rows are static, so nothing is precomputed."""
     wanted = _assignments(parse_sets(sets))
     out: dict[int, list[dict]] = {}
     for row in table_rows():
@@ -141,7 +141,6 @@ def published_collectives(scenario: str, ranks: int, op: str, sets=()) -> dict[i
             continue
         if _assignments(job.sets) != wanted:
             continue
-        r = evaluate(row)
         out.setdefault(job.size, []).append(
             {
                 "source": row.source,
@@ -149,10 +148,16 @@ def published_collectives(scenario: str, ranks: int, op: str, sets=()) -> dict[i
                 "conditions": SOURCES[row.source][1],
                 "unit": row.unit,
                 "measured": row.measured,
-                "error": r.error,
                 "bound": row.bound,
-                "within": r.ok,
                 "held_out": row.held_out,
             }
         )
     return out
+
+
+def against(published: dict, time_us: float, busbw_gb_s: float) -> dict:
+    """A published figure with the prediction's error against it, in its unit (validate's
+    error: calibrate/public.py evaluate), and whether that is within its tier."""
+    ours = time_us if published["unit"] == "us" else busbw_gb_s
+    error = ours / published["measured"] - 1.0
+    return published | {"error": error, "within": abs(error) <= published["bound"]}

@@ -65,15 +65,15 @@ def plan_layouts(
         took = time.perf_counter() - t0
     if not ranked:
         raise ValueError(f"no layout of {model} on {gpus} GPUs at global batch {batch} fits in memory")
+    shown = [(s, scenario_for(base, s.candidate, gpus)) for s in ranked[:top]]
     return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch,
             "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
             "seconds": took, "assumed": ASSUMED,
             # The best layout's class in the public record (calibrate/record.py): the table's
             # other layouts share its device and stack, and nearly always its TP/PP/CP class.
-            "record": track_record(scenario_for(base, ranked[0].candidate, gpus)),
-            "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False,
-                                    communicators(scenario_for(base, s.candidate, gpus))))
-                        for s in ranked[:top]]}  # fmt: skip
+            "record": track_record(shown[0][1]),
+            "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False, communicators(sc)))
+                        for s, sc in shown]}  # fmt: skip
 
 
 def _row(s, fit: Fit) -> dict:

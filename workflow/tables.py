@@ -8,7 +8,7 @@ rows a notebook can use (each a dict, as their ``--json`` prints it).
 
 from typing import NamedTuple
 
-from calibrate.record import published_collectives
+from calibrate.record import against, published_collectives
 from scenarios import load_models, scenario_names
 from sim.collectives import PER_RANK_OPS, algbw_busbw_gb_s, candidates, collective_cost
 from sim.cost import SEED_LINKS, link_costs, parse_link
@@ -116,7 +116,7 @@ def collective_rows(op: str, sizes: str, scenario: str, sets=(), ranks: int | No
     published = published_collectives(scenario, fabric.ranks, op, sets)
     for row in rows:
         if row["size_bytes"] in published:
-            row["published"] = published[row["size_bytes"]]
+            row["published"] = [against(p, row["time_us"], row["busbw_gb_s"]) for p in published[row["size_bytes"]]]
     return Collectives(sc, fabric.ranks, fabric.nodes, rows)
 
 

@@ -72,11 +72,9 @@ def simulate(
         finally:
             if bar is not None:
                 bar.close()
-        device = sc.compute.device_memory_gib
-        peak = r.first.peak_memory_gib
-        if not (ignore_memory or not device or peak <= device):
-            s["verdict"] = f"out of memory: {peak:.1f} GiB per GPU > {device:g} GiB"
-        fit = Fit(peak, device, False, communicators(sc))
+        fit = Fit(r.first.peak_memory_gib, sc.compute.device_memory_gib, False, communicators(sc))
+        if not (ignore_memory or fit.fits):
+            s["verdict"] = f"out of memory: {fit.total_gib:.1f} GiB per GPU > {fit.device_gib:g} GiB"
         if fit.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
             s["memory_tight"] = {"spare_gib": fit.spare_gib, "nccl_communicators": fit.communicators}
         record = None if calibrated else track_record(sc)
