@@ -283,7 +283,8 @@ class ComputeConfig:
     """fp32 peak without tensor cores, TFLOP/s (training.precision = fp32)."""
     peak_fp8_tflop_s: float = 1978.9
     """Dense FP8 tensor peak, TFLOP/s (training.precision = fp8): H100 SXM 1,978.9 (NVIDIA's
-    datasheet: 3,958 with sparsity)."""
+    datasheet: 3,958 with sparsity). 0 = the device has no FP8 matmuls (A100, and the home lab's
+    pair: the M2 has none), and training.precision = fp8 is refused."""
     hbm_tb_s: float = 3.35
     """Device memory bandwidth, TB/s (the roofline's memory-bound kernels, the optimizer step)."""
     stack: str = "eager"
@@ -347,8 +348,9 @@ class ComputeConfig:
         if self.ready_fractions is not None:
             for name, frac in self.ready_fractions.items():
                 _require(0 <= frac <= 1, f"compute.ready_fractions.{name}", frac, "must be in [0, 1]")
-        for key in ("peak_tflop_s", "peak_tf32_tflop_s", "peak_fp32_tflop_s", "peak_fp8_tflop_s", "hbm_tb_s"):
+        for key in ("peak_tflop_s", "peak_tf32_tflop_s", "peak_fp32_tflop_s", "hbm_tb_s"):
             _require(getattr(self, key) > 0, f"compute.{key}", getattr(self, key), "must be > 0")
+        _require(self.peak_fp8_tflop_s >= 0, "compute.peak_fp8_tflop_s", self.peak_fp8_tflop_s, "must be >= 0")
         if self.mfu is not None:
             _require(0 < self.mfu <= 1, "compute.mfu", self.mfu, "must be in (0, 1]")
         _one_of("compute.stack", self.stack, STACKS)
@@ -699,6 +701,14 @@ class Scenario:
             f"must be <= or a multiple of network.gpus_per_node ({g})",
         )
         self._check_model_parallel()
+        # Until 2026-12-06 every preset without an FP8 peak took the H100's 1,978.9 TFLOP/s: an
+        # A100 (no FP8 tensor cores) "ran" FP8 at 6 x its bf16 peak, an MI300X at 0.76 x its own.
+        _require(
+            self.training.precision != "fp8" or self.compute.peak_fp8_tflop_s > 0,
+            "training.precision",
+            self.training.precision,
+            "needs FP8 matmuls and this device has none (compute.peak_fp8_tflop_s = 0); use bf16-amp",
+        )
         if self.training.mode == "hsdp" and self.parallel3d:
             s, dpcp = self.dp_shard_size, self.dp * self.training.cp
             why = f"must divide the data-parallel group's dp x cp ranks ({dpcp})"
