@@ -130,6 +130,16 @@ SOURCES = {
         " one layer per chunk, V = 8), 'without activation checkpointing' at 8K, FSDP not resharding weights"
         " after forward, gradients reduce-scattered in FP32",
     ),
+    "aac11-mi325x-train": (
+        "hisohara/ai-scripts training/03_primus/run-llama2-{70B-2N,7B-8N}.log (commit 4fb66ab) and"
+        " training/04_megatron-pyxis/megatron-pyxis-12384.out (commit 97db03f), AAC11 runs",
+        "2 and 8 nodes x 8 MI325X (256 GB HBM3E), 8 x Broadcom Thor2 400G RoCE per node, ROCm Megatron-LM in"
+        " rocm/primus and rocm/megatron-lm v25.9_gfx942; Llama 2 70B on 16 GPUs (torch FSDP2, MBS 10, GBS 640,"
+        " seq 4096, full recompute of 80 layers), Llama 2 7B on 64 (distributed optimizer, MBS 4, GBS 2048,"
+        " seq 4096, no recompute), Llama 3.1 70B on 64 (FSDP2, MBS 4, GBS 256, seq 8192, full recompute); fp8"
+        " hybrid (Transformer Engine), TP 1, PP 1, flash attention; step = the mean logged 'elapsed time per"
+        " iteration' of iterations 3 to the last",
+    ),
     "nemo-2407": (
         "NVIDIA/NeMo docs/source/performance/performance_summary.md at 8e3d65dc ('24.07 perf numbers'),"
         " pre-training table; shapes: NeMo-Megatron-Launcher conf/training/gpt3, Touvron et al. 2023",
@@ -297,6 +307,7 @@ def table_rows() -> list[Row]:
     rows += [_megatron_row(*r) for r in data.MEGATRON_TABLE1]
     rows += [_llama3_row(*r) for r in data.LLAMA3_TABLE4]
     rows += [_nemo_row(*r) for r in data.NEMO_2407_H100_FP8]
+    rows += [_mi325x_train_row(*r) for r in data.AAC11_MI325X_TRAIN]
     return rows
 
 
@@ -360,6 +371,35 @@ def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> 
             break
     what = f"NeMo 24.07 {model} on {gpus} x H100 (tp {tp}, pp {pp}, vp {vp}, dp {dp}), FP8, {recompute} recompute, step"
     return _simulate_row(what, "nemo-2407", gbs * seq / (tokens_s_gpu * gpus), "h100-1024", gpus, tried)
+
+
+# MI325X beside the mi300x-1024 preset's MI300X: the same CDNA 3 compute and peaks (AMD's
+# datasheets: 1,307.4 bf16, 2,614.9 FP8 dense TFLOP/s), 6 TB/s of HBM3E, and the 255.98 GB of
+# device memory the AAC11 logs print ("hip mem usage/free/total").
+MI325X_SETS = sets(compute__hbm_tb_s=6.0, compute__device_memory_gib=255.98)
+
+
+def _mi325x_train_row(log, model, gpus, mbs, gbs, seq, mode, recompute, step_s) -> Row:
+    """One AAC11 MI325X training run (the rule, docs/validation-public.md, fixed before
+    predicting): the model as its log's arguments give it (Llama 2 from NEMO_SHAPES, Llama 3.1
+    70B as the llama3-70b preset), on mi300x-1024 with the MI325X's HBM and memory; FP8
+    (Transformer Engine's recipe), Megatron's fused kernels (stack compiled) and flash
+    attention; torch FSDP2 as training.mode fsdp, the distributed optimizer as zero1; full
+    recompute as full activation checkpointing; the log's micro-batch and the accumulation
+    global batch / (micro-batch x GPUs). ddplab's default bucket and prefetch sizes."""
+    shape = sets(**{f"model__{k}": v for k, v in data.NEMO_SHAPES[model].items()}) if model in data.NEMO_SHAPES else ()
+    job = (
+        *(sets(model__name=model.lower(), model__block_size=seq) + shape if shape else sets(model__preset=model)),
+        *sets(training__seq_len=seq, training__micro_batch_size=mbs, training__grad_accum=gbs // (mbs * gpus),
+              training__mode=mode, training__precision="fp8", training__activation_checkpointing=recompute,
+              training__fused_attention=True, training__overlap=True, compute__stack="compiled"),
+        *MI325X_SETS,
+    )  # fmt: skip
+    name = {"LLAMA2-70B": "Llama 2 70B", "LLAMA2-7B": "Llama 2 7B", "llama3-70b": "Llama 3.1 70B"}[model]
+    layout = {"fsdp": "FSDP2", "zero1": "distributed optimizer"}[mode]
+    what = f"Megatron-LM {name} on {gpus} x MI325X (AAC11), {layout}, mb {mbs} x {gbs // (mbs * gpus)}, seq {seq}"
+    what += f", FP8, {'full' if recompute == 'full' else 'no'} recompute, step"
+    return _simulate_row(what, "aac11-mi325x-train", step_s, "mi300x-1024", gpus, job)
 
 
 def _megatron_row(name, heads, hidden, layers, tp, pp, gpus, batch, tflop_s, micro_batch, per_virtual, ddp) -> Row:

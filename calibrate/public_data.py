@@ -439,3 +439,19 @@ NEMO_SHAPES = {
     "LLAMA2-70B": {"layout": "llama", "n_layer": 80, "n_embd": 8192, "n_head": 64, "n_kv_head": 8,
                    "ffn_hidden": 28672, "vocab_size": 32000, "tied_embeddings": False},
 }  # fmt: skip
+
+# hisohara/ai-scripts (commits 4fb66ab, 97db03f), AMD Accelerator Cloud's AAC11 cluster: 8 x MI325X
+# a node, 8 x Broadcom Thor2 400G RoCE NICs a node, ROCm Megatron-LM in the rocm/primus and
+# rocm/megatron-lm v25.9_gfx942 images (identical digests, training/04_megatron-pyxis/README.md).
+# Every dense run of those directories enters (the rule in docs/validation-public.md, fixed
+# before predicting); the Mixtral 8x7B run does not: ddplab has no mixture-of-experts model.
+# Columns from each log's argument dump: (log, model, GPUs, micro-batch, global batch, sequence
+# length, data parallelism as launched, recompute, step s). Step = the mean of the logged
+# "elapsed time per iteration (ms)" over iterations 3 to the last (1 and 2: start-up, 7 to 300 x
+# a later one). All three: fp8 hybrid (Transformer Engine), bf16, TP 1, PP 1, CP 1, flash
+# attention, overlap_grad_reduce.
+AAC11_MI325X_TRAIN = (
+    ("training/03_primus/run-llama2-70B-2N.log", "LLAMA2-70B", 16, 10, 640, 4096, "fsdp", "full", 92.6319),
+    ("training/03_primus/run-llama2-7B-8N.log", "LLAMA2-7B", 64, 4, 2048, 4096, "zero1", "none", 6.4027),
+    ("training/04_megatron-pyxis/megatron-pyxis-12384.out", "llama3-70b", 64, 4, 256, 8192, "fsdp", "full", 19.1117),
+)  # fmt: skip
