@@ -51,7 +51,8 @@ def regime(sc) -> str | None:
     if attention_share(sc) >= ATTENTION_HEAVY_SHARE:
         layout = "attention-heavy (any layout)"
     else:
-        layout = "TP/PP/CP" if sc.parallel3d else "data parallel"
+        t = sc.training  # the layout, not the simulator: ZeRO-1 without TP/PP/CP is data parallel
+        layout = "TP/PP/CP" if t.tp * t.cp * t.pp > 1 else "data parallel"
     return f"{c.device_class or 'unnamed device'}, {c.stack}, {layout}"
 
 
@@ -74,7 +75,7 @@ def record_rows(results) -> list[dict]:
                 "what": row.what,
                 "source": row.source,
                 "regime": regime(sc),
-                "step_error": round(step_error(row.unit, r.error), 4),
+                "step_error": round(step_error(row.unit, r.error), 6),
                 "within": bool(r.ok),
                 "held_out": row.held_out,
             }

@@ -38,6 +38,9 @@ def test_long_sequences_are_attention_heavy():
     # CP splits the attention across GPUs, not its share of a GPU's forward.
     assert regime(llama(32768, "training.cp=8", "training.mode=fsdp")) == regime(llama(32768))
     assert regime(llama(8192, "training.tp=8")) == "h100, compiled, TP/PP/CP"
+    # The distributed optimizer runs in sim/parallel3d.py, but without TP/PP/CP it is data parallel.
+    zero1 = llama(8192, "training.mode=zero1")
+    assert zero1.parallel3d and regime(zero1) == "h100, compiled, data parallel"
 
 
 def test_no_regime_where_the_compute_is_given():
@@ -173,3 +176,15 @@ def test_collective_says_when_no_published_run_is_its_command(ddplab):
     assert code == 0 and "# published: no run of this command (preset, --ranks, --op, --set)" in out
     code, out, err = ddplab("collective", "homelab-1gbe", "--sizes", "1M")  # gloo: the home lab's own record
     assert code == 0 and "# published" not in out
+
+
+def test_an_mi300x_job_reads_the_mi325x_runs():
+    """The AAC11 MI325X runs (docs/validation-public.md) are the MI300X class's record: a compiled
+    FSDP job on mi300x-1024 gets their three errors, in step terms, and says which source."""
+    sc = load_scenario("mi300x-1024", sets=LLAMA_FSDP)
+    rec = track_record(sc)
+    rows = [r for r in load_record() if r["regime"] == "mi300x, compiled, data parallel"]
+    assert rec["regime"] == "mi300x, compiled, data parallel" and rec["rows"] == len(rows) == 3
+    assert rec["sources"] == ["aac11-mi325x-train"]
+    assert rec["within"] == sum(r["within"] for r in rows)
+    assert rec["step_error_min"] == min(r["step_error"] for r in rows) > 0  # all three predicted slow
