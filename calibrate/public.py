@@ -387,9 +387,13 @@ def _mi325x_train_row(log, model, gpus, mbs, gbs, seq, mode, recompute, step_s) 
     attention; torch FSDP2 as training.mode fsdp, the distributed optimizer as zero1; full
     recompute as full activation checkpointing; the log's micro-batch and the accumulation
     global batch / (micro-batch x GPUs). ddplab's default bucket and prefetch sizes."""
-    shape = sets(**{f"model__{k}": v for k, v in data.NEMO_SHAPES[model].items()}) if model in data.NEMO_SHAPES else ()
+    if model in data.NEMO_SHAPES:  # Llama 2: the shapes the NeMo rows use
+        shape = sets(model__name=model.lower(), model__block_size=seq)
+        shape += sets(**{f"model__{k}": v for k, v in data.NEMO_SHAPES[model].items()})
+    else:
+        shape = sets(model__preset=model)
     job = (
-        *(sets(model__name=model.lower(), model__block_size=seq) + shape if shape else sets(model__preset=model)),
+        *shape,
         *sets(training__seq_len=seq, training__micro_batch_size=mbs, training__grad_accum=gbs // (mbs * gpus),
               training__mode=mode, training__precision="fp8", training__activation_checkpointing=recompute,
               training__fused_attention=True, training__overlap=True, compute__stack="compiled"),

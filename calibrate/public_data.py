@@ -447,9 +447,9 @@ NEMO_SHAPES = {
 # before predicting); the Mixtral 8x7B run does not: ddplab has no mixture-of-experts model.
 # Columns from each log's argument dump: (log, model, GPUs, micro-batch, global batch, sequence
 # length, data parallelism as launched, recompute, step s). Step = the mean of the logged
-# "elapsed time per iteration (ms)" over iterations 3 to the last (1 and 2: start-up, 7 to 300 x
-# a later one). All three: fp8 hybrid (Transformer Engine), bf16, TP 1, PP 1, CP 1, flash
-# attention, overlap_grad_reduce.
+# "elapsed time per iteration (ms)" over iterations 3 to the last (iteration 1, start-up, takes 5
+# to 48 x a later one; iteration 2 is 1-2 % above the rest). All three: fp8 hybrid (Transformer
+# Engine), bf16, TP 1, PP 1, CP 1, flash attention, overlap_grad_reduce.
 AAC11_MI325X_TRAIN = (
     ("training/03_primus/run-llama2-70B-2N.log", "LLAMA2-70B", 16, 10, 640, 4096, "fsdp", "full", 92.6319),
     ("training/03_primus/run-llama2-7B-8N.log", "LLAMA2-7B", 64, 4, 2048, 4096, "zero1", "none", 6.4027),
