@@ -403,8 +403,8 @@ class _FakeDist:
         self.tries.append(0)
 
 
-@pytest.mark.parametrize("busy_checks", [0, 10])
-def test_overlap_probe_tries_again_with_more_allreduces_when_none_overlapped(monkeypatch, busy_checks):
+@pytest.mark.parametrize("busy_checks,growth", [(0, 4), (0, 1024), (10, 4)])
+def test_overlap_probe_tries_again_with_more_allreduces_when_none_overlapped(monkeypatch, busy_checks, growth):
     """A box whose speed moved after the one allreduce that sized the overlap phase can leave no
     iteration under communication (make test beside a second one, 2026-12-06: iters_with_comm 0
     on one clone). Every rank then tries again with 4 x the allreduces, up to 3 tries; where
@@ -419,6 +419,7 @@ def test_overlap_probe_tries_again_with_more_allreduces_when_none_overlapped(mon
 
     fake = _FakeDist(busy_checks)
     monkeypatch.setattr(probe_compute, "dist", fake)
+    monkeypatch.setattr(probe_compute, "OVERLAP_GROWTH", growth)  # 1024 x at least 4: the second try hits the cap
     cpu = torch.device("cpu")
     env = DistEnv(0, 1, 0, "gloo", cpu, cpu)
     args = types.SimpleNamespace(
@@ -430,8 +431,12 @@ def test_overlap_probe_tries_again_with_more_allreduces_when_none_overlapped(mon
     assert rows == [row] and row["iters_alone"] == 4
     tries = [n for n in fake.tries if n]
     if busy_checks == 0:  # nothing ever overlaps: 3 tries, each with 4 x the last's allreduces
-        n = tries[0]
-        assert tries == [n, 4 * n, 16 * n] and n >= 4 and row["comm_ops"] == 16 * n
+        # up to the cap (beside a second make test the first try's count was 263: 263, 1052, 4096)
+        want = [tries[0]]
+        while len(want) < probe_compute.OVERLAP_TRIES and want[-1] < 4096:
+            want.append(min(4096, probe_compute.OVERLAP_GROWTH * want[-1]))
+        assert tries == want and tries[0] >= 4 and row["comm_ops"] == want[-1]
+        assert growth == 4 or (len(tries) == 2 and tries[-1] == 4096)
         assert row["iters_with_comm"] == 0 and row["gamma"] is None
     else:  # iterations ran under the first try's allreduces: no second try
         assert tries == [row["comm_ops"]] and row["iters_with_comm"] >= 1
