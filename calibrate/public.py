@@ -379,29 +379,31 @@ def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> 
 MI325X_SETS = sets(compute__hbm_tb_s=6.0, compute__device_memory_gib=255.98)
 
 
-def _mi325x_train_row(log, model, gpus, mbs, gbs, seq, mode, recompute, step_s) -> Row:
+def _mi325x_train_row(_log, model, gpus, mbs, gbs, seq, mode, recompute, step_s) -> Row:
     """One AAC11 MI325X training run (the rule, docs/validation-public.md, fixed before
     predicting): the model as its log's arguments give it (Llama 2 from NEMO_SHAPES, Llama 3.1
     70B as the llama3-70b preset), on mi300x-1024 with the MI325X's HBM and memory; FP8
     (Transformer Engine's recipe), Megatron's fused kernels (stack compiled) and flash
     attention; torch FSDP2 as training.mode fsdp, the distributed optimizer as zero1; full
     recompute as full activation checkpointing; the log's micro-batch and the accumulation
-    global batch / (micro-batch x GPUs). ddplab's default bucket and prefetch sizes."""
+    global batch / (micro-batch x GPUs). ddplab's default bucket and prefetch sizes. The log's
+    path (the data's first column) names the row's evidence; the row's source cites it."""
     if model in data.NEMO_SHAPES:  # Llama 2: the shapes the NeMo rows use
         shape = sets(model__name=model.lower(), model__block_size=seq)
         shape += sets(**{f"model__{k}": v for k, v in data.NEMO_SHAPES[model].items()})
     else:
         shape = sets(model__preset=model)
+    accum = gbs // (mbs * gpus)
     job = (
         *shape,
-        *sets(training__seq_len=seq, training__micro_batch_size=mbs, training__grad_accum=gbs // (mbs * gpus),
+        *sets(training__seq_len=seq, training__micro_batch_size=mbs, training__grad_accum=accum,
               training__mode=mode, training__precision="fp8", training__activation_checkpointing=recompute,
               training__fused_attention=True, training__overlap=True, compute__stack="compiled"),
         *MI325X_SETS,
     )  # fmt: skip
     name = {"LLAMA2-70B": "Llama 2 70B", "LLAMA2-7B": "Llama 2 7B", "llama3-70b": "Llama 3.1 70B"}[model]
     layout = {"fsdp": "FSDP2", "zero1": "distributed optimizer"}[mode]
-    what = f"Megatron-LM {name} on {gpus} x MI325X (AAC11), {layout}, mb {mbs} x {gbs // (mbs * gpus)}, seq {seq}"
+    what = f"Megatron-LM {name} on {gpus} x MI325X (AAC11), {layout}, mb {mbs} x {accum}, seq {seq}"
     what += f", FP8, {'full' if recompute == 'full' else 'no'} recompute, step"
     return _simulate_row(what, "aac11-mi325x-train", step_s, "mi300x-1024", gpus, job)
 

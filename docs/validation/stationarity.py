@@ -66,7 +66,9 @@ def main() -> None:
               f" {_lag1(x):>+6.2f} {ks.statistic:>5.2f} {ks.pvalue:>8.2g}")  # fmt: skip
     print(f"{rejected} of {len(runs)} runs' compute differs from the other runs' at p < 0.05")
     if a.validate_json:
-        rows = json.loads(a.validate_json.read_text())["rows"]
+        # Read once: the documented command passes validate's output as <(...), a pipe.
+        report = json.loads(a.validate_json.read_text())
+        rows = report["rows"]
         print(f"\n{'run':<26} {'steps':>5} {'lag1':>6} {'n_eff':>6} {'KS':>5} {'ks_p':>8} {'p at n_eff':>10}")
         for r in rows:
             n, m, lag = r["steps"], r["simulated_steps"], r["lag1"]
@@ -76,7 +78,7 @@ def main() -> None:
                   f" {adjusted:>10.2g}")  # fmt: skip
         passed = sum(r["ks_p"] >= 0.05 for r in rows)
         print(f"plain ks_p >= 0.05: {passed} of {len(rows)}")
-        _drift(rows, json.loads(a.validate_json.read_text())["calib"])
+        _drift(rows, report["calib"])
 
 
 def _tail_s(calib_path: str) -> dict[int, float]:
