@@ -287,6 +287,7 @@ def bucket_profile(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) ->
 # the single allreduce that sized the first try).
 OVERLAP_TRIES = 3
 OVERLAP_GROWTH = 4
+OVERLAP_MAX_OPS = 4096  # allreduces of a try at most (16 MiB each: 64 GiB through the link)
 
 
 def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
@@ -324,11 +325,11 @@ def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
     dist.all_reduce(buf)
     one_s = now(env.device) - t0
     # Enough allreduces to cover about 2 x iters computations; the largest count wins.
-    ops = torch.tensor([min(4096, max(4, math.ceil(2 * a.iters * alone / one_s)))], device=env.comm_device)
+    ops = torch.tensor([min(OVERLAP_MAX_OPS, max(4, math.ceil(2 * a.iters * alone / one_s)))], device=env.comm_device)
     dist.all_reduce(ops, op=dist.ReduceOp.MAX)
     for attempt in range(OVERLAP_TRIES):
         if attempt:
-            ops = torch.clamp(ops * OVERLAP_GROWTH, max=4096)
+            ops = torch.clamp(ops * OVERLAP_GROWTH, max=OVERLAP_MAX_OPS)
         dist.barrier()
         works = [dist.all_reduce(buf, async_op=True) for _ in range(int(ops.item()))]
         with_comm = []
@@ -341,7 +342,7 @@ def overlap(env: DistEnv, a, micro_batch: int, writer, recipe: Recipe) -> dict:
         # Every rank tries again, or none does: their collectives must stay matched.
         missed = torch.tensor([0 if with_comm else 1], device=env.comm_device)
         dist.all_reduce(missed, op=dist.ReduceOp.MAX)
-        if not missed.item() or ops.item() >= 4096:
+        if not missed.item() or ops.item() >= OVERLAP_MAX_OPS:
             break
     alone_s += [step() for _ in range(a.iters - first)]
     alone = statistics.fmean(alone_s)

@@ -433,10 +433,11 @@ def test_overlap_probe_tries_again_with_more_allreduces_when_none_overlapped(mon
     if busy_checks == 0:  # nothing ever overlaps: 3 tries, each with 4 x the last's allreduces
         # up to the cap (beside a second make test the first try's count was 263: 263, 1052, 4096)
         want = [tries[0]]
-        while len(want) < probe_compute.OVERLAP_TRIES and want[-1] < 4096:
-            want.append(min(4096, probe_compute.OVERLAP_GROWTH * want[-1]))
+        cap = probe_compute.OVERLAP_MAX_OPS
+        while len(want) < probe_compute.OVERLAP_TRIES and want[-1] < cap:
+            want.append(min(cap, probe_compute.OVERLAP_GROWTH * want[-1]))
         assert tries == want and tries[0] >= 4 and row["comm_ops"] == want[-1]
-        assert growth == 4 or (len(tries) == 2 and tries[-1] == 4096)
+        assert growth == 4 or (len(tries) == 2 and tries[-1] == cap == 4096)
         assert row["iters_with_comm"] == 0 and row["gamma"] is None
     else:  # iterations ran under the first try's allreduces: no second try
         assert tries == [row["comm_ops"]] and row["iters_with_comm"] >= 1
