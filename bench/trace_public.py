@@ -3,7 +3,8 @@ calibrate/trace_fit.py, beside Holistic Trace Analysis' own figures for the same
 
     python bench/trace_public.py DIR [--hta]
 
-DIR: e.g. HTA's tests/data (github.com/facebookresearch/HolisticTraceAnalysis, MIT). Each trace
+DIR: e.g. HTA's tests/data (github.com/facebookresearch/HolisticTraceAnalysis, MIT), or a folder
+holding deepseek-ai/profile-data's train.json (docs/traces.md). Each trace
 is read alone (one rank); one line per trace: what it is, or the one line saying what it lacks.
 With --hta (pip install HolisticTraceAnalysis) HTA's temporal breakdown, communication time and
 overlap are computed too, with its nanosecond rounding off (HTA_DISABLE_NS_ROUNDING=1): HTA
@@ -81,6 +82,13 @@ def main(argv: list[str]) -> int:
             f" {len(sizes)} collective sizes"
             + (f" ({min(b for _, b in sizes)}-{max(b for _, b in sizes)} B)" if sizes else "")
         )
+        if any("expert-parallel" in n for n in f.notes):  # the per-step fit's split differs from HTA's
+            comp, comm, ov = (sum(getattr(s, k) for s in f.steps) / len(f.steps) * 1e3 for k in
+                              ("compute_s", "comm_s", "overlap_s"))  # fmt: skip
+            print(
+                f"    per step, DeepEP as communication: compute {comp:.3f} ms, comm {comm:.3f} ms,"
+                f" {ov / comm:.1%} of it under compute" + "".join(f"; {n}" for n in f.notes if "expert" in n)
+            )
         if with_hta:
             try:
                 x = hta_figures(p)

@@ -19,7 +19,8 @@ arrays (bench/trace_memory.py measures the peak on a 1 GB trace). Names follow K
 - collectives as issued on the CPU (``c10d::allreduce_`` and siblings; ``record_param_comms``
   with ``Collective name``, ``In msg nelems``, ``dtype``) and as executed: ``gloo:all_reduce``
   on gloo's worker threads (shapes when ``record_shapes``), ``ncclKernel_*`` / ``ncclDevKernel_*``
-  GPU kernels (sizes in their args since PyTorch 2.1);
+  GPU kernels (sizes in their args since PyTorch 2.1), and an expert-parallel library's all-to-all
+  kernels (DeepEP's dispatch and combine; no sizes);
 - GPU work: ``kernel``, ``gpu_memcpy`` and ``gpu_memset`` events on a ``stream``, each tied to
   the CPU call that launched it by ``correlation`` (``cuda_runtime`` / ``cuda_driver``).
 """
@@ -42,6 +43,18 @@ MAX_VALUE_CHARS = 64 << 20  # no event or metadata value of a real trace comes n
 # so its figures and ours are the same quantities: communication = NCCL kernels; memory = copies
 # and sets; computation = neither (its regex, quirks included); other = the rest.
 COMPUTE, COMM, MEMORY, OTHER = 0, 1, 2, 3
+# One kind HTA does not have: an expert-parallel library's all-to-all kernels, which move tokens
+# between ranks over NVLink and RDMA without NCCL. HTA's rule files them as computation (their
+# names do not start with "nccl"), so its totals count them there; the per-step fit counts them as
+# communication. DeepEP's (deepseek-ai/DeepEP csrc/kernels: namespaces intranode, internode,
+# internode_ll; dispatch, combine, their notify/cached_notify exchanges of token counts, and
+# barrier), under its public namespace ``deep_ep`` and the ``dpsk::ep`` of DeepSeek's own
+# published training trace (docs/traces.md). Its layout and buffer-cleaning kernels stay local work.
+EP_COMM = 4
+_EP_KERNEL = re.compile(
+    r"\b(?:deep_ep|dpsk::ep)::(?:legacy::)?(?:intranode|internode|internode_ll)::"
+    r"(?:dispatch|combine|notify_dispatch|cached_notify\w*|barrier)\b"
+)
 _NCCL_KERNEL = re.compile(r"^nccl.*Kernel")
 _MEMORY_KERNEL = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 _NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
@@ -86,6 +99,8 @@ def op_name(raw: str | None) -> str | None:
 def kernel_kind(name: str) -> int:
     if _NCCL_KERNEL.match(name):
         return COMM
+    if _EP_KERNEL.search(name):
+        return EP_COMM
     if _MEMORY_KERNEL.match(name):
         return MEMORY
     return OTHER if _NOT_COMPUTE.match(name) else COMPUTE
@@ -101,7 +116,7 @@ class Collective:
     group: int | None
     ts: float
     dur: float
-    where: str  # "gpu" (an NCCL kernel) or "cpu" (a gloo worker thread)
+    where: str  # "gpu" (an NCCL or expert-parallel kernel) or "cpu" (a gloo worker thread)
     correlation: int = -1
 
 
@@ -118,7 +133,7 @@ class RankTrace:
     backward_ops: array = field(default_factory=lambda: array("d"))  # ts, end, ts, end, ...
     issues: list[Collective] = field(default_factory=list)  # c10d:: calls on the CPU (dur = the call)
     param_comms: list[Collective] = field(default_factory=list)  # record_param_comms (sizes)
-    executed: list[Collective] = field(default_factory=list)  # gloo spans, NCCL kernels
+    executed: list[Collective] = field(default_factory=list)  # gloo spans, NCCL and EP kernels
     # GPU work: parallel arrays (kernels, copies, sets), and launches by correlation.
     gpu_ts: array = field(default_factory=lambda: array("d"))
     gpu_dur: array = field(default_factory=lambda: array("d"))
@@ -355,9 +370,13 @@ def _take(e: dict, t: RankTrace) -> None:
         t.gpu_kind.append(kind)
         corr = args.get("correlation")
         t.gpu_corr.append(corr if isinstance(corr, int) else -1)
-        if kind == COMM:
+        if kind in (COMM, EP_COMM):
             m = _NCCL_OP.match(name)
-            op = op_name(args.get("Collective name")) or op_name(m.group(1) if m else None) or "other"
+            op = (
+                "alltoall"
+                if kind == EP_COMM
+                else op_name(args.get("Collective name")) or op_name(m.group(1) if m else None) or "other"
+            )
             group = args.get("Group size")
             t.executed.append(
                 Collective(op, _nelems_bytes(args), group if isinstance(group, int) else None, ts, dur, "gpu",

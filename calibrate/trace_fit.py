@@ -16,13 +16,16 @@ Per step (``ProfilerStep#N``'s window on the training thread):
 - GPU traces: each kernel belongs to the step whose window holds the CPU call that launched it
   (``correlation``), as Holistic Trace Analysis assigns iterations (hta/common/trace.py
   add_iteration). Compute, communication and their overlap are unions of kernel intervals,
-  sorted by HTA's rule (calibrate/kineto.py ``kernel_kind``); forward, backward and optimizer
+  sorted by HTA's rule (calibrate/kineto.py ``kernel_kind``), except that an expert-parallel
+  library's all-to-all kernels (DeepEP's), which HTA files as computation, are communication
+  here; forward, backward and optimizer
   are the compute kernels launched inside the forward annotation, the autograd engine's span
   and the optimizer annotations. The last profiled step is left out, as HTA leaves it out
   (hta/common/trace.py ``_filter_irrelevant_gpu_kernels``): its kernels may outlive the trace.
 
 The HTA figures (``HtaTotals``) repeat HTA's whole-trace definitions (temporal breakdown,
-communication/computation overlap) so tests/test_traces_public.py can hold them within 1 %.
+communication/computation overlap), the EP kernels in its computation, so
+tests/test_traces_public.py can hold them within 1 %.
 """
 
 import bisect
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calibrate.kineto import COMM, COMPUTE, RankTrace, TraceError
+from calibrate.kineto import COMM, COMPUTE, EP_COMM, RankTrace, TraceError
 from sim.collectives import bus_factor
 
 US = 1e-6
@@ -251,14 +254,21 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
     fwd_all, opt_all = sorted(t.forward), sorted(t.optimizer)
     comm_by_corr = {c.correlation: c for c in t.executed if c.where == "gpu"}
 
-    def part(lo: float, hi: float, which=COMPUTE):
+    def part(lo: float, hi: float, which=(COMPUTE,)):
         a, b = np.searchsorted(launch, [lo, hi])
-        m = kind[a:b] == which
+        m = np.isin(kind[a:b], which)
         return union(gts[a:b][m], gend[a:b][m])
 
+    ep = kind == EP_COMM
+    if ep.any():
+        ep_ms = float(np.sum(gend[ep] - gts[ep])) / 1e3
+        fit.notes.append(
+            f"{int(ep.sum())} expert-parallel all-to-all kernels (DeepEP), {ep_ms:.3f} ms: communication here,"
+            " computation in HTA's figures; their sizes are not in the trace"
+        )
     for n, ts, dur in used:
         hi = ts + dur
-        comp_iv, comm_iv = part(ts, hi), part(ts, hi, COMM)
+        comp_iv, comm_iv = part(ts, hi), part(ts, hi, (COMM, EP_COMM))
         fwd, opt = _in(fwd_all, ts, hi), _in(opt_all, ts, hi)
         ops = bwd[np.searchsorted(bwd[:, 0], ts) : np.searchsorted(bwd[:, 0], hi)]
 
@@ -286,7 +296,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
         calls = [
             CollectiveCall(c.op, c.bytes, c.group or world, c.dur * US)
             for x, k in zip(corr[a:b], kind[a:b], strict=True)
-            if k == COMM and (c := comm_by_corr.get(int(x))) is not None
+            if k in (COMM, EP_COMM) and (c := comm_by_corr.get(int(x))) is not None
         ]
         fit.steps.append(
             StepFit(
@@ -320,7 +330,8 @@ def _hta_totals(ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> HtaTotals 
     if len(ts) == 0:
         return None
     every = union(ts, end)
-    comp = union(ts[kind == COMPUTE], end[kind == COMPUTE])
+    hta_compute = (kind == COMPUTE) | (kind == EP_COMM)  # HTA's rule: not NCCL, not a copy
+    comp = union(ts[hta_compute], end[hta_compute])
     comm = union(ts[kind == COMM], end[kind == COMM])
     span = float(every[1][-1] - every[0][0])
     comm_len = length(comm)

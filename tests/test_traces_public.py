@@ -82,3 +82,33 @@ def test_fit_matches_hta_within_1pct(fit, rank, tmp_path, monkeypatch):
     for k, v in theirs.items():
         assert ours[k] == pytest.approx(v, rel=0.01), k
     assert os.environ["HTA_DISABLE_NS_ROUNDING"] == "1"
+
+
+# DeepSeek's published training trace (deepseek-ai/profile-data train.json at 4496024): rank 0 of
+# 64, H800, one DualPipe forward/backward chunk pair of DeepSeek-V3 with EP64 (docs/traces.md).
+# Not committed: that repository states no licence. Read where DDPLAB_DEEPSEEK_TRACE names it.
+DEEPSEEK = os.environ.get("DDPLAB_DEEPSEEK_TRACE")
+DEEPSEEK_SHA256 = "d7b7232efa7708990df5973a0558cf07394ec3f9387ac5d705a607960f2467c1"
+# HTA 0.5.0 on it (measurements/trace_public_deepseek.txt): microseconds.
+DEEPSEEK_HTA = {"kernel_time_us": 129012, "compute_time_us": 128500, "comm_time_us": 0, "idle_time_us": 497,
+                "step_us": 112202}  # fmt: skip
+
+
+@pytest.mark.skipif(not DEEPSEEK, reason="DDPLAB_DEEPSEEK_TRACE unset: DeepSeek's trace is not committed (no licence)")
+def test_deepseek_h800_trace_matches_hta_and_counts_deepep_as_communication():
+    import hashlib
+
+    path = Path(DEEPSEEK)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == DEEPSEEK_SHA256
+    t = read_trace(path)
+    fit = fit_traces([t])
+    f = fit.ranks[0]
+    assert (t.world_size, t.meta["deviceProperties"][0]["name"]) == (64, "NVIDIA H800")
+    ours = {**{k: getattr(f.hta, k) for k in FIGURES if k != "overlap_ratio"}, "step_us": f.steps[0].step_s * 1e6}
+    for k, v in DEEPSEEK_HTA.items():
+        assert ours[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+    # DeepEP's 32 kernels run one after another on stream 27: their union is the sum of their
+    # durations (dispatch 17.38 + 13.62, combine 49.45, notify_dispatch 8.97, cached_notify 23.61 ms).
+    (s,) = f.steps
+    assert s.comm_s == pytest.approx(113.030e-3, abs=1e-6)
+    assert s.overlap_s / s.comm_s > 0.95  # DualPipe hides the all-to-all under the other chunk's compute
