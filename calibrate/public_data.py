@@ -374,6 +374,13 @@ TORCHTITAN_VANILLA_TP = (
     ("llama3-70b", 256, 8, 16, "full", 597.3, 809.8),
     ("llama3-8b", 64, 8, 12, "per-op selective", 4378.0, 5078.1),
 )
+# benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy, June 2025; torchtitan e7c0cae): Llama 3.1
+# 8B on NUM_NODES x 8 H200, FSDP, local batch 2, compiled, Float8 with the FSDP Float8 all-gather,
+# TPS/GPU "sampled at the 100th iteration": (GPUs, TPS/GPU).
+TORCHTITAN_H200 = (
+    (32, 10938),
+    (64, 10753),
+)
 
 # Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
 # Megatron-LM" (SC21, arXiv 2104.04473), Table 1: weak scaling of GPT models on Selene (DGX A100
