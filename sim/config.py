@@ -130,6 +130,12 @@ class TrainingConfig:
     fsdp_prefetch: int = 1
     """fsdp, hsdp: units whose allgather is issued ahead of the unit computing (0 = none, 1 = FSDP's
     backward_prefetch=BACKWARD_PRE with forward_prefetch, or FSDP2's implicit prefetch)."""
+    fp8_all_gather: bool = False
+    """fsdp, hsdp with precision fp8: each block's linear weights allgathered in FP8, one byte a
+    parameter, each rank casting its own shard before the gather (torchao's Float8 training with
+    enable_fsdp_float8_all_gather: torchtitan's --float8.enable_fsdp_float8_all_gather). The root
+    unit (embeddings, final norm, output layer: torchtitan leaves ``output`` out of Float8) and
+    the norms stay 16-bit; reduce-scatters are unchanged (sim/fsdp.py, sim/memory.py)."""
     activation_checkpointing: bool | str = False
     """none | selective | full (true = full, false = none). full: recompute each transformer
     block's forward in its backward: only block inputs are kept (memory estimate), and backward
@@ -245,6 +251,13 @@ class TrainingConfig:
             why = "powersgd with tp, cp or pp is not modelled (none, fp16 or bf16)"
             _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
+        if self.fp8_all_gather:
+            why = "needs training.precision = fp8 (the FP8 weights it gathers)"
+            _require(self.precision == "fp8", "training.fp8_all_gather", self.fp8_all_gather, why)
+            why = "needs training.mode fsdp or hsdp (it is FSDP's allgather of the weights)"
+            _require(self.mode in SHARDED_MODES, "training.fp8_all_gather", self.fp8_all_gather, why)
+            why = "is modelled for FSDP alone, not with tp, cp or pp"
+            _require(self.tp * self.cp * self.pp == 1, "training.fp8_all_gather", self.fp8_all_gather, why)
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
         if self.mode in MASTER_COPY_MODES:
             # FSDP and the distributed optimizer reduce-scatter plain gradients in the precision's

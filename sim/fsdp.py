@@ -76,7 +76,7 @@ from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
 from sim.noise import comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult, pick_trace_ranks
-from sim.roofline import rerun
+from sim.roofline import FP8_BYTES, rerun
 from sim.transformer import ComputeShares, GPT2Shape, param_tensors
 from sim.workload import build_workload, forward_shares
 
@@ -96,6 +96,22 @@ def unit_numels(shape: GPT2Shape) -> np.ndarray:
     """Elements per unit, [root, block 0, ..., block L-1]."""
     numel = {t.name: t.numel for t in param_tensors(shape)}
     return np.array([sum(numel[n] for n in names) for names in unit_params(shape)])
+
+
+def unit_gather_bytes(shape: GPT2Shape, dtypes, fp8_all_gather: bool = False) -> np.ndarray:
+    """Bytes one allgather of each unit gathers, [root, block 0, ...]: the compute dtype (FSDP's
+    mixed precision), or with ``fp8_all_gather`` one byte for each block's linear weights (its
+    2-D tensors; the norms' are 1-D) and the compute dtype for the rest and the root."""
+    c = dtypes.compute_bytes
+    if not fp8_all_gather:
+        return unit_numels(shape) * c
+    shapes = {t.name: t.shape for t in param_tensors(shape)}
+    out = []
+    for u, names in enumerate(unit_params(shape)):
+        linear = sum(math.prod(shapes[n]) for n in names if u != ROOT and len(shapes[n]) == 2)
+        total = sum(math.prod(shapes[n]) for n in names)
+        out.append(linear * FP8_BYTES + (total - linear) * c)
+    return np.array(out, dtype=float)
 
 
 class _Op(NamedTuple):
@@ -199,11 +215,12 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     colls = colls * t.grad_accum
     ops = tuple(op for op, _ in colls)
     units = tuple(u for _, u in colls)
-    # FSDP mixed precision: gather the compute dtype, reduce the gradient dtype (sim/precision.py);
-    # hsdp's allreduce moves the reduce-scattered shard, 1/S of the unit's gradient.
-    size = {"allgather": t.dtypes.compute_bytes, "reduce_scatter": t.dtypes.grad_bytes}
-    size["allreduce"] = t.dtypes.grad_bytes / shard
-    wire = np.array([float(numels[u] * size[op]) for op, u in colls])
+    # FSDP mixed precision: gather the compute dtype (or FP8 weights: unit_gather_bytes), reduce
+    # the gradient dtype (sim/precision.py); hsdp's allreduce moves the reduce-scattered shard,
+    # 1/S of the unit's gradient.
+    gathered = unit_gather_bytes(shape, t.dtypes, t.fp8_all_gather)
+    size = {"reduce_scatter": t.dtypes.grad_bytes, "allreduce": t.dtypes.grad_bytes / shard}
+    wire = np.array([float(gathered[u] if op == "allgather" else numels[u] * size[op]) for op, u in colls])
     fabrics = {"allgather": shard_fabric(sc), "reduce_scatter": shard_fabric(sc)}
     if replicas > 1:
         fabrics["allreduce"] = replica_fabric(sc)

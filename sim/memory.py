@@ -65,7 +65,7 @@ MiB), temporaries inside kernels, FSDP's padding of flat parameters to a multipl
 from typing import NamedTuple
 
 from sim.config import SHARDED_MODES, Scenario
-from sim.fsdp import ROOT, unit_numels
+from sim.fsdp import ROOT, unit_gather_bytes, unit_numels
 from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
@@ -215,9 +215,11 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
     if t.mode in SHARDED_MODES:
         shard = 1.0 / sc.shard_size
         block = float(numels[1:].max())
+        # A gathered block in the gather's dtype (FP8 linear weights with training.fp8_all_gather).
+        block_gathered = float(unit_gather_bytes(shape, dt, t.fp8_all_gather)[1:].max())
         in_flight = min(1 + t.fsdp_prefetch, shape.n_layer)
         c, g = dt.compute_bytes, dt.grad_bytes
-        unsharded = float(numels[ROOT] * (c + g) + in_flight * block * c + block * g)
+        unsharded = float(numels[ROOT] * (c + g) + in_flight * block_gathered + block * g)
     else:
         shard = 1.0
         buckets = params * dt.grad_bytes  # the buckets (sim/buckets.py) hold every gradient once

@@ -273,9 +273,11 @@ _SWEEP_COLUMNS = (
 
 def mode_note(sc) -> str:
     t = sc.training
+    fp8 = ", FP8 all-gather" if t.fp8_all_gather else ""
     if t.mode == "hsdp":
-        return f" (HSDP, shards of {sc.shard_size} x {sc.ranks // sc.shard_size} replicas, prefetch {t.fsdp_prefetch})"
-    return f" (FSDP, prefetch {t.fsdp_prefetch})" if t.mode == "fsdp" else ""
+        shards = f"shards of {sc.shard_size} x {sc.ranks // sc.shard_size} replicas"
+        return f" (HSDP, {shards}, prefetch {t.fsdp_prefetch}{fp8})"
+    return f" (FSDP, prefetch {t.fsdp_prefetch}{fp8})" if t.mode == "fsdp" else ""
 
 
 def sweep_lines(sc, summaries: list[Summary | dict]) -> list[str]:
