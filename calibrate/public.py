@@ -108,6 +108,15 @@ SOURCES = {
         " rotation ('allgather': all K/V shards all-gathered after the first sub-SDPA); step time = FSDP degree"
         " x sequence / (8 x TPS per GPU)",
     ),
+    "trainy-h200": (
+        "pytorch/torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy, June 2025; torch"
+        " 2.8.0a0+5228986c39, torchao 0afa4c1, torchtitan e7c0cae)",
+        "Llama 3.1 8B on 4 and 8 hosts of '8 NVIDIA H200 GPUs connected via NVLink', '400Gb/s (Mellanox CX-7)"
+        " per GPU'; torchtitan/train.py with llama3_8b.toml (seq 8192, selective op AC), local batch 2,"
+        " --training.compile, --model.converters=float8, --float8.enable_fsdp_float8_all_gather,"
+        " precompute_float8_dynamic_scale_for_fsdp, force_recompute_fp8_weight_in_bwd; TPS/GPU 'sampled at the"
+        " 100th iteration'; step time = 2 x 8192 / TPS per GPU",
+    ),
     "megatron-table1": (
         "Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM'"
         " (SC21, arXiv 2104.04473), Table 1; micro-batch, virtual stages and DDP from NVIDIA/Megatron-LM"
@@ -304,6 +313,7 @@ def table_rows() -> list[Row]:
     for model, gpus, tp, batch, ac, bf16_tps, fp8_tps in data.TORCHTITAN_VANILLA_TP:
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, bf16_tps, fp8=False))
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, fp8_tps, fp8=True))
+    rows += [_trainy_h200_row(*r) for r in data.TORCHTITAN_H200]
     rows += [_megatron_row(*r) for r in data.MEGATRON_TABLE1]
     rows += [_llama3_row(*r) for r in data.LLAMA3_TABLE4]
     rows += [_nemo_row(*r) for r in data.NEMO_2407_H100_FP8]
@@ -522,6 +532,20 @@ def _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_g
     what += f", {act_ckpt} AC, compiled, step"
     step_s = local_batch * 8192 / tp / tokens_s_gpu
     return _simulate_row(what, "torchtitan", step_s, "h100-1024", gpus, job)
+
+
+# NVIDIA's H200 SXM datasheet: 141 GB at 4.8 TB/s; its tensor peaks are the H100 SXM's (the preset's).
+H200_SETS = sets(compute__hbm_tb_s=4.8, compute__device_memory_gib=141)
+
+
+def _trainy_h200_row(gpus: int, tokens_s_gpu: float) -> Row:
+    """One row of Trainy's H200 page (docs/validation-public.md, its rule): Llama 3.1 8B, FSDP over
+    every rank, compiled, Float8 with the FSDP Float8 all-gather, local batch 2, seq 8192,
+    selective op AC modelled as full; the H200's datasheet memory."""
+    job = (*_torchtitan_sets("llama3-8b", 2, "fp8", "selective op", True), *sets(training__fp8_all_gather=True),
+           *H200_SETS)  # fmt: skip
+    what = f"torchtitan llama3-8b on {gpus} x H200 (Trainy), FSDP, Float8 + FP8 all-gather, selective op AC"
+    return _simulate_row(what + ", compiled, step", "trainy-h200", 2 * 8192 / tokens_s_gpu, "h100-1024", gpus, job)
 
 
 def _torchtitan_cp_row(fsdp: int, cp: int, seq_len: int, tokens_s_gpu: float) -> Row:
