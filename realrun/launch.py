@@ -26,9 +26,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import TextIO
 
 from realrun.records import end_unfinished
@@ -40,12 +42,14 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LOOPBACK = "127.0.0.1"
 
 
-def torchrun_command(verb: str, worker_args: list[str], nproc: int) -> list[str]:
+def torchrun_command(verb: str, worker_args: list[str], nproc: int, log_dir: Path) -> list[str]:
     """torchrun for one machine: what ``--standalone`` sets (one node, c10d on a free port, a
     fresh run id), but on 127.0.0.1 rather than "localhost" (which may be ::1, or anything
     /etc/hosts says), with the node's address 127.0.0.1 for the ranks to meet at, and every
     store's server bound to it (realrun/torchrun_loopback.py): nothing listens beyond this
-    machine."""
+    machine. ``log_dir``: torchrun's own folder (per-rank error files); without one it makes
+    /tmp/torchelastic_* and never removes it (torch/distributed/elastic/multiprocessing/api.py
+    DefaultLogsSpecs), a folder a run."""
     return [
         sys.executable,
         "-m",
@@ -56,6 +60,7 @@ def torchrun_command(verb: str, worker_args: list[str], nproc: int) -> list[str]
         f"--rdzv-id={uuid.uuid4()}",
         f"--local-addr={LOOPBACK}",
         f"--nproc-per-node={nproc}",
+        f"--log-dir={log_dir}",
         "-m",
         "realrun",
         verb,
@@ -103,12 +108,12 @@ def run_local(
     # Unbuffered bytes: on a full disk a write fails where it happens and the close has nothing
     # left to flush (issue 25, D16: a thread traceback, then "error: None: No space left").
     log = RunLog(log_path)
-    with log:
+    with log, tempfile.TemporaryDirectory(prefix="ddplab-torchrun-") as torchrun_logs:
         # Where the run listens, for whoever audits it: the console keeps to the ranks' lines.
         where = f"torchrun's stores listen on {LOOPBACK} only; gloo on interface {env['GLOO_SOCKET_IFNAME']}"
         log.write(f"ddplab: {where} (every rank is on this machine)\n".encode())
         proc = subprocess.Popen(
-            torchrun_command(verb, worker_args, nproc),
+            torchrun_command(verb, worker_args, nproc, Path(torchrun_logs)),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

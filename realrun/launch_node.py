@@ -56,7 +56,8 @@ def run_this_node(args) -> int:
         lifeline = Lifeline(Path(private) / LIFELINE)
         env = {**os.environ, **env_vars, **lifeline.env(), "PYTHONUNBUFFERED": "1"}
         # `torchrun` is `python -m torch.distributed.run`; this interpreter has our torch.
-        cmd = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+        # Its own folder in the private one, or torchrun leaves a /tmp/torchelastic_* behind.
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--log-dir={Path(private) / 'torchrun'}", *argv[1:]]
         return _run_logged(cmd, env, _log_path(verb_args))
 
 

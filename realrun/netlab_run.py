@@ -41,9 +41,17 @@ class Discovery:
 
 
 def host_argv(
-    lab: Lab, host: int, verb: str, verb_args: list[str], d: Discovery, nproc: int = 1, run_env: dict | None = None
+    lab: Lab,
+    host: int,
+    verb: str,
+    verb_args: list[str],
+    d: Discovery,
+    nproc: int = 1,
+    run_env: dict | None = None,
+    log_dir: Path | None = None,
 ) -> list[str]:
-    """``run_env``: the lifeline and run id every rank gets (realrun/launch.py run_env)."""
+    """``run_env``: the lifeline and run id every rank gets (realrun/launch.py run_env);
+    ``log_dir``: torchrun's own folder (else it makes a /tmp/torchelastic_* it never removes)."""
     spec = lab.spec
     env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env.update({k: v for k, v in (run_env or {}).items() if k in (LIFELINE_ENV, RUN_ID_ENV)})
@@ -60,6 +68,8 @@ def host_argv(
         f"--rdzv-id=ddplab-{spec.name}",
         "--max-restarts=0",
     ]
+    if log_dir is not None:
+        torchrun.append(f"--log-dir={log_dir}")
     if d.is_host:
         torchrun.append(f"--rdzv-conf=is_host={1 if host == 0 else 0}")
     if d.local_addr:
@@ -94,7 +104,10 @@ def run(
     log_dir = out_dir / "netlab"
     log_dir.mkdir(parents=True, exist_ok=True)
     env = run_env(folder, base={})
-    argvs = [host_argv(lab, i, verb, verb_args, discovery, run_env=env) for i in range(lab.spec.hosts)]
+    argvs = [
+        host_argv(lab, i, verb, verb_args, discovery, run_env=env, log_dir=log_dir / f"torchrun-host{i}")
+        for i in range(lab.spec.hosts)
+    ]
     (log_dir / "commands.json").write_text(json.dumps({"lab": lab.state(), "argv": argvs}, indent=2))
     procs = []
     ended = "interrupted: netlab run stopped (Ctrl-C, SIGTERM or an error of its own)"
