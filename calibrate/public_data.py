@@ -338,6 +338,10 @@ MPT_SHAPES = {
     "70b": (80, 8192, 64),
 }
 
+# The same README's "H100 80GB FP8" section: its one row at seq 2048 (FULL_SHARD, amp_fp8: Transformer
+# Engine linears, submit_benchmarks.py setting fc_type "te"); the LLM_FOUNDRY columns.
+LLM_FOUNDRY_FP8 = (("h100", "3b", 8, 10, 6, 983040, 244692, "amp_fp8", False),)
+
 # pytorch/torchtitan: Llama 3 / 3.1 with FSDP2 alone, tokens/s per GPU as printed, local batch,
 # seq 8192 (the train_configs' seq_len at the commits that ran them; the tables do not print it),
 # activation checkpointing as printed: (table, model, GPUs, local batch, compiled, AC, TPS/GPU).
