@@ -307,6 +307,7 @@ def table_rows() -> list[Row]:
             Job("simulate", "a100-8", 8, NANOGPT_SETS, STEPS), "step")
     )  # fmt: skip
     rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY]
+    rows += [_foundry_row(*r) for r in data.LLM_FOUNDRY_FP8]
     rows += [_torchtitan_row(*r) for r in data.TORCHTITAN]
     rows += [_torchtitan_tp_row(*r, fp8=True) for r in data.TORCHTITAN_FLOAT8]
     rows += [_torchtitan_cp_row(*r) for r in data.TORCHTITAN_CP]
@@ -469,7 +470,7 @@ def _foundry_row(section, model, gpus, micro_batch, accum, global_tokens, tokens
         training__mode="fsdp",
         training__micro_batch_size=micro_batch,
         training__grad_accum=accum,
-        training__precision="bf16-amp" if precision == "amp_bf16" else "bf16",
+        training__precision={"amp_bf16": "bf16-amp", "amp_fp8": "fp8", "bf16": "bf16"}[precision],
         training__activation_checkpointing=act_ckpt,
         training__fused_loss=True,
         compute__stack="eager",
@@ -478,7 +479,8 @@ def _foundry_row(section, model, gpus, micro_batch, accum, global_tokens, tokens
     if section == "a100-40gb":
         job += A100_40GB_SETS
     gpu = {"h100": "H100 80GB", "a100-80gb": "A100 80GB", "a100-40gb": "A100 40GB"}[section]
-    what = f"llm-foundry mpt-{model} on {gpus} x {gpu}, mb {micro_batch} x {accum}, step"
+    what = f"llm-foundry mpt-{model} on {gpus} x {gpu}, mb {micro_batch} x {accum}"
+    what += ", amp_fp8, step" if precision == "amp_fp8" else ", step"
     return _simulate_row(what, "llm-foundry", global_tokens / tokens_s, preset, gpus, job)
 
 
