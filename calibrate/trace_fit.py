@@ -18,10 +18,10 @@ Per step (``ProfilerStep#N``'s window on the training thread):
   add_iteration). Compute, communication and their overlap are unions of kernel intervals,
   sorted by HTA's rule (calibrate/kineto.py ``kernel_kind``), except that an expert-parallel
   library's all-to-all kernels (DeepEP's), which HTA files as computation, are communication
-  here; forward, backward and optimizer
-  are the compute kernels launched inside the forward annotation, the autograd engine's span
-  and the optimizer annotations. The last profiled step is left out, as HTA leaves it out
-  (hta/common/trace.py ``_filter_irrelevant_gpu_kernels``): its kernels may outlive the trace.
+  here; forward, backward and optimizer are the compute kernels launched inside the forward
+  annotation, the autograd engine's span and the optimizer annotations. The last profiled step
+  is left out, as HTA leaves it out (hta/common/trace.py ``_filter_irrelevant_gpu_kernels``):
+  its kernels may outlive the trace.
 
 The HTA figures (``HtaTotals``) repeat HTA's whole-trace definitions (temporal breakdown,
 communication/computation overlap), the EP kernels in its computation, so
@@ -128,7 +128,9 @@ class RankFit:
     gpu: bool
     steps: list[StepFit]
     hta: HtaTotals | None = None
-    notes: list[str] = field(default_factory=list)  # what this trace lacks
+    notes: list[str] = field(default_factory=list)  # what this trace lacks, or reads unlike HTA
+    ep_kernels: int = 0  # expert-parallel all-to-all kernels (DeepEP's): communication here
+    ep_kernel_s: float = 0.0  # their summed durations
 
     @property
     def name(self) -> str:
@@ -260,11 +262,11 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
         return union(gts[a:b][m], gend[a:b][m])
 
     ep = kind == EP_COMM
-    if ep.any():
-        ep_ms = float(np.sum(gend[ep] - gts[ep])) / 1e3
+    fit.ep_kernels, fit.ep_kernel_s = int(ep.sum()), float(np.sum(gend[ep] - gts[ep])) * US
+    if fit.ep_kernels:
         fit.notes.append(
-            f"{int(ep.sum())} expert-parallel all-to-all kernels (DeepEP), {ep_ms:.3f} ms: communication here,"
-            " computation in HTA's figures; their sizes are not in the trace"
+            f"{fit.ep_kernels} expert-parallel all-to-all kernels (DeepEP), {fit.ep_kernel_s * 1e3:.3f} ms:"
+            " communication here, computation in HTA's figures; their sizes are not in the trace"
         )
     for n, ts, dur in used:
         hi = ts + dur

@@ -140,6 +140,7 @@ def test_expert_parallel_all_to_all_is_communication_here_and_computation_in_hta
     assert s.overlap_s == pytest.approx(1000e-6, rel=1e-12)  # the dispatch, under the GEMM
     assert [(c.op, c.bytes) for c in s.collectives] == [("alltoall", None)] * 2
     assert fit.size_bandwidth() == []  # no sizes in their args: none invented
+    assert (fit.ranks[0].ep_kernels, fit.ranks[0].ep_kernel_s) == (2, pytest.approx(2000e-6, rel=1e-12))
     assert any("2 expert-parallel all-to-all kernels (DeepEP), 2.000 ms" in n for n in fit.ranks[0].notes)
     h = fit.ranks[0].hta  # HTA's rule: not NCCL, so computation
     assert (h.compute_time_us, h.comm_time_us) == (pytest.approx(4000 + 1000 + 200), 0.0)
