@@ -75,6 +75,7 @@ from sim.episodes import Effects, Held
 from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
 from sim.noise import comm_multipliers, multipliers
 from sim.online import OnlineStats
+from sim.precision import Precision
 from sim.results import SimResult, pick_trace_ranks
 from sim.roofline import FP8_BYTES, rerun
 from sim.transformer import ComputeShares, GPT2Shape, param_tensors
@@ -98,18 +99,18 @@ def unit_numels(shape: GPT2Shape) -> np.ndarray:
     return np.array([sum(numel[n] for n in names) for names in unit_params(shape)])
 
 
-def unit_gather_bytes(shape: GPT2Shape, dtypes, fp8_all_gather: bool = False) -> np.ndarray:
+def unit_gather_bytes(shape: GPT2Shape, dtypes: Precision, fp8_all_gather: bool = False) -> np.ndarray:
     """Bytes one allgather of each unit gathers, [root, block 0, ...]: the compute dtype (FSDP's
     mixed precision), or with ``fp8_all_gather`` one byte for each block's linear weights (its
     2-D tensors; the norms' are 1-D) and the compute dtype for the rest and the root."""
     c = dtypes.compute_bytes
     if not fp8_all_gather:
         return unit_numels(shape) * c
-    shapes = {t.name: t.shape for t in param_tensors(shape)}
+    tensors = {t.name: t for t in param_tensors(shape)}
     out = []
     for u, names in enumerate(unit_params(shape)):
-        linear = sum(math.prod(shapes[n]) for n in names if u != ROOT and len(shapes[n]) == 2)
-        total = sum(math.prod(shapes[n]) for n in names)
+        linear = sum(tensors[n].numel for n in names if u != ROOT and len(tensors[n].shape) == 2)
+        total = sum(tensors[n].numel for n in names)
         out.append(linear * FP8_BYTES + (total - linear) * c)
     return np.array(out, dtype=float)
 

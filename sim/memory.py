@@ -17,7 +17,8 @@ Model states:
   fsdp: each rank holds 1/N of each (ZeRO-3), plus the unsharded working set: the root unit
        gathered from forward to backward with its unsharded gradient, the block computing and
        the ``fsdp_prefetch`` blocks gathered ahead of it (in the compute dtype: FSDP's mixed
-       precision), and the computing block's unsharded gradient before its reduce-scatter.
+       precision; their linear weights in FP8 with ``training.fp8_all_gather``), and the
+       computing block's unsharded gradient before its reduce-scatter.
   hsdp: as fsdp with 1/S for 1/N, S the shard group's size (sim/hsdp.py): the allreduce across
        the groups runs on the rank's gradient shard and keeps nothing more.
 
