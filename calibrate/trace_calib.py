@@ -137,6 +137,12 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     ]
     device, info, dev_absent = _device(fit)
     absent += dev_absent
+    ep = sum(f.ep_kernels for f in ranks.values())
+    if ep:
+        absent.append(
+            f"sizes of {ep} expert-parallel all-to-all kernels (DeepEP's): timed as communication, left out of"
+            " compute, no busbw (calibrate/kineto.py EP_COMM)"
+        )
     split = all(s.forward_s is not None and s.backward_s is not None for f in ranks.values() for s in f.steps)
     if not split:
         absent.append(

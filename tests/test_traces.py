@@ -118,32 +118,44 @@ def test_synthetic_gpu_trace_fits_its_own_kernel_times(two_ranks):
 
 def test_expert_parallel_all_to_all_is_communication_here_and_computation_in_htas_figures(tmp_path):
     """DeepEP's dispatch and combine kernels move tokens between ranks without NCCL (their names as
-    deepseek-ai/DeepEP and DeepSeek's published trace write them). One step: a 4000 us GEMM on
-    stream 7 from 100, a dispatch on stream 27 at 1000-2000 (under the GEMM), a combine at
-    4500-5500 (exposed) and DeepEP's local layout kernel at 6000-6200 (computation)."""
-    ev, corr = [_x("ProfilerStep#1", 0, 8000, cat="user_annotation")], 0
-    for start, dur, stream, name in (
-        (100, 4000, 7, "void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel>(Params)"),
-        (1000, 1000, 27, "void deep_ep::legacy::internode::dispatch<false, 8, false, 8>(void*, int)"),
-        (4500, 1000, 27, "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*)"),
-        (6000, 200, 7, "void deep_ep::legacy::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)"),
-    ):
-        corr += 1
-        ev.append(_x("cudaLaunchKernel", start - 50, 5, cat="cuda_runtime", correlation=corr))
-        ev.append(_x(name, start, dur, cat="kernel", pid=0, tid=stream, stream=stream, correlation=corr))
+    deepseek-ai/DeepEP and DeepSeek's published trace write them). Nine 8000 us steps, step n: a
+    4000 + 10 n us GEMM on stream 7 from 100, a dispatch on stream 27 at 1000-2000 (under the
+    GEMM), a combine at 4500-5500 (exposed) and DeepEP's local layout kernel at 6000-6200
+    (computation)."""
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    ev, corr = [], 0
+    for n in range(9):
+        t0 = n * 8000
+        ev.append(_x(f"ProfilerStep#{n}", t0, 8000, cat="user_annotation"))
+        for start, dur, stream, name in (
+            (100, 4000 + 10 * n, 7, "void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_ptp128c::Gemm>(P)"),
+            (1000, 1000, 27, "void deep_ep::legacy::internode::dispatch<false, 8, false, 8>(void*, int)"),
+            (4500, 1000, 27, "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*)"),
+            (6000, 200, 7, "void deep_ep::legacy::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)"),
+        ):
+            corr += 1
+            ev.append(_x("cudaLaunchKernel", t0 + start - 50, 5, cat="cuda_runtime", correlation=corr))
+            ev.append(_x(name, t0 + start, dur, cat="kernel", pid=0, tid=stream, stream=stream, correlation=corr))
     data = {"deviceProperties": [{"name": "NVIDIA H800"}], "distributedInfo": {"rank": 0, "world_size": 64},
             "traceEvents": ev}  # fmt: skip
-    fit = fit_traces([read_trace(write(tmp_path / "ep.json", data, gz=False))])
-    (s,) = fit.ranks[0].steps
-    assert s.compute_s == pytest.approx(4200e-6, rel=1e-12)  # the GEMM and the layout kernel
-    assert s.comm_s == pytest.approx(2000e-6, rel=1e-12)
-    assert s.overlap_s == pytest.approx(1000e-6, rel=1e-12)  # the dispatch, under the GEMM
-    assert [(c.op, c.bytes) for c in s.collectives] == [("alltoall", None)] * 2
+    path = write(tmp_path / "ep.json", data, gz=False)
+    fit = fit_traces([read_trace(path)])
+    f = fit.ranks[0]
+    assert len(f.steps) == 8  # the last profiled step left out, as HTA leaves it out
+    for n, s in enumerate(f.steps):
+        assert s.compute_s == pytest.approx((4000 + 10 * n + 200) * 1e-6, rel=1e-12)  # GEMM and layout kernel
+        assert s.comm_s == pytest.approx(2000e-6, rel=1e-12)
+        assert s.overlap_s == pytest.approx(1000e-6, rel=1e-12)  # the dispatch, under the GEMM
+        assert [(c.op, c.bytes) for c in s.collectives] == [("alltoall", None)] * 2
     assert fit.size_bandwidth() == []  # no sizes in their args: none invented
-    assert (fit.ranks[0].ep_kernels, fit.ranks[0].ep_kernel_s) == (2, pytest.approx(2000e-6, rel=1e-12))
-    assert any("2 expert-parallel all-to-all kernels (DeepEP), 2.000 ms" in n for n in fit.ranks[0].notes)
-    h = fit.ranks[0].hta  # HTA's rule: not NCCL, so computation
-    assert (h.compute_time_us, h.comm_time_us) == (pytest.approx(4000 + 1000 + 200), 0.0)
+    assert (f.ep_kernels, f.ep_kernel_s) == (18, pytest.approx(18 * 1000e-6, rel=1e-12))
+    assert any("18 expert-parallel all-to-all kernels (DeepEP), 18.000 ms" in n for n in f.notes)
+    h = f.hta  # HTA's rule: not NCCL, so computation (steps 0-7, as HTA keeps them)
+    assert (h.compute_time_us, h.comm_time_us) == (pytest.approx(sum(4000 + 10 * n + 1200 for n in range(8))), 0.0)
+    # A calibration from it says what it could not measure of them.
+    c = calibrate_traces([path], given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
+    assert any(a.startswith("sizes of 18 expert-parallel all-to-all kernels") for a in c.trace.absent)
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 4096])
