@@ -34,6 +34,11 @@ parameter + gradient + optimizer-state bytes (2 + 4 + 4 + 8 = 18 under bf16-amp)
 the stage's 1/tp share. fsdp over the data-parallel ranks, as torchtitan runs it beside a
 pipeline (its parameters stay gathered from forward to backward, the gradients reduce-scattered
 once per step): the 16-bit weights and the gradients whole, master weights and moments / dp.
+Without a pipeline (pp = 1, TP or CP beside FSDP) torchtitan reshards each block after its
+forward (FSDP2's default; torchtitan's apply_fsdp sets reshard_after_forward only for PP to
+False), so the GPU holds ZeRO-3's shards, (w + g + o) / dp a parameter, and sim/memory.py's
+working set: the root unit gathered with its unsharded gradient, the block computing and the
+``fsdp_prefetch`` ones ahead in the compute dtype, and one block's unsharded gradient.
 hsdp the same over its shard group, / S.
 zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
 (distrib_optimizer) give 6 + 12 / dp bytes per parameter for bf16 weights and fp32 gradients.
@@ -124,13 +129,18 @@ def stage_memory(
     cuda_context_gib: float,
     transient_bytes: float = 0.0,
     fused_loss: bool = False,
+    resharded: tuple[float, float, int] | None = None,
 ) -> StageMemory:
     """``in_flight_layers``: layers' worth of activations the stage holds at its peak (its
     layers per chunk x chunk-micro-batches in flight, sim/pipeline.py); ``seq_len``: the tokens
     of a sequence one GPU holds; ``transient_bytes``: what one block holds only while it runs
-    (context parallelism's gathered K and V, module docstring)."""
+    (context parallelism's gathered K and V, module docstring); ``resharded``: fsdp/hsdp without
+    a pipeline, (the root unit's numel on this GPU, one block's, blocks gathered at once)."""
     c, w, g, o = dtypes.compute_bytes, dtypes.param_bytes, dtypes.grad_bytes, dtypes.optimizer_state_bytes
-    if mode in ("fsdp", "hsdp", "zero1"):  # dp: the ranks it shards over (hsdp: a shard group)
+    if resharded is not None:  # ZeRO-3's shards and sim/memory.py's working set (module docstring)
+        root, block, gathered = resharded
+        states = params * (w + g + o) / dp + root * (c + g) + gathered * block * c + block * g
+    elif mode in ("fsdp", "hsdp", "zero1"):  # dp: the ranks it shards over (hsdp: a shard group)
         states = params * (c + g + (w + o) / dp)
     else:
         states = params * (c + w + g + o)

@@ -30,7 +30,11 @@ A step, on each of the dp pipelines (replicas):
    last backward ends (overlapped_dp_end); without, after it (Megatron-LM 2021's "local" DDP).
    fsdp: the stage's 16-bit weights are allgathered once before the first forward (prefetched
    layer by layer behind it when overlapping) and gradients reduce-scattered after the last
-   backward, one collective per block (FSDP's unit, sim/fsdp.py), not in DDP's buckets.
+   backward, one collective per block (FSDP's unit, sim/fsdp.py), not in DDP's buckets: torchtitan's
+   FSDP beside a pipeline. Without one (pp = 1) it reshards each block after its forward, so
+   every micro-batch gathers each block twice and reduce-scatters it; that stream runs under the
+   micro-batches' compute and what it has left when the last backward starts runs from there
+   (step_costs), and the GPU holds ZeRO-3's shards (sim/memory3d.py).
    hsdp (FSDP2 on a (replicate, shard) mesh beside TP/PP, as torchtitan's ``dp_replicate``
    x ``dp_shard`` dimensions do): the same units inside shard groups of S consecutive ranks
    of the data-parallel group (``training.hsdp_shard_size``; by default the group's ranks in
@@ -60,13 +64,15 @@ says so.
 """
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
 import numpy as np
 
 from sim.collectives import SIMPLE, Fabric, collective_cost
-from sim.config import Scenario
+from sim.config import SHARDED_MODES, Scenario
+from sim.fsdp import unit_params
 from sim.memory import CUDA_CONTEXT_GIB
 from sim.memory3d import StageMemory, layer_terms, stage_memory
 from sim.nccl_time import INTRA_HOP_US, NET_HOP_US
@@ -76,7 +82,14 @@ from sim.pipeline import PipelineRun, bubble_fraction, in_flight_closed_form, op
 from sim.precision import Precision, sharded
 from sim.roofline import rates
 from sim.tp import block_time, cp_kv_bytes, head_time
-from sim.transformer import flops_per_token, kv_heads_per_rank, param_count, ulysses_kv_heads
+from sim.transformer import (
+    TransformerShape,
+    flops_per_token,
+    kv_heads_per_rank,
+    param_count,
+    param_tensors,
+    ulysses_kv_heads,
+)
 from sim.workload import fabric_for
 
 MIB = float(1 << 20)
@@ -311,6 +324,16 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
             wire = 2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("allreduce", size * wire, fabric, cap)
             dp_c[i, chunk] += t.compress_s_per_gb * size * dt.grad_bytes / 1e9
+    if t.mode in SHARDED_MODES and lay.pp == 1:
+        # Without a pipeline each block is resharded after its forward (torchtitan's apply_fsdp;
+        # sim/memory3d.py): every micro-batch gathers it for its forward and again for its
+        # backward and reduce-scatters its gradient (as sim/fsdp.py runs FSDP), on one stream
+        # under the m micro-batches' compute. What that stream has left when the last backward
+        # starts runs from there: at least the last reduce-scatter, at most all of it beyond the
+        # compute before (planner and replay both read it as the reduction, overlapped_dp_end).
+        stream = lay.m * (2.0 * gather + dp_c.sum(axis=1))
+        before_last = lay.m * (fwd.sum(axis=1) + bwd.sum(axis=1)) - bwd.sum(axis=1)
+        dp_c[:, 0] = np.maximum(dp_c[:, 0], stream - before_last)
     dp_s, last = dp_c.sum(axis=1), last_c[:, 0]
     tie = 0.0
     if lay.pp > 1 and shape.tied_embeddings:
@@ -435,6 +458,14 @@ def op_noise(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray 
     return draws.max(axis=2)
 
 
+@functools.lru_cache(maxsize=256)
+def block_numel_on_gpu(shape: TransformerShape, tp: int) -> float:
+    """One block's parameters on a GPU of its TP group: matmul weights split over TP, norms whole
+    (cached: the planner asks for thousands of layouts of one model)."""
+    tensors = {p.name: p for p in param_tensors(shape)}
+    return sum(tensors[n].numel / (tp if len(tensors[n].shape) == 2 else 1) for n in unit_params(shape)[1])
+
+
 def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMemory]:
     t, shape = sc.training, sc.model.shape
     dt = dtypes_3d(sc)
@@ -459,6 +490,10 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
         layers = sum(costs.layers[g] for g in range(i, lay.pp * lay.v, lay.pp))
         chunks_in_flight = in_flight_closed_form(lay.schedule, lay.pp, lay.m, lay.v, i)
         per_chunk = layers / lay.v
+        resharded = None
+        if t.mode in SHARDED_MODES and lay.pp == 1:  # each block resharded after its forward (sim/memory3d.py)
+            block = block_numel_on_gpu(shape, lay.tp)
+            resharded = (costs.params[i] - layers * block, block, min(1 + t.fsdp_prefetch, layers))
         out.append(
             stage_memory(
                 stage=i, params=costs.params[i], dtypes=dt, mode=t.mode, dp=sc.dp_shard_size, layers=layers,
@@ -466,6 +501,7 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
                 sequence_parallel=t.sequence_parallel and lay.tp > 1, recompute=t.recompute, shape=shape,
                 seq_len=local, micro_batch=t.micro_batch_size, first=i == 0, last=i == lay.pp - 1,
                 cuda_context_gib=CUDA_CONTEXT_GIB, transient_bytes=transient, fused_loss=t.fused_loss,
+                resharded=resharded,
             )
         )  # fmt: skip
     return out

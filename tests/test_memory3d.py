@@ -100,6 +100,33 @@ def test_model_states_per_gpu_closed_form():
     assert [m.model_states_gib for m in m2] == pytest.approx(list(costs.params * (2 + 4 + 12 / 2) / GIB))
 
 
+@pytest.mark.parametrize(("sets", "tp", "shards"), [(("training.tp=8",), 8, 8), (("training.cp=2",), 1, 64)])
+def test_fsdp_without_a_pipeline_holds_zero3_shards_and_the_working_set(sets, tp, shards):
+    """Without PP torchtitan reshards each block after its forward (its apply_fsdp), so FSDP beside
+    TP or CP holds (w + g + o) / dp a parameter, the root gathered with its gradient, two blocks
+    in flight (fsdp_prefetch 1) and one block's gradient, as sim/memory.py's fsdp does. Until
+    2026-12-06 it held the 16-bit weights and gradients whole: 127 GiB for torchtitan's Table 2
+    row at 262,144 tokens that measured 84.5 GiB."""
+    sc = _sc(*sets, "training.mode=fsdp")
+    lay = layout(sc)
+    (m,) = memory_by_stage(sc, lay, step_costs(sc, lay))
+    shape = sc.model.shape
+    assert sc.dp_shard_size == shards
+    block = (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) / tp + 2 * 4096  # norms on every TP rank
+    params = m.parameters
+    root = params - shape.n_layer * block
+    if tp == 1:  # embedding, final norm and output layer
+        assert root == 2 * 128256 * 4096 + 4096
+    want = params * (4 + 4 + 8) / shards + root * (2 + 4) + 2 * block * 2 + block * 4
+    assert m.model_states_gib * GIB == pytest.approx(want, rel=1e-12)
+    # With a pipeline the parameters stay gathered from forward to backward: unchanged.
+    piped = _sc(*sets, "training.pp=2", "training.grad_accum=4", "training.mode=fsdp")
+    lay2 = layout(piped)
+    costs = step_costs(piped, lay2)
+    per_gpu = [mm.model_states_gib * GIB for mm in memory_by_stage(piped, lay2, costs)]
+    assert per_gpu == pytest.approx(list(costs.params * (2 + 4 + 12 / piped.dp_shard_size)))
+
+
 def test_memory_falls_with_tp_and_recompute():
     peak = {}
     for tp, ckpt in ((1, "none"), (8, "none"), (8, "selective"), (8, "full")):

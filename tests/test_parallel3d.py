@@ -348,6 +348,26 @@ def test_fsdp_reduces_one_block_at_a_time():
         assert c.dp_last_bucket_s[i] == pytest.approx(one, rel=1e-12)
 
 
+@pytest.mark.parametrize("accum", [1, 4])
+def test_fsdp_without_a_pipeline_gathers_every_block_twice_a_micro_batch(accum):
+    """No pipeline: each block resharded after its forward (torchtitan's apply_fsdp), so every
+    micro-batch gathers it twice and reduce-scatters it; that stream runs under the m micro-
+    batches' compute, and what is left when the last backward starts runs from there."""
+    sc = _sc("training.tp=8", "training.mode=fsdp", f"training.grad_accum={accum}", ranks=512)
+    lay = layout(sc)
+    c = step_costs(sc, lay)
+    fabric, dt = dp_fabric(sc, lay), dtypes_3d(sc)
+    units = c.layers[0] + 1  # the blocks and the root
+    rs = units * collective_cost("reduce_scatter", c.params[0] * dt.grad_bytes / units, fabric).time_s
+    ag = units * collective_cost("allgather", c.params[0] * dt.compute_bytes / units, fabric).time_s
+    assert c.gather_s[0] == pytest.approx(ag, rel=1e-12)
+    f, b = c.forward_s[0, 0], c.backward_s[0, 0]
+    left = accum * (2 * ag + rs) - (accum * (f + b) - b)
+    assert c.dp_s[0] == pytest.approx(max(rs, left), rel=1e-12)
+    # 64 nodes of llama3-8b at micro-batch 1: the stream outlasts the compute, so it shows.
+    assert left > rs
+
+
 def test_zb_h1_shortens_the_pipeline_by_its_bubble_and_keeps_1f1bs_memory():
     # llama3-8b on 4 stages of 8 x H100, 8 micro-batches, no noise: ZB-H1 (Qi et al. 2023) takes up
     # to 2 (p - 1) T_W of the drain's wait off 1F1B's pipeline (all of it for equal stages:
