@@ -94,7 +94,12 @@ def test_llama3_70b_on_h100_1024_plans_through_the_cli(capsys):
 
 @pytest.mark.parametrize(
     "flags,field",
-    [(["--scheduler", "tcp://127.0.0.1:1"], "--scheduler"), (["--workers", "0", "--engine", "dask"], "--workers")],
+    [
+        (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+        (["--workers", "0", "--engine", "dask"], "--workers"),
+        # Modelled for FSDP alone, where plan tries every mode and layout: refused up front, by name.
+        (["--set", "training.precision=fp8", "--set", "training.fp8_all_gather=true"], "training.fp8_all_gather: plan"),
+    ],
 )
 def test_plan_engine_flags_refuse_in_one_line(flags, field, capsys):
     from ddplab.cli import main

@@ -52,6 +52,13 @@ def plan_layouts(
     a sweep engine (workflow/sweep_engines.py) to run the search's tasks on, entered once the
     inputs are checked (a bad one starts no worker), ``started(engine)`` called once it is up;
     None: here, one after another."""
+    fp8_gather = [x for x in sets if x.split("=", 1)[0].strip() == "training.fp8_all_gather"]
+    if fp8_gather:  # modelled for FSDP alone (sim/config.py), where the search tries every mode and layout
+        raise ValueError(
+            "training.fp8_all_gather: plan searches ddp, zero1, fsdp and hsdp layouts with tp, cp and pp, and it is"
+            " modelled for FSDP alone; leave it out here and give it to simulate for an FSDP layout,"
+            f" got {fp8_gather[0]!r}"
+        )
     base = resolve(cluster, *_layers(model, sets, seq_len)).scenario
     gpus = gpus or base.ranks
     batch = global_batch or gpus
