@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 
 from sim.collectives import collective_cost
-from sim.parallel3d import cp_fabric, dp_fabric, dtypes_3d, layout, memory_by_stage, simulate_3d, step_costs
+from sim.parallel3d import (
+    block_numel_on_gpu,
+    cp_fabric,
+    dp_fabric,
+    dtypes_3d,
+    layout,
+    memory_by_stage,
+    simulate_3d,
+    step_costs,
+)
 from sim.roofline import rates
 from sim.scenario_file import load_scenario
 from sim.tp import block_time, cp_kv_bytes, cp_ring_steps_s, head_time, ulysses_a2a_s
@@ -86,11 +95,16 @@ def test_gradients_reduce_over_dp_times_cp_and_fsdp_shards_over_them():
     assert dp_fabric(sc, lay).ranks == 32
     step = simulate_3d(sc, None)
     assert step.gpus == 256
-    # fsdp's sharded states: 16-bit weights and gradients whole, the fp32 master and moments / 32.
+    # fsdp shards over the 32, and without a pipeline each block is resharded after its forward
+    # (sim/memory3d.py): ZeRO-3's shards, the root and its gradient, two blocks gathered (prefetch 1)
+    # and one block's gradient.
     mem = step.memory[0]
     dt = dtypes_3d(sc)
-    per_param = dt.compute_bytes + dt.grad_bytes + (dt.param_bytes + dt.optimizer_state_bytes) / 32
-    assert mem.model_states_gib == pytest.approx(mem.parameters * per_param / 2**30, rel=1e-12)
+    c, g = dt.compute_bytes, dt.grad_bytes
+    block = block_numel_on_gpu(sc.model.shape, 8)
+    root = mem.parameters - sc.model.shape.n_layer * block
+    want = mem.parameters * (dt.param_bytes + g + dt.optimizer_state_bytes) / 32 + root * (c + g) + 2 * block * c
+    assert mem.model_states_gib == pytest.approx((want + block * g) / 2**30, rel=1e-12)
 
 
 def test_tokens_and_mfu_count_whole_sequences():
