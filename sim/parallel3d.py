@@ -333,6 +333,8 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         # compute before (planner and replay both read it as the reduction, overlapped_dp_end).
         stream = lay.m * (2.0 * gather + dp_c.sum(axis=1))
         before_last = lay.m * (fwd.sum(axis=1) + bwd.sum(axis=1)) - bwd.sum(axis=1)
+        if t.fsdp_prefetch == 0:  # nothing issued ahead: every collective waits and is waited for
+            before_last = -bwd.sum(axis=1)
         dp_c[:, 0] = np.maximum(dp_c[:, 0], stream - before_last)
     dp_s, last = dp_c.sum(axis=1), last_c[:, 0]
     tie = 0.0

@@ -366,6 +366,11 @@ def test_fsdp_without_a_pipeline_gathers_every_block_twice_a_micro_batch(accum):
     assert c.dp_s[0] == pytest.approx(max(rs, left), rel=1e-12)
     # 64 nodes of llama3-8b at micro-batch 1: the stream outlasts the compute, so it shows.
     assert left > rs
+    # Without prefetch nothing overlaps: the whole stream is exposed after the compute.
+    none = _sc("training.tp=8", "training.mode=fsdp", f"training.grad_accum={accum}", "training.fsdp_prefetch=0",
+               ranks=512)  # fmt: skip
+    c0 = step_costs(none, layout(none))
+    assert c0.dp_s[0] == pytest.approx(accum * (2 * ag + rs) + b, rel=1e-12)
 
 
 def test_zb_h1_shortens_the_pipeline_by_its_bubble_and_keeps_1f1bs_memory():
