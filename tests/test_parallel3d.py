@@ -452,6 +452,17 @@ def test_hsdp_3d_output_names_its_groups(capsys):
     args = ("simulate", "h100-1024", "--ranks", "64", "--steps", "2", *(x for k in sets for x in ("--set", k)))
     code, out, _ = in_process(capsys, *args)
     assert code == 0 and "(hsdp, shard groups of 4 x 4 replicas)" in out
+    assert "FSDP without a pipeline" not in out  # pp 2: gathered once a step
+
+
+def test_fsdp_3d_output_says_it_regathers_without_a_pipeline(capsys):
+    from tests.conftest import in_process
+
+    sets = ("model.preset=llama3-8b", "training.seq_len=4096", "training.micro_batch_size=1", "training.tp=8",
+            "training.mode=fsdp")  # fmt: skip
+    args = ("simulate", "h100-1024", "--ranks", "64", "--steps", "2", *(x for k in sets for x in ("--set", k)))
+    code, out, _ = in_process(capsys, *args)
+    assert code == 0 and "FSDP without a pipeline: each block gathered for its forward and again" in out
 
 
 @pytest.mark.parametrize("preset", ["h100-1024", "mi300x-1024"])

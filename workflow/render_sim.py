@@ -393,6 +393,11 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
         out.append("                 CP: K and V all-gathered per block, exposed (Llama 3's)")
     out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline; optimizer "
                f"{fmt_seconds(first.optimizer_s)}")  # fmt: skip
+    if sc.training.mode in ("fsdp", "hsdp") and lay.pp == 1:
+        out.append(
+            "                 FSDP without a pipeline: each block gathered for its forward and again for its"
+            " backward every micro-batch (torchtitan's resharding); what outlasts the compute is above"
+        )
     parts = s["parts_s"]
     out.append(f"  per GPU        compute {fmt_seconds(parts['compute_s'])}, bubble {fmt_seconds(parts['bubble_s'])},"
                f" exposed comm {fmt_seconds(parts['exposed_comm_s'])}, straggler wait"
