@@ -52,4 +52,9 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
         generic = ["bucket_cap_mb=100"] + (["comm_hook=bf16"] if compressible else [])
         knobs = "bigger buckets" + (", bf16 gradients" if compressible else "")
         return generic, f"{lead}; the generic DDP communication knobs instead ({knobs})"
-    return [f"training.fsdp_prefetch={t.fsdp_prefetch + 1}"], f"{lead}; one more unit of FSDP prefetch instead"
+    tries = [f"training.fsdp_prefetch={t.fsdp_prefetch + 1}"]
+    knobs = "one more unit of FSDP prefetch"
+    if t.mode in ("fsdp", "hsdp") and t.precision == "fp8" and not t.fp8_all_gather and t.tp * t.cp * t.pp == 1:
+        tries.append("training.fp8_all_gather=true")
+        knobs += ", or its blocks' weights gathered in FP8 (half their allgather bytes)"
+    return tries, f"{lead}; {knobs} instead"
