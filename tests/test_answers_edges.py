@@ -417,8 +417,12 @@ def test_step_wall_s_is_read_from_files_written_as_total_s(tmp_path):
         ("h100-1024", [], ["bucket_cap_mb=100", "comm_hook=bf16"], "no slow rank, loader, pause or network"),
         ("h100-1024", ["training.mode=fsdp"], ["training.fsdp_prefetch=2"], "FSDP prefetch"),
         # FP8 FSDP without the FP8 all-gather: torchao's option, half the allgather bytes
-        ("h100-1024", ["training.mode=fsdp", "training.precision=fp8"],
-         ["training.fsdp_prefetch=2", "training.fp8_all_gather=true"], "gathered in FP8"),
+        (
+            "h100-1024",
+            ["training.mode=fsdp", "training.precision=fp8"],
+            ["training.fsdp_prefetch=2", "training.fp8_all_gather=true"],
+            "gathered in FP8",
+        ),
         # pure bf16 gradients are already 2 bytes: a bf16 hook would change nothing
         ("straggler-failslow", ["training.precision=bf16"], ["bucket_cap_mb=100"], "gradients already 2 bytes"),
     ],
