@@ -87,9 +87,7 @@ def main(argv: list[str]) -> int:
                               ("compute_s", "comm_s", "overlap_s"))  # fmt: skip
             print(
                 f"    per step, DeepEP as communication: compute {comp:.3f} ms, comm {comm:.3f} ms,"
-                f" {ov / comm:.1%} of it under compute; {f.ep_kernels} expert-parallel all-to-all kernels"
-                f" (DeepEP), {f.ep_kernel_s * 1e3:.3f} ms: communication here, computation in HTA's figures;"
-                " their sizes are not in the trace"
+                f" {ov / comm:.1%} of it under compute; {f.ep_note}"
             )
         if with_hta:
             try:

@@ -137,6 +137,16 @@ class RankFit:
         return self.path.rsplit("/", 1)[-1]
 
     @property
+    def ep_note(self) -> str:
+        """What the trace's expert-parallel kernels are here and in HTA's figures ("" without any)."""
+        if not self.ep_kernels:
+            return ""
+        return (
+            f"{self.ep_kernels} expert-parallel all-to-all kernels (DeepEP), {self.ep_kernel_s * 1e3:.3f} ms:"
+            " communication here, computation in HTA's figures; their sizes are not in the trace"
+        )
+
+    @property
     def provenance(self) -> str:
         a, b = self.steps[0].step, self.steps[-1].step
         return (
@@ -264,10 +274,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
     ep = kind == EP_COMM
     fit.ep_kernels, fit.ep_kernel_s = int(ep.sum()), float(np.sum(gend[ep] - gts[ep])) * US
     if fit.ep_kernels:
-        fit.notes.append(
-            f"{fit.ep_kernels} expert-parallel all-to-all kernels (DeepEP), {fit.ep_kernel_s * 1e3:.3f} ms:"
-            " communication here, computation in HTA's figures; their sizes are not in the trace"
-        )
+        fit.notes.append(fit.ep_note)
     for n, ts, dur in used:
         hi = ts + dur
         comp_iv, comm_iv = part(ts, hi), part(ts, hi, (COMM, EP_COMM))

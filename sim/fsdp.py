@@ -99,20 +99,25 @@ def unit_numels(shape: GPT2Shape) -> np.ndarray:
     return np.array([sum(numel[n] for n in names) for names in unit_params(shape)])
 
 
+def unit_matrix_numels(shape: GPT2Shape) -> np.ndarray:
+    """Elements of each unit's 2-D tensors (matmul weights and embeddings; norms and biases are
+    1-D), [root, block 0, ..., block L-1]."""
+    tensors = {t.name: t for t in param_tensors(shape)}
+    return np.array(
+        [sum(tensors[n].numel for n in names if len(tensors[n].shape) == 2) for names in unit_params(shape)]
+    )
+
+
 def unit_gather_bytes(shape: GPT2Shape, dtypes: Precision, fp8_all_gather: bool = False) -> np.ndarray:
     """Bytes one allgather of each unit gathers, [root, block 0, ...]: the compute dtype (FSDP's
     mixed precision), or with ``fp8_all_gather`` one byte for each block's linear weights (its
     2-D tensors; the norms' are 1-D) and the compute dtype for the rest and the root."""
-    c = dtypes.compute_bytes
+    total = unit_numels(shape).astype(float)
     if not fp8_all_gather:
-        return unit_numels(shape) * c
-    tensors = {t.name: t for t in param_tensors(shape)}
-    out = []
-    for u, names in enumerate(unit_params(shape)):
-        linear = sum(tensors[n].numel for n in names if u != ROOT and len(tensors[n].shape) == 2)
-        total = sum(tensors[n].numel for n in names)
-        out.append(linear * FP8_BYTES + (total - linear) * c)
-    return np.array(out, dtype=float)
+        return total * dtypes.compute_bytes
+    linear = unit_matrix_numels(shape).astype(float)
+    linear[ROOT] = 0.0  # the embeddings and the output layer stay 16-bit (torchtitan's filter_fqns)
+    return linear * FP8_BYTES + (total - linear) * dtypes.compute_bytes
 
 
 class _Op(NamedTuple):

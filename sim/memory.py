@@ -197,6 +197,17 @@ def weight_copy_bytes(shape: TransformerShape, dtypes: Precision) -> float:
     return (shape.n_layer * shape.block_matmul_numel + shape.embedding_numel) * dtypes.compute_bytes
 
 
+def fsdp_working_set_bytes(
+    root: float, block: float, block_gathered_bytes: float, in_flight: int, dtypes: Precision
+) -> float:
+    """FSDP's unsharded working set on a rank (module docstring): the root unit (``root``
+    elements) gathered with its unsharded gradient, ``in_flight`` blocks gathered
+    (``block_gathered_bytes`` each: the compute dtype, or FP8 linear weights) and the computing
+    block's (``block`` elements) unsharded gradient. sim/memory3d.py takes it too."""
+    c, g = dtypes.compute_bytes, dtypes.grad_bytes
+    return root * (c + g) + in_flight * block_gathered_bytes + block * g
+
+
 def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB) -> MemoryEstimate:
     """Peak memory of one rank of ``sc`` (``training.mode``; ``sc.shard_size`` ranks share the model states)."""
     t = sc.training
@@ -219,8 +230,7 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
         # A gathered block in the gather's dtype (FP8 linear weights with training.fp8_all_gather).
         block_gathered = float(unit_gather_bytes(shape, dt, t.fp8_all_gather)[1:].max())
         in_flight = min(1 + t.fsdp_prefetch, shape.n_layer)
-        c, g = dt.compute_bytes, dt.grad_bytes
-        unsharded = float(numels[ROOT] * (c + g) + in_flight * block_gathered + block * g)
+        unsharded = fsdp_working_set_bytes(float(numels[ROOT]), block, block_gathered, in_flight, dt)
     else:
         shard = 1.0
         buckets = params * dt.grad_bytes  # the buckets (sim/buckets.py) hold every gradient once

@@ -46,7 +46,7 @@ zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
 
 from typing import NamedTuple
 
-from sim.memory import FP32, GIB, INDEX_BYTES, loss_bytes_per_logit, score_bytes
+from sim.memory import FP32, GIB, INDEX_BYTES, fsdp_working_set_bytes, loss_bytes_per_logit, score_bytes
 from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
@@ -139,7 +139,7 @@ def stage_memory(
     c, w, g, o = dtypes.compute_bytes, dtypes.param_bytes, dtypes.grad_bytes, dtypes.optimizer_state_bytes
     if resharded is not None:  # ZeRO-3's shards and sim/memory.py's working set (module docstring)
         root, block, gathered = resharded
-        states = params * (w + g + o) / dp + root * (c + g) + gathered * block * c + block * g
+        states = params * (w + g + o) / dp + fsdp_working_set_bytes(root, block, block * c, gathered, dtypes)
     elif mode in ("fsdp", "hsdp", "zero1"):  # dp: the ranks it shards over (hsdp: a shard group)
         states = params * (c + g + (w + o) / dp)
     else:

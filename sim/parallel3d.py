@@ -72,7 +72,7 @@ import numpy as np
 
 from sim.collectives import SIMPLE, Fabric, collective_cost
 from sim.config import SHARDED_MODES, Scenario
-from sim.fsdp import unit_params
+from sim.fsdp import unit_matrix_numels, unit_numels
 from sim.memory import CUDA_CONTEXT_GIB
 from sim.memory3d import StageMemory, layer_terms, stage_memory
 from sim.nccl_time import INTRA_HOP_US, NET_HOP_US
@@ -87,7 +87,6 @@ from sim.transformer import (
     flops_per_token,
     kv_heads_per_rank,
     param_count,
-    param_tensors,
     ulysses_kv_heads,
 )
 from sim.workload import fabric_for
@@ -324,13 +323,13 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
             wire = 2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("allreduce", size * wire, fabric, cap)
             dp_c[i, chunk] += t.compress_s_per_gb * size * dt.grad_bytes / 1e9
-    if t.mode in SHARDED_MODES and lay.pp == 1:
-        # Without a pipeline each block is resharded after its forward (torchtitan's apply_fsdp;
-        # sim/memory3d.py): every micro-batch gathers it for its forward and again for its
-        # backward and reduce-scatters its gradient (as sim/fsdp.py runs FSDP), on one stream
-        # under the m micro-batches' compute. What that stream has left when the last backward
-        # starts runs from there: at least the last reduce-scatter, at most all of it beyond the
-        # compute before (planner and replay both read it as the reduction, overlapped_dp_end).
+    if resharded_per_block(sc, lay):
+        # Each block resharded after its forward: every micro-batch gathers it for its forward
+        # and again for its backward and reduce-scatters its gradient (as sim/fsdp.py runs
+        # FSDP), on one stream under the m micro-batches' compute. What that stream has left
+        # when the last backward starts runs from there: at least the last reduce-scatter, at
+        # most all of it beyond the compute before (planner and replay both read it as the
+        # reduction, overlapped_dp_end).
         stream = lay.m * (2.0 * gather + dp_c.sum(axis=1))
         before_last = lay.m * (fwd.sum(axis=1) + bwd.sum(axis=1)) - bwd.sum(axis=1)
         if t.fsdp_prefetch == 0:  # nothing issued ahead: every collective waits and is waited for
@@ -464,8 +463,15 @@ def op_noise(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray 
 def block_numel_on_gpu(shape: TransformerShape, tp: int) -> float:
     """One block's parameters on a GPU of its TP group: matmul weights split over TP, norms whole
     (cached: the planner asks for thousands of layouts of one model)."""
-    tensors = {p.name: p for p in param_tensors(shape)}
-    return sum(tensors[n].numel / (tp if len(tensors[n].shape) == 2 else 1) for n in unit_params(shape)[1])
+    matrices, whole = float(unit_matrix_numels(shape)[1]), float(unit_numels(shape)[1])
+    return matrices / tp + (whole - matrices)
+
+
+def resharded_per_block(sc: Scenario, lay: Layout) -> bool:
+    """FSDP without a pipeline: torchtitan reshards each block after its forward (its apply_fsdp
+    sets reshard_after_forward = False only for PP), so every micro-batch gathers it twice and
+    the GPU holds ZeRO-3's shards (step_costs, memory_by_stage)."""
+    return sc.training.mode in SHARDED_MODES and lay.pp == 1
 
 
 def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMemory]:
@@ -493,7 +499,7 @@ def memory_by_stage(sc: Scenario, lay: Layout, costs: StepCosts) -> list[StageMe
         chunks_in_flight = in_flight_closed_form(lay.schedule, lay.pp, lay.m, lay.v, i)
         per_chunk = layers / lay.v
         resharded = None
-        if t.mode in SHARDED_MODES and lay.pp == 1:  # each block resharded after its forward (sim/memory3d.py)
+        if resharded_per_block(sc, lay):
             block = block_numel_on_gpu(shape, lay.tp)
             resharded = (costs.params[i] - layers * block, block, min(1 + t.fsdp_prefetch, layers))
         out.append(

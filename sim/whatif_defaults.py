@@ -1,7 +1,7 @@
 """The mitigations `ddplab whatif SCENARIO` tries when no --try is given: those that address what
 the scenario models (sim/whatif.py applies them), with the reason in one line."""
 
-from sim.config import Scenario, parse_stragglers
+from sim.config import SHARDED_MODES, Scenario, parse_stragglers
 
 
 def _ranks(text: str, key: str) -> str:
@@ -54,7 +54,7 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
         return generic, f"{lead}; the generic DDP communication knobs instead ({knobs})"
     tries = [f"training.fsdp_prefetch={t.fsdp_prefetch + 1}"]
     knobs = "one more unit of FSDP prefetch"
-    if t.mode in ("fsdp", "hsdp") and t.precision == "fp8" and not t.fp8_all_gather and t.tp * t.cp * t.pp == 1:
+    if t.mode in SHARDED_MODES and t.precision == "fp8" and not t.fp8_all_gather and t.tp * t.cp * t.pp == 1:
         tries.append("training.fp8_all_gather=true")
         knobs += ", or its blocks' weights gathered in FP8 (half their allgather bytes)"
     return tries, f"{lead}; {knobs} instead"

@@ -52,7 +52,7 @@ def plan_layouts(
     a sweep engine (workflow/sweep_engines.py) to run the search's tasks on, entered once the
     inputs are checked (a bad one starts no worker), ``started(engine)`` called once it is up;
     None: here, one after another."""
-    fp8_gather = [x for x in sets if x.split("=", 1)[0].strip() == "training.fp8_all_gather"]
+    fp8_gather = [x for x, p in zip(sets, parse_sets(sets), strict=True) if p.key == "training.fp8_all_gather"]
     if fp8_gather:  # modelled for FSDP alone (sim/config.py), where the search tries every mode and layout
         raise ValueError(
             "training.fp8_all_gather: plan searches ddp, zero1, fsdp and hsdp layouts with tp, cp and pp, and it is"

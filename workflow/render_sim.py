@@ -6,6 +6,7 @@ tensor- or pipeline-parallel step, and the days and dollars to train. `ddplab co
 from sim.describe import description_over
 from sim.memory_fit import nccl_reserve_gib
 from sim.optimizer import optimizer_basis
+from sim.parallel3d import resharded_per_block
 from sim.pipeline import W_SHARE
 from sim.summary import Summary
 from sim.transformer import param_count
@@ -393,7 +394,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
         out.append("                 CP: K and V all-gathered per block, exposed (Llama 3's)")
     out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline; optimizer "
                f"{fmt_seconds(first.optimizer_s)}")  # fmt: skip
-    if sc.training.mode in ("fsdp", "hsdp") and lay.pp == 1:
+    if resharded_per_block(sc, lay):
         out.append(
             "                 FSDP without a pipeline: each block gathered for its forward and again for its"
             " backward every micro-batch (torchtitan's resharding); what outlasts the compute is above"
