@@ -106,7 +106,12 @@ SOURCES = {
         " 2026-12-06): FSDP + CP + torch.compile + Float8, Llama 3.1 8B on 8 GPUs, local batch 1, full AC,"
         " sequence 32768-262144 as printed, CP by torch's context_parallel with torchtitan's default K/V"
         " rotation ('allgather': all K/V shards all-gathered after the first sub-SDPA); step time = FSDP degree"
-        " x sequence / (8 x TPS per GPU)",
+        " x sequence / (8 x TPS per GPU). Its Table 4 (70B on 256 GPUs, FSDP 32 x TP 8, Float8, local batch 16,"
+        " full AC: 2D, and 2D + AsyncTP) and the June 2025 page benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md"
+        " (torch 38410cf9; the same H100s): 70B on 256 (FSDP 32 x TP 8, full AC, local batch 16) and 8B on 64"
+        " (FSDP 8 x TP 8, per-op SAC, local batch 12), compiled, vanilla TP and Async TP (torch's"
+        " micro-pipelined TP, as training.tp_comm_overlap), bf16 and float8 tensorwise; step time = local batch"
+        " x 8192 / TP / TPS per GPU",
     ),
     "trainy-h200": (
         "pytorch/torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy, June 2025; torch"
@@ -151,7 +156,9 @@ SOURCES = {
     ),
     "nemo-2407": (
         "NVIDIA/NeMo docs/source/performance/performance_summary.md at 8e3d65dc ('24.07 perf numbers'),"
-        " pre-training table; shapes: NeMo-Megatron-Launcher conf/training/gpt3, Touvron et al. 2023",
+        " pre-training table; shapes: NeMo-Megatron-Launcher conf/training/gpt3, Touvron et al. 2023; bucket caps"
+        " and userbuffers' TP overlap from NeMo-Framework-Launcher at tag 24.07"
+        " (launcher_scripts/conf/training/gpt3/{5b,20b,175b}.yaml, llama/llama2_{7b,13b,70b}.yaml)",
         "DGX-H100 (8 x H100 SXM 80GB, NVLink4, 8 x 400 Gb/s per node), Container NeMo24.07, 'FP8 precision';"
         " GBS, MBS, sequence length, TP, PP, VP as printed, CP 1 rows of GPT3 and LLAMA2 only; step time ="
         " GBS x sequence length / (tokens/s/GPU x GPUs)",
@@ -314,6 +321,8 @@ def table_rows() -> list[Row]:
     for model, gpus, tp, batch, ac, bf16_tps, fp8_tps in data.TORCHTITAN_VANILLA_TP:
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, bf16_tps, fp8=False))
         rows.append(_torchtitan_tp_row("async-TP page", model, gpus, tp, batch, ac, fp8_tps, fp8=True))
+    for table, model, gpus, tp, batch, ac, fp8, tps in data.TORCHTITAN_ASYNC_TP:
+        rows.append(_torchtitan_tp_row(table, model, gpus, tp, batch, ac, tps, fp8=fp8, async_tp=True))
     rows += [_trainy_h200_row(*r) for r in data.TORCHTITAN_H200]
     rows += [_megatron_row(*r) for r in data.MEGATRON_TABLE1]
     rows += [_llama3_row(*r) for r in data.LLAMA3_TABLE4]
@@ -359,19 +368,24 @@ def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> 
     2026-12-02, after the rows missed as DDP: the data parallelism the launcher's yamls
     configure (NeMo-Framework-Launcher conf/training/gpt3/*.yaml, llama/llama2_*.yaml: ``optim:
     name: distributed_fused_adam``, ``overlap_grad_sync`` and ``overlap_param_sync`` on),
-    Megatron's distributed optimizer (training.mode zero1). Their bucket caps (100-400 MB by
-    model, in yamls of versions other than 24.07's) are not applied: ddplab's default 25 MB."""
+    Megatron's distributed optimizer (training.mode zero1). Since 2026-12-06 (the TP-overlap
+    rule), what the launcher's yamls at its tag 24.07 set beyond the table's columns: the bucket
+    cap and userbuffers' TP overlap (data.NEMO_2407_LAUNCHER)."""
     from sim.parallel3d import layout, memory_by_stage, step_costs
 
     dp = gpus // (tp * pp)
+    bucket_mb, ub_overlap = data.NEMO_2407_LAUNCHER[model]
     shape = sets(**{f"model__{k}": v for k, v in data.NEMO_SHAPES[model].items()})
     job = (
         *sets(model__name=model.lower()), *shape,
         *sets(model__block_size=seq, training__seq_len=seq, training__micro_batch_size=mbs,
               training__grad_accum=gbs // (mbs * dp), training__tp=tp, training__pp=pp,
               training__sequence_parallel=tp > 1, training__mode="zero1", training__precision="fp8",
-              training__fused_attention=True, training__overlap=True, compute__stack="compiled"),
+              training__fused_attention=True, training__overlap=True, compute__stack="compiled",
+              training__bucket_cap_mb=bucket_mb),
     )  # fmt: skip
+    if ub_overlap:
+        job += sets(training__tp_comm_overlap=True)
     if vp > 1:
         job += sets(training__pp_schedule="interleaved", training__pp_virtual_stages=vp)
     for recompute in ("none", "selective", "full"):
@@ -519,17 +533,22 @@ def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_
     return _simulate_row(what, "torchtitan", local_batch * 8192 / tokens_s_gpu, preset, gpus, job)
 
 
-def _torchtitan_tp_row(table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu, fp8: bool) -> Row:
+def _torchtitan_tp_row(
+    table, model, gpus, tp, local_batch, act_ckpt, tokens_s_gpu, fp8: bool, async_tp: bool = False
+) -> Row:
     """One of torchtitan's compiled H100 rows with FP8 or TP: as _torchtitan_row, compiled, with
     FP8 matmuls where the row has them, and TP over each node's GPUs with sequence parallelism
-    (torchtitan's TP plan) where it has TP. A TP group shares its local batch, so a GPU's tokens
-    per step are local batch x 8192 / TP."""
+    (torchtitan's TP plan) where it has TP; ``async_tp``: AsyncTP, as training.tp_comm_overlap.
+    A TP group shares its local batch, so a GPU's tokens per step are local batch x 8192 / TP."""
     job = (*_torchtitan_sets(model, local_batch, "fp8" if fp8 else "bf16-amp", act_ckpt, True),
            *TORCHTITAN_H100_SETS)  # fmt: skip
     layout = "FSDP"
     if tp > 1:
         job += sets(training__tp=tp, training__sequence_parallel=True)
         layout = f"FSDP {gpus // tp} x TP {tp}"
+    if async_tp:
+        job += sets(training__tp_comm_overlap=True)
+        layout += " + AsyncTP"
     what = f"torchtitan {model} on {gpus} x H100 96GB ({table}), {layout}, {'Float8' if fp8 else 'bf16'}"
     what += f", {act_ckpt} AC, compiled, step"
     step_s = local_batch * 8192 / tp / tokens_s_gpu

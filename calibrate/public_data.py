@@ -378,6 +378,17 @@ TORCHTITAN_VANILLA_TP = (
     ("llama3-70b", 256, 8, 16, "full", 597.3, 809.8),
     ("llama3-8b", 64, 8, 12, "per-op selective", 4378.0, 5078.1),
 )
+# The AsyncTP rows (docs/validation-public.md, the TP-overlap rule of 2026-12-06): the Dec 2024
+# page's Table 4 "2D + AsyncTP" (Float8) and the async-TP page's "Async TP tokens/sec" column,
+# bfloat16 and float8 tensorwise, described as their vanilla rows plus training.tp_comm_overlap:
+# (table, model, GPUs, TP, local batch, AC, fp8, TPS/GPU); every one compiled.
+TORCHTITAN_ASYNC_TP = (
+    ("Table 4", "llama3-70b", 256, 8, 16, "full", True, 876),
+    ("async-TP page", "llama3-70b", 256, 8, 16, "full", False, 652.4),
+    ("async-TP page", "llama3-70b", 256, 8, 16, "full", True, 942.4),
+    ("async-TP page", "llama3-8b", 64, 8, 12, "per-op selective", False, 4809.4),
+    ("async-TP page", "llama3-8b", 64, 8, 12, "per-op selective", True, 5570.1),
+)
 # benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy, June 2025; torchtitan e7c0cae): Llama 3.1
 # 8B on NUM_NODES x 8 H200, FSDP, local batch 2, compiled, Float8 with the FSDP Float8 all-gather,
 # TPS/GPU "sampled at the 100th iteration": (GPUs, TPS/GPU).
@@ -434,6 +445,18 @@ NEMO_2407_H100_FP8 = (
     ("LLAMA2-13B", 16, 128, 1, 4096, 1, 4, 10, 8715, 760),
     ("LLAMA2-70B", 64, 128, 1, 4096, 4, 4, 20, 1728, 768),
 )
+# What NeMo-Framework-Launcher's yamls at its tag 24.07 (the table's release) configure for each
+# model, beyond the table's columns (the TP-overlap rule of 2026-12-06, docs/validation-public.md):
+# (optim.bucket_cap_mb, ub_tp_comm_overlap), from launcher_scripts/conf/training/gpt3/5b.yaml,
+# 20b.yaml, 175b.yaml and llama/llama2_7b.yaml, llama2_13b.yaml, llama2_70b.yaml.
+NEMO_2407_LAUNCHER = {
+    "GPT3-5B": (400, False),
+    "GPT3-20B": (220, True),
+    "GPT3-175B": (220, False),
+    "LLAMA2-7B": (125, False),
+    "LLAMA2-13B": (125, False),
+    "LLAMA2-70B": (125, True),
+}
 # Shapes: GPT-3 5B and 20B from NVIDIA/NeMo-Megatron-Launcher launcher_scripts/conf/training/gpt3
 # (5b.yaml: 24 layers, hidden 4096, 32 heads; 20b.yaml: 44, 6144, 48; ffn 4 x hidden; GPT-2 BPE
 # padded to a multiple of 128: 50,304), 175B from Brown et al. 2020 Table 2.1 (96, 12288, 96);

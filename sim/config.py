@@ -166,6 +166,12 @@ class TrainingConfig:
     sequence_parallel: bool = False
     """With tp > 1: Megatron's sequence parallelism, norms and dropout sharded along the sequence;
     each allreduce becomes an allgather and a reduce-scatter, activations all / tp (sim/tp.py)."""
+    tp_comm_overlap: bool = False
+    """With tp > 1 and sequence_parallel: each block's TP all-gathers and reduce-scatters split
+    into tp chunks and run under the matmul each feeds or follows, as Transformer Engine's
+    userbuffers (NeMo's ub_tp_comm_overlap) and PyTorch's micro-pipelined TP (torchtitan's
+    AsyncTP) do; only what a collective outlasts of (tp - 1) / tp of its matmul is exposed
+    (sim/tp.py)."""
     cp: int = 1
     """Context-parallel ranks (Llama 3's all-gather CP): each sequence split over them in 2 x cp
     chunks (rank i holds chunks i and 2 cp - 1 - i, so the causal work is even); every block
@@ -250,6 +256,11 @@ class TrainingConfig:
         if self.tp * self.cp * self.pp > 1:
             why = "powersgd with tp, cp or pp is not modelled (none, fp16 or bf16)"
             _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
+        if self.tp_comm_overlap:
+            why = "needs training.tp > 1 (the tensor-parallel collectives it overlaps)"
+            _require(self.tp > 1, "training.tp_comm_overlap", self.tp_comm_overlap, why)
+            why = "needs training.sequence_parallel (it overlaps TP's all-gathers and reduce-scatters)"
+            _require(self.sequence_parallel, "training.tp_comm_overlap", self.tp_comm_overlap, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
         if self.fp8_all_gather:
             why = "needs training.precision = fp8 (the FP8 weights it gathers)"

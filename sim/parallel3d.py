@@ -274,7 +274,7 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     cp_net = cp_fabric(sc, lay) if lay.cp > 1 else None
     blk = block_time(
         shape, sc.seq_len, t.micro_batch_size, dt, r, recompute=t.recompute, cp_fabric=cp_net, cp_comm=t.cp_comm,
-        fused_attention=t.fused_attention, dropout=t.dropout > 0, **kw
+        fused_attention=t.fused_attention, dropout=t.dropout > 0, comm_overlap=t.tp_comm_overlap, **kw
     )  # fmt: skip
     if not sc.network.enabled:
         blk = blk._replace(forward_comm_s=0.0, backward_comm_s=0.0)

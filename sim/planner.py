@@ -71,6 +71,7 @@ class Candidate(NamedTuple):
     shard: int = 0  # hsdp: data-parallel ranks per shard group
     cp: int = 1
     cp_comm: str = "all_gather"
+    tp_overlap: bool = False  # training.tp_comm_overlap: asked for, and this layout has TP
 
     def sets(self) -> list[str]:
         """The --set keys that give this layout to `ddplab simulate`."""
@@ -81,6 +82,8 @@ class Candidate(NamedTuple):
         ]  # fmt: skip
         if self.mode == "hsdp":
             out.append(f"training.hsdp_shard_size={self.shard}")
+        if self.tp_overlap:
+            out.append("training.tp_comm_overlap=true")
         if self.cp > 1:
             out += [f"training.cp={self.cp}", f"training.cp_comm={self.cp_comm}"]
         if self.schedule == "interleaved":
@@ -117,7 +120,8 @@ def _context(seq_len: int, shape, tp: int) -> list[tuple[int, str]]:
     return [(1, "all_gather"), *((cp, comm) for cp in CP for comm in CP_COMMS if ok[comm](cp))]
 
 
-def grid(base: Scenario, gpus: int, global_batch: int) -> list[Candidate]:
+def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: bool = False) -> list[Candidate]:
+    """Every layout searched; ``tp_overlap``: TP's collectives overlapped wherever tp > 1."""
     shape, g = base.model.shape, base.network.gpus_per_node
     out = []
     for tp in (d for d in _divisors(g) if shape.n_head % d == 0 and (shape.n_kv_head < d or shape.n_kv_head % d == 0)):
@@ -140,7 +144,8 @@ def grid(base: Scenario, gpus: int, global_batch: int) -> list[Candidate]:
                         for rc in RECOMPUTES:
                             for mode in modes:
                                 s = shard if mode == "hsdp" else 0
-                                out.append(Candidate(tp, pp, dp, b, m, sched, v, rc, mode, s, cp, comm))
+                                c = Candidate(tp, pp, dp, b, m, sched, v, rc, mode, s, cp, comm, tp_overlap and tp > 1)
+                                out.append(c)
     return out
 
 
@@ -150,7 +155,7 @@ def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
         tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch, grad_accum=c.grad_accum,
         pp_schedule=c.schedule if c.pp > 1 else "1f1b", pp_virtual_stages=c.virtual,
         activation_checkpointing=c.recompute, mode=c.mode, sequence_parallel=c.tp > 1,
-        comm_hook="none", hsdp_shard_size=c.shard, cp=c.cp, cp_comm=c.cp_comm,
+        comm_hook="none", hsdp_shard_size=c.shard, cp=c.cp, cp_comm=c.cp_comm, tp_comm_overlap=c.tp_overlap,
     )  # fmt: skip
     return dataclasses.replace(base, ranks=gpus, training=t, stragglers="", loader_stragglers="")
 
@@ -200,12 +205,19 @@ def replay(task: tuple[Scenario, int, Candidate]) -> Step3D:
 
 
 def plan(
-    base: Scenario, gpus: int, global_batch: int, *, finalists: int = 12, map_fn: Callable | None = None
+    base: Scenario,
+    gpus: int,
+    global_batch: int,
+    *,
+    finalists: int = 12,
+    map_fn: Callable | None = None,
+    tp_overlap: bool = False,
 ) -> tuple[list[Scored], int]:
     """(the fitting layouts, fastest first: finalists replayed, the rest by estimate; how many
-    layouts were considered). ``map_fn``: where the tasks run (module docstring)."""
+    layouts were considered). ``map_fn``: where the tasks run (module docstring); ``tp_overlap``:
+    training.tp_comm_overlap on every layout with TP."""
     run = map_fn or _in_process
-    candidates = grid(base, gpus, global_batch)
+    candidates = grid(base, gpus, global_batch, tp_overlap)
     chunks = [(base, gpus, candidates[i : i + CHUNK]) for i in range(0, len(candidates), CHUNK)]
     scored = [s for part in run(score_chunk, chunks) for s in part]
     scored.sort(key=lambda s: s.estimate_s)  # stable: ties keep the grid's order, wherever scored

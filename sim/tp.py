@@ -25,6 +25,22 @@ matmuls that need their result, so nothing hides them (Narayanan et al. 2021, Se
 Recomputation reruns the forward, collectives included, in the backward (full); selective
 recomputation reruns only attention's core, which has none.
 
+TP communication overlap (``tp_comm_overlap``, sequence parallelism only): Transformer Engine's
+userbuffers (NeMo's ``ub_tp_comm_overlap``) and PyTorch's micro-pipelined TP (torchtitan's
+AsyncTP) split each all-gather and reduce-scatter of a block into chunks and run them beside the
+matmul that consumes or produces the activation, chunk by chunk. Each collective has one partner
+matmul: forward, the all-gathers feed the QKV and first MLP matmuls and the reduce-scatters
+follow the attention output and second MLP matmuls; backward, the gradient's all-gathers feed
+those two row-split layers' input-gradient matmuls and the reduce-scatters follow the two
+column-split layers' (TE overlaps the latter with the weight-gradient matmul, the same size).
+With k = tp chunks, the first chunk of an all-gather is the rank's own (nothing to wait for)
+and each later step's transfer runs under the previous chunk's matmul; a reduce-scatter mirrors
+it. So a collective of C seconds beside a matmul of G costs max(0, C - G (k - 1) / k) on top
+of the matmul. Assumed: the transfers do not slow the matmul (TE's ring exchange and AsyncTP
+move the chunks with copy engines; TE's pipelined reduce-scatter takes 16-24 of an H100's 132
+SMs, NeMo-Framework-Launcher's tp_overlap configs, which is not charged), and the output
+layer's and embedding's collectives (sim/tp.py head_time) stay exposed.
+
 Context parallelism (``cp`` > 1), as Llama 3 runs it (Grattafiori et al. 2024, Sec. 3.3.2):
 each sequence is cut into 2 cp chunks and a CP rank holds chunks i and 2 cp - 1 - i, so that
 under the causal mask every rank scores the same number of query-key pairs. Every kernel then
@@ -132,14 +148,21 @@ def block_time(
     cp_comm: str = "all_gather",
     fused_attention: bool = True,
     dropout: bool = False,
+    comm_overlap: bool = False,
 ) -> BlockTime:
     """``seq_len``: the whole sequence; with ``cp`` > 1 each GPU holds 1/cp of it and
     ``cp_fabric`` is its CP group's, ``cp_comm`` how it exchanges K and V (module docstring);
-    ``fused_attention``, ``dropout``: sim/roofline.py block_kernels'."""
+    ``fused_attention``, ``dropout``: sim/roofline.py block_kernels'; ``comm_overlap``: the TP
+    collectives under their matmuls (module docstring; needs ``sequence_parallel``)."""
+    if comm_overlap and not sequence_parallel:
+        raise ValueError("training.tp_comm_overlap: needs training.sequence_parallel (it overlaps their collectives)")
     tokens = float(micro_batch * seq_len)
     fwd = bwd = core = core_bwd = 0.0
+    matmul_s: dict[str, float] = {}
     for k in block_kernels(shape, seq_len, tokens, p, fused_attention=fused_attention, dropout=dropout):
         t = kernel_time_s(shard_kernel(k, tp, sequence_parallel, cp), r)
+        if k.name in _OVERLAP_PARTNERS:
+            matmul_s[k.name] = t
         if k.backward:
             bwd += t
             core_bwd += t if k.core else 0.0
@@ -149,7 +172,11 @@ def block_time(
     # Each synchronisation moves the t x d activation in the compute dtype. With sequence
     # parallelism the pair of collectives also replaces the allreduce (operator g) and the
     # identity (operator f), so the count is the same: two in forward, two in backward.
-    per_sync = tp_collective_s(tokens / cp * shape.n_embd * p.compute_bytes, fabric, sequence_parallel)
+    size = tokens / cp * shape.n_embd * p.compute_bytes
+    per_sync = tp_collective_s(size, fabric, sequence_parallel)
+    tp_fwd = tp_bwd = 2 * per_sync
+    if comm_overlap and fabric is not None and fabric.ranks > 1:
+        tp_fwd, tp_bwd = overlapped_tp_s(size, fabric, matmul_s, tp)
     recompute_s = rerun(recompute, fwd, core)
     if cp > 1 and cp_comm == "a2a":
         cp_fwd = ulysses_a2a_s(shape, tokens, p, tp, cp, cp_fabric)
@@ -164,9 +191,39 @@ def block_time(
     else:
         gather, scatter = cp_collectives_s(shape, tokens, p, tp, cp, cp_fabric)
         cp_fwd, cp_bwd = gather, gather + scatter
-    fwd_comm = 2 * per_sync + cp_fwd
-    bwd_comm = 2 * per_sync + cp_bwd + (2 * per_sync if recompute == "full" else 0.0)
+    fwd_comm = tp_fwd + cp_fwd
+    bwd_comm = tp_bwd + cp_bwd + (tp_fwd if recompute == "full" else 0.0)
     return BlockTime(fwd, bwd, recompute_s, fwd_comm, bwd_comm, core_bwd)
+
+
+# Each TP collective's partner matmul under overlap (module docstring): (op, kernel) pairs for the
+# forward's four and the backward's four.
+_OVERLAP_FORWARD = (
+    ("allgather", "attn.c_attn"),
+    ("reduce_scatter", "attn.c_proj"),
+    ("allgather", "mlp.c_fc"),
+    ("reduce_scatter", "mlp.c_proj"),
+)
+_OVERLAP_BACKWARD = (
+    ("allgather", "attn.c_proj.dgrad"),
+    ("reduce_scatter", "attn.c_attn.dgrad"),
+    ("allgather", "mlp.c_proj.dgrad"),
+    ("reduce_scatter", "mlp.c_fc.dgrad"),
+)
+_OVERLAP_PARTNERS = frozenset(name for _, name in _OVERLAP_FORWARD + _OVERLAP_BACKWARD)
+
+
+def overlapped_tp_s(size_bytes: float, fabric: Fabric, matmul_s: dict[str, float], tp: int) -> tuple[float, float]:
+    """(forward, backward) exposed TP communication of one block and micro-batch with the
+    collectives chunked under their partner matmuls, seconds: each max(0, C - G (tp - 1) / tp)
+    (module docstring). ``matmul_s``: the partner kernels' times on this GPU."""
+    cost = {op: collective_cost(op, size_bytes, fabric).time_s for op in ("allgather", "reduce_scatter")}
+    hidden = (tp - 1) / tp
+
+    def exposed(pairs) -> float:
+        return sum(max(0.0, cost[op] - matmul_s[name] * hidden) for op, name in pairs)
+
+    return exposed(_OVERLAP_FORWARD), exposed(_OVERLAP_BACKWARD)
 
 
 def cp_kv_bytes(shape: TransformerShape, tokens: float, p: Precision, tp: int) -> float:

@@ -48,13 +48,18 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
     if sc.episodes.comm_per_h > 0 or sc.network.jitter_sigma > 0:
         lead.append("a degraded or jittery network, with gradients already 2 bytes or no DDP hook to compress them")
     lead = "; ".join(lead) or "no slow rank, loader, pause or network trouble in this scenario"
+    # TP's collectives under their matmuls (TE's userbuffers, AsyncTP), where a layout has them.
+    tp_try = ["training.tp_comm_overlap=true"] if t.tp > 1 and t.sequence_parallel and not t.tp_comm_overlap else []
+    tp_knob = ", or TP's collectives overlapped with their matmuls" if tp_try else ""
     if t.mode == "ddp":
-        generic = ["bucket_cap_mb=100"] + (["comm_hook=bf16"] if compressible else [])
-        knobs = "bigger buckets" + (", bf16 gradients" if compressible else "")
+        generic = ["bucket_cap_mb=100"] + (["comm_hook=bf16"] if compressible else []) + tp_try
+        knobs = "bigger buckets" + (", bf16 gradients" if compressible else "") + tp_knob
         return generic, f"{lead}; the generic DDP communication knobs instead ({knobs})"
+    if t.mode == "zero1":  # the distributed optimizer reduces and gathers in DDP's buckets; no prefetch
+        return ["bucket_cap_mb=100", *tp_try], f"{lead}; bigger buckets{tp_knob} instead"
     tries = [f"training.fsdp_prefetch={t.fsdp_prefetch + 1}"]
     knobs = "one more unit of FSDP prefetch"
     if t.mode in SHARDED_MODES and t.precision == "fp8" and not t.fp8_all_gather and t.tp * t.cp * t.pp == 1:
         tries.append("training.fp8_all_gather=true")
         knobs += ", or its blocks' weights gathered in FP8 (half their allgather bytes)"
-    return tries, f"{lead}; {knobs} instead"
+    return tries + tp_try, f"{lead}; {knobs}{tp_knob} instead"

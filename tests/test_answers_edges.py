@@ -423,6 +423,15 @@ def test_step_wall_s_is_read_from_files_written_as_total_s(tmp_path):
             ["training.fsdp_prefetch=2", "training.fp8_all_gather=true"],
             "gathered in FP8",
         ),
+        # TP with sequence parallelism: its collectives overlapped with their matmuls (AsyncTP, TE)
+        (
+            "h100-1024",
+            ["training.mode=fsdp", "training.tp=8", "training.sequence_parallel=true"],
+            ["training.fsdp_prefetch=2", "training.tp_comm_overlap=true"],
+            "TP's collectives overlapped",
+        ),
+        # the distributed optimizer has DDP's buckets and no prefetch to deepen
+        ("h100-1024", ["training.mode=zero1"], ["bucket_cap_mb=100"], "bigger buckets"),
         # pure bf16 gradients are already 2 bytes: a bf16 hook would change nothing
         ("straggler-failslow", ["training.precision=bf16"], ["bucket_cap_mb=100"], "gradients already 2 bytes"),
     ],

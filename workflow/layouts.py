@@ -59,6 +59,14 @@ def plan_layouts(
             " modelled for FSDP alone; leave it out here and give it to simulate for an FSDP layout,"
             f" got {fp8_gather[0]!r}"
         )
+    # TP overlap applies where a layout has TP: taken off the base (whose tp is 1) and given to
+    # each candidate with tp > 1, which then prints it among its own keys.
+    parsed = parse_sets(sets)
+    overlap = [p.value for p in parsed if p.key == "training.tp_comm_overlap"]
+    if overlap and not isinstance(overlap[-1], bool):
+        raise ValueError(f"training.tp_comm_overlap: must be true or false, got {overlap[-1]!r}")
+    tp_overlap = bool(overlap and overlap[-1])
+    sets = [x for x, p in zip(sets, parsed, strict=True) if p.key != "training.tp_comm_overlap"]
     base = resolve(cluster, *_layers(model, sets, seq_len)).scenario
     gpus = gpus or base.ranks
     batch = global_batch or gpus
@@ -68,12 +76,14 @@ def plan_layouts(
         if engine is not None and started is not None:
             started(engine)
         t0 = time.perf_counter()
-        ranked, considered = plan(base, gpus, batch, finalists=max(1, finalists), map_fn=engine and engine.map)
+        ranked, considered = plan(
+            base, gpus, batch, finalists=max(1, finalists), map_fn=engine and engine.map, tp_overlap=tp_overlap
+        )
         took = time.perf_counter() - t0
     if not ranked:
         raise ValueError(f"no layout of {model} on {gpus} GPUs at global batch {batch} fits in memory")
     shown = [(s, scenario_for(base, s.candidate, gpus)) for s in ranked[:top]]
-    return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch,
+    return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch, "sets": sets,
             "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
             "seconds": took, "assumed": ASSUMED,
             # The best layout's class in the public record (calibrate/record.py): the table's

@@ -384,6 +384,10 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     what = "TP+CP comm    " if lay.cp > 1 else "TP comm       "
     out.append(f"  {what} {fmt_seconds(first.tp_comm_s)} exposed per step on the busiest stage; "
                f"p2p send {fmt_seconds(first.p2p_s)}")  # fmt: skip
+    if sc.training.tp_comm_overlap:
+        out.append("                 TP overlap: each all-gather and reduce-scatter in tp chunks under the matmul it"
+                   " feeds or follows, exposed only past (tp - 1)/tp of it; assumed: the transfers take no"
+                   " SMs from the matmul (sim/tp.py)")  # fmt: skip
     if lay.cp > 1 and sc.training.cp_comm == "p2p":
         out.append("                 CP: ring attention, each K/V step under that step's attention (A / cp), a step"
                    " timed as one of the ring all-gather's cp - 1")  # fmt: skip

@@ -1,0 +1,128 @@
+"""TP communication overlap (training.tp_comm_overlap, sim/tp.py): each sequence-parallel
+all-gather and reduce-scatter of a block runs in tp chunks under its partner matmul, so what it
+costs is the closed form max(0, C - G (tp - 1) / tp), computed here from the collective model and
+the kernel times independently of sim/tp.py's bookkeeping; it never costs more than no overlap;
+the keys refuse what it cannot apply to."""
+
+import numpy as np
+import pytest
+
+from sim.collectives import collective_cost
+from sim.parallel3d import dtypes_3d, layout, simulate_3d, step_costs
+from sim.roofline import block_kernels, kernel_time_s, rates
+from sim.scenario_file import load_scenario
+from sim.tp import block_time, shard_kernel
+from sim.workload import fabric_for
+
+BASE = ["model.preset=llama3-8b", "training.seq_len=4096", "training.micro_batch_size=1", "training.precision=bf16"]
+TP8 = ["training.tp=8", "training.sequence_parallel=true"]
+FORWARD = (("allgather", "attn.c_attn"), ("reduce_scatter", "attn.c_proj"),
+           ("allgather", "mlp.c_fc"), ("reduce_scatter", "mlp.c_proj"))  # fmt: skip
+BACKWARD = (("allgather", "attn.c_proj.dgrad"), ("reduce_scatter", "attn.c_attn.dgrad"),
+            ("allgather", "mlp.c_proj.dgrad"), ("reduce_scatter", "mlp.c_fc.dgrad"))  # fmt: skip
+
+
+def _block(sc, *, overlap, recompute="none", fabric=None):
+    dt = dtypes_3d(sc)
+    fabric = fabric or fabric_for(sc, ranks=8)
+    kw = {"tp": 8, "sequence_parallel": True, "fabric": fabric, "recompute": recompute, "comm_overlap": overlap}
+    return block_time(sc.model.shape, 4096, 1, dt, rates(sc.compute, dt), **kw)
+
+
+def _closed_form(sc, fabric, pairs):
+    dt = dtypes_3d(sc)
+    r = rates(sc.compute, dt)
+    size = 4096 * sc.model.shape.n_embd * dt.compute_bytes
+    kernels = {k.name: k for k in block_kernels(sc.model.shape, 4096, 4096.0, dt)}
+    total = 0.0
+    for op, name in pairs:
+        c = collective_cost(op, size, fabric).time_s
+        g = kernel_time_s(shard_kernel(kernels[name], 8, True), r)
+        total += max(0.0, c - g * 7 / 8)
+    return total
+
+
+@pytest.mark.parametrize("intra_gb_s", [450.0, 50.0, 5.0])
+def test_each_collective_costs_what_outlasts_its_matmul(intra_gb_s):
+    """At the preset's NVLink the matmuls hide nearly everything; on slower links more shows, and
+    on a slow enough one every collective outlasts its matmul, so the block pays all four less
+    7/8 of the four matmuls (the closed form's two regimes)."""
+    sc = load_scenario("h100-1024", [*BASE, *TP8, f"network.intra_gb_s={intra_gb_s}"], ranks=64)
+    fabric = fabric_for(sc, ranks=8)
+    plain, over = _block(sc, overlap=False, fabric=fabric), _block(sc, overlap=True, fabric=fabric)
+    assert over.forward_comm_s == pytest.approx(_closed_form(sc, fabric, FORWARD), rel=1e-12)
+    assert over.backward_comm_s == pytest.approx(_closed_form(sc, fabric, BACKWARD), rel=1e-12)
+    assert over.forward_comm_s <= plain.forward_comm_s and over.backward_comm_s <= plain.backward_comm_s
+    # Compute is the same kernels: only the wait for the collectives moves.
+    assert over.forward_compute_s == plain.forward_compute_s and over.backward_compute_s == plain.backward_compute_s
+    if intra_gb_s == 5.0:  # every collective longer than its matmul: linear in both
+        dt = dtypes_3d(sc)
+        kernels = {k.name: k for k in block_kernels(sc.model.shape, 4096, 4096.0, dt)}
+        hidden = sum(kernel_time_s(shard_kernel(kernels[n], 8, True), rates(sc.compute, dt)) for _, n in FORWARD)
+        assert over.forward_comm_s == pytest.approx(plain.forward_comm_s - hidden * 7 / 8, rel=1e-12)
+
+
+def test_full_recompute_reruns_the_forwards_exposed_part():
+    sc = load_scenario("h100-1024", [*BASE, *TP8, "network.intra_gb_s=20"], ranks=64)
+    none, full = _block(sc, overlap=True), _block(sc, overlap=True, recompute="full")
+    assert none.forward_comm_s > 0
+    assert full.backward_comm_s == pytest.approx(none.backward_comm_s + none.forward_comm_s, rel=1e-12)
+
+
+def test_a_step_is_never_slower_with_it():
+    for mode, extra in (("zero1", []), ("zero1", ["training.precision=fp8", "training.grad_accum=8"]),
+                        ("fsdp", []), ("fsdp", ["training.pp=2", "training.grad_accum=4"])):  # fmt: skip
+        sets = [*BASE, *TP8, f"training.mode={mode}", *extra]
+        plain = load_scenario("h100-1024", sets, ranks=64)
+        over = load_scenario("h100-1024", [*sets, "training.tp_comm_overlap=true"], ranks=64)
+        a, b = step_costs(plain, layout(plain)), step_costs(over, layout(over))
+        assert b.tp_comm_s.max() < a.tp_comm_s.max()
+        assert (b.forward_s <= a.forward_s).all() and (b.backward_s <= a.backward_s).all()
+        ones = np.ones((layout(plain).dp, layout(plain).pp))  # identical GPUs, no noise
+        faster, slower = simulate_3d(over, None, factors=ones).step_s, simulate_3d(plain, None, factors=ones).step_s
+        # At one micro-batch the data-parallel stream after the last backward binds the step (no
+        # faster, no slower); with several, the blocks' compute does.
+        assert faster < slower if "grad_accum" in " ".join(extra) else faster <= slower
+        if mode == "zero1":  # its reduction does not depend on the compute: it does not move
+            assert (b.dp_s == a.dp_s).all() and (b.gather_s == a.gather_s).all()
+
+
+@pytest.mark.parametrize(
+    "sets, why",
+    [
+        ([], "needs training.tp > 1"),
+        (["training.tp=8"], "needs training.sequence_parallel"),
+    ],
+)
+def test_refused_where_it_does_not_apply(ddplab, sets, why):
+    extra = [w for s in ["model.preset=llama3-8b", *sets, "training.tp_comm_overlap=true"] for w in ("--set", s)]
+    code, out, err = ddplab("simulate", "h100-1024", "--ranks", "64", *extra)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "training.tp_comm_overlap: " + why in line and line.endswith("got True")
+
+
+def test_simulate_says_what_it_assumed(ddplab):
+    extra = [w for s in ["model.preset=llama3-8b", *TP8, "training.tp_comm_overlap=true"] for w in ("--set", s)]
+    code, out, err = ddplab("simulate", "h100-1024", "--ranks", "64", "--steps", "3", *extra)
+    assert code == 0, err
+    assert "TP overlap: each all-gather and reduce-scatter in tp chunks" in out
+    assert "assumed: the transfers take no SMs from the matmul" in out
+
+
+def test_plan_overlaps_tp_where_a_layout_has_it():
+    """`plan --set training.tp_comm_overlap=true`: every layout with TP carries it, those without
+    do not (the key needs tp > 1), and each printed command is one simulate accepts."""
+    from workflow.layouts import plan_layouts, scenario_sets
+
+    sets = ["training.tp_comm_overlap=true"]
+    found = plan_layouts("llama3-8b", "h100-1024", gpus=64, sets=sets, top=40, finalists=2)
+    assert found["sets"] == []
+    rows = found["layouts"]
+    assert {r["tp"] > 1 for r in rows} == {True, False}
+    for r in rows:
+        assert ("training.tp_comm_overlap=true" in r["sets"]) == (r["tp"] > 1) == r["tp_overlap"]
+        sc = load_scenario("h100-1024", [*scenario_sets("llama3-8b", found["sets"]), *r["sets"]], ranks=64)
+        assert sc.training.tp_comm_overlap == (r["tp"] > 1)
+    plain = plan_layouts("llama3-8b", "h100-1024", gpus=64, top=40, finalists=2)["layouts"]
+    assert not any(r["tp_overlap"] for r in plain)
