@@ -39,7 +39,7 @@ it. So a collective of C seconds beside a matmul of G costs max(0, C - G (k - 1)
 of the matmul. Assumed: the transfers do not slow the matmul (TE's ring exchange and AsyncTP
 move the chunks with copy engines; TE's pipelined reduce-scatter takes 16-24 of an H100's 132
 SMs, NeMo-Framework-Launcher's tp_overlap configs, which is not charged), and the output
-layer's and embedding's collectives (sim/tp.py head_time) stay exposed.
+layer's and embedding's collectives (``head_time``) stay exposed.
 
 Context parallelism (``cp`` > 1), as Llama 3 runs it (Grattafiori et al. 2024, Sec. 3.3.2):
 each sequence is cut into 2 cp chunks and a CP rank holds chunks i and 2 cp - 1 - i, so that

@@ -52,7 +52,8 @@ def plan_layouts(
     a sweep engine (workflow/sweep_engines.py) to run the search's tasks on, entered once the
     inputs are checked (a bad one starts no worker), ``started(engine)`` called once it is up;
     None: here, one after another."""
-    fp8_gather = [x for x, p in zip(sets, parse_sets(sets), strict=True) if p.key == "training.fp8_all_gather"]
+    parsed = parse_sets(sets)
+    fp8_gather = [x for x, p in zip(sets, parsed, strict=True) if p.key == "training.fp8_all_gather"]
     if fp8_gather:  # modelled for FSDP alone (sim/config.py), where the search tries every mode and layout
         raise ValueError(
             "training.fp8_all_gather: plan searches ddp, zero1, fsdp and hsdp layouts with tp, cp and pp, and it is"
@@ -61,7 +62,6 @@ def plan_layouts(
         )
     # TP overlap applies where a layout has TP: taken off the base (whose tp is 1) and given to
     # each candidate with tp > 1, which then prints it among its own keys.
-    parsed = parse_sets(sets)
     overlap = [p.value for p in parsed if p.key == "training.tp_comm_overlap"]
     if overlap and not isinstance(overlap[-1], bool):
         raise ValueError(f"training.tp_comm_overlap: must be true or false, got {overlap[-1]!r}")
