@@ -126,3 +126,12 @@ def test_plan_overlaps_tp_where_a_layout_has_it():
         assert sc.training.tp_comm_overlap == (r["tp"] > 1)
     plain = plan_layouts("llama3-8b", "h100-1024", gpus=64, top=40, finalists=2)["layouts"]
     assert not any(r["tp_overlap"] for r in plain)
+
+
+def test_a_bad_value_is_one_line_in_both_commands(ddplab):
+    sets = ["--set", "model.preset=llama3-8b", "--set", "training.tp=8", "--set", "training.sequence_parallel=true"]
+    for argv in (("simulate", "h100-1024", "--ranks", "64", *sets), ("plan", "llama3-8b", "h100-1024", "--gpus", "64")):
+        code, out, err = ddplab(*argv, "--set", "training.tp_comm_overlap=maybe")
+        assert code == 2 and out == ""
+        (line,) = err.strip().splitlines()
+        assert line.endswith("training.tp_comm_overlap: expected bool, got 'maybe'")

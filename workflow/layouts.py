@@ -64,7 +64,7 @@ def plan_layouts(
     # each candidate with tp > 1, which then prints it among its own keys.
     overlap = [p.value for p in parsed if p.key == "training.tp_comm_overlap"]
     if overlap and not isinstance(overlap[-1], bool):
-        raise ValueError(f"training.tp_comm_overlap: must be true or false, got {overlap[-1]!r}")
+        raise ValueError(f"training.tp_comm_overlap: expected bool, got {overlap[-1]!r}")  # as simulate says it
     tp_overlap = bool(overlap and overlap[-1])
     sets = [x for x, p in zip(sets, parsed, strict=True) if p.key != "training.tp_comm_overlap"]
     base = resolve(cluster, *_layers(model, sets, seq_len)).scenario
