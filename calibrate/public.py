@@ -370,11 +370,15 @@ def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> 
     name: distributed_fused_adam``, ``overlap_grad_sync`` and ``overlap_param_sync`` on),
     Megatron's distributed optimizer (training.mode zero1). Since 2026-12-06 (the TP-overlap
     rule), what the launcher's yamls at its tag 24.07 set beyond the table's columns: the bucket
-    cap and userbuffers' TP overlap (data.NEMO_2407_LAUNCHER)."""
+    cap and userbuffers' TP overlap (data.NEMO_2407_LAUNCHER); without userbuffers, Transformer
+    Engine's default backward overlap (training.tp_comm_overlap "wgrad") where TP > 1."""
     from sim.parallel3d import layout, memory_by_stage, step_costs
 
     dp = gpus // (tp * pp)
     bucket_mb, ub_overlap = data.NEMO_2407_LAUNCHER[model]
+    # Userbuffers where the yaml turns them on; without, Transformer Engine's default backward
+    # overlap wherever there is TP (the rule of 2026-12-06, docs/validation-public.md).
+    tp_overlap = "full" if ub_overlap else ("wgrad" if tp > 1 else "none")
     shape = sets(**{f"model__{k}": v for k, v in data.NEMO_SHAPES[model].items()})
     job = (
         *sets(model__name=model.lower()), *shape,
@@ -384,8 +388,8 @@ def _nemo_row(model, gpus, gbs, mbs, seq, tp, pp, vp, tokens_s_gpu, tflop_s) -> 
               training__fused_attention=True, training__overlap=True, compute__stack="compiled",
               training__bucket_cap_mb=bucket_mb),
     )  # fmt: skip
-    if ub_overlap:
-        job += sets(training__tp_comm_overlap=True)
+    if tp_overlap != "none":
+        job += sets(training__tp_comm_overlap=tp_overlap)
     if vp > 1:
         job += sets(training__pp_schedule="interleaved", training__pp_virtual_stages=vp)
     for recompute in ("none", "selective", "full"):
@@ -547,7 +551,7 @@ def _torchtitan_tp_row(
         job += sets(training__tp=tp, training__sequence_parallel=True)
         layout = f"FSDP {gpus // tp} x TP {tp}"
     if async_tp:
-        job += sets(training__tp_comm_overlap=True)
+        job += sets(training__tp_comm_overlap="full")
         layout += " + AsyncTP"
     what = f"torchtitan {model} on {gpus} x H100 96GB ({table}), {layout}, {'Float8' if fp8 else 'bf16'}"
     what += f", {act_ckpt} AC, compiled, step"

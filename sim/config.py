@@ -31,6 +31,7 @@ MASTER_COPY_MODES = (*SHARDED_MODES, "zero1")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # training.pp_schedule (sim/pipeline.py)
 CP_COMMS = ("all_gather", "p2p", "a2a")  # training.cp_comm: Megatron-Core's cp_comm_type names (sim/tp.py)
 RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
+TP_OVERLAPS = ("none", "wgrad", "full")  # training.tp_comm_overlap (sim/tp.py); true = full, false = none
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
 
@@ -41,6 +42,13 @@ def _require(cond: bool, key: str, value, why: str) -> None:
 
 def _one_of(key: str, value, allowed) -> None:
     _require(value in allowed, key, value, f"must be one of {', '.join(map(str, allowed))}")
+
+
+def tp_overlap_level(value) -> str:
+    """training.tp_comm_overlap as one of TP_OVERLAPS: true is full, false none."""
+    level = {True: "full", False: "none"}[value] if isinstance(value, bool) else value
+    _require(level in TP_OVERLAPS, "training.tp_comm_overlap", value, "must be one of none, wgrad, full, true, false")
+    return level
 
 
 @dataclass(kw_only=True)
@@ -166,12 +174,16 @@ class TrainingConfig:
     sequence_parallel: bool = False
     """With tp > 1: Megatron's sequence parallelism, norms and dropout sharded along the sequence;
     each allreduce becomes an allgather and a reduce-scatter, activations all / tp (sim/tp.py)."""
-    tp_comm_overlap: bool = False
-    """With tp > 1 and sequence_parallel: each block's TP all-gathers and reduce-scatters split
-    into tp chunks and run under the matmul each feeds or follows, as Transformer Engine's
-    userbuffers (NeMo's ub_tp_comm_overlap) and PyTorch's micro-pipelined TP (torchtitan's
-    AsyncTP) do; only what a collective outlasts of (tp - 1) / tp of its matmul is exposed
-    (sim/tp.py)."""
+    tp_comm_overlap: bool | str = "none"
+    """How much of TP's communication runs under matmuls (sim/tp.py). none (false): all of it
+    exposed, as Megatron-LM (2021) and PyTorch's plain DTensor TP issue it. wgrad (tp > 1): each
+    column-split layer's input gradient reduce-scattered (all-reduced without sequence
+    parallelism) while its weight-gradient matmul runs, Transformer Engine's and Megatron-Core's
+    default. full (true; tp > 1 and sequence_parallel): each block's all-gathers and
+    reduce-scatters split into tp chunks and run under the matmul each feeds or follows, as
+    Transformer Engine's userbuffers (NeMo's ub_tp_comm_overlap) and PyTorch's micro-pipelined TP
+    (torchtitan's AsyncTP) do; only what a collective outlasts of (tp - 1) / tp of its matmul is
+    exposed."""
     cp: int = 1
     """Context-parallel ranks (Llama 3's all-gather CP): each sequence split over them in 2 x cp
     chunks (rank i holds chunks i and 2 cp - 1 - i, so the causal work is even); every block
@@ -256,11 +268,14 @@ class TrainingConfig:
         if self.tp * self.cp * self.pp > 1:
             why = "powersgd with tp, cp or pp is not modelled (none, fp16 or bf16)"
             _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
-        if self.tp_comm_overlap:
+        given = self.tp_comm_overlap
+        self.tp_comm_overlap = tp_overlap_level(given)
+        if self.tp_comm_overlap != "none":
             why = "needs training.tp > 1 (the tensor-parallel collectives it overlaps)"
-            _require(self.tp > 1, "training.tp_comm_overlap", self.tp_comm_overlap, why)
-            why = "needs training.sequence_parallel (it overlaps TP's all-gathers and reduce-scatters)"
-            _require(self.sequence_parallel, "training.tp_comm_overlap", self.tp_comm_overlap, why)
+            _require(self.tp > 1, "training.tp_comm_overlap", given, why)
+        if self.tp_comm_overlap == "full":
+            why = "full needs training.sequence_parallel (it overlaps TP's all-gathers and reduce-scatters)"
+            _require(self.sequence_parallel, "training.tp_comm_overlap", given, why)
         _require(self.fsdp_prefetch >= 0, "training.fsdp_prefetch", self.fsdp_prefetch, "must be >= 0")
         if self.fp8_all_gather:
             why = "needs training.precision = fp8 (the FP8 weights it gathers)"

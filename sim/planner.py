@@ -71,7 +71,7 @@ class Candidate(NamedTuple):
     shard: int = 0  # hsdp: data-parallel ranks per shard group
     cp: int = 1
     cp_comm: str = "all_gather"
-    tp_overlap: bool = False  # training.tp_comm_overlap: asked for, and this layout has TP
+    tp_overlap: str = "none"  # training.tp_comm_overlap where this layout has TP (none without)
 
     def sets(self) -> list[str]:
         """The --set keys that give this layout to `ddplab simulate`."""
@@ -82,8 +82,8 @@ class Candidate(NamedTuple):
         ]  # fmt: skip
         if self.mode == "hsdp":
             out.append(f"training.hsdp_shard_size={self.shard}")
-        if self.tp_overlap:
-            out.append("training.tp_comm_overlap=true")
+        if self.tp_overlap != "none":
+            out.append(f"training.tp_comm_overlap={self.tp_overlap}")
         if self.cp > 1:
             out += [f"training.cp={self.cp}", f"training.cp_comm={self.cp_comm}"]
         if self.schedule == "interleaved":
@@ -120,8 +120,8 @@ def _context(seq_len: int, shape, tp: int) -> list[tuple[int, str]]:
     return [(1, "all_gather"), *((cp, comm) for cp in CP for comm in CP_COMMS if ok[comm](cp))]
 
 
-def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: bool = False) -> list[Candidate]:
-    """Every layout searched; ``tp_overlap``: TP's collectives overlapped wherever tp > 1."""
+def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: str = "none") -> list[Candidate]:
+    """Every layout searched; ``tp_overlap``: training.tp_comm_overlap wherever tp > 1."""
     shape, g = base.model.shape, base.network.gpus_per_node
     out = []
     for tp in (d for d in _divisors(g) if shape.n_head % d == 0 and (shape.n_kv_head < d or shape.n_kv_head % d == 0)):
@@ -144,7 +144,8 @@ def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: bool = False)
                         for rc in RECOMPUTES:
                             for mode in modes:
                                 s = shard if mode == "hsdp" else 0
-                                c = Candidate(tp, pp, dp, b, m, sched, v, rc, mode, s, cp, comm, tp_overlap and tp > 1)
+                                over = tp_overlap if tp > 1 else "none"
+                                c = Candidate(tp, pp, dp, b, m, sched, v, rc, mode, s, cp, comm, over)
                                 out.append(c)
     return out
 
@@ -211,7 +212,7 @@ def plan(
     *,
     finalists: int = 12,
     map_fn: Callable | None = None,
-    tp_overlap: bool = False,
+    tp_overlap: str = "none",
 ) -> tuple[list[Scored], int]:
     """(the fitting layouts, fastest first: finalists replayed, the rest by estimate; how many
     layouts were considered). ``map_fn``: where the tasks run (module docstring); ``tp_overlap``:

@@ -25,20 +25,25 @@ matmuls that need their result, so nothing hides them (Narayanan et al. 2021, Se
 Recomputation reruns the forward, collectives included, in the backward (full); selective
 recomputation reruns only attention's core, which has none.
 
-TP communication overlap (``tp_comm_overlap``, sequence parallelism only): Transformer Engine's
-userbuffers (NeMo's ``ub_tp_comm_overlap``) and PyTorch's micro-pipelined TP (torchtitan's
-AsyncTP) split each all-gather and reduce-scatter of a block into chunks and run them beside the
-matmul that consumes or produces the activation, chunk by chunk. Each collective has one partner
-matmul: forward, the all-gathers feed the QKV and first MLP matmuls and the reduce-scatters
-follow the attention output and second MLP matmuls; backward, the gradient's all-gathers feed
-those two row-split layers' input-gradient matmuls and the reduce-scatters follow the two
-column-split layers' (TE overlaps the latter with the weight-gradient matmul, the same size).
-With k = tp chunks, the first chunk of an all-gather is the rank's own (nothing to wait for)
-and each later step's transfer runs under the previous chunk's matmul; a reduce-scatter mirrors
-it. So a collective of C seconds beside a matmul of G costs max(0, C - G (k - 1) / k) on top
-of the matmul. Assumed: the transfers do not slow the matmul (TE's ring exchange and AsyncTP
-move the chunks with copy engines; TE's pipelined reduce-scatter takes 16-24 of an H100's 132
-SMs, NeMo-Framework-Launcher's tp_overlap configs, which is not charged), and the output
+TP communication overlap (``tp_comm_overlap``). "wgrad": Transformer Engine's linear layers (and
+Megatron-Core's ColumnParallelLinear) reduce-scatter a column-split layer's input gradient
+(all-reduce it without sequence parallelism) asynchronously while that layer's weight-gradient
+matmul runs (transformer_engine/pytorch/module/linear.py, "Overlap dgrad-RS/AR with wgrad"), so
+each of those two backward collectives costs max(0, C - G_wgrad); the rest stays exposed.
+"full" (sequence parallelism only): Transformer Engine's userbuffers (NeMo's
+``ub_tp_comm_overlap``) and PyTorch's micro-pipelined TP (torchtitan's AsyncTP) split each
+all-gather and reduce-scatter of a block into chunks and run them beside the matmul that
+consumes or produces the activation, chunk by chunk. Each collective has one partner matmul:
+forward, the all-gathers feed the QKV and first MLP matmuls and the reduce-scatters follow the
+attention output and second MLP matmuls; backward, the gradient's all-gathers feed those two
+row-split layers' input-gradient matmuls and the reduce-scatters follow the two column-split
+layers' (TE overlaps the latter with the weight-gradient matmul, the same size). With k = tp
+chunks, the first chunk of an all-gather is the rank's own (nothing to wait for) and each later
+step's transfer runs under the previous chunk's matmul; a reduce-scatter mirrors it. So a
+collective of C seconds beside a matmul of G costs max(0, C - G (k - 1) / k) on top of the
+matmul. Assumed: the transfers do not slow the matmul (TE's ring exchange and AsyncTP move the
+chunks with copy engines; TE's pipelined reduce-scatter takes 16-24 of an H100's 132 SMs,
+NeMo-Framework-Launcher's tp_overlap configs, which is not charged), and the output
 layer's and embedding's collectives (``head_time``) stay exposed.
 
 Context parallelism (``cp`` > 1), as Llama 3 runs it (Grattafiori et al. 2024, Sec. 3.3.2):
@@ -148,14 +153,14 @@ def block_time(
     cp_comm: str = "all_gather",
     fused_attention: bool = True,
     dropout: bool = False,
-    comm_overlap: bool = False,
+    comm_overlap: str = "none",
 ) -> BlockTime:
     """``seq_len``: the whole sequence; with ``cp`` > 1 each GPU holds 1/cp of it and
     ``cp_fabric`` is its CP group's, ``cp_comm`` how it exchanges K and V (module docstring);
     ``fused_attention``, ``dropout``: sim/roofline.py block_kernels'; ``comm_overlap``: the TP
     collectives under their matmuls (module docstring; needs ``sequence_parallel``)."""
-    if comm_overlap and not sequence_parallel:
-        raise ValueError("training.tp_comm_overlap: needs training.sequence_parallel (it overlaps their collectives)")
+    if comm_overlap == "full" and not sequence_parallel:
+        raise ValueError("training.tp_comm_overlap: full needs training.sequence_parallel, got 'full'")
     tokens = float(micro_batch * seq_len)
     fwd = bwd = core = core_bwd = 0.0
     matmul_s: dict[str, float] = {}
@@ -175,8 +180,10 @@ def block_time(
     size = tokens / cp * shape.n_embd * p.compute_bytes
     per_sync = tp_collective_s(size, fabric, sequence_parallel)
     tp_fwd = tp_bwd = 2 * per_sync
-    if comm_overlap and fabric is not None and fabric.ranks > 1:
+    if comm_overlap == "full" and fabric is not None and fabric.ranks > 1:
         tp_fwd, tp_bwd = overlapped_tp_s(size, fabric, matmul_s, tp)
+    elif comm_overlap == "wgrad" and fabric is not None and fabric.ranks > 1:
+        tp_bwd = wgrad_overlapped_s(size, fabric, matmul_s, sequence_parallel)
     recompute_s = rerun(recompute, fwd, core)
     if cp > 1 and cp_comm == "a2a":
         cp_fwd = ulysses_a2a_s(shape, tokens, p, tp, cp, cp_fabric)
@@ -210,7 +217,10 @@ _OVERLAP_BACKWARD = (
     ("allgather", "mlp.c_proj.dgrad"),
     ("reduce_scatter", "mlp.c_fc.dgrad"),
 )
-_OVERLAP_PARTNERS = frozenset(name for _, name in _OVERLAP_FORWARD + _OVERLAP_BACKWARD)
+# "wgrad": the two column-split layers' weight-gradient matmuls, under which their input
+# gradients are reduced.
+_WGRAD_PARTNERS = ("attn.c_attn.wgrad", "mlp.c_fc.wgrad")
+_OVERLAP_PARTNERS = frozenset(name for _, name in _OVERLAP_FORWARD + _OVERLAP_BACKWARD) | set(_WGRAD_PARTNERS)
 
 
 def overlapped_tp_s(size_bytes: float, fabric: Fabric, matmul_s: dict[str, float], tp: int) -> tuple[float, float]:
@@ -224,6 +234,19 @@ def overlapped_tp_s(size_bytes: float, fabric: Fabric, matmul_s: dict[str, float
         return sum(max(0.0, cost[op] - matmul_s[name] * hidden) for op, name in pairs)
 
     return exposed(_OVERLAP_FORWARD), exposed(_OVERLAP_BACKWARD)
+
+
+def wgrad_overlapped_s(size_bytes: float, fabric: Fabric, matmul_s: dict[str, float], sequence_parallel: bool) -> float:
+    """The backward's exposed TP communication of one block and micro-batch under "wgrad"
+    (module docstring), seconds: the column-split layers' reduce-scatters (all-reduces without
+    sequence parallelism) each max(0, C - G_wgrad), the row-split layers' gradient all-gathers
+    (sequence parallelism) whole."""
+    if sequence_parallel:
+        c = collective_cost("reduce_scatter", size_bytes, fabric).time_s
+        exposed = 2 * collective_cost("allgather", size_bytes, fabric).time_s
+    else:
+        c, exposed = collective_cost("allreduce", size_bytes, fabric).time_s, 0.0
+    return exposed + sum(max(0.0, c - matmul_s[name]) for name in _WGRAD_PARTNERS)
 
 
 def cp_kv_bytes(shape: TransformerShape, tokens: float, p: Precision, tp: int) -> float:

@@ -49,7 +49,8 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
         lead.append("a degraded or jittery network, with gradients already 2 bytes or no DDP hook to compress them")
     lead = "; ".join(lead) or "no slow rank, loader, pause or network trouble in this scenario"
     # TP's collectives under their matmuls (TE's userbuffers, AsyncTP), where a layout has them.
-    tp_try = ["training.tp_comm_overlap=true"] if t.tp > 1 and t.sequence_parallel and not t.tp_comm_overlap else []
+    full = t.tp > 1 and t.sequence_parallel and t.tp_comm_overlap != "full"
+    tp_try = ["training.tp_comm_overlap=full"] if full else []
     tp_knob = ", or TP's collectives overlapped with their matmuls" if tp_try else ""
     if t.mode == "ddp":
         generic = ["bucket_cap_mb=100"] + (["comm_hook=bf16"] if compressible else []) + tp_try

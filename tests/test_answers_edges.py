@@ -427,7 +427,7 @@ def test_step_wall_s_is_read_from_files_written_as_total_s(tmp_path):
         (
             "h100-1024",
             ["training.mode=fsdp", "training.tp=8", "training.sequence_parallel=true"],
-            ["training.fsdp_prefetch=2", "training.tp_comm_overlap=true"],
+            ["training.fsdp_prefetch=2", "training.tp_comm_overlap=full"],
             "TP's collectives overlapped",
         ),
         # the distributed optimizer has DDP's buckets and no prefetch to deepen

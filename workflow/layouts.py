@@ -10,6 +10,7 @@ import contextlib
 import time
 
 from calibrate.record import track_record
+from sim.config import tp_overlap_level
 from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
 from sim.patches import Patch, parse_sets
@@ -63,9 +64,7 @@ def plan_layouts(
     # TP overlap applies where a layout has TP: taken off the base (whose tp is 1) and given to
     # each candidate with tp > 1, which then prints it among its own keys.
     overlap = [p.value for p in parsed if p.key == "training.tp_comm_overlap"]
-    if overlap and not isinstance(overlap[-1], bool):
-        raise ValueError(f"training.tp_comm_overlap: expected bool, got {overlap[-1]!r}")  # as simulate says it
-    tp_overlap = bool(overlap and overlap[-1])
+    tp_overlap = tp_overlap_level(overlap[-1]) if overlap else "none"
     sets = [x for x, p in zip(sets, parsed, strict=True) if p.key != "training.tp_comm_overlap"]
     base = resolve(cluster, *_layers(model, sets, seq_len)).scenario
     gpus = gpus or base.ranks

@@ -384,7 +384,12 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     what = "TP+CP comm    " if lay.cp > 1 else "TP comm       "
     out.append(f"  {what} {fmt_seconds(first.tp_comm_s)} exposed per step on the busiest stage; "
                f"p2p send {fmt_seconds(first.p2p_s)}")  # fmt: skip
-    if sc.training.tp_comm_overlap:
+    if sc.training.tp_comm_overlap == "wgrad":
+        out.append(
+            "                 TP overlap: each column-split layer's input-gradient reduce-scatter (all-reduce)"
+            " under its weight-gradient matmul (Transformer Engine's default); the rest exposed (sim/tp.py)"
+        )
+    if sc.training.tp_comm_overlap == "full":
         out.append("                 TP overlap: each all-gather and reduce-scatter in tp chunks under the matmul it"
                    " feeds or follows, exposed only past (tp - 1)/tp of it; assumed: the transfers take no"
                    " SMs from the matmul (sim/tp.py)")  # fmt: skip

@@ -192,8 +192,10 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
         zb += "; MFU counts 6N + 12 L d s FLOPs a token (PaLM's, as Llama 3's paper: causal attention counted whole)"
     if any(r["mode"] == "hsdp" for r in rows):
         zb += "; hsdp/S: shard groups of S data-parallel ranks in a node"
-    if any(r["tp_overlap"] for r in rows):
+    if any(r["tp_overlap"] == "full" for r in rows):
         zb += "; tp > 1: TP's collectives under their matmuls, the transfers taking no SMs from them (sim/tp.py)"
+    if any(r["tp_overlap"] == "wgrad" for r in rows):
+        zb += "; tp > 1: input-gradient reductions under the weight-gradient matmuls (sim/tp.py)"
     out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs{zb}")
     out += record_lines(found.get("record"))
     if any(r["tight"] for r in rows):
