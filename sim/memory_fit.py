@@ -1,8 +1,10 @@
 """Does one rank's memory fit its device, and if not, what would: the check `simulate`,
 `whatif`, `compare` and `sweep` make before they simulate a configuration.
 
-The peak is sim/memory.py's estimate (or a GPU calibration's measured peak, which
-``compute.memory_peak_gib`` carries) plus the CUDA context; the budget is
+The peak is sim/memory.py's estimate, or for a tensor-, context- or pipeline-parallel or
+distributed-optimizer job (Scenario.parallel3d) its fullest stage by sim/parallel3d.py, the
+memory `simulate` prints for it (or a GPU calibration's measured peak, which
+``compute.memory_peak_gib`` carries), plus the CUDA context; the budget is
 ``compute.device_memory_gib``, the device's memory as its driver reports it (0: no check). A
 configuration over it would die with an out-of-memory error on its first backward, so its step
 time is not a result: the commands say so instead, with what would fit.
@@ -18,7 +20,8 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from sim.config import Scenario
-from sim.memory import GIB, estimate_memory
+from sim.memory import CUDA_CONTEXT_GIB, GIB, estimate_memory
+from sim.parallel3d import layout, memory_by_stage, step_costs
 
 # The changes tried, in the order they are named. A candidate the scenario refuses (ValueError:
 # a mode this version does not have, or one that does not go with the rest) is skipped, and one
@@ -97,9 +100,8 @@ class Alternative(NamedTuple):
 
 def fit(sc: Scenario) -> Fit:
     """The scenario's peak per GPU against its device."""
-    est = estimate_memory(sc)
     measured = sc.compute.memory_peak_gib
-    total = est.total_gib if measured is None else measured + est.cuda_context_gib
+    total = _estimated_total(sc) if measured is None else measured + CUDA_CONTEXT_GIB
     return Fit(total, sc.compute.device_memory_gib, measured is not None, communicators(sc))
 
 
@@ -113,6 +115,11 @@ def with_changes(sc: Scenario, changes: dict) -> Scenario:
 
 
 def _estimated_total(sc: Scenario) -> float:
+    """The peak per GPU with the CUDA context: sim/memory.py's, or a 3D job's fullest stage (the
+    model that simulates it: sim/memory.py knows no TP, CP, PP or distributed optimizer)."""
+    if sc.parallel3d:
+        lay = layout(sc)
+        return float(max(m.total_gib for m in memory_by_stage(sc, lay, step_costs(sc, lay))))
     return estimate_memory(sc).total_gib
 
 

@@ -17,6 +17,11 @@ rebalance,accum=4); a piece without ``=`` that names no fix continues the value 
 Throughput is tokens per second of wall time; cost is GPU-hours per billion tokens. A row whose
 per-GPU memory exceeds its device (sim/memory_fit.py) is not simulated: its numbers are None and
 ``oom`` is set, unless ``ignore_memory``.
+
+A tensor-, context- or pipeline-parallel or zero1 row (Scenario.parallel3d) is simulated as
+`ddplab simulate` simulates it, by sim/steps3d.py, whose model has no data loader, pauses,
+episodes or per-rank work sizing: there only KEY=VALUE rows are tried, and a named fix or an
+episode is refused in one line rather than shown as changing nothing.
 """
 
 import math
@@ -30,6 +35,7 @@ from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
 from sim.patches import Patch, apply_patches, check_assigned_keys, parse_set, split_assignments
 from sim.scenario_file import scenario_from_dict
+from sim.steps3d import simulate_3d_steps
 from sim.workload import build_workload
 
 NAMED = ("rebalance", "exclude-slowest", "sync-gc", "fix-loader")
@@ -63,12 +69,14 @@ class WhatIf(NamedTuple):
     episode_cost: float | None = None
     episode_cost_sd: float | None = None
     clear_tokens_per_s: float | None = None  # the same row without episodes
+    bubble_s: float | None = 0.0  # a pipeline's own idle (3D rows), the step's last part
 
 
 # The mean step's parts (sim/results.py), per rank; they add up to the step.
 PARTS = ("compute_s", "optimizer_s", "dataloader_s", "exposed_comm_s", "straggler_wait_s")
 # What a row measures; None in a row that is not simulated (out of memory).
 NUMBERS = (
+    "bubble_s",
     "step_time_s",
     "step_time_p95_s",
     "tokens_per_s",
@@ -127,10 +135,12 @@ EXCLUDE = "exclude-slowest"
 
 class Part(NamedTuple):
     """One piece of a --try row: a patch (a fixed named fix or KEY=VALUE) with its note, or
-    exclude-slowest (``patch`` None), whose patches depend on the scenario it applies to."""
+    exclude-slowest (``patch`` None), whose patches depend on the scenario it applies to;
+    ``named``: the fix's name where it is one."""
 
     patch: Patch | None
     note: str = ""
+    named: str = ""
 
 
 def _full_key(key: str) -> str:
@@ -148,9 +158,9 @@ def parse_try(text: str) -> list[Part]:
     for piece in pieces:
         if piece in _FIXED:
             key, value, note = _FIXED[piece]
-            parts.append(Part(Patch(key, value, "--try"), note))
+            parts.append(Part(Patch(key, value, "--try"), note, piece))
         elif piece.startswith(EXCLUDE):
-            parts.append(Part(None))
+            parts.append(Part(None, named=EXCLUDE))
         elif "=" in piece:
             patch = assigned.pop(0)
             patch = patch._replace(key=_full_key(patch.key))
@@ -191,10 +201,27 @@ def plan(data: dict, tries: list[str], base: Scenario | None = None) -> Plan:
     base = base or scenario_from_dict(data)
     parsed = [(text, parse_try(text)) for text in tries]
     sized = []
-    for _, parts in parsed:
+    for text, parts in parsed:
         patches = [p.patch for p in parts if p.patch]
         sized.append(_build(data, patches) if patches else base)
+        if sized[-1].parallel3d or base.parallel3d:
+            _check_3d(text, parts, sized[-1])
+    if base.parallel3d:
+        _check_3d("nothing", [], base)
     return Plan(data, base, parsed, sized)
+
+
+THREE_D = "a tensor-, context- or pipeline-parallel or zero1 job (sim/steps3d.py)"
+
+
+def _check_3d(text: str, parts: list[Part], sc: Scenario) -> None:
+    """A 3D row: a named fix or an episode would show as changing nothing, which the 3D model
+    does not say: refused (module docstring)."""
+    named = [p.named for p in parts if p.named]
+    if named:
+        raise ValueError(f"--try {text!r}: {named[0]} is not modelled for {THREE_D}; try KEY=VALUE changes")
+    if sc.episodes.active:
+        raise ValueError(f"episodes: not simulated for {THREE_D} (row {text!r}); whatif needs them off there")
 
 
 def rows(p: Plan) -> list[Row]:
@@ -258,7 +285,9 @@ def _run(name: str, sc: Scenario, restart_s: float, note: str, horizon_h: float,
     if not (f.fits or ignore_memory):
         unknown = dict.fromkeys(NUMBERS)  # an out-of-memory error has no step time
         return WhatIf(name, sc.ranks, restart_s=restart_s, note=note, **unknown, **memory, oom=True)
-    if sc.episodes.active:
+    if sc.parallel3d:
+        s, episodes = _steps_3d(sc), {}
+    elif sc.episodes.active:
         # Rare episodes: a run of sc.steps would contain none, so each state's steady step,
         # weighed by its share of the horizon (sim/episode_cost.py).
         e = expected_cost(sc, horizon_h=horizon_h)
@@ -287,4 +316,25 @@ def _run(name: str, sc: Scenario, restart_s: float, note: str, horizon_h: float,
         **episodes,
         **memory,
         oom=not f.fits,
+        bubble_s=s.get("bubble_s", 0.0),
     )
+
+
+def _steps_3d(sc: Scenario) -> dict:
+    """A 3D row's numbers, as `ddplab simulate` gets them (sim/steps3d.py): the step, its p95,
+    tokens/s and its parts; no data loader there. sim/steps3d.py counts a block's exposed TP and
+    CP collectives in its compute (they sit between its kernels); here they move to exposed
+    communication, so that efficiency is the matmuls' and kernels' share of the step."""
+    summary = simulate_3d_steps(sc).summary()
+    parts = summary["parts_s"]
+    inside = min(summary["tp_comm_exposed_s"], parts["compute_s"])  # the busiest stage's, per step
+    return {
+        "step_time_s": summary["step_time_s"],
+        "step_time_p95_s": summary["step_time_percentiles_s"]["p95"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "optimizer_s": summary["optimizer_s"],
+        "dataloader_s": 0.0,
+        "compute_s": parts["compute_s"] - inside,
+        "exposed_comm_s": parts["exposed_comm_s"] + inside,
+        **{k: parts[k] for k in ("bubble_s", "straggler_wait_s")},
+    }

@@ -14,10 +14,15 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
     loader gets the loader repaired, twice its DataLoader workers, or worked around the same
     way; unsynchronised pauses get sync-gc; a degraded or jittery network, gradients compressed
     to bf16 (DDP). A scenario with none of these gets the generic communication knobs, and says
-    so."""
+    so. A tensor/pipeline-parallel or zero1 job gets those knobs alone: sim/steps3d.py models its
+    slow GPUs but none of the named fixes (sim/whatif.py refuses them there)."""
     tries: list[str] = []
     why: list[str] = []
     t = sc.training
+    if sc.parallel3d:
+        slow = f"slow GPUs ({_ranks(sc.stragglers, 'stragglers')}) modelled, " if sc.stragglers.strip() else ""
+        lead = f"a tensor/pipeline-parallel or zero1 job: {slow}no named fix modelled (sim/steps3d.py)"
+        return _knobs(sc, lead, compressible=False)
     if sc.stragglers.strip():
         tries += ["rebalance", "exclude-slowest"]
         why.append(f"slow GPUs ({_ranks(sc.stragglers, 'stragglers')}): work sized to speed, or a restart without them")
@@ -48,6 +53,12 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
     if sc.episodes.comm_per_h > 0 or sc.network.jitter_sigma > 0:
         lead.append("a degraded or jittery network, with gradients already 2 bytes or no DDP hook to compress them")
     lead = "; ".join(lead) or "no slow rank, loader, pause or network trouble in this scenario"
+    return _knobs(sc, lead, compressible)
+
+
+def _knobs(sc: Scenario, lead: str, compressible: bool) -> tuple[list[str], str]:
+    """The generic communication knobs of the scenario's mode, after ``lead`` (why them)."""
+    t = sc.training
     # TP's collectives under their matmuls (TE's userbuffers, AsyncTP), where a layout has them.
     full = t.tp > 1 and t.sequence_parallel and t.tp_comm_overlap != "full"
     tp_try = ["training.tp_comm_overlap=full"] if full else []

@@ -21,7 +21,7 @@ from sim.patches import Patch, flag_patches, parse_set, split_assignments
 from sim.scenario_file import resolve
 from sim.summary import Summary
 from workflow import limits, train_cost
-from workflow.simulation import out_of_memory, run_scale
+from workflow.simulation import out_of_memory, refuse_3d, run_scale
 
 
 class Setup(NamedTuple):
@@ -95,6 +95,7 @@ def compare(
     for s in setups:  # every set-up checked before any runs, so a typo fails fast
         try:
             scenarios.append(resolve(s.scenario, s.sets, flag_patches(ranks=ranks, steps=steps, seed=seed)).scenario)
+            refuse_3d(scenarios[-1])
         except ValueError as e:
             raise ValueError(f"set-up {s.text!r}: {e}") from None
     limits.check_in_turn(scenarios, "set-ups", yes=yes)

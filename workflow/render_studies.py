@@ -2,6 +2,7 @@
 `whatif`'s mitigations, `goodput`'s failures and checkpoints, and `sweep`'s grid of means with
 their intervals. Each reads what its workflow/ function returned (what `--json` prints)."""
 
+from sim.steps3d import ASSUMED as ASSUMED_3D
 from workflow.compare import CompareRow
 from workflow.render_sim import alternatives_lines, record_lines, train_cost_lines
 from workflow.units import FLOP_COUNT, fmt_seconds
@@ -89,6 +90,9 @@ def whatif_lines(found, *, horizon_h: float, usd_per_gpu_hour: float | None) -> 
         )
     else:
         out.append(f"  {found.steps} steps per row, seed {found.seed}, same jitter draws in every row")
+    if sc.parallel3d:
+        out.append(f"  tensor/pipeline parallel or zero1: each row as `simulate` runs it; assumed: {ASSUMED_3D}")
+        out.append("  efficiency: the kernels' share of the step, exposed TP/CP collectives and the bubble outside it")
     usd = usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in rows))  # a row of several keys is a long name
     out.append(

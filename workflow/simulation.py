@@ -167,6 +167,18 @@ def run_scale(sc, *, records: bool = False, medians: bool = False, engine: str =
     return result, summary
 
 
+def refuse_3d(sc) -> None:
+    """Refused where only the DDP/FSDP engine runs (compare, sweep): it would simulate a
+    tensor-, context- or pipeline-parallel or zero1 job as if it had none of them."""
+    if sc.parallel3d:
+        t = sc.training
+        raise ValueError(
+            "training.tp/cp/pp/mode: a tensor-, context- or pipeline-parallel or zero1 job runs in `ddplab"
+            " simulate` (several --ranks for a sweep of scales), `plan` and `whatif`, not here,"
+            f" got tp {t.tp}, cp {t.cp}, pp {t.pp}, mode {t.mode}"
+        )
+
+
 def simulated(summary: Summary | dict) -> bool:
     """Whether simulate_scales simulated this scale (a Summary), rather than reporting it out of memory."""
     return isinstance(summary, Summary)

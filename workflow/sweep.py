@@ -27,6 +27,7 @@ from sim.mfu import compute_basis
 from sim.patches import Patch, check_assigned_keys, flag_patches, parse_sets, parse_value
 from sim.scenario_file import resolve, scenario_from_dict
 from workflow import limits
+from workflow.simulation import refuse_3d
 from workflow.sweep_engines import WORKER_BYTES
 
 # Keys the grid itself owns: the seed is --seeds, so a --set or --vary of it would be ambiguous.
@@ -189,6 +190,7 @@ def build(grid: Grid) -> list[Built]:
         where = point.label + "".join(f", {k}={v}" for k, v in point.vary)
         try:
             resolved = resolve(point.scenario, grid.set_patches, point.patches, flags)
+            refuse_3d(resolved.scenario)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         out.append(Built(point, resolved.data, resolved.scenario))
