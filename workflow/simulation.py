@@ -174,7 +174,7 @@ def refuse_3d(sc) -> None:
         t = sc.training
         raise ValueError(
             "training.tp/cp/pp/mode: a tensor-, context- or pipeline-parallel or zero1 job runs in `ddplab"
-            " simulate` (several --ranks for a sweep of scales), `plan` and `whatif`, not here,"
+            " simulate` (--sweep-ranks for several scales), `plan` and `whatif`, not here,"
             f" got tp {t.tp}, cp {t.cp}, pp {t.pp}, mode {t.mode}"
         )
 
