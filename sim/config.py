@@ -47,7 +47,8 @@ def _one_of(key: str, value, allowed) -> None:
 def tp_overlap_level(value) -> str:
     """training.tp_comm_overlap as one of TP_OVERLAPS: true is full, false none."""
     level = {True: "full", False: "none"}[value] if isinstance(value, bool) else value
-    _require(level in TP_OVERLAPS, "training.tp_comm_overlap", value, "must be one of none, wgrad, full, true, false")
+    why = f"must be one of {', '.join(TP_OVERLAPS)}, true, false"
+    _require(level in TP_OVERLAPS, "training.tp_comm_overlap", value, why)
     return level
 
 

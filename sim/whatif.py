@@ -72,7 +72,8 @@ class WhatIf(NamedTuple):
     bubble_s: float | None = 0.0  # a pipeline's own idle (3D rows), the step's last part
 
 
-# The mean step's parts (sim/results.py), per rank; they add up to the step.
+# The mean step's parts (sim/results.py), per rank; they add up to the step (a 3D row's with its
+# bubble_s).
 PARTS = ("compute_s", "optimizer_s", "dataloader_s", "exposed_comm_s", "straggler_wait_s")
 # What a row measures; None in a row that is not simulated (out of memory).
 NUMBERS = (
