@@ -178,12 +178,12 @@ def block_time(
     # parallelism the pair of collectives also replaces the allreduce (operator g) and the
     # identity (operator f), so the count is the same: two in forward, two in backward.
     size = tokens / cp * shape.n_embd * p.compute_bytes
-    per_sync = tp_collective_s(size, fabric, sequence_parallel)
-    tp_fwd = tp_bwd = 2 * per_sync
     if comm_overlap == "full" and fabric is not None and fabric.ranks > 1:
         tp_fwd, tp_bwd = overlapped_tp_s(size, fabric, matmul_s, tp)
-    elif comm_overlap == "wgrad" and fabric is not None and fabric.ranks > 1:
-        tp_bwd = wgrad_overlapped_s(size, fabric, matmul_s, sequence_parallel)
+    else:
+        tp_fwd = tp_bwd = 2 * tp_collective_s(size, fabric, sequence_parallel)
+        if comm_overlap == "wgrad" and fabric is not None and fabric.ranks > 1:
+            tp_bwd = wgrad_overlapped_s(size, fabric, matmul_s, sequence_parallel)
     recompute_s = rerun(recompute, fwd, core)
     if cp > 1 and cp_comm == "a2a":
         cp_fwd = ulysses_a2a_s(shape, tokens, p, tp, cp, cp_fabric)
