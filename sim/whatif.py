@@ -205,7 +205,7 @@ def plan(data: dict, tries: list[str], base: Scenario | None = None) -> Plan:
     for text, parts in parsed:
         patches = [p.patch for p in parts if p.patch]
         sized.append(_build(data, patches) if patches else base)
-        if sized[-1].parallel3d or base.parallel3d:
+        if sized[-1].parallel3d:  # a row that leaves TP/PP/zero1 runs as `simulate` runs it, fixes and all
             _check_3d(text, parts, sized[-1])
     if base.parallel3d:
         _check_3d("nothing", [], base)
