@@ -359,6 +359,10 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
         raise ValueError(f"--seq-len: {args.seq_len} exceeds {args.model}'s context {context}")
     if verb == "train" and args.grad_staging == "cpu" and args.comm_hook == "powersgd":
         raise ValueError("--grad-staging cpu: works with --comm-hook none|fp16|bf16, not powersgd")
+    if this_machine:  # the environment a CPU rank reads at start (realrun/cpu_alloc.py)
+        from realrun.cpu_alloc import prefault_bytes
+
+        prefault_bytes(getattr(args, "nproc", 1))
     from realrun.profiling import FIRST_PROFILED_STEP
 
     if verb == "train" and getattr(args, "profile", None) and args.steps < FIRST_PROFILED_STEP + args.profile:

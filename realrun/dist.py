@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from realrun import device_choice
+from realrun import cpu_alloc, device_choice
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class DistEnv:
     device: torch.device  # where this rank computes
     comm_device: torch.device  # where its collectives' tensors live (realrun/device_choice.py)
     requested: tuple[str, str] = ("auto", "auto")  # --backend, --device as asked
+    cpu_malloc: str | None = None  # a CPU rank's heap (realrun/cpu_alloc.py); None on a GPU
 
     def info(self) -> dict:
         return {
@@ -32,6 +33,7 @@ class DistEnv:
             "comm_device": str(self.comm_device),
             "backend_requested": self.requested[0],
             "device_requested": self.requested[1],
+            "cpu_malloc": self.cpu_malloc,
         }
 
 
@@ -53,6 +55,8 @@ def init(backend: str, timeout_s: float, device: str = "auto") -> DistEnv:
     try:
         compute = device_choice.compute_device(device, local_rank)
         mine = device_choice.local_backend(backend, compute, local_ranks)
+        # A CPU rank stands in for a GPU: keep its heap as CUDA's caching allocator keeps memory.
+        malloc = cpu_alloc.keep_freed_memory(local_ranks) if compute.type == "cpu" else None
     except ValueError as e:  # tell the peers at once, or they wait out the timeout for this rank
         store.set(f"ddplab/backend/{rank}", f"error: {e}")
         raise
@@ -64,7 +68,7 @@ def init(backend: str, timeout_s: float, device: str = "auto") -> DistEnv:
         print(f"realrun: rank {rank}: {warning}", file=sys.stderr, flush=True)
     dist.init_process_group(chosen, store=store, rank=rank, world_size=world, timeout=timeout)
     comm = device_choice.comm_device(chosen, compute)
-    return DistEnv(dist.get_rank(), dist.get_world_size(), local_rank, chosen, compute, comm, (backend, device))
+    return DistEnv(dist.get_rank(), dist.get_world_size(), local_rank, chosen, compute, comm, (backend, device), malloc)
 
 
 def agree_backend(store, rank: int, world: int, mine: str, *, asked: str) -> str:

@@ -317,6 +317,7 @@ def test_real_two_rank_train_auto_resolves_to_gloo_on_cpu(tmp_path, capsys):
         assert (m["backend"], m["device"], m["comm_device"]) == ("gloo", "cpu", "cpu")
         assert (m["backend_requested"], m["device_requested"]) == ("auto", "auto")
         assert m["device_info"]["kind"] == "cpu"
+        assert m["cpu_malloc"] == "glibc heap kept: no mmap, no trim (realrun/cpu_alloc.py)"
     assert stdout.startswith(f"train: 2 of 2 ranks, gpt2-tiny, 2 steps, backend gloo, compute on cpu: complete ({out})")
     assert "warning" not in err  # no GPU is left idle here
 

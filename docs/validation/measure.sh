@@ -16,6 +16,9 @@
 # 200 Mbit/s, 16 minutes for both at 102 steps), --micro-batch 8, the 100 MiB cap (at 1 Gbit/s
 # within 1 % of base in the 12-step sitting of 2026-11-29) and 10 Gbit/s cap 5.
 set -euo pipefail
+# Each rank's heap touched at start (realrun/cpu_alloc.py), so that its first steps run at the
+# steady pace instead of faulting the heap in over six of them.
+export DDPLAB_CPU_PREFAULT_GIB=${DDPLAB_CPU_PREFAULT_GIB:-2}
 out=${1:-measurements/validation}
 ddplab=${DDPLAB:-.venv/bin/ddplab}
 model=(--model gpt2-mini --seq-len 128)
