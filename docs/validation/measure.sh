@@ -30,9 +30,13 @@ touch /tmp/dist-measuring
 trap 'rm -f /tmp/dist-measuring' EXIT
 python3 docs/validation/cpu_watch.py $$ "$out/cpu-watch.jsonl" &
 
+# The sweep under the scheduler the training runs have (--sched other): each emulated host's
+# gloo threads share its one core with compute, and under the normal scheduler a hand-off
+# between them can wait for a tick; the probe's default (fifo) times the link without that,
+# and predicted these runs' 63 MB allreduce 12-27 ms short (docs/validation.md, fourth sitting).
 probe() {  # RATE
   "$ddplab" netlab run --name val --rate "$1" -- probe --out "$out/$1/probe" "${model[@]}" \
-    --ops allreduce --sizes 4K:64M --iters 20 --warmup 3 --micro-batches 1,2,4,8
+    --ops allreduce --sizes 4K:64M --iters 20 --warmup 3 --micro-batches 1,2,4,8 --sched other
 }
 
 train() {  # RATE NAME OPTIONS...
