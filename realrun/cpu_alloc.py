@@ -64,7 +64,7 @@ def keep_freed_memory(local_ranks: int = 1) -> str:
         return f"system default ({platform.system()}: not glibc)"
     size = prefault_bytes(local_ranks)
     libc = ctypes.CDLL("libc.so.6")
-    # Trim first: glibc's threshold for giving memory back otherwise follows the largest block freed.
+    # Setting these turns off glibc's dynamic thresholds, which follow the largest block freed (mallopt(3)).
     ok = libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) and libc.mallopt(M_TOP_PAD, TOP_PAD_BYTES)
     if not (ok and libc.mallopt(M_MMAP_MAX, 0)):
         return "system default (mallopt refused)"
