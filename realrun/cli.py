@@ -219,7 +219,9 @@ def probe_parser(prog: str = "ddplab probe", add_help: bool = True) -> argparse.
         "--sched",
         choices=["fifo", "other"],
         default="fifo",
-        help="scheduler for the collective sweep: fifo (real-time, where permitted) or other (normal)",
+        help="scheduler for the collective sweep: fifo (real-time, where permitted: the link's own speed)"
+        " or other (normal: what training's gloo threads get where they share cores with CPU compute,"
+        " as on the emulated home lab; docs/validation.md)",
     )
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the synthetic tokens")

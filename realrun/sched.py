@@ -11,7 +11,10 @@ reaches 1.00 of raw TCP instead of 0.82 (docs/validation.md). Two real hosts, ea
 with cores to spare, rarely share a core like this; two emulated hosts on two
 cores always do.
 
-Only the collective sweep runs this way. Compute and the overlap probe stay under
+Where the training runs' gloo threads do share a core with CPU compute (the emulated home
+lab), they pay that tick and the sweep should too: docs/validation/measure.sh probes with
+`--sched other` (docs/validation.md, fourth and fifth sittings: the 10 Gbit/s runs' 63 MB allreduce took 79 ms
+against the FIFO sweep's 53). Only the collective sweep runs this way. Compute and the overlap probe stay under
 the normal scheduler: at equal FIFO priority the compute thread would keep gloo's
 threads off its core until it blocked, and gamma would measure that instead.
 """
