@@ -31,6 +31,8 @@ import ctypes
 import os
 import platform
 
+from realrun.device import host_bytes
+
 KEPT = "glibc heap kept: no mmap, no trim (realrun/cpu_alloc.py)"
 # mallopt(3) parameters (glibc malloc.h).
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
@@ -45,8 +47,7 @@ def prefault_bytes(local_ranks: int) -> int:
         gib = float(text)
     except ValueError:
         gib = -1.0
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    most = host / 2 / max(1, local_ranks)
+    most = host_bytes() / 2 / max(1, local_ranks)
     if not 0 <= gib * 2**30 <= most:  # NaN fails too
         raise ValueError(
             f"DDPLAB_CPU_PREFAULT_GIB: must be a number of GiB from 0 to {most / 2**30:.3g} (half this host's"

@@ -76,7 +76,7 @@ def device_info(device: torch.device) -> dict:
         return {
             "kind": "mps",
             "name": device_name(device),
-            "memory_bytes": int(recommended()) if recommended else _host_bytes(),
+            "memory_bytes": int(recommended()) if recommended else host_bytes(),
             "multiprocessors": None,
             "capability": None,
             "bf16": True,  # autocast on MPS has a bfloat16 path (macOS 14+)
@@ -84,14 +84,15 @@ def device_info(device: torch.device) -> dict:
     return {
         "kind": "cpu",
         "name": _cpu_name(),
-        "memory_bytes": _host_bytes(),
+        "memory_bytes": host_bytes(),
         "multiprocessors": os.cpu_count(),
         "capability": None,
         "bf16": True,
     }
 
 
-def _host_bytes() -> int:
+def host_bytes() -> int:
+    """This machine's physical memory, bytes."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
