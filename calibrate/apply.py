@@ -64,6 +64,7 @@ REPORTED = (
     ("compute.optimizer_s", "optimizer step"),
     ("compute.memory_peak_gib", "peak memory"),
     ("compute.interference_gamma", "interference gamma"),
+    ("training.compress_s_per_gb", "comm hook's casts"),
     ("compute.ready_fractions", "bucket-ready profile"),
     ("noise.distribution", "jitter distribution"),
     ("noise.sigma", "jitter sigma"),
@@ -338,6 +339,26 @@ def _apply_compute(sc, calib: Calibration, put) -> None:
     measured_params = param_count(model_shape(c.model))
     opt = c.optimizer_s
     put("compute.optimizer_s", opt.value * params / measured_params, f"AdamW, {opt.samples} steps, x params")
+    _apply_hook_casts(sc, calib, put)
+
+
+def _apply_hook_casts(sc, calib: Calibration, put) -> None:
+    """A compression hook's casts, on the measured device: what they cost per GB of gradient
+    (a memory-bound pass, so per byte carries across models). The simulator puts them on each
+    bucket's comm path (sim/workload.py), so the last bucket's are exposed, as they are in a
+    run; an older calibration without them leaves the scenario's own value, and says so."""
+    hook = sc.training.comm_hook
+    if hook not in ("fp16", "bf16"):
+        return
+    cast = (calib.compute.hook_cast_s_per_gb or {}).get(hook)
+    if cast is None:
+        put(
+            "training.compress_s_per_gb",
+            sc.training.compress_s_per_gb,
+            f"not measured: a probe from before 2026-12-06 did not time the {hook} hook's casts; the scenario's own",
+        )
+        return
+    put("training.compress_s_per_gb", cast.value, f"the {hook} hook's casts, {cast.samples} passes over all gradients")
 
 
 def _apply_memory(sc, calib: Calibration, put) -> None:
@@ -396,6 +417,7 @@ def provenance(resolved: Resolved) -> list[dict]:
         "network": sc.network,
         "compute": sc.compute,
         "noise": sc.noise,
+        "training": sc.training,
     }
     # Which compute model decides the time: given, a fixed MFU, or the roofline.
     given, fixed = sc.compute.step_compute_s is not None, sc.compute.mfu is not None
@@ -407,6 +429,7 @@ def provenance(resolved: Resolved) -> list[dict]:
         "compute.hbm_tb_s": not (fixed or given),
         "compute.memory_peak_gib": sc.compute.memory_peak_gib is not None,
         "network.gloo_hop_latency_us": sc.network.backend == "gloo",
+        "training.compress_s_per_gb": sc.training.comm_hook in ("fp16", "bf16", "powersgd"),
     }
     rows = []
     for key, meaning in REPORTED:

@@ -148,6 +148,7 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=N
     opt = _need(compute_fit.optimizer_s(runs), where, "optimizer", "compute")
     ready = _need(compute_fit.ready_profile(runs), where, "grad_ready", "compute")
     per_rank = compute_fit.normalised_compute(samples)
+    casts = compute_fit.hook_cast_s_per_gb(runs)
 
     shape = model_shape(samples.model)
     top_tokens = fits.step.points[-1][0]
@@ -185,6 +186,17 @@ def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=N
             memory=compute_fit.memory_fit(runs),
             tp_block=compute_fit.tp_block_fit(runs),
             pp_schedules=compute_fit.pp_schedules_fit(runs),
+            hook_cast_s_per_gb=None
+            if casts is None
+            else {
+                hook: Measured(
+                    value=v,
+                    samples=n,
+                    source=f"{hook}_compress_hook's cast, divide and copy back over all gradients, less the"
+                    " plain hook's divide; slowest rank's mean, per GB of gradient",
+                )
+                for hook, (v, n) in casts.items()
+            },
         ),
         # Pooled, not step by step: each rank times its compute alone (its own process group,
         # realrun/probe_compute.py), so the ranks' k-th iterations are not one moment.

@@ -259,6 +259,9 @@ class Compute:
     memory: Memory | None = None
     tp_block: TpBlock | None = None  # probes from before realrun/probe_tp.py have none
     pp_schedules: dict[str, PpSchedule] | None = None  # by schedule; only a probe with --parts ...,pp has them
+    # By comm hook (fp16, bf16): its casts' time per GB of gradient beyond the plain hook's
+    # divide (realrun/probe_compute.py hook_casts); probes before 2026-12-06 have none.
+    hook_cast_s_per_gb: dict[str, Measured] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

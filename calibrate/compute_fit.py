@@ -145,6 +145,24 @@ def optimizer_s(runs: list[Run]) -> tuple[float, int] | None:
     return max(float(np.mean(v)) for v in per_rank.values()), sum(len(v) for v in per_rank.values())
 
 
+def hook_cast_s_per_gb(runs: list[Run]) -> dict[str, tuple[float, int]] | None:
+    """Per compression hook, what its casts add to a step per GB of (uncompressed) gradient: the
+    slowest rank's mean ``extra_s`` over the buffer's bytes (realrun/probe_compute.py
+    hook_casts), and the sample count. The slowest rank, as for the optimizer: the step waits
+    for it. None for probes from before 2026-12-06, which did not time the casts."""
+    per = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        for rank in run.records:
+            for r in run.of("hook_cast", rank):
+                per[r["hook"]][rank].append(r["extra_s"] / (r["grad_bytes"] / 1e9))
+    if not per:
+        return None
+    return {
+        hook: (max(float(np.mean(v)) for v in ranks.values()), sum(len(v) for v in ranks.values()))
+        for hook, ranks in sorted(per.items())
+    }
+
+
 def ready_profile(runs: list[Run]) -> tuple[dict[str, float], int] | None:
     """Per parameter, the mean over ranks and runs of the fraction of backward done when
     its gradient was ready (DDP's step 3, realrun/probe_compute.py)."""

@@ -48,6 +48,9 @@ def problems(calib) -> list[str]:
         out.append(f"compute.achieved_tflop_s: must be > 0, got {c.achieved_tflop_s.value:.3g}")
     if c.optimizer_s.value < 0:
         out.append(f"compute.optimizer_s: a time cannot be negative, got {c.optimizer_s.value:.3g} s")
+    for hook, cast in sorted((c.hook_cast_s_per_gb or {}).items()):
+        if cast.value < 0:  # a cast, a divide and a copy against one divide: never less work
+            out.append(f"compute.hook_cast_s_per_gb.{hook}: a time cannot be negative, got {cast.value:.3g} s/GB")
     for rank, r in sorted(calib.ranks.items()):
         if not r.speed_factor > 0:  # the simulator divides by it; 0 is a rank that takes no time
             out.append(f"ranks.{rank}.speed_factor: must be > 0, got {r.speed_factor:g}")

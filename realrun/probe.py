@@ -212,6 +212,8 @@ def _print_compute(args, means, recipe: Recipe) -> None:
         f"# optimizer: AdamW ({kind}) over {means['params']:,} parameters, with the rest of the step outside"
         f" forward and backward: {means['optimizer_s'] * 1e3:.2f} ms"
     )
+    casts = ", ".join(f"{hook} {s * 1e3:.2f} ms" for hook, s in means["hook_cast_s"].items())
+    print(f"# comm hook casts over all gradients, beyond the plain hook's divide (a step's worth): {casts}")
     print("#", flush=True)
 
 

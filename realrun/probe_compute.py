@@ -151,6 +151,49 @@ def compute(env: DistEnv, a, writer, recipe: Recipe) -> dict:
         out["peak_allocated_bytes"][b] = peak["peak_allocated_bytes"]
     out["params"] = _params(trainer)
     out["optimizer_s"] = statistics.fmean(rest)
+    out["hook_cast_s"] = hook_casts(env, a, writer, trainer)
+    return out
+
+
+HOOK_CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def hook_casts(env: DistEnv, a, writer, trainer) -> dict[str, float]:
+    """The compression hooks' own work, what they cost over the plain hook, on a buffer the size
+    of all the model's gradients: torch's fp16/bf16_compress_hook casts the bucket
+    (``buffer.to(dtype).div_(world)``) and, when the allreduce is back, copies it into the
+    fp32 bucket (``buffer.copy_(value)``); the plain hook (realrun/hooks.py ``_allreduce_mean``)
+    divides in place, which the compute records already hold. So the record's ``extra_s`` is
+    casts - divide, per pass over every gradient. The three take turns, as the micro-batch
+    sizes do above, so a drifting box moves them alike. Until 2026-12-06 nothing measured this
+    and fp16-hook runs were predicted fast by the casts (docs/validation.md, the sixth sitting).
+    Returns {hook: mean extra seconds per pass}."""
+    # DDP's buckets hold the gradients in the parameters' dtype (zero_grad has freed .grad).
+    params = [p for p in trainer.ddp.module.parameters() if p.requires_grad]
+    numel = sum(p.numel() for p in params)
+    buffer = torch.zeros(numel, dtype=params[0].dtype, device=env.device)
+    world = max(env.world_size, 2)  # the divide's value does not change its time
+    samples = {hook: [] for hook in HOOK_CASTS}
+    for turn in range(a.warmup + a.iters):
+        t0 = now(env.device)
+        buffer.div_(world)
+        plain_s = now(env.device) - t0
+        for hook, dtype in HOOK_CASTS.items():
+            t0 = now(env.device)
+            compressed = buffer.to(dtype).div_(world)
+            buffer.copy_(compressed)
+            cast_s = now(env.device) - t0
+            del compressed
+            if turn >= a.warmup:
+                samples[hook].append((cast_s, plain_s))
+    out = {}
+    for hook, rows in samples.items():
+        for i, (cast_s, plain_s) in enumerate(rows):
+            writer.write(
+                {"type": "hook_cast", "hook": hook, "grad_bytes": numel * buffer.element_size(),
+                 "cast_s": cast_s, "plain_s": plain_s, "extra_s": cast_s - plain_s, "iter": i}
+            )  # fmt: skip
+        out[hook] = statistics.fmean(c - p for c, p in rows)
     return out
 
 

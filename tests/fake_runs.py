@@ -9,7 +9,7 @@ import numpy as np
 
 from sim.buckets import MIB
 from sim.collectives import bus_factor
-from sim.transformer import gradient_ready_order, model_shape
+from sim.transformer import gradient_ready_order, model_shape, param_count
 
 SIZES = [2**k for k in range(12, 27)]  # 4 KiB .. 64 MiB
 KINDS = ("collective", "link", "rtt", "compute", "optimizer", "grad_ready", "bucket_ready", "overlap")
@@ -74,13 +74,15 @@ def probe_run(
     precision: str = "fp32",
     memory: tuple[float, float, float] | None = None,
     jitter: str = "lognormal",
+    hook_cast_s_per_gb: dict[str, float] | None = None,
 ) -> Path:
     """A probe run whose records follow known parameters: collective time = alpha +
     size x bus factor / busbw (lognormal 2 % noise); compute = (intercept + per-token x
     tokens) x speed[rank] x lognormal(sigma) (mean 1; ``jitter="normal"``: a normal's |x|).
     ``gpu``: realrun/device.py's facts of the device (a GPU run); ``memory``: (intercept,
-    per-token, DDP's extra) bytes of the peak allocated memory. One rank measures nothing
-    between ranks, as realrun skips it."""
+    per-token, DDP's extra) bytes of the peak allocated memory; ``hook_cast_s_per_gb``: per comm
+    hook, its casts' extra time per GB of the model's fp32 gradients (x the rank's speed; none:
+    a probe from before 2026-12-06). One rank measures nothing between ranks, as realrun skips it."""
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     speed = speed or {}
@@ -127,6 +129,14 @@ def probe_run(
         if "optimizer" not in omit:
             recs += [
                 {"type": "optimizer", "params": 1, "optimizer_s": optimizer_s * factor, "iter": i} for i in range(5)
+            ]
+        grad_bytes = 4 * param_count(shape)
+        for hook, s_per_gb in (hook_cast_s_per_gb or {}).items():
+            extra = s_per_gb * grad_bytes / 1e9 * factor
+            recs += [
+                {"type": "hook_cast", "hook": hook, "grad_bytes": grad_bytes, "cast_s": extra + 0.001}
+                | {"plain_s": 0.001, "extra_s": extra, "iter": i}
+                for i in range(iters)
             ]
         if "grad_ready" not in omit:
             recs += [{"type": "grad_ready", "name": n, "ready_s": f, "ready_fraction": f} for n, f in ready]

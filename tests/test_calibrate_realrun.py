@@ -64,6 +64,18 @@ def test_calibration_of_a_real_probe(loop):
     )  # fmt: skip
     assert [b.bytes for b in k.buckets_default_cap] == [b.size_bytes for b in default]
     assert set(c.ranks) == {0, 1} and min(v.speed_factor for v in c.ranks.values()) == 1.0
+    # The comm hooks' casts, timed over a buffer of every gradient: both hooks, every timed pass
+    # of both ranks; a cast, a divide and a copy cost more than the plain hook's one divide, and
+    # below 10 s/GB (0.1 GB/s: no memory this slow), and the buffer is the model's gradients.
+    assert set(k.hook_cast_s_per_gb) == {"fp16", "bf16"}
+    for cast in k.hook_cast_s_per_gb.values():
+        assert 0 < cast.value < 10 and cast.samples == 2 * int(_probe_arg("--iters"))
+    from sim.transformer import param_count
+
+    rows = [json.loads(x) for x in (d / "probe" / "probe-rank0000.jsonl").read_text().splitlines()]
+    casts = [r for r in rows if r.get("type") == "hook_cast"]
+    assert {r["grad_bytes"] for r in casts} == {4 * param_count(model_shape(MODEL))}
+    assert all(r["extra_s"] == pytest.approx(r["cast_s"] - r["plain_s"]) for r in casts)
 
 
 def test_validation_of_a_real_train_run(loop):

@@ -193,3 +193,41 @@ def test_a_set_key_is_credited_to_set_not_to_the_preset_file(calib_file, ddplab)
     assert p["noise.sigma"]["source"] == "set: --set on the command line"
     assert [k for k, row in p.items() if row["source"].startswith("set:")] == ["noise.sigma"]
     assert "noise.sigma" not in {w["key"] for w in s["calibration"]["withheld"]}
+
+
+def _gpt2_tiny(hook: str) -> dict:
+    data = scenario_data("homelab-1gbe")
+    data["model"] = {"preset": "gpt2-tiny"}
+    data["training"] |= {"comm_hook": hook, "micro_batch_size": 4, "seq_len": 64, "precision": "fp32"}
+    return data
+
+
+def test_a_comm_hooks_casts_are_measured_and_put_on_its_comm_path(tmp_path):
+    # The slowest rank's casts (the step waits for it): rank 1 at 1.5x takes 1.5 x 0.3 s/GB.
+    run = probe_run(tmp_path / "1gbit" / "probe", speed={1: 1.5}, hook_cast_s_per_gb={"fp16": 0.3})
+    calib = calibrate([run], seed=0)
+    cast = calib.compute.hook_cast_s_per_gb["fp16"]
+    assert cast.value == pytest.approx(0.45, rel=1e-12) and cast.samples == 2 * 30
+    assert "bf16" not in calib.compute.hook_cast_s_per_gb
+    applied = apply_calibration(_gpt2_tiny("fp16"), calib, calib_path="c.json", mode="all")
+    assert applied.data["training"]["compress_s_per_gb"] == pytest.approx(0.45)
+    assert "fp16 hook's casts, 60 passes" in applied.measured["training.compress_s_per_gb"]
+    # On the comm path: each bucket's collective is longer by exactly its casts.
+    sc = scenario_from_dict(applied.data)
+    plain = scenario_from_dict(applied.data | {"training": applied.data["training"] | {"compress_s_per_gb": 0.0}})
+    with_casts, without = (build_workload(s, np.random.default_rng(0)) for s in (sc, plain))
+    sizes = np.array([b.size_bytes for b in with_casts.buckets])
+    assert np.allclose(with_casts.collective_s - without.collective_s, 0.45 * sizes / 1e9, rtol=1e-9)
+    # No hook, no casts; a hook the probe did not time keeps the scenario's value and says so.
+    none = apply_calibration(_gpt2_tiny("none"), calib, calib_path="c.json", mode="all")
+    assert "training.compress_s_per_gb" not in none.measured
+    bf16 = apply_calibration(_gpt2_tiny("bf16"), calib, calib_path="c.json", mode="all")
+    assert bf16.data["training"].get("compress_s_per_gb", 0.0) == 0.0
+    assert "not measured" in bf16.measured["training.compress_s_per_gb"]
+
+
+def test_a_negative_cast_time_is_refused(tmp_path):
+    from calibrate.plausible import problems
+
+    calib = calibrate([probe_run(tmp_path / "p", hook_cast_s_per_gb={"bf16": -0.1})], seed=0)
+    assert problems(calib) == ["compute.hook_cast_s_per_gb.bf16: a time cannot be negative, got -0.1 s/GB"]

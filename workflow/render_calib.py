@@ -107,6 +107,9 @@ def calibration_lines(c) -> list[str]:
         f"          optimizer {fmt_seconds(k.optimizer_s.value)};"
         f" {len(k.ready_fractions.value)} gradients in the ready profile"
     )
+    if k.hook_cast_s_per_gb:
+        casts = ", ".join(f"{h} {m.value:.3g} s/GB" for h, m in k.hook_cast_s_per_gb.items())
+        out.append(f"          comm hook casts per GB of gradient, beyond the plain hook's divide: {casts}")
     if k.memory:
         ddp, per = k.memory.ddp_peak_bytes, k.memory.compute_peak_bytes.per_token_bytes
         out.append(
