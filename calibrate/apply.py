@@ -355,7 +355,8 @@ def _apply_hook_casts(sc, calib: Calibration, put) -> None:
         put(
             "training.compress_s_per_gb",
             sc.training.compress_s_per_gb,
-            f"not measured: a probe from before 2026-12-06 did not time the {hook} hook's casts; the scenario's own",
+            f"the {hook} hook's casts not measured (probes before 2026-12-06 and profiler traces do not time"
+            " them apart): the scenario's own",
         )
         return
     put("training.compress_s_per_gb", cast.value, f"the {hook} hook's casts, {cast.samples} passes over all gradients")
