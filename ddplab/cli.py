@@ -29,6 +29,7 @@ from realrun.cli import Parser, probe_parser, train_parser
 from realrun.doctor import add_arguments as doctor_arguments
 from realrun.launch_node import add_arguments as launch_arguments
 from realrun.local import launch_local
+from realrun.signals import unwinding_an_interrupt
 
 
 def version() -> str:
@@ -278,21 +279,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = out, err
 
 
-def _unwinding_an_interrupt(e: BaseException) -> bool:
-    """Whether ``e`` was raised while a Ctrl-C (or SIGTERM, realrun/signals.py) unwound: a
-    SIGTERM landing inside numpy.savez's zip entry leaves its write handle open, and zipfile's
-    close then raises ValueError("Can't close the ZIP file while there is an open writing
-    handle"), which is the interrupt's doing, not an error of the user's input (exit 130, not 2;
-    seen once in tests/test_reliability_procs.py's d17 test under a loaded make test)."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        seen.add(id(e))
-        e = e.__context__
-    return False
-
-
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
@@ -309,7 +295,7 @@ def _main(argv: list[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (ValueError, OSError) as e:
-        if _unwinding_an_interrupt(e):
+        if unwinding_an_interrupt(e):  # e.g. zipfile's open write handle under SIGTERM
             print(f"ddplab {args.command}: interrupted", file=sys.stderr)
             return 130
         if isinstance(e, ValueError):
