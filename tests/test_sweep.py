@@ -293,3 +293,18 @@ def test_d21_the_memory_check_counts_each_worker_process(capsys, monkeypatch):
     code, out, err = in_process(capsys, "sweep", *SMALL, "--seeds", "4", "--workers", "4")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "4 runs" in err and "memory" in err and 4 * WORKER_BYTES > 0.8 * 200e6
+
+
+def test_a_local_workers_heartbeat_failure_is_dropped_and_nothing_else():
+    # What a LocalCluster's worker logs when the scheduler closed under its heartbeat (the
+    # Ctrl-C test's rare extra line) is dropped; the worker's other errors are kept.
+    import logging
+
+    from workflow.sweep_engines import HEARTBEAT_FAILURE, _not_a_heartbeat_failure
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, None, None)
+
+    assert not _not_a_heartbeat_failure(record(HEARTBEAT_FAILURE + "."))
+    assert _not_a_heartbeat_failure(record("Unexpected exception during heartbeat. Closing worker."))
+    assert _not_a_heartbeat_failure(record("Compute Failed"))
