@@ -275,9 +275,11 @@ def table_rows() -> list[Row]:
                    data.T1_RING_ALLGATHER, ring)  # fmt: skip
     rows += _curve("8 x H100, reduce_scatter, ring", "together-h100", "h100-1024", 8, "reduce_scatter",
                    data.T1_RING_REDUCE_SCATTER, ring)  # fmt: skip
-    nvls_fit = "network.nvls_latency_us (this run's 64 MiB-8 GiB); nvls_gb_s (nccl-tests #290's 476 GB/s)"
+    nvls_fit = "network.nvls_fixed_us, nvls_loop_us (h100-1024: this run's 2 MiB-8 GiB)"
+    nvls_fit_large = nvls_fit + "; nvls_latency_us (this run's 64 MiB-8 GiB); nvls_gb_s (nccl-tests #290's 476 GB/s)"
     rows += _curve("8 x H100, allreduce, NVLS on, NCCL's pick", "together-h100", "h100-1024", 8, "allreduce",
-                   data.T1_NVLS_ALLREDUCE, fitted=lambda s: nvls_fit if s >= 64 * MIB else "")  # fmt: skip
+                   data.T1_NVLS_ALLREDUCE,
+                   fitted=lambda s: nvls_fit_large if s >= 64 * MIB else nvls_fit if s >= 2 * MIB else "")  # fmt: skip
     rows += _curve("8 x MI300X, allreduce (blog)", "rocm-blog-mi300x", "mi300x-1024", 8, "allreduce",
                    data.ROCM_BLOG_MI300X, fitted=_mi300x_blog_fit)  # fmt: skip
     rows += _curve("8 x MI300X, allreduce (AAC8)", "aac8-mi300x", "mi300x-1024", 8, "allreduce", data.AAC8_MI300X)

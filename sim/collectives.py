@@ -58,6 +58,9 @@ class Fabric:
     net_hop_us: float = 16.0  # the [network] default (sim/config.py)
     latency_us: tuple[float, float, float] = (35.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
     nvls_latency_us: float = 80.0
+    nvls_channels: int = 16
+    nvls_fixed_us: float = 9.5
+    nvls_loop_us: float = 4.4
     msccl_busbw_gb_s: float = 0.0  # RCCL's all-pairs allreduce on one node (sim/msccl.py); 0 = none
     msccl_latency_us: float = 0.0
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py)
@@ -95,6 +98,9 @@ class Fabric:
             msccl_busbw_gb_s=self.msccl_busbw_gb_s,
             msccl_latency_us=self.msccl_latency_us,
             tiers=self.tiers,
+            nvls_channels=self.nvls_channels,
+            nvls_fixed_us=self.nvls_fixed_us,
+            nvls_loop_us=self.nvls_loop_us,
         )
 
     def shape(self) -> Shape:

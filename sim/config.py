@@ -471,7 +471,13 @@ class NetworkConfig:
     latency_simple_us: float = 45.0
     """The same with Simple, microseconds."""
     nvls_latency_us: float = 80.0
-    """NVLink SHARP's fixed latency on one node, microseconds."""
+    """NVLS-tree: the NVLink SHARP stage's fixed latency inside a node, microseconds."""
+    nvls_channels: int = 16
+    """NVLS on one node: NCCL's NVLS channels (NVLS_NCHANNELS: 16 on Hopper, 32 on Blackwell)."""
+    nvls_fixed_us: float = 9.5
+    """NVLS on one node: the fixed part of a collective besides its loops, microseconds (sim/nccl_time.py)."""
+    nvls_loop_us: float = 4.4
+    """NVLS on one node: the overhead of one loop of NCCL's NVLS kernel besides its bytes, microseconds."""
     msccl_gb_s: float = 0.0
     """RCCL's MSCCL all-pairs allreduce (8 GPUs of one fully connected node, 512 KiB-16 MiB, the
     Simple protocol on 8 channels) bus bandwidth, GB/s; 0 = the library has none (sim/msccl.py)."""
@@ -506,7 +512,9 @@ class NetworkConfig:
         _one_of("network.intra_link", self.intra_link, ("nvlink", "xgmi", "pci"))
         _one_of("network.cpu_vendor", self.cpu_vendor, ("intel", "amd"))
         _require(self.channels >= 1, "network.channels", self.channels, "must be >= 1")
+        _require(self.nvls_channels >= 1, "network.nvls_channels", self.nvls_channels, "must be >= 1")
         latencies = ("latency_ll_us", "latency_ll128_us", "latency_simple_us", "nvls_latency_us", "msccl_latency_us")
+        latencies += ("nvls_fixed_us", "nvls_loop_us")
         for key in ("nvls_gb_s", "msccl_gb_s", "net_hop_us", *latencies):
             _require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key), "must be >= 0")
         for key in ("gpus_per_node", "nics_per_node"):

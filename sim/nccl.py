@@ -40,10 +40,13 @@ class Platform(NamedTuple):
     nvls_busbw_gb_s: float  # 0 = no NVLink SHARP
     net_hop_us: float
     latency_us: tuple[float, float, float]  # one node, (LL, LL128, Simple)
-    nvls_latency_us: float  # one node
+    nvls_latency_us: float  # NVLS-tree's NVLS stage (sim/nccl_time.py)
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py); flat by default
     msccl_busbw_gb_s: float = 0.0  # RCCL's MSCCL all-pairs allreduce on one node (sim/msccl.py); 0 = none
     msccl_latency_us: float = 0.0
+    nvls_channels: int = 16  # NVLS on one node: NCCL's loop (sim/nccl_time.py nvls_one_node)
+    nvls_fixed_us: float = 9.5
+    nvls_loop_us: float = 4.4
 
 
 class Shape(NamedTuple):

@@ -5,14 +5,14 @@ tuner's numbers are weights for that choice, not times: RCCL's correction factor
 ring at 0.1 of its bandwidth below 512 MiB and a 2-node tree at 0.11, its Simple ring pays
 320 us per network step, NCCL's tree correction dips to 0.4. Nothing here reads a tuner
 table: flipping any of their numbers changes which pair runs, never what a pair costs
-(tests/test_collective_timing.py holds that).
+(tests/test_collectives.py holds that).
 
     time = latency + bus factor x bytes / busbw
 
 Latency (microseconds):
 
 - one node: the platform's measured fixed latency per protocol, ``Platform.latency_us``
-  (LL, LL128, Simple), and ``nvls_latency_us`` for NVLink SHARP. They are fitted per
+  (LL, LL128, Simple). They are fitted per
   platform on a published one-node curve and say so in the preset (docs/validation-public.md
   lists the rows each was fitted on). On one node the measured time is flat from 8 B to
   256 KiB (about 35 us on 8 x H100, about 13.5 us on 8 x MI300X): the launch, the first and
@@ -42,7 +42,11 @@ Bus bandwidth (GB/s), from where the bytes go:
 - tree across nodes: the NIC rate on 2 nodes, half of it beyond (measured, forced Tree on
   8 x 400G nodes: about the ring's rate on 2 nodes, 190-196 GB/s against the ring's 388 on
   4-64; tuning.cc models NVLS-tree the same way, bwInter / 2 beyond 2 nodes).
-- NVLS: the switch's reduction rate inside one node. NVLS-tree on 2 nodes: each byte,
+- NVLS on one node: NCCL's loop, not an alpha-beta line (``nvls_one_node``, below).
+- NVLS-tree: the NVLS stage's ``nvls_latency_us`` (the one-node curve's alpha-beta intercept at
+  64 MiB-8 GiB, where NCCL's NVLS chunks are 64-128 KiB as NVLS-tree's are; NVLS-tree's own
+  chunk rule is not modelled) plus its network steps.
+- NVLS-tree's bandwidth: the switch's reduction rate inside the node. On 2 nodes: each byte,
   already reduced in the NVSwitch, crosses the network once each way, so the NIC side carries
   S per node where the bus convention counts 2(n - 1)/n S: up to the NIC rate x 2(n - 1)/n
   (nccl-tests #196: "the tree (or nvlstree) algorithm ... can indeed go beyond the network
@@ -57,6 +61,7 @@ import math
 from sim.topology import FLAT
 
 PROTOCOLS = ("LL", "LL128", "Simple")
+KIB = 1024
 DATA_FRACTION = (0.5, 120.0 / 128.0, 1.0)  # data bytes per byte on the wire, by protocol
 # NVIDIA's measured LL bus-bandwidth ceilings across nodes (tuning.cc llMaxBws), (2 nodes, more).
 LL_NET_CEILING_GB_S = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
@@ -105,8 +110,6 @@ def busbw_gb_s(p, s, algo: str, proto: int, nic: float) -> float:
 
 def latency_us(p, s, op: str, algo: str, proto: int) -> tuple[float, int]:
     """(latency in us, network steps on the critical path) of this pair, without the bytes."""
-    if algo == "nvls":
-        return p.nvls_latency_us, 0
     net_step = NET_HOP_US[algo][proto] + p.net_hop_us
     if algo == "nvlstree":
         net_steps = 2 * _log2_floor(s.nodes)
@@ -130,6 +133,9 @@ def latency_us(p, s, op: str, algo: str, proto: int) -> tuple[float, int]:
 def time_pair(p, s, op: str, size_bytes: float, bus_factor: float, algo: str, proto: int):
     """(latency us, network steps, busbw GB/s, time us) of one pair on this platform, with the
     tiers above the node (sim/topology.py) in the latency and the NIC side."""
+    if algo == "nvls":
+        latency, time_us = nvls_one_node(p, s.ranks, size_bytes)
+        return latency, 0, bus_factor * size_bytes / ((time_us - latency) * 1e3), time_us
     latency, net_steps = latency_us(p, s, op, algo, proto)
     nic = p.inter_busbw_gb_s
     if p.tiers != FLAT:
@@ -137,3 +143,48 @@ def time_pair(p, s, op: str, size_bytes: float, bus_factor: float, algo: str, pr
         nic *= p.tiers.bandwidth_factor(s.nodes, p.inter_busbw_gb_s)
     bw = busbw_gb_s(p, s, algo, proto, nic)
     return latency, net_steps, bw, latency + bus_factor * size_bytes / (bw * 1e3)
+
+
+def nvls_chunk_bytes(size_bytes: float, concurrent_ops: int) -> int:
+    """NCCL's NVLS allreduce chunk for a message (src/enqueue.cc, 2.19-2.26): 128 KiB
+    (NCCL_NVLS_CHUNKSIZE), cut to 64 KiB below 64 loops of the channels' and heads' concurrent
+    chunks, to 32 KiB below 8, to 16 KiB below 2: small messages run in small chunks."""
+    chunk = 128 * KIB
+    for loops, smaller in ((64, 64 * KIB), (8, 32 * KIB), (2, 16 * KIB)):
+        if size_bytes < loops * concurrent_ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def nvls_one_node(p, ranks: int, size_bytes: float) -> tuple[float, float]:
+    """(fill us, time us) of an NVLS allreduce on one NVSwitch node, NCCL's kernel as it runs.
+
+    Each of the ``nvls_channels`` channels takes 1/channels of the message and loops over it,
+    one chunk per head (one head per GPU) a loop, through three stages that overlap across
+    loops: copy into the multicast buffer, reduce and broadcast in the switch, copy out
+    (src/device/all_reduce.h, RunWorkColl NVLS, single node; a last loop's chunk is its
+    remainder over the heads, rounded up to 16 KiB). So
+
+        time = nvls_fixed_us + (loops + 2) x loop(chunk),  loop(c) = nvls_loop_us + c x r
+
+    (the pipeline fills in two loops, then finishes one a loop). r makes a loop of 128 KiB
+    chunks move its bytes at ``nvls_busbw_gb_s`` with its overhead in: the rate the long
+    messages reach, which is where NCCL runs that chunk. The chunk shrinks with the message
+    (``nvls_chunk_bytes``), so a small allreduce fills fast and runs at a lower rate: at 2 MiB
+    one loop of 16 KiB chunks, about 44 us on 8 x H100, where an alpha-beta line through the
+    long messages says 88. nvls_fixed_us and nvls_loop_us are fitted per platform
+    (docs/validation-public.md says on which rows)."""
+    ops = p.nvls_channels * ranks
+    bus_factor = 2.0 * (ranks - 1) / ranks  # allreduce: NVLS runs nothing else here
+    loop_128k_us = bus_factor * ops * 128 * KIB / (p.nvls_busbw_gb_s * 1e3)
+    us_per_byte = max(0.0, loop_128k_us - p.nvls_loop_us) / (128 * KIB)
+    chunk = nvls_chunk_bytes(size_bytes, ops)
+    fill = p.nvls_fixed_us + 2 * (p.nvls_loop_us + chunk * us_per_byte)
+    per_channel = size_bytes / p.nvls_channels
+    full = int(per_channel // (ranks * chunk))
+    rest = per_channel - full * ranks * chunk
+    loops_us = full * (p.nvls_loop_us + chunk * us_per_byte)
+    if rest > 0:
+        last = math.ceil(rest / ranks / (16 * KIB)) * 16 * KIB
+        loops_us += p.nvls_loop_us + last * us_per_byte
+    return fill, fill + loops_us

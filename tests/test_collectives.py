@@ -108,6 +108,46 @@ def test_nvls_tree_on_two_nodes_goes_past_the_nic_bound():
     assert four.busbw_gb_s == pytest.approx(nic)
 
 
+def test_nvls_chunk_follows_nccls_rule():
+    """src/enqueue.cc (NVLS): 128 KiB, 64 KiB below 64 loops of channels x heads chunks, 32 KiB
+    below 8 loops, 16 KiB below 2. On 8 x H100 (16 channels x 8 heads = 128 chunks a loop) the
+    steps fall at 8 MiB, 64 MiB and 1 GiB."""
+    from sim.nccl_time import nvls_chunk_bytes
+
+    kib, mib = 1024, 2**20
+    cases = [(2 * mib, 16), (8 * mib - 1, 16), (8 * mib, 32), (64 * mib - 1, 32), (64 * mib, 64), (2**30, 128)]
+    assert [nvls_chunk_bytes(size, 128) // kib for size, _ in cases] == [c for _, c in cases]
+
+
+def test_nvls_on_one_node_runs_nccls_loop():
+    """One NVLS allreduce on 8 x H100, by hand: 2 MiB is one loop of 16 KiB chunks per channel
+    (2 MiB / 16 channels / 8 heads), three loop-times with the pipeline's fill; 32 MiB is eight
+    loops of 32 KiB. A loop of 128 KiB chunks moves its bytes at nvls_gb_s with its overhead in."""
+    o = by_name("allreduce", 2 * 2**20, h100(8, "nvls"))["nvls/Simple"]
+    loop_128k = 1.75 * 128 * 128 * 1024 / 476e3  # us: 16 channels x 8 heads x 128 KiB at 476 GB/s
+    per_byte = (loop_128k - 4.4) / (128 * 1024)
+
+    def loop(chunk):
+        return 4.4 + chunk * per_byte
+
+    assert o.time_us == pytest.approx(9.5 + 3 * loop(16 * 1024), rel=1e-12)
+    assert o.latency_us == pytest.approx(9.5 + 2 * loop(16 * 1024), rel=1e-12)
+    big = by_name("allreduce", 32 * 2**20, h100(8, "nvls"))["nvls/Simple"]
+    assert big.time_us == pytest.approx(9.5 + (8 + 2) * loop(32 * 1024), rel=1e-12)
+    # The long messages reach nvls_gb_s; an alpha-beta line through them (80 us) would put 2 MiB at 88 us.
+    huge = by_name("allreduce", 16 * 2**30, h100(8, "nvls"))["nvls/Simple"]
+    assert 1.75 * 16 * 2**30 / (huge.time_us * 1e3) == pytest.approx(476.0, rel=0.01)
+    assert o.time_us < 45.0
+
+
+def test_nvls_pick_on_one_h100_node_is_nccls():
+    """nccl-tests #309 (one node of 8 H100 with 8 NICs, NCCL_DEBUG tuning lines, 2025-05-23): "8B~1MB:
+    uses Algo RING proto LL; 2MB~16GB uses Algo NVLS proto SIMPLE". The replay, every power of two."""
+    picks = {2**k: collective_cost("allreduce", 2**k, h100(8)).algorithm for k in range(3, 35)}
+    assert {size for size, pick in picks.items() if pick == "ring/LL"} == {2**k for k in range(3, 21)}
+    assert {size for size, pick in picks.items() if pick == "nvls/Simple"} == {2**k for k in range(21, 35)}
+
+
 @pytest.mark.parametrize(
     "nodes,vendor,ceiling", [(2, "intel", 39.0), (16, "intel", 20.4), (2, "amd", 22.5), (16, "amd", 19.0)]
 )

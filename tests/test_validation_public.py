@@ -71,11 +71,12 @@ def test_headline_counts_held_out_rows_apart(results):
     assert h["held_out"]["within"] == sum(r.ok for r in held)
     assert sum(b["rows"] for b in h["held_out_by_source"].values()) == len(held)
     assert sum(b["within"] for b in h["held_out_by_source"].values()) == h["held_out"]["within"]
-    # The state measured when the model or table last changed (docs/validation-public.md): 226 of
-    # 286 held-out rows within their tier, median 6.1 % (6.093). A change that loses held-out rows
-    # fails here.
-    assert h["held_out"]["within"] >= 226
-    assert h["held_out"]["median_abs_error"] <= 0.061
+    # The state measured when the model or table last changed (docs/validation-public.md): 225 of
+    # 281 held-out rows within their tier, median 6.0 % (5.996); before the NVLS loop was fitted on
+    # the one-node NVLS run's 2 MiB-8 GiB, 226 of 286 (its 2-32 MiB rows went in-sample). A change
+    # that loses held-out rows fails here.
+    assert h["held_out"]["within"] >= 225
+    assert h["held_out"]["median_abs_error"] <= 0.060
 
 
 def test_one_h100_node_ring_curve(results):
