@@ -56,9 +56,10 @@ class Fabric:
     cpu_vendor: str = "intel"
     nvls_busbw_gb_s: float = 0.0
     net_hop_us: float = 16.0  # the [network] default (sim/config.py)
-    latency_us: tuple[float, float, float] = (35.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
+    latency_us: tuple[float, float, float] = (17.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
     nvls_latency_us: float = 80.0
     nvls_channels: int = 16
+    process_ll_us: float = 0.0  # LL's extra latency when one process drives the node's GPUs (sim/nccl_time.py)
     nvls_fixed_us: float = 9.5
     nvls_loop_us: float = 4.4
     msccl_busbw_gb_s: float = 0.0  # RCCL's all-pairs allreduce on one node (sim/msccl.py); 0 = none
@@ -99,6 +100,7 @@ class Fabric:
             msccl_latency_us=self.msccl_latency_us,
             tiers=self.tiers,
             nvls_channels=self.nvls_channels,
+            process_ll_us=self.process_ll_us,
             nvls_fixed_us=self.nvls_fixed_us,
             nvls_loop_us=self.nvls_loop_us,
         )

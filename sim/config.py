@@ -463,15 +463,21 @@ class NetworkConfig:
     net_hop_us: float = 16.0
     """What each step across nodes adds to NVIDIA's measured NET latency (NIC, switches, the
     proxy thread), microseconds (sim/nccl_time.py)."""
-    latency_ll_us: float = 35.0
+    latency_ll_us: float = 17.0
     """NCCL/RCCL: a collective's fixed latency on one node with the LL protocol (launch, first
-    and last step, completion), microseconds; fitted per platform on a one-node curve."""
+    and last step, completion), microseconds, with a process per GPU; fitted per platform on a
+    one-node curve."""
     latency_ll128_us: float = 31.5
     """The same with LL128, microseconds."""
     latency_simple_us: float = 45.0
     """The same with Simple, microseconds."""
     nvls_latency_us: float = 80.0
     """NVLS-tree: the NVLink SHARP stage's fixed latency inside a node, microseconds."""
+    gpus_per_process: int = 1
+    """GPUs one process drives (nccl-tests -g); 1 for DDP and FSDP under torchrun, a process per GPU."""
+    ll_us_per_process_gpu: float = 2.6
+    """An LL collective from one process driving several GPUs: what each GPU past the first adds to
+    its latency, microseconds (sim/nccl_time.py)."""
     nvls_channels: int = 16
     """NVLS on one node: NCCL's NVLS channels (NVLS_NCHANNELS: 16 on Hopper, 32 on Blackwell)."""
     nvls_fixed_us: float = 9.5
@@ -513,8 +519,9 @@ class NetworkConfig:
         _one_of("network.cpu_vendor", self.cpu_vendor, ("intel", "amd"))
         _require(self.channels >= 1, "network.channels", self.channels, "must be >= 1")
         _require(self.nvls_channels >= 1, "network.nvls_channels", self.nvls_channels, "must be >= 1")
+        _require(self.gpus_per_process >= 1, "network.gpus_per_process", self.gpus_per_process, "must be >= 1")
         latencies = ("latency_ll_us", "latency_ll128_us", "latency_simple_us", "nvls_latency_us", "msccl_latency_us")
-        latencies += ("nvls_fixed_us", "nvls_loop_us")
+        latencies += ("nvls_fixed_us", "nvls_loop_us", "ll_us_per_process_gpu")
         for key in ("nvls_gb_s", "msccl_gb_s", "net_hop_us", *latencies):
             _require(getattr(self, key) >= 0, f"network.{key}", getattr(self, key), "must be >= 0")
         for key in ("gpus_per_node", "nics_per_node"):

@@ -44,6 +44,7 @@ class Platform(NamedTuple):
     tiers: Tiers = FLAT  # racks and pods above the node (sim/topology.py); flat by default
     msccl_busbw_gb_s: float = 0.0  # RCCL's MSCCL all-pairs allreduce on one node (sim/msccl.py); 0 = none
     msccl_latency_us: float = 0.0
+    process_ll_us: float = 0.0  # LL's extra latency from one process driving several GPUs (nccl-tests -g)
     nvls_channels: int = 16  # NVLS on one node: NCCL's loop (sim/nccl_time.py nvls_one_node)
     nvls_fixed_us: float = 9.5
     nvls_loop_us: float = 4.4
@@ -148,8 +149,9 @@ def options(op: str, size_bytes: float, p: Platform, s: Shape, bus_factor: float
         # Its all-pairs LL allreduce (1 KiB-512 KiB) goes before the tuner too: the one-node LL
         # latency fitted on this path (1-128 KiB), at LL's half of the node's ring rate.
         busbw = p.intra_busbw_gb_s * DATA_FRACTION[0]
-        time_us = p.latency_us[0] + bus_factor * size_bytes / (busbw * 1e3)
-        return [Option(MSCCL_LL_ALGORITHM, time_us, p.latency_us[0], 0, busbw, time_us)]
+        latency = p.latency_us[0] + p.process_ll_us
+        time_us = latency + bus_factor * size_bytes / (busbw * 1e3)
+        return [Option(MSCCL_LL_ALGORITHM, time_us, latency, 0, busbw, time_us)]
     t = TABLES[p.tuner]
     rccl = t.bw_ratio is not None
     log_size = _log2i(size_bytes / 64.0) if size_bytes >= 64 else -1

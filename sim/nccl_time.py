@@ -12,12 +12,20 @@ table: flipping any of their numbers changes which pair runs, never what a pair 
 Latency (microseconds):
 
 - one node: the platform's measured fixed latency per protocol, ``Platform.latency_us``
-  (LL, LL128, Simple). They are fitted per
+  (LL, LL128, Simple), with a process per GPU as torchrun runs DDP. They are fitted per
   platform on a published one-node curve and say so in the preset (docs/validation-public.md
   lists the rows each was fitted on). On one node the measured time is flat from 8 B to
-  256 KiB (about 35 us on 8 x H100, about 13.5 us on 8 x MI300X): the launch, the first and
+  256 KiB (about 17 us on 8 x H100, about 13.5 us on 8 x MI300X): the launch, the first and
   last step and the completion, not the 2(n - 1) per-hop latencies of tuning.cc, which put
   8 GPUs at 15 us for LL and 56 us for Simple.
+- one process driving G GPUs (nccl-tests -g G; never torchrun's DDP): an LL collective takes
+  (G - 1) x ``ll_us_per_process_gpu`` longer, ``Platform.process_ll_us``. NVIDIA on nccl-tests
+  #333: higher latency "due to using multiple GPUs per node (-g 8) instead of one GPU per
+  process ... due to the CUDA latency overheads of single process jobs". Measured on 8 x H100:
+  the ring's LL sizes (8 B-1 MiB) take 35-46 us in a -g 8 run (together-nccl-tests) and
+  13-27 us with a process per GPU (DGXC); NVLS at 2 MiB-8 GiB differs by 1-2 us between the
+  same two runs, so the term is LL's alone (LL128 and Simple have no -g 1 H100 curve: their
+  latencies, fitted on the -g 8 run, stand for both).
 - a ring LL on a platform that runs RCCL's MSCCL all-pairs algorithms (MI300X): its fitted
   13.5 us LL latency is the all-pairs LL path's (two steps, 1 KiB-512 KiB, which sim/nccl.py
   takes before this module), while a ring is 2(n - 1) LL steps (below 1 KiB, where no all-pairs
@@ -137,6 +145,8 @@ def time_pair(p, s, op: str, size_bytes: float, bus_factor: float, algo: str, pr
         latency, time_us = nvls_one_node(p, s.ranks, size_bytes)
         return latency, 0, bus_factor * size_bytes / ((time_us - latency) * 1e3), time_us
     latency, net_steps = latency_us(p, s, op, algo, proto)
+    if proto == 0:
+        latency += p.process_ll_us
     nic = p.inter_busbw_gb_s
     if p.tiers != FLAT:
         latency += p.tiers.extra_us(algo, op, s.nodes)

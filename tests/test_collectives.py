@@ -77,14 +77,14 @@ def test_inter_node_ring_steps_pay_the_network():
     inter, steps, own = 2 * 7, 2 * 63, 2 * 7
     assert o.busbw_gb_s == pytest.approx(20.4)
     assert o.tuner_us == pytest.approx(6.6 + (steps - inter) * 1.0 + inter * 2.7 + 2 * 63 / 64 * 8 / 20.4e3)
-    assert o.latency_us == pytest.approx(35.0 + (steps - inter - own) * 1.0 + inter * (2.7 + NET_HOP))
+    assert o.latency_us == pytest.approx(17.0 + (steps - inter - own) * 1.0 + inter * (2.7 + NET_HOP))
 
 
 def test_tree_latency_grows_with_log_nodes():
     o = by_name("allreduce", 8, h100(1024, "tree"))["tree/LL"]
     tuner = 6.8 + 2 * (7 * 0.6 + math.log2(128) * 5.0)
     assert o.tuner_us - 2 * 1023 / 1024 * 8 / (o.busbw_gb_s * 1e3) == pytest.approx(tuner, rel=1e-9)
-    assert o.latency_us == pytest.approx(35.0 + 2 * 7 * (5.0 + NET_HOP), rel=1e-9)
+    assert o.latency_us == pytest.approx(17.0 + 2 * 7 * (5.0 + NET_HOP), rel=1e-9)
 
 
 def test_a_multi_node_ring_is_not_held_to_the_one_node_rate():
@@ -138,6 +138,25 @@ def test_nvls_on_one_node_runs_nccls_loop():
     huge = by_name("allreduce", 16 * 2**30, h100(8, "nvls"))["nvls/Simple"]
     assert 1.75 * 16 * 2**30 / (huge.time_us * 1e3) == pytest.approx(476.0, rel=0.01)
     assert o.time_us < 45.0
+
+
+def test_one_process_driving_the_gpus_slows_ll_alone():
+    """nccl-tests -g 8 (one process, eight GPUs) against a process per GPU, as torchrun runs DDP: an
+    LL collective pays 7 x ll_us_per_process_gpu more; LL128, Simple and NVLS nothing."""
+    one = by_name("allreduce", 1024, h100(8, "ring"))
+    eight = by_name("allreduce", 1024, h100(8, "ring", "network.gpus_per_process=8"))
+    assert one["ring/LL"].latency_us == pytest.approx(17.0)
+    assert eight["ring/LL"].latency_us - one["ring/LL"].latency_us == pytest.approx(7 * 2.6)
+    for pair in ("ring/LL128", "ring/Simple"):
+        assert eight[pair].time_us == pytest.approx(one[pair].time_us, rel=1e-12)
+    nvls = [
+        by_name("allreduce", 2**22, h100(8, "nvls", *g))["nvls/Simple"].time_us
+        for g in ((), ("network.gpus_per_process=8",))
+    ]
+    assert nvls[0] == pytest.approx(nvls[1], rel=1e-12)
+    # A job's process drives at most the GPUs of its node, and never more than it has ranks.
+    two = by_name("allreduce", 1024, h100(2, "ring", "network.gpus_per_process=8"))["ring/LL"]
+    assert two.latency_us == pytest.approx(17.0 + 2.6)
 
 
 def test_nvls_pick_on_one_h100_node_is_nccls():
@@ -238,7 +257,7 @@ def test_rccl_allpairs_ll_runs_first_and_a_ring_ll_takes_rccls_ring_latency():
     assert not runs_msccl_ll("allreduce", 4096, net.msccl_gb_s, 16, 2)  # ngpus="8": one node
     forced = collective_cost("allreduce", 4096, mi300x(8, "ring"))
     assert (forced.algorithm, forced.chosen.latency_us) == ("ring/LL", pytest.approx(ring_ll_us))
-    assert collective_cost("allreduce", 8, h100(8)).chosen.latency_us == pytest.approx(35.0)
+    assert collective_cost("allreduce", 8, h100(8)).chosen.latency_us == pytest.approx(17.0)
 
 
 def _flipped(table, field):

@@ -135,7 +135,8 @@ def test_plan_prints_the_record_simulate_prints_for_its_best():
 def test_collective_shows_the_published_run_of_the_same_command(ddplab):
     from calibrate import public_data as data
 
-    args = ("collective", "h100-1024", "--ranks", "8", "--op", "allgather", "--set", "network.algorithm=ring")
+    args = ("collective", "h100-1024", "--ranks", "8", "--op", "allgather", "--set", "network.algorithm=ring",
+            "--set", "network.gpus_per_process=8")  # fmt: skip
     code, out, err = ddplab(*args, "--sizes", "128:8G", "--json")
     assert code == 0, err
     rows = json.loads(out)
