@@ -520,6 +520,17 @@ class NetworkConfig:
         _require(self.channels >= 1, "network.channels", self.channels, "must be >= 1")
         _require(self.nvls_channels >= 1, "network.nvls_channels", self.nvls_channels, "must be >= 1")
         _require(self.gpus_per_process >= 1, "network.gpus_per_process", self.gpus_per_process, "must be >= 1")
+        if self.nvls_gb_s > 0 and self.gpus_per_node > 1:
+            # A full node's loop of 128 KiB chunks moves its bytes at nvls_gb_s with its overhead in
+            # (sim/nccl_time.py nvls_one_node): the overhead must leave the bytes some time.
+            g = self.gpus_per_node
+            loop_us = 2 * (g - 1) / g * self.nvls_channels * g * 128 * 1024 / (self.nvls_gb_s * 1e3)
+            _require(
+                self.nvls_loop_us < loop_us,
+                "network.nvls_loop_us",
+                self.nvls_loop_us,
+                f"must be below one loop of 128 KiB chunks at nvls_gb_s ({loop_us:.1f} us)",
+            )
         latencies = ("latency_ll_us", "latency_ll128_us", "latency_simple_us", "nvls_latency_us", "msccl_latency_us")
         latencies += ("nvls_fixed_us", "nvls_loop_us", "ll_us_per_process_gpu")
         for key in ("nvls_gb_s", "msccl_gb_s", "net_hop_us", *latencies):

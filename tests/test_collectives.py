@@ -159,6 +159,14 @@ def test_one_process_driving_the_gpus_slows_ll_alone():
     assert two.latency_us == pytest.approx(17.0 + 2.6)
 
 
+def test_an_nvls_loop_overhead_past_the_loop_itself_is_refused():
+    """A full node's loop of 128 KiB chunks at 476 GB/s takes 1.75 x 16 x 8 x 128 KiB / 476 GB/s
+    = 61.7 us; an overhead of that or more would leave its bytes no time."""
+    with pytest.raises(ValueError, match=r"network\.nvls_loop_us: must be below .*\(61\.7 us\), got 70"):
+        load_scenario("h100-1024", ["network.nvls_loop_us=70"])
+    assert load_scenario("h100-1024", ["network.nvls_loop_us=61"]).network.nvls_loop_us == 61
+
+
 def test_nvls_pick_on_one_h100_node_is_nccls():
     """nccl-tests #309 (one node of 8 H100 with 8 NICs, NCCL_DEBUG tuning lines, 2025-05-23): "8B~1MB:
     uses Algo RING proto LL; 2MB~16GB uses Algo NVLS proto SIMPLE". The replay, every power of two."""
