@@ -101,9 +101,11 @@ def collective_lines(op: str, found) -> list[str]:
             w = r["why"]
             others = " < ".join(f"{n['algorithm']} {n['library_estimate_us']:.1f}" for n in w["next"])
             net = f", {w['network_steps']} network steps" if w["network_steps"] else ""
+            # NVLS on one node runs NCCL's loop (sim/nccl_time.py): its fixed part is the pipeline's fill.
+            fixed = "fill (NCCL's NVLS loop)" if r["algorithm"].startswith("nvls/") else "latency"
             out.append(
                 f"#   {r['size_bytes']:>12}: {r['algorithm']} {w['library_estimate_us']:.1f}"
-                f"{' < ' + others if others else ''}; {r['time_us']:.1f} = {w['latency_us']:.1f} latency{net}"
+                f"{' < ' + others if others else ''}; {r['time_us']:.1f} = {w['latency_us']:.1f} {fixed}{net}"
                 f" + {w['bytes_us']:.1f} bytes"
             )
     return out
