@@ -59,7 +59,8 @@ class Fabric:
     latency_us: tuple[float, float, float] = (17.0, 31.5, 45.0)  # one node, (LL, LL128, Simple)
     nvls_latency_us: float = 80.0
     nvls_channels: int = 16
-    process_ll_us: float = 0.0  # LL's extra latency when one process drives the node's GPUs (sim/nccl_time.py)
+    gpus_per_process: int = 1  # nccl-tests -g; torchrun: 1
+    ll_us_per_process_gpu: float = 0.0  # what each GPU past the first one process drives adds to LL (sim/nccl_time.py)
     nvls_fixed_us: float = 9.5
     nvls_loop_us: float = 4.4
     msccl_busbw_gb_s: float = 0.0  # RCCL's all-pairs allreduce on one node (sim/msccl.py); 0 = none
@@ -100,7 +101,8 @@ class Fabric:
             msccl_latency_us=self.msccl_latency_us,
             tiers=self.tiers,
             nvls_channels=self.nvls_channels,
-            process_ll_us=self.process_ll_us,
+            # A process drives at most the GPUs of its node, and never more than the job's ranks.
+            process_ll_us=(min(self.gpus_per_process, self.ranks_per_node) - 1) * self.ll_us_per_process_gpu,
             nvls_fixed_us=self.nvls_fixed_us,
             nvls_loop_us=self.nvls_loop_us,
         )

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from sim.model_source import SHAPE_KEYS, resolve_model
+from sim.nccl_time import nvls_loop_128k_us
 from sim.precision import PRECISIONS, Precision, precision_dtypes, sharded
 from sim.topology import PLACEMENTS
 from sim.transformer import GPT2Shape, ulysses_refusal
@@ -523,8 +524,7 @@ class NetworkConfig:
         if self.nvls_gb_s > 0 and self.gpus_per_node > 1:
             # A full node's loop of 128 KiB chunks moves its bytes at nvls_gb_s with its overhead in
             # (sim/nccl_time.py nvls_one_node): the overhead must leave the bytes some time.
-            g = self.gpus_per_node
-            loop_us = 2 * (g - 1) / g * self.nvls_channels * g * 128 * 1024 / (self.nvls_gb_s * 1e3)
+            loop_us = nvls_loop_128k_us(self.nvls_gb_s, self.nvls_channels, self.gpus_per_node)
             _require(
                 self.nvls_loop_us < loop_us,
                 "network.nvls_loop_us",

@@ -166,6 +166,13 @@ def nvls_chunk_bytes(size_bytes: float, concurrent_ops: int) -> int:
     return chunk
 
 
+def nvls_loop_128k_us(nvls_busbw_gb_s: float, channels: int, ranks: int) -> float:
+    """One loop of 128 KiB chunks (every channel, one chunk per GPU) at the NVLS bus bandwidth the
+    long messages reach, overhead in (``nvls_one_node``), microseconds."""
+    bus_factor = 2.0 * (ranks - 1) / ranks  # allreduce: NVLS runs nothing else here
+    return bus_factor * channels * ranks * 128 * KIB / (nvls_busbw_gb_s * 1e3)
+
+
 def nvls_one_node(p, ranks: int, size_bytes: float) -> tuple[float, float]:
     """(fill us, time us) of an NVLS allreduce on one NVSwitch node, NCCL's kernel as it runs.
 
@@ -185,8 +192,7 @@ def nvls_one_node(p, ranks: int, size_bytes: float) -> tuple[float, float]:
     long messages says 88. nvls_fixed_us and nvls_loop_us are fitted per platform
     (docs/validation-public.md says on which rows)."""
     ops = p.nvls_channels * ranks
-    bus_factor = 2.0 * (ranks - 1) / ranks  # allreduce: NVLS runs nothing else here
-    loop_128k_us = bus_factor * ops * 128 * KIB / (p.nvls_busbw_gb_s * 1e3)
+    loop_128k_us = nvls_loop_128k_us(p.nvls_busbw_gb_s, p.nvls_channels, ranks)
     us_per_byte = max(0.0, loop_128k_us - p.nvls_loop_us) / (128 * KIB)
     chunk = nvls_chunk_bytes(size_bytes, ops)
     fill = p.nvls_fixed_us + 2 * (p.nvls_loop_us + chunk * us_per_byte)

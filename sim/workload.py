@@ -69,8 +69,8 @@ def fabric_for(sc: Scenario, ranks: int | None = None) -> Fabric:
         latency_us=(net.latency_ll_us, net.latency_ll128_us, net.latency_simple_us),
         nvls_latency_us=net.nvls_latency_us,
         nvls_channels=net.nvls_channels,
-        # nccl-tests -g G: one process drives G GPUs, and LL pays for it (sim/nccl_time.py).
-        process_ll_us=(min(net.gpus_per_process, net.gpus_per_node, ranks or sc.ranks) - 1) * net.ll_us_per_process_gpu,
+        gpus_per_process=net.gpus_per_process,
+        ll_us_per_process_gpu=net.ll_us_per_process_gpu,
         nvls_fixed_us=net.nvls_fixed_us,
         nvls_loop_us=net.nvls_loop_us,
         msccl_busbw_gb_s=net.msccl_gb_s,
