@@ -383,6 +383,8 @@ def _apply_measured_network(label: str, net: Network, put) -> None:
     j = net.allreduce_jitter
     if j is not None:
         put("network.jitter_samples", list(j.multipliers), f"{label}: {len(j.multipliers)} {j.source}")
+        if j.sizes_bytes is not None:  # each collective draws from its nearest measured size
+            put("network.jitter_samples_bytes", list(j.sizes_bytes), f"{label}: the size each was timed at")
         put("network.jitter_sigma", 0.0, f"{label}: the measured jitter_samples instead")
 
 
@@ -444,6 +446,9 @@ def provenance(resolved: Resolved) -> list[dict]:
             if not value:
                 continue
             value = f"{len(value)} multipliers, sd {float(np.std(value)):.4f}"
+            sizes = data["network"].jitter_samples_bytes
+            if sizes:
+                value += f", each collective's from its nearest of {len(set(sizes))} timed sizes"
         if key == "noise.samples_by_rank":
             if not value:
                 continue

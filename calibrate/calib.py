@@ -114,8 +114,8 @@ def _network(run: Run, rng: np.random.Generator) -> Network:
 def _comm_jitter(times: dict[int, list[float]]) -> CommJitter | None:
     """Every timed allreduce from JITTER_FROM_BYTES up over its size's median; None when the
     sweep stopped below that size or timed fewer than 8 such calls."""
-    big = [np.asarray(t, float) / np.median(t) for size, t in sorted(times.items()) if size >= JITTER_FROM_BYTES]
-    x = np.concatenate(big) if big else np.array([])
+    big = {size: np.asarray(t, float) / np.median(t) for size, t in sorted(times.items()) if size >= JITTER_FROM_BYTES}
+    x = np.concatenate(list(big.values())) if big else np.array([])
     if len(x) < 8:
         return None
     return CommJitter(
@@ -123,6 +123,7 @@ def _comm_jitter(times: dict[int, list[float]]) -> CommJitter | None:
         from_bytes=JITTER_FROM_BYTES,
         sd=float(np.std(x)),
         source=f"allreduce time / its size's median, {len(big)} sizes from {JITTER_FROM_BYTES >> 20} MiB up",
+        sizes_bytes=[int(size) for size, m in big.items() for _ in m],
     )
 
 

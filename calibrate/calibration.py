@@ -120,6 +120,9 @@ class CommJitter:
     from_bytes: int
     sd: float
     source: str
+    # The size each multiplier was timed at, in order, which the simulator draws a collective's
+    # from (sim/noise.py SizePools); files written before 2026-12-06 (evening) have none: one pool.
+    sizes_bytes: list[int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

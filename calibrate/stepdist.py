@@ -1,13 +1,18 @@
 """Measured against predicted step times, as distributions (calibrate/validate.py's DDP runs and
 calibrate/validate3d.py's tensor- and pipeline-parallel ones): the same percentiles on both
-sides, the signed errors, the two-sample Kolmogorov-Smirnov test, and the measured steps'
-lag-1 autocorrelation."""
+sides, the signed errors, the two-sample Kolmogorov-Smirnov test (as it is, and with the run's
+level taken out), and the measured steps' lag-1 autocorrelation."""
+
+import zlib
 
 import numpy as np
 from scipy.stats import ks_2samp
 
 KS_ALPHA = 0.05  # a run's step times pass the two-sample KS test at ks_p >= 5 %
 PERCENTILES = (50, 95, 99)
+# Resamples of the model's own steps behind the shape test's p-value (ks_shape_p): its smallest
+# is 1 / 1001, and its error at p = 0.05 about 0.007 (binomial).
+SHAPE_DRAWS = 1000
 
 
 def percentiles(step_s: np.ndarray) -> dict[str, float]:
@@ -23,10 +28,46 @@ def lag1_autocorrelation(x: np.ndarray) -> float:
     return float(np.sum(d[:-1] * d[1:]) / den) if den > 0 else 0.0
 
 
-def compare(measured: np.ndarray, predicted: np.ndarray) -> dict:
+def ks_distance(a_sorted: np.ndarray, b_sorted: np.ndarray) -> float:
+    """The two-sample Kolmogorov-Smirnov distance of two sorted samples: the largest gap between
+    their empirical CDFs, which are step functions, so their right limits at every sample point
+    find it (as scipy.stats.ks_2samp's statistic)."""
+    x = np.concatenate([a_sorted, b_sorted])
+    fa = np.searchsorted(a_sorted, x, side="right") / len(a_sorted)
+    fb = np.searchsorted(b_sorted, x, side="right") / len(b_sorted)
+    return float(np.max(np.abs(fa - fb)))
+
+
+def shape_test(measured: np.ndarray, predicted: np.ndarray, rng: np.random.Generator) -> tuple[float, float]:
+    """(distance, p-value) of the KS test with the run's level taken out: the measured steps
+    scaled so their median is the prediction's, against the predicted steps. A box whose
+    speed moves a few percent between runs moves a narrow distribution's level by more than
+    the plain test allows; this asks whether the spread and the tails are the model's. The
+    plain p-value does not hold once a scale has been fitted to the sample (the fit pulls the
+    sample towards the model), so the p-value is a parametric bootstrap: the share of
+    SHAPE_DRAWS samples of the measured size, drawn from the predicted steps and scaled the
+    same way, whose distance is at least the measured one."""
+    ref = np.sort(np.asarray(predicted, float))
+    target = float(np.median(ref))
+    x = np.asarray(measured, float)
+    observed = ks_distance(np.sort(x * (target / np.median(x))), ref)
+    draws = rng.choice(ref, size=(SHAPE_DRAWS, len(x)))
+    draws *= target / np.median(draws, axis=1, keepdims=True)
+    draws.sort(axis=1)
+    null = np.array([ks_distance(d, ref) for d in draws])
+    return observed, float((1 + np.sum(null >= observed)) / (SHAPE_DRAWS + 1))
+
+
+def shape_rng(seed: int, run_name: str) -> np.random.Generator:
+    """The shape test's generator for one run: from the validate seed and the run's name, so a
+    run's p-value does not depend on which other runs were validated with it, or in what order."""
+    return np.random.default_rng([seed, zlib.crc32(run_name.encode())])
+
+
+def compare(measured: np.ndarray, predicted: np.ndarray, rng: np.random.Generator) -> dict:
     """Per-run distribution numbers of measured against simulated step times: the signed
-    errors of p50, p95, p99 and the mean (predicted / measured - 1), and the two-sample
-    KS distance and p-value."""
+    errors of p50, p95, p99 and the mean (predicted / measured - 1), the two-sample KS
+    distance and p-value, and the same test with the level taken out (shape_test)."""
     m, p = percentiles(measured), percentiles(predicted)
     out = {f"error_p{q}": p[f"p{q}_s"] / m[f"p{q}_s"] - 1.0 for q in PERCENTILES}
     out["error_mean"] = float(np.mean(predicted) / np.mean(measured) - 1.0)
@@ -35,4 +76,5 @@ def compare(measured: np.ndarray, predicted: np.ndarray) -> dict:
     # whether a distance that size is what two samples of one distribution show at these n).
     ks = ks_2samp(measured, predicted)
     out["ks"], out["ks_p"] = float(ks.statistic), float(ks.pvalue)
+    out["ks_shape"], out["ks_shape_p"] = shape_test(measured, predicted, rng)
     return out

@@ -21,7 +21,10 @@ prediction. Definitions match on both sides:
   ``ks_p >= KS_ALPHA``). The test takes steps as independent draws; the measured steps'
   lag-1 autocorrelation ``lag1`` says how far they are not (slow stretches on a shared
   box), and the plain p-value is reported as it is (docs/validation.md says what
-  autocorrelation does to it).
+  autocorrelation does to it). Beside it the same test with the run's level taken out
+  (``ks_shape``, ``ks_shape_p``: the measured steps scaled to the predicted median, the
+  p-value by a bootstrap of the model's steps; calibrate/stepdist.py shape_test): whether a
+  refusal is the level, which moves with the box from run to run, or the spread and tails.
 """
 
 from pathlib import Path
@@ -33,7 +36,7 @@ from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
 from calibrate.records import Run, read_run
 from calibrate.refusal import scenario_or_refusal
-from calibrate.stepdist import KS_ALPHA, compare, lag1_autocorrelation, percentiles
+from calibrate.stepdist import KS_ALPHA, compare, lag1_autocorrelation, percentiles, shape_rng
 from calibrate.validate3d import layout_of, row_3d
 from scenarios import load_models
 
@@ -147,7 +150,8 @@ def _predicted(data: dict) -> dict:
 def summarise(rows: list[dict]) -> dict:
     """Over runs: MAPEs, the mean signed p50 error with how many runs are over and under
     (and the two-sided sign test's p-value against no bias), the same for the mean step, how
-    many pass KS, how many have autocorrelated steps."""
+    many pass KS, as it is and with each run's level taken out, how many have autocorrelated
+    steps."""
     errs = [r["error_p50"] for r in rows]
     over, under = int(sum(e > 0 for e in errs)), int(sum(e < 0 for e in errs))
     means = [r["error_mean"] for r in rows]
@@ -169,6 +173,7 @@ def summarise(rows: list[dict]) -> dict:
         "ks_max": float(max(r["ks"] for r in rows)),
         "ks_alpha": KS_ALPHA,
         "ks_pass": int(sum(r["ks_p"] >= KS_ALPHA for r in rows)),
+        "ks_shape_pass": int(sum(r["ks_shape_p"] >= KS_ALPHA for r in rows)),
         "autocorrelated": int(sum(r["lag1"] > 2 / np.sqrt(r["steps"]) for r in rows)),
         "worst": max(rows, key=lambda r: abs(r["error_p50"]))["name"],
     }
@@ -214,7 +219,7 @@ def validate(calib: Calibration, calib_path: str, paths: list[Path], *, seed: in
         for key in keys:
             row[f"predicted_{key}"] = p[key]
             row[f"measured_{key}"] = m[key]
-        row |= compare(m["step_s"], p["step_s"])
+        row |= compare(m["step_s"], p["step_s"], shape_rng(seed, row["name"]))
         row["lag1"] = m["lag1"]
         row["ks_alpha"] = KS_ALPHA
         row["measured_step_s"] = [float(x) for x in m["step_s"]]  # the sample the test saw

@@ -31,7 +31,7 @@ import numpy as np
 from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
 from calibrate.records import Run
-from calibrate.stepdist import KS_ALPHA, compare, lag1_autocorrelation, percentiles
+from calibrate.stepdist import KS_ALPHA, compare, lag1_autocorrelation, percentiles, shape_rng
 from scenarios import load_models
 
 WARMUP_STEPS = 2  # calibrate/validate.py's; step 1 also ran under MemTracker (realrun/train3d.py)
@@ -303,7 +303,7 @@ def row_3d(run: Run, lay: dict, calib: Calibration, calib_path: str, *, seed: in
         row[f"predicted_{key}"], row[f"measured_{key}"] = p[key], m[key]
     row["measured_exposed_comm_s"], row["measured_straggler_wait_s"] = m["exposed_comm_s"], m["straggler_wait_s"]
     row["predicted_exposed_comm_s"] = row["predicted_straggler_wait_s"] = None  # not split in the 3D model
-    row |= compare(m["step_s"], p["step_s"])
+    row |= compare(m["step_s"], p["step_s"], shape_rng(seed, row["name"]))
     row["lag1"] = lag1_autocorrelation(m["step_s"])
     row["ks_alpha"] = KS_ALPHA
     row["measured_step_s"] = [float(x) for x in m["step_s"]]

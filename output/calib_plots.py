@@ -187,21 +187,30 @@ def predicted_vs_measured(rows: list[dict], mape: float, path: Path) -> None:
 def step_distributions(rows: list[dict], path: Path) -> None:
     """Validation, per run: the measured steps' empirical CDF (a step line) over the simulated
     distribution's (its 100 percentile midpoints), with the KS distance and p-value, so a
-    shifted middle and a wrong spread or tail are seen, not only read."""
+    shifted middle and a wrong spread or tail are seen, not only read; dashed, the measured
+    steps moved to the predicted median, which the shape test (ks_shape_p) compares."""
     n = len(rows)
     cols = min(4, n)
     nrows = -(-n // cols)
-    fig, axes = _subplots(nrows, cols, figsize=(3.0 * cols, 2.3 * nrows), squeeze=False)
+    fig, axes = _subplots(nrows, cols, figsize=(3.0 * cols, 2.5 * nrows), squeeze=False)
     for ax, r in zip(axes.flat, rows, strict=False):
         meas = np.sort(r["measured_step_s"])
-        n = len(meas)  # the ECDF rises from 0 at the fastest step to 1 at the slowest
-        ax.step(np.r_[meas[0], meas], np.arange(n + 1) / n, where="post", color="tab:blue", lw=1.2,
-                label=f"measured ({n})")  # fmt: skip
+        k = len(meas)  # the ECDF rises from 0 at the fastest step to 1 at the slowest
+        ax.step(np.r_[meas[0], meas], np.arange(k + 1) / k, where="post", color="tab:blue", lw=1.2,
+                label=f"measured ({k})")  # fmt: skip
         q = np.asarray(r["predicted_quantiles_s"])
         ax.plot(q, (np.arange(len(q)) + 0.5) / len(q), color="tab:orange", lw=1.2,
                 label=f"simulated ({r['simulated_steps']})")  # fmt: skip
-        ok = "pass" if r["ks_p"] >= r.get("ks_alpha", 0.05) else "FAIL"
-        ax.set_title(f"{r['name']}\nKS {r['ks']:.2f}, p {r['ks_p']:.2g} ({ok}); p50 {r['error_p50']:+.1%}", fontsize=7)
+        if "ks_shape_p" in r:  # the shape test's sample: the measured steps at the predicted median
+            aligned = meas * (np.median(q) / np.median(meas))
+            ax.step(np.r_[aligned[0], aligned], np.arange(k + 1) / k, where="post", color="tab:blue", lw=0.8,
+                    ls="--", label="measured, at the predicted median")  # fmt: skip
+        alpha = r.get("ks_alpha", 0.05)
+        ok = "pass" if r["ks_p"] >= alpha else "FAIL"
+        title = f"{r['name']}\nKS {r['ks']:.2f}, p {r['ks_p']:.2g} ({ok}); p50 {r['error_p50']:+.1%}"
+        if "ks_shape_p" in r:
+            title += f"\nshape p {r['ks_shape_p']:.2g} ({'pass' if r['ks_shape_p'] >= alpha else 'FAIL'})"
+        ax.set_title(title, fontsize=7)
         ax.tick_params(labelsize=6)
         ax.set_ylim(0, 1)
     for ax in list(axes.flat)[n:]:

@@ -495,6 +495,10 @@ class NetworkConfig:
     jitter_samples: list[float] | None = None
     """Measured per-collective time multipliers over the median time, resampled as they are (the
     collective model is fitted to medians); `ddplab calibrate` writes them. Instead of jitter_sigma."""
+    jitter_samples_bytes: list[int] | None = None
+    """The call size each of jitter_samples was timed at, bytes, in the same order: a collective
+    then draws from the multipliers of the measured size nearest its own (sim/noise.py
+    SizePools); without it, from all of them. `ddplab calibrate` writes it beside them."""
     gpus_per_rack: int = 0
     """GPUs under one rack (ToR) switch, a multiple of gpus_per_node; 0 = no rack tier (sim/topology.py)."""
     gpus_per_pod: int = 0
@@ -561,6 +565,16 @@ class NetworkConfig:
             _require(
                 self.jitter_sigma == 0, "network.jitter_sigma", self.jitter_sigma, "set it or jitter_samples, not both"
             )
+        if self.jitter_samples_bytes is not None:
+            sizes = self.jitter_samples_bytes
+            _require(
+                self.jitter_samples is not None and len(sizes) == len(self.jitter_samples),
+                "network.jitter_samples_bytes",
+                f"{len(sizes)} values",
+                f"needs one per network.jitter_samples ({len(self.jitter_samples or [])})",
+            )
+            bad = [x for x in sizes if not x > 0]
+            _require(not bad, "network.jitter_samples_bytes", bad[:1], "every size must be > 0 bytes")
         self._check_tiers()  # after gpus_per_node, which the tier sizes are multiples of
 
     def _check_tiers(self):

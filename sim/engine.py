@@ -26,7 +26,7 @@ from sim.busy import Busy, bent
 from sim.config import SHARDED_MODES, Scenario
 from sim.episodes import Effects, Held
 from sim.fsdp import simulate_fsdp
-from sim.noise import comm_multipliers, multipliers
+from sim.noise import SizePools, comm_multipliers, multipliers
 from sim.ready import ReadyBent, ReadyLines, Scratch
 from sim.results import Recorder, SimResult
 from sim.workload import build_workload
@@ -104,13 +104,14 @@ def simulate(
     forward_s, backward_s = wl.forward_s[:, None], wl.backward_s[:, None]
     fwd, bwd = np.empty((n, k_micro)), np.empty((n, k_micro))
     noise_cfg, net = sc.noise, sc.network
+    pools = SizePools.of(net.jitter_samples, net.jitter_samples_bytes, wl.wire_bytes)
     t0 = 0.0
     for step in range(sc.steps):
         # Draw order is fixed: noise, then jitter.
         noise = multipliers(
             rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples, noise_cfg.samples_by_rank
         )
-        jitter = comm_multipliers(rng, net.jitter_sigma, net.jitter_samples, nb)
+        jitter = comm_multipliers(rng, net.jitter_sigma, net.jitter_samples, nb, pools)
         pause = None
         if effects:  # episodes and pauses: their own generators (sim/episodes.py)
             fx = effects.at(step, t0)

@@ -73,7 +73,7 @@ from sim.collectives import bus_factor, collective_cost
 from sim.config import Scenario
 from sim.episodes import Effects, Held
 from sim.hsdp import merged, replica_fabric, replica_groups, shard_fabric
-from sim.noise import comm_multipliers, multipliers
+from sim.noise import SizePools, comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.precision import Precision
 from sim.results import SimResult, pick_trace_ranks
@@ -694,7 +694,8 @@ def simulate_fsdp(
     gamma = wl.interference_gamma if wl.collective_s.any() else 0.0
     needed = Effects.needed(sc.episodes, sc.pauses, held)
     effects = Effects(sc.episodes, sc.pauses, n, sc.seed, held) if needed else None
-    noise_cfg = sc.noise
+    noise_cfg, net = sc.noise, sc.network
+    pools = SizePools.of(net.jitter_samples, net.jitter_samples_bytes, wl.wire_bytes)
     rows = np.empty((len(wl.ops) // k_micro, n))
     step_time, step_end, comm_busy = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     stats = OnlineStats(steps, n, records=records, medians=medians)
@@ -704,7 +705,7 @@ def simulate_fsdp(
         noise = multipliers(
             rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples, noise_cfg.samples_by_rank
         )
-        jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, len(wl.ops))
+        jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, len(wl.ops), pools)
         begin = t0 + wl.dataloader_s  # compute starts here, after any pause
         start, pause = begin, None
         if effects:  # episodes and pauses, as sim/engine.py applies them

@@ -32,7 +32,7 @@ import simpy
 from sim.config import SHARDED_MODES, Scenario
 from sim.episodes import Effects, Held
 from sim.limits import REFERENCE_MAX_RANKS
-from sim.noise import comm_multipliers, multipliers
+from sim.noise import SizePools, comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.results import SimResult
 from sim.workload import Workload, build_workload
@@ -93,6 +93,8 @@ class _Model:
         self.gamma = wl.interference_gamma if wl.overlap and wl.collective_s.any() else 0.0
         # Without overlap every bucket is ready when backward ends (fraction 1 for all).
         self.fraction = wl.ready_fraction if wl.overlap else np.ones(len(wl.buckets))
+        net = sc.network
+        self.pools = SizePools.of(net.jitter_samples, net.jitter_samples_bytes, wl.wire_bytes)
         needed = Effects.needed(sc.episodes, sc.pauses, held)
         self.effects = Effects(sc.episodes, sc.pauses, wl.ranks, sc.seed, held) if needed else None
         self.opened = [self.env.event() for _ in range(sc.steps)]
@@ -166,7 +168,7 @@ class _Model:
                 sc.noise.samples,
                 sc.noise.samples_by_rank,
             )
-            jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, nb)
+            jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, nb, self.pools)
             pause = None
             if self.effects:
                 fx = self.effects.at(step, t0)

@@ -66,7 +66,8 @@ def jittered(sc: Scenario, lay: Layout, costs: StepCosts, rng: np.random.Generat
     the mean of n draws and the last bucket by its own draw, for the concurrent group whose
     buckets took longest. The per-chunk shares the overlapped reduction reads (dp_chunk_s,
     dp_chunk_last_s) scale with the stage's: each chunk's by the same mean, its last bucket by
-    the last draw."""
+    the last draw. Measured multipliers are drawn from all timed sizes together
+    (network.jitter_samples_bytes is not read here: a stage's costs carry no bucket sizes)."""
     net = sc.network
     if not net.jitter_samples and net.jitter_sigma == 0.0:
         return costs

@@ -23,6 +23,15 @@ INTERFERENCE = {
     "homelab-1gbe accum=3 gamma=0.6": ("homelab-1gbe", ["training.grad_accum=3", "compute.interference_gamma=0.6"]),
     "straggler-gc gamma=0.1": ("straggler-gc", ["compute.interference_gamma=0.1"]),
     "mi300x-1024 no overlap gamma=0.3": ("mi300x-1024", ["training.overlap=false", "compute.interference_gamma=0.3"]),
+    # Measured jitter drawn by each bucket's size (sim/noise.py SizePools), as a calibration sets it.
+    "homelab-1gbe sized jitter gamma=0.2": (
+        "homelab-1gbe",
+        [
+            "network.jitter_samples=[0.7, 1.4, 0.9, 1.2, 0.98, 1.02, 1.0, 1.05]",
+            "network.jitter_samples_bytes=[4194304, 4194304, 4194304, 4194304, 67108864, 67108864, 67108864, 67108864]",
+            "compute.interference_gamma=0.2",
+        ],
+    ),
 }
 REL = 1e-12
 

@@ -9,9 +9,10 @@ import pytest
 from fake_runs import probe_run, train_run
 from scipy.stats import ks_2samp
 
+from calibrate import stepdist
 from calibrate.calib import calibrate
 from calibrate.records import read_run
-from calibrate.stepdist import compare, lag1_autocorrelation
+from calibrate.stepdist import compare, ks_distance, lag1_autocorrelation, shape_test
 from calibrate.validate import (
     SIM_STEPS,
     WARMUP_STEPS,
@@ -69,13 +70,14 @@ def test_ks_p_is_the_exact_two_sample_p_value():
     """Two samples of 5 that do not overlap: D = 1, and under the null every one of the
     C(10, 5) = 252 orderings of the 10 pooled values is equally likely; 2 of them (all of one
     sample below all of the other, either way round) reach D = 1, so p = 2/252 exactly."""
-    out = compare(np.arange(1.0, 6.0), np.arange(6.0, 11.0))
+    rng = np.random.default_rng(0)
+    out = compare(np.arange(1.0, 6.0), np.arange(6.0, 11.0), rng)
     assert out["ks"] == 1.0
     assert out["ks_p"] == pytest.approx(2 / 252, rel=1e-9)
-    same = compare(np.arange(1.0, 101.0), np.arange(1.0, 101.0))
+    same = compare(np.arange(1.0, 101.0), np.arange(1.0, 101.0), rng)
     assert same["ks"] == 0.0 and same["ks_p"] == 1.0
     # One sample the other shifted by half its range: D = 0.5 (the ECDFs part for 50 of 100).
-    half = compare(np.arange(100.0), np.arange(100.0) + 50)
+    half = compare(np.arange(100.0), np.arange(100.0) + 50, rng)
     assert half["ks"] == pytest.approx(0.5) and half["ks_p"] < 1e-5
 
 
@@ -86,11 +88,50 @@ def test_p99_error_is_the_ratio_of_99th_percentiles():
     measured = np.arange(1.0, 101.0)
     predicted = measured.copy()
     predicted[-2:] *= 2
-    out = compare(measured, predicted)
+    out = compare(measured, predicted, np.random.default_rng(0))
     assert out["error_p50"] == 0.0 and out["error_p95"] == 0.0
     assert np.percentile(predicted, 99) == pytest.approx(198.02) and np.percentile(measured, 99) == pytest.approx(99.01)
     assert out["error_p99"] == pytest.approx(1.0)
     assert out["error_mean"] == pytest.approx((measured.sum() + 199) / measured.sum() - 1)
+
+
+def test_ks_distance_is_scipys_statistic():
+    rng = np.random.default_rng(3)
+    for n, m in ((100, 2000), (7, 5), (50, 50)):
+        a, b = np.sort(rng.normal(size=n)), np.sort(rng.normal(0.2, 1.5, size=m))
+        assert ks_distance(a, b) == pytest.approx(ks_2samp(a, b).statistic, abs=1e-12)
+    ties = np.array([1.0, 1.0, 2.0, 2.0])  # ties between and within the samples
+    assert ks_distance(ties, np.array([1.0, 2.0, 2.0, 3.0])) == pytest.approx(ks_2samp(ties, [1, 2, 2, 3]).statistic)
+
+
+def test_shape_test_takes_out_the_level_and_nothing_else():
+    """A run 3 % slower than a model whose steps spread 1 %: the plain test refuses it, the
+    shape test does not, and its distance does not depend on the level at all. A run at the
+    model's median whose steps spread twice as wide is refused by both."""
+    rng = np.random.default_rng(5)
+    model = rng.lognormal(0.0, 0.01, 2000)
+    slow = 1.03 * rng.lognormal(0.0, 0.01, 100)
+    out = compare(slow, model, np.random.default_rng(0))
+    assert out["ks"] > 0.8 and out["ks_p"] < 1e-30
+    assert out["ks_shape"] < 0.15 and out["ks_shape_p"] > 0.05
+    for level in (0.5, 1.0, 7.0):
+        assert shape_test(level * slow, model, np.random.default_rng(0)) == pytest.approx(
+            (out["ks_shape"], out["ks_shape_p"])
+        )
+    wide = compare(rng.lognormal(0.0, 0.02, 100), model, np.random.default_rng(0))
+    assert wide["ks_shape_p"] < 0.01 and wide["ks_p"] < 0.01
+
+
+def test_shape_p_is_uniform_when_the_run_is_the_model(monkeypatch):
+    """Calibration of the bootstrap p-value: 100 runs drawn from the model itself, each at its
+    own level, are refused at 5 % about 5 times (binomial: more than 12 has probability
+    0.001), and their p-values average about 0.5 (sd of the mean of 100 uniforms: 0.029)."""
+    monkeypatch.setattr(stepdist, "SHAPE_DRAWS", 100)
+    rng = np.random.default_rng(11)
+    model = rng.gamma(50.0, 1.0 / 50, 2000)  # skewed, so a level fit alone cannot hide a shape error
+    ps = [shape_test(rng.uniform(0.9, 1.1) * rng.gamma(50.0, 1.0 / 50, 100), model, rng)[1] for _ in range(100)]
+    assert sum(p < 0.05 for p in ps) <= 12
+    assert 0.38 < float(np.mean(ps)) < 0.62
 
 
 def test_lag1_autocorrelation():
@@ -103,8 +144,10 @@ def test_lag1_autocorrelation():
 def test_summary_counts_signs_and_passes():
     rows = [
         {"name": f"r{i}", "error_p50": e, "error_p95": 0.0, "error_p99": 0.0, "ks": 0.1, "ks_p": p}
-        | {"lag1": lag, "steps": 100, "error_mean": -e / 2}
-        for i, (e, p, lag) in enumerate([(0.01, 0.5, 0.0), (0.02, 0.04, 0.3), (0.03, 0.05, 0.1), (-0.03, 0.9, 0.0)])
+        | {"lag1": lag, "steps": 100, "error_mean": -e / 2, "ks_shape_p": shape}
+        for i, (e, p, lag, shape) in enumerate(
+            [(0.01, 0.5, 0.0, 0.5), (0.02, 0.04, 0.3, 0.3), (0.03, 0.05, 0.1, 0.049), (-0.03, 0.9, 0.0, 0.05)]
+        )
     ]
     s = summarise(rows)
     assert (s["over"], s["under"]) == (3, 1)
@@ -112,6 +155,7 @@ def test_summary_counts_signs_and_passes():
     assert s["sign_test_p"] == pytest.approx(10 / 16)  # P(3 or more of 4 on one side) = 2 x 5/16
     assert (s["over_mean"], s["under_mean"]) == (1, 3) and s["mean_error_mean"] == pytest.approx(-0.00375)
     assert s["ks_pass"] == 3  # ks_p >= 0.05, the boundary included
+    assert s["ks_shape_pass"] == 3  # ks_shape_p >= 0.05 likewise: all but 0.049
     assert s["autocorrelated"] == 1  # lag1 above 2/sqrt(100) = 0.2
     assert s["worst"] in ("r2", "r3")
 
@@ -134,6 +178,9 @@ def test_distribution_numbers_through_the_command(calib_file, tmp_path, ddplab):
     assert len(predicted) == SIM_STEPS
     ks = ks_2samp(times[WARMUP_STEPS:], predicted)
     assert (row["ks"], row["ks_p"]) == (pytest.approx(ks.statistic), pytest.approx(ks.pvalue))
+    shape = shape_test(np.array(times[WARMUP_STEPS:]), predicted, stepdist.shape_rng(0, row["name"]))
+    assert (row["ks_shape"], row["ks_shape_p"]) == (pytest.approx(shape[0]), pytest.approx(shape[1]))
+    assert v["ks_shape_pass"] == (shape[1] >= 0.05)
     for q in (50, 95, 99):
         want = np.percentile(predicted, q) / np.percentile(times[WARMUP_STEPS:], q) - 1
         assert row[f"error_p{q}"] == pytest.approx(want)
@@ -146,6 +193,8 @@ def test_distribution_numbers_through_the_command(calib_file, tmp_path, ddplab):
     head = text.splitlines()[0].split()
     assert {"p99", "KS", "lag1"} <= set(head) and "KS p" in text.splitlines()[0]
     assert f"{v['ks_pass']} of 1 runs pass the two-sample KS test at p >= 0.05" in text
+    assert "shape p" in text.splitlines()[0]
+    assert f"shape: {v['ks_shape_pass']} of 1 pass it with each run's level taken out" in text
     assert f"({row['steps']} measured against {SIM_STEPS} simulated steps" in text
 
 

@@ -144,11 +144,17 @@ def calibration_lines(c) -> list[str]:
         )
     for label, n in sorted(c.networks.items()):
         j = n.allreduce_jitter
-        if j is not None:
-            out.append(
-                f"comm      {label} allreduce jitter sd {j.sd:.4f} over the median ({len(j.multipliers)} calls from"
-                f" {fmt_bytes(j.from_bytes)} up; p99 x{np.percentile(j.multipliers, 99):.3f}; resampled as measured)"
-            )
+        if j is None:
+            continue
+        how = "resampled as measured"
+        if j.sizes_bytes:  # the simulator draws a collective's from the calls of its nearest timed size
+            x, b = np.asarray(j.multipliers), np.asarray(j.sizes_bytes)
+            by_size = ", ".join(f"{fmt_bytes(s)} {np.std(x[b == s]):.3f}" for s in np.unique(b))
+            how = f"each collective's drawn from its nearest size: sd {by_size}"
+        out.append(
+            f"comm      {label} allreduce jitter sd {j.sd:.4f} over the median ({len(j.multipliers)} calls from"
+            f" {fmt_bytes(j.from_bytes)} up; p99 x{np.percentile(j.multipliers, 99):.3f}; {how})"
+        )
     ranks = "  ".join(
         f"rank {r}: x{v.speed_factor:.3f}{' FLAGGED' if v.flagged else ''}"
         f" (jitter {v.noise.best_fit} sd {v.noise.sd:.3f})"
@@ -171,13 +177,14 @@ def validation_lines(v: dict) -> list[str]:
     out = []
     out.append(
         f"{'run':<26} {'p50 pred':>9} {'p50 meas':>9} {'p50 err':>7} {'p95 err':>7} {'p99 err':>7}"
-        f" {'KS':>5} {'KS p':>6} {'lag1':>5} {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9} {'cmp meas':>9}"
+        f" {'KS':>5} {'KS p':>6} {'shape p':>7} {'lag1':>5} {'wait pred':>9} {'wait meas':>9} {'cmp pred':>9}"
+        f" {'cmp meas':>9}"
     )
     for r in v["rows"]:
         out.append(
             f"{r['name']:<26} {fmt_seconds(r['predicted_p50_s']):>9} {fmt_seconds(r['measured_p50_s']):>9}"
             f" {r['error_p50']:>+7.1%} {r['error_p95']:>+7.1%} {r['error_p99']:>+7.1%}"
-            f" {r['ks']:>5.2f} {_p_value(r['ks_p']):>6} {r['lag1']:>+5.2f}"
+            f" {r['ks']:>5.2f} {_p_value(r['ks_p']):>6} {_p_value(r['ks_shape_p']):>7} {r['lag1']:>+5.2f}"
             f" {fmt_seconds(r['predicted_wait_s']):>9} {fmt_seconds(r['measured_wait_s']):>9}"
             f" {fmt_seconds(r['predicted_compute_s']):>9} {fmt_seconds(r['measured_compute_s']):>9}"
         )
@@ -205,6 +212,11 @@ def validation_lines(v: dict) -> list[str]:
         f" ({measured} measured against {v['rows'][0]['simulated_steps']} simulated steps; distance mean"
         f" {v['ks_mean']:.2f}, max {v['ks_max']:.2f}); {v['autocorrelated']} of {n} with lag-1"
         f" autocorrelation above 2/sqrt(steps); plots {v['plot']}, {v['plot_cdf']}"
+    )
+    out.append(
+        f"shape: {v['ks_shape_pass']} of {n} pass it with each run's level taken out (`shape p`: the measured"
+        " steps scaled to the predicted median, p by a bootstrap of the model's steps): a run that passes"
+        " only this is refused by its level, not by its spread or tails"
     )
     return out
 
