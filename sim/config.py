@@ -570,7 +570,7 @@ class NetworkConfig:
             _require(
                 self.jitter_samples is not None and len(sizes) == len(self.jitter_samples),
                 "network.jitter_samples_bytes",
-                f"{len(sizes)} values",
+                f"a list of {len(sizes)}",
                 f"needs one per network.jitter_samples ({len(self.jitter_samples or [])})",
             )
             bad = [x for x in sizes if not x > 0]

@@ -70,7 +70,7 @@ def test_simulate_draws_each_collective_from_its_own_size(mode):
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (SIZED, r"network.jitter_samples_bytes: needs one per network.jitter_samples \(0\), got '8 values'"),
+        (SIZED, r"network.jitter_samples_bytes: needs one per network.jitter_samples \(0\), got 'a list of 8'"),
         (WIDE_SMALL_TIGHT_BIG + ["network.jitter_samples_bytes=[1, 2]"], r"needs one per network.jitter_samples \(8\)"),
         (WIDE_SMALL_TIGHT_BIG + ["network.jitter_samples_bytes=[0, 1, 1, 1, 1, 1, 1, 1]"], "every size must be > 0"),
     ],
