@@ -201,16 +201,16 @@ def step_distributions(rows: list[dict], path: Path) -> None:
         q = np.asarray(r["predicted_quantiles_s"])
         ax.plot(q, (np.arange(len(q)) + 0.5) / len(q), color="tab:orange", lw=1.2,
                 label=f"simulated ({r['simulated_steps']})")  # fmt: skip
-        if "ks_shape_p" in r:  # the shape test's sample: the measured steps at the predicted median
-            aligned = meas * (np.median(q) / np.median(meas))
-            ax.step(np.r_[aligned[0], aligned], np.arange(k + 1) / k, where="post", color="tab:blue", lw=0.8,
-                    ls="--", label="measured, at the predicted median")  # fmt: skip
+        aligned = meas * (np.median(q) / np.median(meas))  # the shape test's sample, at the predicted median
+        ax.step(np.r_[aligned[0], aligned], np.arange(k + 1) / k, where="post", color="tab:blue", lw=0.8,
+                ls="--", label="measured, at the predicted median")  # fmt: skip
         alpha = r.get("ks_alpha", 0.05)
-        ok = "pass" if r["ks_p"] >= alpha else "FAIL"
-        title = f"{r['name']}\nKS {r['ks']:.2f}, p {r['ks_p']:.2g} ({ok}); p50 {r['error_p50']:+.1%}"
-        if "ks_shape_p" in r:
-            title += f"\nshape p {r['ks_shape_p']:.2g} ({'pass' if r['ks_shape_p'] >= alpha else 'FAIL'})"
-        ax.set_title(title, fontsize=7)
+        ok, shape_ok = ("pass" if p >= alpha else "FAIL" for p in (r["ks_p"], r["ks_shape_p"]))
+        ax.set_title(
+            f"{r['name']}\nKS {r['ks']:.2f}, p {r['ks_p']:.2g} ({ok}); p50 {r['error_p50']:+.1%}"
+            f"\nshape p {r['ks_shape_p']:.2g} ({shape_ok})",
+            fontsize=7,
+        )
         ax.tick_params(labelsize=6)
         ax.set_ylim(0, 1)
     for ax in list(axes.flat)[n:]:

@@ -705,7 +705,7 @@ def simulate_fsdp(
         noise = multipliers(
             rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples, noise_cfg.samples_by_rank
         )
-        jitter = comm_multipliers(rng, sc.network.jitter_sigma, sc.network.jitter_samples, len(wl.ops), pools)
+        jitter = comm_multipliers(rng, net.jitter_sigma, net.jitter_samples, len(wl.ops), pools)
         begin = t0 + wl.dataloader_s  # compute starts here, after any pause
         start, pause = begin, None
         if effects:  # episodes and pauses, as sim/engine.py applies them
