@@ -200,7 +200,10 @@ def test_compute_time_grows_with_micro_batch(full):
         assert opt[0]["params"] == sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
 
 
-def _check_buckets(rank, model: str, seq_len: int, last_at_least: float, bucket_cap_mb: float | None = None):
+def _check_buckets(rank, model: str, seq_len: int, bucket_cap_mb: float | None = None):
+    """The bucket-ready records name the buckets sim/buckets.py builds, in ready order. How late in
+    the backward the last one is ready is a timing, held in tests/test_bucket_profile_timing.py,
+    which runs alone: beside the other tests it fell to 0.69 (CI, 2026-12-06) and 0.52."""
     buckets = sorted(by_type(rank, "bucket_ready"), key=lambda b: b["bucket"])
     # the probe's cap (--bucket-cap-mb), 25 MB by default as in training
     cfg = TrainingConfig() if bucket_cap_mb is None else TrainingConfig(bucket_cap_mb=bucket_cap_mb)
@@ -218,7 +221,6 @@ def _check_buckets(rank, model: str, seq_len: int, last_at_least: float, bucket_
     fractions = [b["ready_fraction"] for b in buckets]
     assert all(0 <= f <= 1 for f in fractions), fractions
     assert fractions == sorted(fractions), fractions
-    assert fractions[-1] >= last_at_least, fractions
     for b in buckets:
         assert b["ready_s"] <= b["backward_compute_s"] <= b["backward_s"]
     grads = by_type(rank, "grad_ready")
@@ -228,12 +230,8 @@ def _check_buckets(rank, model: str, seq_len: int, last_at_least: float, bucket_
 
 def test_bucket_ready_profile_matches_ddp_buckets(full):
     _, ranks = full
-    for r in ranks:
-        # One bucket for gpt2-tiny. On 2 cores gloo's threads can take the CPU from the
-        # end of backward once the allreduce is launched (a few ms), hence the margin. The
-        # profile is the median of 3 steps: from one step it fell to 0.64 once beside a second
-        # make test (2026-12-06); the median, beside two busy loops, 0.90-0.98 in three probes.
-        _check_buckets(r, "gpt2-tiny", SEQ_LEN, last_at_least=0.7)
+    for r in ranks:  # one bucket for gpt2-tiny at the default cap
+        _check_buckets(r, "gpt2-tiny", SEQ_LEN)
 
 
 def test_memory_records_and_precision_default_to_fp32_on_cpu(full):
