@@ -17,11 +17,9 @@ Micro-batch 32 x 64 tokens keeps gpt2-tiny's backward at 12-25 ms, long against 
 
 import pytest
 from conftest import run_here
+from test_realrun_probe import sim_buckets
 
 from realrun.records import read_run
-from sim.buckets import build_buckets
-from sim.config import TrainingConfig
-from sim.transformer import model_shape
 
 pytest.importorskip("torch", reason="realrun needs torch")
 
@@ -48,18 +46,6 @@ def _profile(tmp_path, nproc: int, bucket_cap_mb: float | None) -> list[list[flo
     return out
 
 
-def _flops_profile(bucket_cap_mb: float) -> list[float]:
-    cfg = TrainingConfig(bucket_cap_mb=bucket_cap_mb)
-    buckets = build_buckets(
-        model_shape(MODEL),
-        SEQ_LEN,
-        bytes_per_grad=4,
-        bucket_cap_mb=cfg.bucket_cap_mb,
-        first_bucket_mb=cfg.effective_first_bucket_mb,
-    )
-    return [b.ready_fraction for b in buckets]
-
-
 def test_one_bucket_is_ready_at_the_end_of_a_two_rank_backward(tmp_path):
     """The default cap: gpt2-tiny's gradients make one bucket, ready when the last gradient is,
     on each of two ranks whose gloo threads share the 2 cores once its allreduce is launched."""
@@ -73,7 +59,7 @@ def test_seven_buckets_are_ready_where_the_flops_profile_puts_them(tmp_path):
     last at its end, each where the simulator's FLOPs-proportional profile (sim/buckets.py) puts it.
     A profile stamped at launch, or from the forward's start, would fail one of these."""
     (fractions,) = _profile(tmp_path, 1, 0.05)
-    expected = _flops_profile(0.05)
+    expected = [b.ready_fraction for b in sim_buckets(MODEL, SEQ_LEN, 0.05)]
     assert len(fractions) == len(expected) == 7
     assert fractions[-1] >= LAST_AT_LEAST, fractions
     gaps = [abs(f - e) for f, e in zip(fractions, expected, strict=True)]

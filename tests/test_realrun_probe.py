@@ -200,21 +200,26 @@ def test_compute_time_grows_with_micro_batch(full):
         assert opt[0]["params"] == sum(t.numel for t in param_tensors(model_shape("gpt2-tiny")))
 
 
-def _check_buckets(rank, model: str, seq_len: int, bucket_cap_mb: float | None = None):
-    """The bucket-ready records name the buckets sim/buckets.py builds, in ready order. How late in
-    the backward the last one is ready is a timing, held in tests/test_bucket_profile_timing.py,
-    which runs alone: beside the other tests it fell to 0.69 (CI, 2026-12-06) and 0.52."""
-    buckets = sorted(by_type(rank, "bucket_ready"), key=lambda b: b["bucket"])
-    # the probe's cap (--bucket-cap-mb), 25 MB by default as in training
+def sim_buckets(model: str, seq_len: int, bucket_cap_mb: float | None = None):
+    """sim/buckets.py's fp32 buckets at the probe's cap (--bucket-cap-mb, 25 MB by default as in
+    training), with its first-bucket rule."""
     cfg = TrainingConfig() if bucket_cap_mb is None else TrainingConfig(bucket_cap_mb=bucket_cap_mb)
-    shape = model_shape(model)
-    predicted = build_buckets(
-        shape,
+    return build_buckets(
+        model_shape(model),
         seq_len,
         bytes_per_grad=4,
         bucket_cap_mb=cfg.bucket_cap_mb,
         first_bucket_mb=cfg.effective_first_bucket_mb,
     )
+
+
+def _check_buckets(rank, model: str, seq_len: int, bucket_cap_mb: float | None = None):
+    """The bucket-ready records name the buckets sim/buckets.py builds, in ready order. How late in
+    the backward the last one is ready is a timing, held in tests/test_bucket_profile_timing.py,
+    which runs alone: beside the other tests it fell to 0.69 (CI, 2026-12-06) and 0.52."""
+    buckets = sorted(by_type(rank, "bucket_ready"), key=lambda b: b["bucket"])
+    shape = model_shape(model)
+    predicted = sim_buckets(model, seq_len, bucket_cap_mb)
     assert len(buckets) == len(predicted)
     assert [b["bytes"] for b in buckets] == [p.size_bytes for p in predicted]
     assert [set(b["params"]) for b in buckets] == [set(p.params) for p in predicted]

@@ -8,11 +8,9 @@ import sys
 
 import pytest
 from conftest import ROOT, free_port, run_here
-from test_realrun_probe import _check_buckets
+from test_realrun_probe import _check_buckets, sim_buckets
 
 from scenarios import load_models
-from sim.buckets import build_buckets
-from sim.config import TrainingConfig
 from sim.transformer import model_shape, param_tensors
 
 torch = pytest.importorskip("torch", reason="realrun needs torch")
@@ -75,14 +73,7 @@ def test_sim_buckets_equal_real_ddp_buckets(preset, seq, cap, tmp_path):
     assert p.returncode == 0, p.stderr
     real = json.loads(p.stdout.strip().splitlines()[-1])
     # sim's rule for the first bucket: 1 MiB with the default cap, else the cap itself.
-    t = TrainingConfig(bucket_cap_mb=25.0 if cap == "default" else float(cap))
-    sim = build_buckets(
-        model_shape(preset),
-        seq,
-        bytes_per_grad=4,
-        bucket_cap_mb=t.bucket_cap_mb,
-        first_bucket_mb=t.effective_first_bucket_mb,
-    )
+    sim = sim_buckets(preset, seq, None if cap == "default" else float(cap))
     assert real == [b.numel for b in sim]
     assert len(real) > 1 or preset == "gpt2-tiny"
 
