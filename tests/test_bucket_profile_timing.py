@@ -10,7 +10,7 @@ the backward (2-rank probe, CI, 2026-12-06) and at 0.52 (one rank at micro-batch
 backward is 2 ms, half a scheduler tick); quiet, 0.97-0.99. Even alone they need the box to
 themselves: beside three busy loops (4 runnable threads on 2 cores) torch's two intra-op threads
 wait on each other, the 12 ms backward took 30-416 ms, and the FLOPs-profile check failed 3 times
-in 8 (largest gap 0.15-0.21).
+in 7 runs (a gap of 0.21 in the one printed).
 
 Micro-batch 32 x 64 tokens keeps gpt2-tiny's backward at 12-25 ms, long against the 4 ms tick.
 """
