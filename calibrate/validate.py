@@ -24,7 +24,9 @@ prediction. Definitions match on both sides:
   autocorrelation does to it). Beside it the same test with the run's level taken out
   (``ks_shape``, ``ks_shape_p``: the measured steps scaled to the predicted median, the
   p-value by a bootstrap of the model's steps; calibrate/stepdist.py shape_test): whether a
-  refusal is the level, which moves with the box from run to run, or the spread and tails.
+  refusal is the level, which moves with the box from run to run, or the spread and tails;
+- over runs, what the plain KS count can say at the level scatter these runs show
+  (calibrate/stepdist.py ks_reach): how many a model right in all but each run's level would pass.
 """
 
 from pathlib import Path
@@ -36,7 +38,7 @@ from calibrate.apply import apply_calibration
 from calibrate.calibration import Calibration
 from calibrate.records import Run, read_run
 from calibrate.refusal import scenario_or_refusal
-from calibrate.stepdist import KS_ALPHA, compare, lag1_autocorrelation, percentiles, shape_rng
+from calibrate.stepdist import KS_ALPHA, compare, ks_reach, lag1_autocorrelation, percentiles, shape_rng
 from calibrate.validate3d import layout_of, row_3d
 from scenarios import load_models
 
@@ -229,4 +231,6 @@ def validate(calib: Calibration, calib_path: str, paths: list[Path], *, seed: in
         rows.append(row)
         if progress:
             progress(f"[{i}/{len(runs)}] {row['name']}: predicted p50 {p['p50_s']:.3f} s, measured {m['p50_s']:.3f} s")
-    return {"calib": calib_path, **summarise(rows), "rows": rows}
+    # Its own generator from the seed: the reach does not move when a run's shape test draws more.
+    reach = ks_reach(rows, np.random.default_rng(seed))
+    return {"calib": calib_path, **summarise(rows), "ks_reach": reach, "rows": rows}

@@ -242,8 +242,8 @@ def _add_calibration(sub) -> None:
     options.json_flag(
         va,
         "rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, error_p95, error_p99, ks, ks_p, ks_shape,"
-        " ks_shape_p, lag1, ...), mape, mean_error_p50, over, under, ks_pass, ks_shape_pass, plot; with --public"
-        " a list, per row: what, source, measured, predicted, error, bound, within",
+        " ks_shape_p, lag1, ...), mape, mean_error_p50, over, under, ks_pass, ks_shape_pass, ks_reach, plot; with"
+        " --public a list, per row: what, source, measured, predicted, error, bound, within",
     )
     va.set_defaults(func=calcmds.validate)
 

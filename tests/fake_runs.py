@@ -174,9 +174,11 @@ def train_run(
     steps: int = 10,
     rate: str | None = "1gbit",
     step_times: list[float] | None = None,
+    compute_s: float = 0.0,
 ) -> Path:
     """A train run in which every step took ``step_s`` (and waited ``wait_s``) on every rank;
-    ``step_times``: step s took step_times[s] instead (``steps`` is then its length)."""
+    ``step_times``: step s took step_times[s] instead (``steps`` is then its length); every
+    step's forward and backward together took ``compute_s`` (a third and two thirds)."""
     step_times = list(step_times) if step_times is not None else [step_s] * steps
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = {"model": "gpt2-tiny", "seq_len": 64, "micro_batch": 4, "grad_accum": 1, "bucket_cap_mb": 25.0}
@@ -186,7 +188,8 @@ def train_run(
         for s, wall_s in enumerate(step_times):
             recs.append(
                 {"type": "step", "step": s, "micro_batch": cfg["micro_batch"], "tokens": 1, "loss": 1.0}
-                | {"step_wall_s": wall_s, "data_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "wait_s": wait_s}
+                | {"step_wall_s": wall_s, "data_s": 0.0, "forward_s": compute_s / 3, "backward_s": compute_s * 2 / 3}
+                | {"wait_s": wait_s}
                 | {"optimizer_s": 0.0}
             )
         _write(run_dir / f"train-rank{rank:04d}.jsonl", recs)

@@ -12,7 +12,7 @@ from scipy.stats import ks_2samp
 from calibrate import stepdist
 from calibrate.calib import calibrate
 from calibrate.records import read_run
-from calibrate.stepdist import compare, ks_distance, lag1_autocorrelation, shape_test
+from calibrate.stepdist import at_least, compare, ks_distance, ks_reach, lag1_autocorrelation, shape_test
 from calibrate.validate import (
     SIM_STEPS,
     WARMUP_STEPS,
@@ -132,6 +132,91 @@ def test_shape_p_is_uniform_when_the_run_is_the_model(monkeypatch):
     ps = [shape_test(rng.uniform(0.9, 1.1) * rng.gamma(50.0, 1.0 / 50, 100), model, rng)[1] for _ in range(100)]
     assert sum(p < 0.05 for p in ps) <= 12
     assert 0.38 < float(np.mean(ps)) < 0.62
+
+
+def test_at_least_is_the_poisson_binomial():
+    # Ten fair coins: P(8 or more heads) = (C(10,8) + C(10,9) + C(10,10)) / 2^10 = 56 / 1024.
+    assert at_least([0.5] * 10, 8) == pytest.approx(56 / 1024)
+    assert [at_least([1.0, 0.0, 0.5], k) for k in range(4)] == pytest.approx([1.0, 1.0, 0.5, 0.0])
+    assert at_least([0.9, 0.8], 2) == pytest.approx(0.72)
+
+
+def _reach_rows(levels: list[float], rng, compute_s: float = 1.0) -> list[dict]:
+    """Runs whose steps spread by sd 1 % around 1 s (gamma, skewed) and whose compute came out
+    at these multiples of the prediction."""
+    return [
+        {
+            "measured_step_s": list(rng.gamma(10_000.0, 1.0 / 10_000, 100)),
+            "simulated_steps": 2000,
+            "measured_compute_s": compute_s * level,
+            "predicted_compute_s": compute_s,
+        }
+        for level in levels
+    ]
+
+
+def test_ks_reach_without_level_scatter_passes_at_the_tests_own_rate():
+    """Runs whose levels agree exactly: a model right in every shape passes each at about 1 - alpha
+    (400 trials: sd 0.011 around 0.95; the asymptotic p-value is a little conservative), and 4 of
+    4 passing then has probability about 0.95^4."""
+    rng = np.random.default_rng(5)
+    r = ks_reach(_reach_rows([1.0] * 4, rng), rng)
+    assert r["level_sd"] == 0.0 and r["level_range"] == [0.0, 0.0] and r["reach_need"] == 4
+    assert all(0.91 <= p <= 0.99 for p in r["reach_rates"])
+    assert r["reach_p_bar"] == pytest.approx(np.prod(r["reach_rates"]))
+    assert r["reach_expected"] == pytest.approx(sum(r["reach_rates"]))
+
+
+def test_ks_reach_falls_with_the_level_scatter():
+    """Levels scattered by sd 2 % under steps 1 % wide: a level must sit within about a third of a
+    step's sd (KS distance 2 Phi(d / 2 sd) - 1 under the 5 % critical 1.36 sqrt(1/100 + 1/2000) =
+    0.139), which N(0, 2 %) does about 14 % of the time; the sample's own noise blurs the edge, so
+    between 5 and 35 %. The given level_sd replaces the scatter: 0 gives the full rate back."""
+    rng = np.random.default_rng(6)
+    rows = _reach_rows([0.98, 1.0, 1.02, 0.99, 1.01], rng)
+    r = ks_reach(rows, rng)
+    assert r["level_sd"] == pytest.approx(np.std([0.98, 1.0, 1.02, 0.99, 1.01], ddof=1))
+    assert r["level_range"] == pytest.approx([-0.02, 0.02])
+    assert 0.05 < r["reach_expected"] / 5 < 0.35 and r["reach_need"] == 4 and r["reach_p_bar"] < 0.01
+    assert ks_reach(rows, rng, level_sd=0.0)["reach_expected"] > 0.9 * 5
+
+
+def test_ks_reach_through_the_command(calib_file, tmp_path, ddplab):
+    """validate over three runs whose compute came out at 0.97, 1.0 and 1.04 of one figure carries
+    ks_reach in --json, from the rows' own compute levels (measured over predicted), and says it
+    in one line of the text."""
+    path, calib, _ = calib_file
+    expect = _closed_form_no_overlap(calib)
+    rng = np.random.default_rng(2)
+    runs = [
+        train_run(
+            tmp_path / "1gbit" / f"train-{i}",
+            config={"no_overlap": True},
+            step_s=0,
+            step_times=list(expect * rng.lognormal(0.0, 0.01, 30)),
+            compute_s=0.5 * expect * level,
+        )
+        for i, level in enumerate((0.97, 1.0, 1.04))
+    ]
+    code, out, err = ddplab("validate", "--calib", str(path), *map(str, runs), "--json")
+    assert code == 0, err
+    v = json.loads(out)
+    level = [r["measured_compute_s"] / r["predicted_compute_s"] for r in v["rows"]]
+    assert np.array(level) / level[1] == pytest.approx([0.97, 1.0, 1.04])  # the same prediction for all three
+    r = v["ks_reach"]
+    assert r["level_sd"] == pytest.approx(np.std(level, ddof=1))
+    assert r["level_range"] == pytest.approx([min(level) - 1, max(level) - 1])
+    assert r["reach_runs"] == 3 and r["reach_need"] == 3 and len(r["reach_rates"]) == 3
+    assert r["reach_p_bar"] == pytest.approx(at_least(r["reach_rates"], 3))
+    code, text, err = ddplab("validate", "--calib", str(path), *map(str, runs))
+    assert code == 0, err
+    assert f"in {r['reach_expected']:.1f} of 3 runs on average, 3 or more with probability" in text
+
+
+def test_ks_reach_needs_three_runs_with_a_compute_level():
+    rng = np.random.default_rng(7)
+    rows = _reach_rows([1.0, 1.0], rng) + [{"measured_step_s": [1.0] * 100, "predicted_compute_s": 1.0}]
+    assert ks_reach(rows, rng) is None
 
 
 def test_lag1_autocorrelation():

@@ -218,6 +218,15 @@ def validation_lines(v: dict) -> list[str]:
         " steps scaled to the predicted median, p by a bootstrap of the model's steps): a run that passes"
         " only this is refused by its level, not by its spread or tails"
     )
+    reach = v.get("ks_reach")
+    if reach:
+        low, high = reach["level_range"]
+        out.append(
+            f"level: compute per run {low:+.1%} to {high:+.1%} of the prediction (sd {reach['level_sd']:.1%});"
+            f" a model right in all but each run's level, off by that much, would pass the plain KS test in"
+            f" {reach['reach_expected']:.1f} of {reach['reach_runs']} runs on average, {reach['reach_need']} or more"
+            f" with probability {_p_value(reach['reach_p_bar'])} (calibrate/stepdist.py ks_reach)"
+        )
     return out
 
 
