@@ -2,7 +2,7 @@
 docs/validation.md's plain KS bar.
 
     .venv/bin/python docs/validation/level_repeat.py [--processes 16] [--steps 30] [--core 0]
-        [--validate-json FILE]
+        [--validate-json FILE...] [--level-sd SD]
 
 A validation run's level (its compute against the calibration's) comes from another process:
 the probe ran minutes before. Here the same forward and backward (gpt2-mini, micro-batch 4 x
@@ -14,10 +14,11 @@ processes (the differences' sd over sqrt 2: slow drift across the whole sitting 
 drift from the first half to the second, a step's own spread within a process (IQR / 1.349), and
 the hypervisor's steal time during each process (/proc/stat).
 
-With ``--validate-json`` (``ddplab validate ... --json``): calibrate/stepdist.py ks_reach at the
-adjacent-process sd: how many of that sitting's runs a model right in everything but each run's
-level would pass the plain KS test, if the level moved by no more than this box moves it
-between two processes a minute apart.
+With ``--validate-json`` (``ddplab validate ... --json``, one file per sitting): calibrate/stepdist.py
+ks_reach at the adjacent-process sd: how many of that sitting's runs a model right in everything but
+each run's level would pass the plain KS test, if the level moved by no more than this box moves it
+between two processes a minute apart. ``--level-sd`` gives that sd instead of measuring it (a
+fraction: 0.0086 for 0.86 %).
 """
 
 import argparse
@@ -71,23 +72,34 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=16)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--core", type=int, default=0)
-    ap.add_argument("--validate-json", type=Path)
+    ap.add_argument("--validate-json", type=Path, nargs="+", default=[])
+    ap.add_argument("--level-sd", type=float, help="use this sd between processes instead of measuring it")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(a.steps)
+        return
+    if a.level_sd is not None:
+        if not 0 <= a.level_sd < 1:
+            ap.error(f"--level-sd must be a fraction from 0 to 1, got {a.level_sd}")
+        reach(a.validate_json, a.level_sd)
         return
     if a.processes < 3 or a.steps < 5:
         ap.error(
             f"--processes must be at least 3 and --steps at least 5 (an sd between processes),"
             f" got {a.processes} and {a.steps}"
         )
+    reach(a.validate_json, measure(a.processes, a.steps, a.core))
+
+
+def measure(processes: int, steps: int, core: int) -> float:
+    """Run the processes, print what they timed; the sd between adjacent processes."""
     medians, spreads = [], []
     print(f"{'process':>7} {'median':>9} {'IQR/1.349':>9} {'steal':>7}")
-    for i in range(a.processes):
+    for i in range(processes):
         before = steal_s()
         out = subprocess.run(
-            ["taskset", "-c", str(a.core), sys.executable, __file__, "--child", "--steps", str(a.steps)],
+            ["taskset", "-c", str(core), sys.executable, __file__, "--child", "--steps", str(steps)],
             check=True,
             capture_output=True,
             text=True,
@@ -104,16 +116,20 @@ def main() -> None:
         f" second half against first {m[half:].mean() / m[:half].mean() - 1:+.2%}; a step within a process"
         f" {np.median(spreads):.2%} (median of the processes' IQR / 1.349)"
     )
-    if a.validate_json:
-        sys.path.insert(0, str(ROOT))
-        from calibrate.stepdist import ks_reach
+    return adjacent
 
-        v = json.loads(a.validate_json.read_text())
-        r = ks_reach(v["rows"], np.random.default_rng(0), level_sd=adjacent)
+
+def reach(paths: list[Path], level_sd: float) -> None:
+    """Per validate JSON, calibrate/stepdist.py ks_reach at this level sd."""
+    sys.path.insert(0, str(ROOT))
+    from calibrate.stepdist import ks_reach
+
+    for path in paths:
+        r = ks_reach(json.loads(path.read_text())["rows"], np.random.default_rng(0), level_sd=level_sd)
         print(
-            f"{a.validate_json}: a model right in all but each run's level, off by sd {adjacent:.2%}, would pass the"
-            f" plain KS test in {r['reach_expected']:.1f} of {r['reach_runs']} runs on average, {r['reach_need']} or"
-            f" more with probability {r['reach_p_bar']:.3f}; per run {', '.join(f'{p:.2f}' for p in r['reach_rates'])}"
+            f"{path}: a model right in all but each run's level, off by sd {level_sd:.2%}, would pass the plain KS"
+            f" test in {r['reach_expected']:.1f} of {r['reach_runs']} runs on average, {r['reach_need']} or more with"
+            f" probability {r['reach_p_bar']:.3f}; per run {', '.join(f'{p:.2f}' for p in r['reach_rates'])}"
         )
 
 
