@@ -49,6 +49,10 @@ class Trainer3D:
     def __init__(self, args, env: rdist.DistEnv, recipe: Recipe, lay: Layout):
         self.args, self.env, self.recipe, self.lay = args, env, recipe, lay
         self.step, self.phase = -1, "setup"
+        # When the previous step ended: a step's wall runs from there, not from its own start, so
+        # the loop's work between steps (the record written, the next batch asked for) is in it and
+        # every stage's steps add up to the same span (below, train_step).
+        self.last_end: float | None = None
         c = lay.coords(env.rank)
         self.stage, self.dp_rank = c["stage"], c["dp_rank"]
         self.mesh = init_device_mesh(env.device.type, (lay.pp, lay.dp, lay.tp), mesh_dim_names=("pp", "dp", "tp"))
@@ -139,7 +143,8 @@ class Trainer3D:
 
     def train_step(self) -> dict:
         a, lay = self.args, self.lay
-        t0 = self.now()
+        t_data = self.now()
+        t0 = t_data if self.last_end is None else self.last_end
         self.phase = "data"
         pairs = [self.batches.next(a.micro_batch) for _ in range(lay.micro_batches)]
         xs = [x.to(self.env.device) for x, _ in pairs]
@@ -166,7 +171,7 @@ class Trainer3D:
             # first's (llama-mini, 492 against 557 ms) and the step's mean over ranks short of the
             # period the pipeline runs at (2026-12-06).
             pipeline_wait_s += self.now() - t_opt
-        t_end = self.now()
+        t_end = self.last_end = self.now()
         return {
             "type": "step",
             "step": self.step,
@@ -178,7 +183,7 @@ class Trainer3D:
             "step_wall_s": t_end - t0,
             "mem_peak_allocated_bytes": None,  # CPU: no allocator statistics (the mem_tracker record has them)
             "mem_peak_reserved_bytes": None,
-            "data_s": t1 - t0,
+            "data_s": t1 - t_data,
             "forward_s": fwd,
             "backward_s": bwd,
             "pipeline_wait_s": pipeline_wait_s,
