@@ -37,7 +37,7 @@ WARMUP_STEPS = 6
 
 def child(steps: int) -> None:
     """One process's timed steps, as JSON on stdout."""
-    os.environ.setdefault("DDPLAB_CPU_PREFAULT_GIB", "2")  # as docs/validation/measure.sh's runs
+    os.environ.setdefault("DDPLAB_CPU_PREFAULT_GIB", "2")  # as docs/validation/lab.sh sets for the runs
     sys.path.insert(0, str(ROOT))
     from realrun.cpu_alloc import keep_freed_memory
 
