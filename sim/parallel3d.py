@@ -256,6 +256,9 @@ class StepCosts(NamedTuple):
     dp_chunk_last_s: np.ndarray | None = None
     # (pp,) with overlap, how long the stage's first forward waits for the gather (gather_start_s)
     gather_wait_s: np.ndarray | None = None
+    # (pp,) bytes of one collective of the stage's reduction (its first chunk's; the size that
+    # dp_last_bucket_s times), so that measured jitter is drawn for that size (sim/steps3d.py)
+    dp_bucket_bytes: np.ndarray | None = None
 
 
 def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
@@ -300,29 +303,33 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     cap = t.bucket_cap_mb
     dp_c, last_c = np.zeros((lay.pp, lay.v)), np.zeros((lay.pp, lay.v))
     gather, first_gather = np.zeros(lay.pp), np.zeros(lay.pp)
+    bucket_bytes = np.zeros(lay.pp)
     for g, n in enumerate(sizes):
         i, chunk = g % lay.pp, g // lay.pp
         size = per_chunk[i, chunk]
-        if t.mode == "fsdp":  # one unit per block, and one for what the chunk holds besides blocks
-            units = max(1, n + (g in (0, len(sizes) - 1)))
-            dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap, units)
-            gather[i] += bucketed_s("allgather", size * dt.compute_bytes, fabric, cap, units)[0]
-        elif t.mode == "hsdp":  # fsdp's units in the shard group, then each shard allreduced across
+        if t.mode in ("fsdp", "hsdp"):  # one unit per block, and one for what the chunk holds besides blocks
             units = max(1, n + (g in (0, len(sizes) - 1)))
             grads = size * dt.grad_bytes
             whole, one = bucketed_s("reduce_scatter", grads, fabric, cap, units)
-            across, last = bucketed_s("allreduce", grads / fabric.ranks, replica, cap, units)
-            dp_c[i, chunk], last_c[i, chunk] = whole + across, one + last
+            if t.mode == "hsdp":  # fsdp's units in the shard group, then each shard allreduced across
+                across, last = bucketed_s("allreduce", grads / fabric.ranks, replica, cap, units)
+                whole, one = whole + across, one + last
+            dp_c[i, chunk], last_c[i, chunk] = whole, one
             gather[i] += bucketed_s("allgather", size * dt.compute_bytes, fabric, cap, units)[0]
+            wire, n_calls = grads, units
         elif t.mode == "zero1":  # DDP's buckets, reduce-scattered; the weights gathered in the same buckets
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap)
             whole, one = bucketed_s("allgather", size * dt.compute_bytes, fabric, cap)
             gather[i] += whole
             first_gather[i] = one if chunk == 0 else first_gather[i]
+            wire, n_calls = size * dt.grad_bytes, 0
         else:  # a fp16/bf16 comm hook puts 2 bytes per gradient on the wire, and pays its casts
-            wire = 2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes
-            dp_c[i, chunk], last_c[i, chunk] = bucketed_s("allreduce", size * wire, fabric, cap)
+            wire = size * (2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes)
+            dp_c[i, chunk], last_c[i, chunk] = bucketed_s("allreduce", wire, fabric, cap)
             dp_c[i, chunk] += t.compress_s_per_gb * size * dt.grad_bytes / 1e9
+            n_calls = 0
+        if chunk == 0:  # bucketed_s's split: one call per unit, else buckets of the cap
+            bucket_bytes[i] = wire / (n_calls or max(1, math.ceil(wire / (cap * MIB))))
     if resharded_per_block(sc, lay):
         # Each block resharded after its forward: every micro-batch gathers it for its forward
         # and again for its backward and reduce-scatters its gradient (as sim/fsdp.py runs
@@ -356,7 +363,7 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
         wait = gather / np.array([max(1, sum(sizes[g] for g in range(i, len(sizes), lay.pp))) for i in range(lay.pp)])
     return StepCosts(
         fwd, bwd, comm, p2p, dp_s, last, gather, tie, opt, params, sizes, dp_chunk_s=dp_c, dp_chunk_last_s=last_c,
-        gather_wait_s=wait,
+        gather_wait_s=wait, dp_bucket_bytes=bucket_bytes,
     )  # fmt: skip
 
 

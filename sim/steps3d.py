@@ -36,7 +36,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sim.config import Scenario
-from sim.noise import comm_multipliers
+from sim.noise import SizePools, comm_multipliers
 from sim.online import RANK_FIELDS
 from sim.parallel3d import (
     Layout,
@@ -66,8 +66,9 @@ def jittered(sc: Scenario, lay: Layout, costs: StepCosts, rng: np.random.Generat
     the mean of n draws and the last bucket by its own draw, for the concurrent group whose
     buckets took longest. The per-chunk shares the overlapped reduction reads (dp_chunk_s,
     dp_chunk_last_s) scale with the stage's: each chunk's by the same mean, its last bucket by
-    the last draw. Measured multipliers are drawn from all timed sizes together
-    (network.jitter_samples_bytes is not read here: a stage's costs carry no bucket sizes)."""
+    the last draw. Measured multipliers that carry their sizes (network.jitter_samples_bytes)
+    are drawn from the timed size nearest the stage's collective (StepCosts.dp_bucket_bytes;
+    sim/noise.py SizePools), as the DDP and FSDP engines draw them."""
     net = sc.network
     if not net.jitter_samples and net.jitter_sigma == 0.0:
         return costs
@@ -78,7 +79,9 @@ def jittered(sc: Scenario, lay: Layout, costs: StepCosts, rng: np.random.Generat
         if last[i] <= 0.0:
             continue
         n = max(1, round(dp_s[i] / last[i]))
-        draws = comm_multipliers(rng, net.jitter_sigma, net.jitter_samples, (lay.tp, n))
+        sizes = [] if costs.dp_bucket_bytes is None else [costs.dp_bucket_bytes[i]] * n
+        pools = SizePools.of(net.jitter_samples, net.jitter_samples_bytes, sizes)
+        draws = comm_multipliers(rng, net.jitter_sigma, net.jitter_samples, (lay.tp, n), pools)
         slowest = draws[int(np.argmax(draws.sum(axis=1)))]
         dp_s[i] *= slowest.mean()
         last[i] *= slowest[-1]

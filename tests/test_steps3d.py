@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.noise import comm_multipliers
-from sim.parallel3d import simulate_3d
+from sim.parallel3d import dtypes_3d, simulate_3d
 from sim.pipeline import run_pipeline
 from sim.scenario_file import load_scenario
 from sim.steps3d import FIELDS, JITTER_STREAM, simulate_3d_steps
@@ -80,6 +80,26 @@ def test_jitter_is_the_stated_draws_on_the_dp_reduction_and_moves_no_compute():
         expected = calm.step_time_s[k] - c.dp_s[0] + c.dp_s[0] * draws.mean(axis=1).max()
         assert run.step_time_s[k] == pytest.approx(expected, rel=1e-12)
     assert np.array_equal(run.records["compute_s"], calm.records["compute_s"])
+
+
+def test_measured_jitter_is_drawn_at_the_stages_collective_size():
+    """Multipliers timed at 4 KiB (all x3) and at the stage's bucket size (all x1): drawn by size,
+    the reduction takes none of the small calls' spread and every step is the calm one; pooled
+    (no sizes), the same multipliers slow it. The bucket size is the stage's gradient bytes over
+    its buckets: sim/parallel3d.py's bucketed_s split."""
+    sets = ["training.tp=8", "training.grad_accum=2", "training.overlap=false", *CALM]
+    calm = simulate_3d_steps(_sc(*sets, steps=3))
+    c = calm.first.costs
+    n = round(c.dp_s[0] / c.dp_last_bucket_s[0])
+    grad_bytes = dtypes_3d(_sc(*sets)).grad_bytes
+    assert c.dp_bucket_bytes[0] * n == pytest.approx(c.params[0] * grad_bytes, rel=1e-12)
+    big = int(c.dp_bucket_bytes[0])
+    samples = "network.jitter_samples=[" + ",".join(["3.0"] * 4 + ["1.0"] * 4) + "]"
+    sizes = "network.jitter_samples_bytes=[" + ",".join(["4096"] * 4 + [str(big)] * 4) + "]"
+    by_size = simulate_3d_steps(_sc(*sets, samples, sizes, steps=3))
+    assert list(by_size.step_time_s) == list(calm.step_time_s)
+    pooled = simulate_3d_steps(_sc(*sets, samples, steps=3))
+    assert all(pooled.step_time_s > calm.step_time_s + 0.5 * c.dp_s[0])  # about half the draws are x3
 
 
 def test_jitter_moves_an_overlapped_reduction_too():
