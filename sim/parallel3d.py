@@ -200,13 +200,19 @@ def cp_fabric(sc: Scenario, lay: Layout) -> Fabric:
     return strided_fabric(sc, lay.cp, lay.tp)
 
 
+def bucket_count(size_bytes: float, cap_mb: float, units: int = 0) -> int:
+    """How many equal collectives ``size_bytes`` goes out in: buckets of the DDP cap, or with
+    ``units`` > 0 one per FSDP unit (each block its own flat parameter, sim/fsdp.py; FSDP has no
+    bucket cap)."""
+    return units if units > 0 else max(1, math.ceil(size_bytes / (cap_mb * MIB)))
+
+
 def bucketed_s(op: str, size_bytes: float, fabric: Fabric, cap_mb: float, units: int = 0) -> tuple[float, float]:
-    """(all buckets, the last bucket) of a collective over ``size_bytes``, seconds: in buckets
-    of the DDP cap, or with ``units`` > 0 one collective per FSDP unit (each block its own
-    flat parameter, sim/fsdp.py; FSDP has no bucket cap)."""
+    """(all buckets, the last bucket) of a collective over ``size_bytes``, seconds, in
+    bucket_count's split."""
     if size_bytes <= 0 or fabric.ranks == 1:
         return 0.0, 0.0
-    n = units if units > 0 else max(1, math.ceil(size_bytes / (cap_mb * MIB)))
+    n = bucket_count(size_bytes, cap_mb, units)
     one = collective_cost(op, size_bytes / n, fabric).time_s
     return n * one, one
 
@@ -316,20 +322,20 @@ def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
                 whole, one = whole + across, one + last
             dp_c[i, chunk], last_c[i, chunk] = whole, one
             gather[i] += bucketed_s("allgather", size * dt.compute_bytes, fabric, cap, units)[0]
-            wire, n_calls = grads, units
+            wire, wire_units = grads, units
         elif t.mode == "zero1":  # DDP's buckets, reduce-scattered; the weights gathered in the same buckets
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("reduce_scatter", size * dt.grad_bytes, fabric, cap)
             whole, one = bucketed_s("allgather", size * dt.compute_bytes, fabric, cap)
             gather[i] += whole
             first_gather[i] = one if chunk == 0 else first_gather[i]
-            wire, n_calls = size * dt.grad_bytes, 0
+            wire, wire_units = size * dt.grad_bytes, 0
         else:  # a fp16/bf16 comm hook puts 2 bytes per gradient on the wire, and pays its casts
             wire = size * (2 if t.comm_hook in ("fp16", "bf16") else dt.grad_bytes)
             dp_c[i, chunk], last_c[i, chunk] = bucketed_s("allreduce", wire, fabric, cap)
             dp_c[i, chunk] += t.compress_s_per_gb * size * dt.grad_bytes / 1e9
-            n_calls = 0
-        if chunk == 0:  # bucketed_s's split: one call per unit, else buckets of the cap
-            bucket_bytes[i] = wire / (n_calls or max(1, math.ceil(wire / (cap * MIB))))
+            wire_units = 0
+        if chunk == 0:  # the size of one of bucketed_s's collectives
+            bucket_bytes[i] = wire / bucket_count(wire, cap, wire_units)
     if resharded_per_block(sc, lay):
         # Each block resharded after its forward: every micro-batch gathers it for its forward
         # and again for its backward and reduce-scatters its gradient (as sim/fsdp.py runs
