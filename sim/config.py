@@ -755,8 +755,9 @@ class Scenario:
     loader_stragglers: str = ""
     """Ranks with a slow dataloader, "RANK:SLOWDOWN,...": that rank's compute.dataloader_batch_s x SLOWDOWN."""
     rebalance: bool = False
-    """Size each rank's micro-batch to its persistent speed (work in proportion to speed,
-    continuous sizes): every rank then computes base x N / sum(1/s)."""
+    """Size each rank's samples per step to its persistent speed, in whole samples, the global
+    batch unchanged (sim/rebalance.py): the slowest rank's time is then the least an integer
+    split allows, which at 8 samples a GPU is within one sample (12.5 %) of even."""
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from sim.config import Scenario
 from sim.memory import CUDA_CONTEXT_GIB, GIB, estimate_memory
 from sim.parallel3d import layout, memory_by_stage, step_costs
+from sim.workload import largest_micro_batch
 
 # The changes tried, in the order they are named. A candidate the scenario refuses (ValueError:
 # a mode this version does not have, or one that does not go with the rest) is skipped, and one
@@ -99,8 +100,13 @@ class Alternative(NamedTuple):
 
 
 def fit(sc: Scenario) -> Fit:
-    """The scenario's peak per GPU against its device."""
+    """The scenario's peak per GPU against its device: under rebalance, the rank with the most
+    samples per micro-step (sim/workload.py largest_micro_batch)."""
     measured = sc.compute.memory_peak_gib
+    if sc.rebalance and measured is None and not sc.parallel3d:
+        largest = largest_micro_batch(sc)
+        if largest > sc.training.micro_batch_size:
+            sc = with_changes(sc, {"training.micro_batch_size": largest})
     total = _estimated_total(sc) if measured is None else measured + CUDA_CONTEXT_GIB
     return Fit(total, sc.compute.device_memory_gib, measured is not None, communicators(sc))
 

@@ -34,6 +34,7 @@ from sim.engine import simulate
 from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
 from sim.patches import Patch, apply_patches, check_assigned_keys, parse_set, split_assignments
+from sim.rebalance import describe
 from sim.scenario_file import scenario_from_dict
 from sim.steps3d import simulate_3d_steps
 from sim.workload import build_workload
@@ -127,7 +128,7 @@ OWN_KEYS = {"seed": "every row runs on the same seed, so the rows differ by the 
 
 # The named fixes that are fixed patches: (key, value, note).
 _FIXED = {
-    "rebalance": ("rebalance", True, "work sized to speed (continuous micro-batches)"),
+    "rebalance": ("rebalance", True, "work sized to speed"),
     "sync-gc": ("pauses.synchronized", True, "every rank pauses at the same steps"),
     "fix-loader": ("loader_stragglers", "", "every loader at the healthy speed"),
 }
@@ -231,21 +232,34 @@ def rows(p: Plan) -> list[Row]:
     out = [Row("nothing", p.base, 0.0, "")]
     for (text, parts), sized in zip(p.tries, p.sized, strict=True):
         if all(part.patch for part in parts):
-            out.append(Row(text, sized, 0.0, "; ".join(part.note for part in parts if part.note)))
+            out.append(Row(text, sized, 0.0, _notes([part.note for part in parts], parts, sized)))
             continue
         patches: list[Patch] = []
         notes = []
         for part in parts:
             if part.patch:
                 patches.append(part.patch)
-                notes += [part.note] if part.note else []
+                notes.append(part.note)
                 continue
             sc = _build(p.data, patches) if patches else p.base
             removed, what = _slowest_group(sc)
             patches += _exclude(sc, removed)
             notes.append(f"restart without {what}")
-        out.append(Row(text, _build(p.data, patches), None, "; ".join(notes)))
+        final = _build(p.data, patches)
+        out.append(Row(text, final, None, _notes(notes, parts, final)))
     return out
+
+
+def _notes(notes: list[str], parts: list[Part], sc: Scenario) -> str:
+    """A row's notes joined; rebalance's says how its whole samples fell (sim/rebalance.py)."""
+    out = []
+    for note, part in zip(notes, parts, strict=True):
+        if part.named == "rebalance" and not sc.parallel3d:
+            split = build_workload(sc, np.random.default_rng(sc.seed)).samples_per_step
+            note = f"{note}: {describe(split, sc.training.grad_accum * sc.training.micro_batch_size)}"
+        if note:
+            out.append(note)
+    return "; ".join(out)
 
 
 def row_scenarios(p: Plan) -> list[Scenario]:

@@ -12,6 +12,7 @@ from sim.config import NetworkConfig, Scenario, parse_stragglers
 from sim.loader import loader_wait_s
 from sim.noise import speed_factors
 from sim.optimizer import optimizer_step_s
+from sim.rebalance import whole_samples
 from sim.roofline import (
     EMBEDDING_KERNELS,
     block_kernels,
@@ -42,6 +43,7 @@ class Workload:
     algorithms: tuple[str, ...]  # (buckets,) the algorithm chosen per bucket
     overlap: bool
     interference_gamma: float
+    samples_per_step: np.ndarray | None = None  # (ranks,) rebalanced samples a step; None: as configured
 
     @property
     def traffic_bytes_per_step(self) -> float:
@@ -248,14 +250,16 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
     micro_s = (fwd_s + bwd_s + fwd_s * recompute) * factor
     batch_s = loader_batch_s(sc)
     loader = loader_wait_per_step_s(sc, batch_s, micro_s, gap_s)
+    split = None
     if sc.rebalance:
-        # Work in proportion to speed: rank r's per-step time t_r (its K micro-steps and what
-        # it waits for batches, both proportional to its samples) gets a batch share
-        # (1/t_r)/mean(1/t), so every rank takes N / sum(1/t) (docs/design.md "Persistent
-        # straggler"); its batches shrink with its share, and its wait is found again.
-        # Micro-batches are taken as continuous: real ones round to samples.
+        # Work sized to speed, in whole samples (sim/rebalance.py): rank r's per-step time t_r
+        # (its K micro-steps and what it waits for batches, both taken as proportional to its
+        # samples) sets its samples per step n_r, the global batch unchanged; its micro-steps
+        # and batches scale by n_r / (K x micro-batch), and its wait is found again.
         per_step_s = loader + micro_s * t.grad_accum
-        share = (1.0 / per_step_s) / np.mean(1.0 / per_step_s)
+        samples = t.grad_accum * t.micro_batch_size
+        split = whole_samples(per_step_s, samples)
+        share = split / samples
         factor = factor * share
         micro_s, batch_s = micro_s * share, batch_s * share
         loader = loader_wait_per_step_s(sc, batch_s, micro_s, gap_s)
@@ -275,4 +279,15 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         algorithms=tuple(c.algorithm for c in costs),
         overlap=t.overlap,
         interference_gamma=sc.compute.interference_gamma,
+        samples_per_step=split,
     )
+
+
+def largest_micro_batch(sc: Scenario) -> int:
+    """The most samples any rank runs in one micro-step: the configured micro-batch, or under
+    rebalance the most a rank takes a step spread over its K micro-steps, rounded up (a rank
+    given a ninth sample holds a ninth sample's activations: sim/memory_fit.py)."""
+    if not sc.rebalance:
+        return sc.training.micro_batch_size
+    samples = build_workload(sc, np.random.default_rng(sc.seed)).samples_per_step
+    return max(sc.training.micro_batch_size, math.ceil(int(samples.max()) / sc.training.grad_accum))

@@ -82,7 +82,7 @@ def test_whatif_takes_a_named_fix_on_a_row_that_leaves_tp(ddplab):
     runs it, so rebalance applies there (it was refused because the base had TP)."""
     from workflow.simulation import run_scale
 
-    base = [*TP8, "training.mode=fsdp", "stragglers=3:1.4"]
+    base = [*TP8, "training.mode=fsdp", "training.grad_accum=8", "stragglers=3:1.4"]
     off = "training.tp=1,training.sequence_parallel=false"
     argv = ["whatif", "h100-1024", "--ranks", "64", "--steps", "5", "--json", *_sets(*base)]
     code, out, err = ddplab(*argv, "--try", off, "--try", off + ",rebalance")
@@ -90,8 +90,10 @@ def test_whatif_takes_a_named_fix_on_a_row_that_leaves_tp(ddplab):
     nothing, plain, rebalanced = json.loads(out)
     sc = load_scenario("h100-1024", [*base, "steps=5", "training.tp=1", "training.sequence_parallel=false"], ranks=64)
     assert plain["step_time_s"] == pytest.approx(run_scale(sc)[1].step_time_s.mean, rel=1e-9)
-    # Rank 3 at 1.4x holds every step back; work sized to speed takes most of that away.
+    # Rank 3 at 1.4x holds every step back; work sized to speed in whole samples (8 a step: 6 for
+    # rank 3, 9 for two others) takes most of that away.
     assert rebalanced["step_time_s"] < 0.9 * plain["step_time_s"]
+    assert rebalanced["note"].startswith("work sized to speed: rank 3 takes 6, ranks ")
 
 
 def test_whatif_defaults_for_a_slow_gpu_in_a_tp_job_are_knobs_not_named_fixes():

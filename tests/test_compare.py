@@ -169,7 +169,11 @@ def test_a_try_may_combine_a_named_fix_with_keys():
     row = rows(plan(scenario_data("straggler-lemon", ranks=32, steps=5), ["rebalance,accum=2"]))[1]
     sc = row.scenario
     assert sc.rebalance is True and sc.training.grad_accum == 2 and row.restart_s == 0.0
-    assert row.note == "work sized to speed (continuous micro-batches); 2 x the tokens per step"
+    # 16 samples a step: the 1.4 x rank gives up 4 (12 x 1.4 = 16.8), four others take a 17th.
+    assert (
+        row.note
+        == "work sized to speed: rank 17 takes 12, 4 ranks take 17 of 16 samples a step; 2 x the tokens per step"
+    )
 
 
 def test_whatif_out_writes_its_table_and_plot(capsys, tmp_path):

@@ -1,0 +1,87 @@
+"""Rebalancing in whole samples (sim/rebalance.py): the split against an exhaustive search, the
+global batch kept, and what it means for whatif's rows and memory."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from conftest import in_process
+
+from sim.memory_fit import fit
+from sim.rebalance import describe, whole_samples
+from sim.scenario_file import load_scenario
+from sim.workload import build_workload, largest_micro_batch
+
+
+def _best_max(t: np.ndarray, samples: int) -> float:
+    """The least slowest-rank time over every split of ranks x samples into parts >= 1."""
+    total, u = len(t) * samples, t / samples
+    best = np.inf
+    for head in itertools.product(range(1, total + 1), repeat=len(t) - 1):
+        last = total - sum(head)
+        if last >= 1:
+            best = min(best, float(np.max(np.array([*head, last]) * u)))
+    return best
+
+
+def test_the_split_is_the_exhaustive_optimum():
+    """On 300 random small cases (2-4 ranks, 1-5 samples each, speeds 1 to 10 x apart): the split
+    keeps the global batch, gives every rank at least one sample, and its slowest rank's time is
+    the least any split reaches."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        ranks, samples = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+        t = np.exp(rng.uniform(0.0, np.log(10.0), ranks))
+        n = whole_samples(t, samples)
+        assert n.sum() == ranks * samples and n.min() >= 1
+        assert np.max(n * t / samples) == pytest.approx(_best_max(t, samples), rel=1e-12), (t, samples, n)
+
+
+def test_at_least_one_sample_each():
+    """Two ranks 4 x slow and one sample each: the continuous optimum gives them a quarter each
+    and the fast rank two; whole samples give each rank one (the only split there is)."""
+    assert whole_samples(np.array([4.0, 4.0, 1.0]), 1).tolist() == [1, 1, 1]
+
+
+def test_a_spread_smaller_than_one_sample_is_left_alone():
+    """Identical GPUs 1.2 % apart (sd) at 8 samples a step: one sample is 12.5 % of a rank's work,
+    so every rank keeps its 8, and the whatif row is the unchanged job's, to the digit."""
+    rng = np.random.default_rng(0)
+    t = 1.0 + 0.012 * rng.standard_normal(1024)
+    n = whole_samples(t, 8)
+    assert (n == 8).all()
+    assert describe(n, 8) == "every rank keeps its 8 samples a step (one is 12.5% of its work)"
+
+
+def test_whatif_rebalance_says_how_the_samples_fell(capsys):
+    """straggler-jitter's persistent spread cannot be rebalanced in whole samples (the same row as
+    doing nothing), and straggler-lemon's slow GPU (1.4 x) takes 6 of 8 while two healthy ranks take
+    9, so the rebalanced job is slower than a healthy cluster: the fix cannot beat having no
+    straggler."""
+    argv = ("--ranks", "256", "--steps", "30", "--json")
+    code, out, err = in_process(capsys, "whatif", "straggler-jitter", "--try", "rebalance", *argv)
+    assert code == 0, err
+    nothing, rebalance = json.loads(out)
+    assert rebalance["step_time_s"] == nothing["step_time_s"]
+    assert rebalance["note"].endswith("every rank keeps its 8 samples a step (one is 12.5% of its work)")
+    code, out, err = in_process(
+        capsys, "whatif", "straggler-lemon", "--try", "rebalance", "--try", "stragglers=", *argv
+    )
+    assert code == 0, err
+    nothing, rebalance, healthy = json.loads(out)
+    assert nothing["step_time_s"] > rebalance["step_time_s"] > healthy["step_time_s"]
+    assert rebalance["note"].startswith("work sized to speed: rank 17 takes 6, ranks ")
+    assert rebalance["note"].endswith(" take 9 of 8 samples a step")
+
+
+def test_the_rank_given_a_ninth_sample_holds_its_activations():
+    """Memory under rebalance is the fullest rank's: at 8 samples a micro-step, a healthy rank
+    given a ninth runs a micro-batch of 9, and the row's peak is the peak at micro-batch 9."""
+    lemon = load_scenario("straggler-lemon", ["rebalance=true"], ranks=64, steps=2)
+    assert build_workload(lemon, np.random.default_rng(lemon.seed)).samples_per_step.max() == 9
+    assert largest_micro_batch(lemon) == 9
+    nine = load_scenario("straggler-lemon", ["training.micro_batch_size=9"], ranks=64, steps=2)
+    eight = load_scenario("straggler-lemon", [], ranks=64, steps=2)
+    assert fit(lemon).total_gib == pytest.approx(fit(nine).total_gib, rel=1e-12)
+    assert fit(lemon).total_gib > fit(eight).total_gib
