@@ -790,6 +790,13 @@ class Scenario:
             self.training.precision,
             "needs FP8 matmuls and this device has none (compute.peak_fp8_tflop_s = 0); use bf16-amp",
         )
+        # sim/steps3d.py sizes no rank's work: a 3D job with rebalance set ran as if it were not.
+        _require(
+            not (self.rebalance and self.parallel3d),
+            "rebalance",
+            self.rebalance,
+            "is not modelled for a tensor-, context- or pipeline-parallel or zero1 job (sim/steps3d.py)",
+        )
         if self.training.mode == "hsdp" and self.parallel3d:
             s, dpcp = self.dp_shard_size, self.dp * self.training.cp
             why = f"must divide the data-parallel group's dp x cp ranks ({dpcp})"

@@ -205,7 +205,10 @@ def plan(data: dict, tries: list[str], base: Scenario | None = None) -> Plan:
     sized = []
     for text, parts in parsed:
         patches = [p.patch for p in parts if p.patch]
-        sized.append(_build(data, patches) if patches else base)
+        try:
+            sized.append(_build(data, patches) if patches else base)
+        except ValueError as e:  # the row's own scenario refused it: say which row
+            raise ValueError(f"--try {text!r}: {e}") from None
         if sized[-1].parallel3d:  # a row that leaves TP/PP/zero1 runs as `simulate` runs it, fixes and all
             _check_3d(text, parts, sized[-1])
     if base.parallel3d:

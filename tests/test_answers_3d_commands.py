@@ -63,7 +63,8 @@ def test_whatif_runs_a_tp_job_as_simulate_does(ddplab):
 @pytest.mark.parametrize(
     "extra, tries, words",
     [
-        ([], ["rebalance"], "--try 'rebalance': rebalance is not modelled for a tensor-"),
+        # The scenario refuses it (a 3D job sizes no rank's work), named by its row.
+        ([], ["rebalance"], "--try 'rebalance': rebalance: is not modelled for a tensor-"),
         ([], ["exclude-slowest"], "exclude-slowest is not modelled for a tensor-"),
         (["episodes.comm_per_h=0.5"], ["bucket_cap_mb=100"], "episodes: not simulated for a tensor-"),
     ],

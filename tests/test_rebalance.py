@@ -85,3 +85,13 @@ def test_the_rank_given_a_ninth_sample_holds_its_activations():
     eight = load_scenario("straggler-lemon", [], ranks=64, steps=2)
     assert fit(lemon).total_gib == pytest.approx(fit(nine).total_gib, rel=1e-12)
     assert fit(lemon).total_gib > fit(eight).total_gib
+
+
+def test_a_3d_job_refuses_rebalance(capsys):
+    """sim/steps3d.py sizes no rank's work, so a TP job with rebalance set ran as if it were not
+    (the same step as without): now one line, exit 2."""
+    tp = ("--set", "training.tp=8", "--set", "training.sequence_parallel=true")
+    code, out, err = in_process(capsys, "simulate", "straggler-lemon", *tp, "--set", "rebalance=true", "--steps", "2")
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "rebalance: is not modelled for a tensor-, context- or pipeline-parallel or zero1 job" in line
