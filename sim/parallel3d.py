@@ -92,7 +92,9 @@ from sim.transformer import (
 from sim.workload import fabric_for
 
 MIB = float(1 << 20)
-ASSUMED = "one step drawn; loader waits, episodes and compute.interference_gamma are not applied (sim/parallel3d.py)"
+ASSUMED = (
+    "one step drawn; loader waits, episodes, pauses and compute.interference_gamma are not applied (sim/parallel3d.py)"
+)
 
 
 class Layout(NamedTuple):

@@ -55,7 +55,8 @@ FIELDS = ("compute_s", "bubble_s", "exposed_comm_s", "straggler_wait_s", "collec
 assert set(RANK_FIELDS) <= set(FIELDS)
 ASSUMED = (
     "steps drawn one by one (noise per GPU and operation, jitter per bucket of the DP reductions); loader waits,"
-    " episodes, compute.interference_gamma and jitter on TP collectives and sends are not applied (sim/steps3d.py)"
+    " episodes, pauses, compute.interference_gamma and jitter on TP collectives and sends are not applied"
+    " (sim/steps3d.py)"
 )
 
 

@@ -20,8 +20,9 @@ per-GPU memory exceeds its device (sim/memory_fit.py) is not simulated: its numb
 
 A tensor-, context- or pipeline-parallel or zero1 row (Scenario.parallel3d) is simulated as
 `ddplab simulate` simulates it, by sim/steps3d.py, whose model has no data loader, pauses,
-episodes or per-rank work sizing: there only KEY=VALUE rows are tried, and a named fix or an
-episode is refused in one line rather than shown as changing nothing.
+episodes or per-rank work sizing: there only KEY=VALUE rows are tried, and a named fix, an
+episode or a pause is refused in one line rather than shown as changing nothing (rebalance by
+the scenario itself: sim/config.py).
 """
 
 import math
@@ -227,6 +228,9 @@ def _check_3d(text: str, parts: list[Part], sc: Scenario) -> None:
         raise ValueError(f"--try {text!r}: {named[0]} is not modelled for {THREE_D}; try KEY=VALUE changes")
     if sc.episodes.active:
         raise ValueError(f"episodes: not simulated for {THREE_D} (row {text!r}); whatif needs them off there")
+    if sc.pauses.every_steps > 0:  # as episodes: every row would show them costing nothing
+        why = "whatif needs them off there (pauses.every_steps=0)"
+        raise ValueError(f"pauses: not simulated for {THREE_D} (row {text!r}); {why}")
 
 
 def rows(p: Plan) -> list[Row]:

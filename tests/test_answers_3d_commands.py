@@ -67,6 +67,8 @@ def test_whatif_runs_a_tp_job_as_simulate_does(ddplab):
         ([], ["rebalance"], "--try 'rebalance': rebalance: is not modelled for a tensor-"),
         ([], ["exclude-slowest"], "exclude-slowest is not modelled for a tensor-"),
         (["episodes.comm_per_h=0.5"], ["bucket_cap_mb=100"], "episodes: not simulated for a tensor-"),
+        # GC pauses were dropped without a word until 2026-12-07: every row's step came out pause-free.
+        (["pauses.every_steps=50"], ["bucket_cap_mb=100"], "pauses: not simulated for a tensor-"),
     ],
 )
 def test_whatif_refuses_what_the_3d_model_does_not_have(ddplab, extra, tries, words):
