@@ -107,7 +107,8 @@ class TrainingConfig:
     grad_accum: int = 1
     """Micro-steps per optimizer step; only the last one synchronises (DDP no_sync)."""
     bucket_cap_mb: float = 25.0
-    """DDP bucket cap in MiB (PyTorch default 25)."""
+    """DDP bucket cap in MiB (PyTorch default 25); fsdp/hsdp without tp, cp or pp reduce per unit
+    (sim/fsdp.py) and refuse another value."""
     first_bucket_mb: float | None = None
     """First bucket's cap in MiB; unset = as PyTorch: 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES)
     when bucket_cap_mb is the default 25, else bucket_cap_mb (torch 2.13 _BucketCapacityConfig)."""
@@ -115,7 +116,8 @@ class TrainingConfig:
     """fp32 | tf32 | bf16-amp | bf16 | fp16-amp, as `ddplab train --precision`: decides the dtype of
     weights, matmuls, gradients (and so DDP's buckets) and optimizer state (sim/precision.py)."""
     overlap: bool = True
-    """Launch each bucket's allreduce as soon as it is ready (DDP); false = after backward."""
+    """Launch each bucket's allreduce as soon as it is ready (DDP); false = after backward. fsdp/hsdp
+    without tp, cp or pp overlap by fsdp_prefetch instead and refuse false."""
     comm_hook: str = "none"
     """DDP comm hook: none | fp16 | bf16 (2-byte wire format) | powersgd."""
     powersgd_rank: int = 1
@@ -287,6 +289,14 @@ class TrainingConfig:
             why = "is modelled for FSDP alone, not with tp, cp or pp"
             _require(self.tp * self.cp * self.pp == 1, "training.fp8_all_gather", self.fp8_all_gather, why)
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
+        if self.mode in SHARDED_MODES and self.tp * self.cp * self.pp == 1:
+            # sim/fsdp.py reduces per unit and prefetches by fsdp_prefetch: DDP's buckets and its
+            # overlap switch change nothing there, and were taken without a word until 2026-12-07.
+            why = f"{self.mode} mode reduces per unit (a block), not in DDP's buckets (sim/fsdp.py); leave it unset"
+            _require(self.bucket_cap_mb == 25.0, "training.bucket_cap_mb", self.bucket_cap_mb, why)
+            _require(self.first_bucket_mb is None, "training.first_bucket_mb", self.first_bucket_mb, why)
+            why = f"{self.mode} mode overlaps by training.fsdp_prefetch (0: no prefetch; sim/fsdp.py)"
+            _require(self.overlap, "training.overlap", self.overlap, why)
         if self.mode in MASTER_COPY_MODES:
             # FSDP and the distributed optimizer reduce-scatter plain gradients in the precision's
             # gradient dtype.

@@ -364,3 +364,19 @@ def test_compare_and_sweep_run_hsdp(capsys, command, tmp_path):
         # NICs (376 GB/s) outrun the one-node xGMI ring (336; sim/nccl_time.py).
         runs = {r["vary"]["training.hsdp_shard_size"]: r for r in json.loads(out)["runs"] if r["seed"] == 0}
         assert runs["16"]["exposed_comm_s"] != pytest.approx(runs["8"]["exposed_comm_s"], rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("training.overlap", "false"), ("training.bucket_cap_mb", "5"), ("training.first_bucket_mb", "1")],
+)
+def test_fsdp_refuses_ddp_knobs_it_does_not_model(capsys, key, value):
+    """sim/fsdp.py reduces per unit and prefetches by training.fsdp_prefetch: DDP's bucket caps and
+    its overlap switch changed nothing there (the same step either way) and were taken without a
+    word. Now one line naming the key, exit 2."""
+    code, out, err = in_process(
+        capsys, "simulate", "llama3-8b-1024", "--set", "training.mode=fsdp", "--set", f"{key}={value}", "--steps", "2"
+    )
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"ddplab simulate: error: {key}: fsdp mode ")
