@@ -123,7 +123,8 @@ class TrainingConfig:
     powersgd_rank: int = 1
     """PowerSGD matrix_approximation_rank."""
     compress_s_per_gb: float = 0.0
-    """Encode + decode time per GB of uncompressed gradient, on the comm path."""
+    """Encode + decode time per GB of uncompressed gradient, on the comm path (a DDP comm hook's; the
+    sharded modes, which have none, refuse it)."""
     mode: str = "ddp"
     """ddp (every rank holds the whole model, gradients allreduced in buckets) | fsdp (FSDP /
     ZeRO-3: parameters, gradients and optimizer state sharded; each unit allgathered for its
@@ -306,6 +307,15 @@ class TrainingConfig:
                 self.comm_hook,
                 f"{self.mode} mode models no DDP comm hook (training.precision sets the reduce dtype)",
             )
+            why = f"{self.mode} mode models no DDP comm hook, whose encoding this times"
+            _require(self.compress_s_per_gb == 0, "training.compress_s_per_gb", self.compress_s_per_gb, why)
+        # Keys of another mode change nothing in this one; until 2026-12-07 they were taken without a word.
+        if self.mode not in SHARDED_MODES:
+            why = f"is fsdp's and hsdp's (units gathered ahead); {self.mode} mode has none"
+            _require(self.fsdp_prefetch == 1, "training.fsdp_prefetch", self.fsdp_prefetch, why)
+        if self.mode != "hsdp":
+            why = f"is hsdp's (ranks per shard group); {self.mode} mode has none"
+            _require(self.hsdp_shard_size == 0, "training.hsdp_shard_size", self.hsdp_shard_size, why)
 
     @property
     def recompute(self) -> str:

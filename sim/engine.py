@@ -75,8 +75,10 @@ def simulate(
     Neither changes a number. ``held``: one episode state for the whole run instead of the
     scenario's episodes as they come (sim/episode_cost.py).
     """
-    if sc.training.mode == "zero1":  # `ddplab simulate` runs it through sim/parallel3d.py
-        raise ValueError("training.mode=zero1: the distributed optimizer is simulated by sim/parallel3d.py (simulate)")
+    if sc.parallel3d:  # `ddplab simulate` runs these through sim/steps3d.py; here tp, cp and pp would be ignored
+        raise ValueError(
+            "training.tp/cp/pp or mode=zero1: a 3D-parallel job is simulated by sim/steps3d.py, not sim/engine.py"
+        )
     if sc.training.mode in SHARDED_MODES:
         return simulate_fsdp(
             sc,

@@ -367,16 +367,32 @@ def test_compare_and_sweep_run_hsdp(capsys, command, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "key, value",
-    [("training.overlap", "false"), ("training.bucket_cap_mb", "5"), ("training.first_bucket_mb", "1")],
+    "mode, key, value",
+    [
+        ("fsdp", "training.overlap", "false"),
+        ("fsdp", "training.bucket_cap_mb", "5"),
+        ("fsdp", "training.first_bucket_mb", "1"),
+        ("fsdp", "training.compress_s_per_gb", "0.5"),
+        ("fsdp", "training.hsdp_shard_size", "8"),
+        ("ddp", "training.fsdp_prefetch", "0"),
+    ],
 )
-def test_fsdp_refuses_ddp_knobs_it_does_not_model(capsys, key, value):
-    """sim/fsdp.py reduces per unit and prefetches by training.fsdp_prefetch: DDP's bucket caps and
-    its overlap switch changed nothing there (the same step either way) and were taken without a
-    word. Now one line naming the key, exit 2."""
+def test_a_mode_refuses_keys_it_does_not_model(capsys, mode, key, value):
+    """Keys of another mode changed nothing (the same step either way) and were taken without a
+    word: sim/fsdp.py reduces per unit and prefetches by training.fsdp_prefetch (no DDP buckets,
+    overlap switch or comm hook to time), hsdp alone has shard groups, fsdp and hsdp alone prefetch.
+    Now one line naming the key, exit 2."""
     code, out, err = in_process(
-        capsys, "simulate", "llama3-8b-1024", "--set", "training.mode=fsdp", "--set", f"{key}={value}", "--steps", "2"
+        capsys,
+        "simulate",
+        "llama3-8b-1024",
+        "--set",
+        f"training.mode={mode}",
+        "--set",
+        f"{key}={value}",
+        "--steps",
+        "2",
     )
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
-    assert line.startswith(f"ddplab simulate: error: {key}: fsdp mode ")
+    assert line.startswith(f"ddplab simulate: error: {key}: ") and f"{mode} mode" in line

@@ -142,3 +142,24 @@ def test_long_sequences_search_context_parallelism_and_its_best_is_the_grids():
     sc = load_scenario("h100-1024", sets, ranks=16)
     assert (sc.training.cp, sc.training.cp_comm) == (c.cp, c.cp_comm)
     assert simulate_3d(sc, None, factors=np.ones((c.dp, c.pp))).step_s == replay((long, 16, c)).step_s
+
+
+def test_a_users_ddp_keys_stay_with_the_layouts_that_have_them(capsys):
+    """FSDP alone refuses DDP's bucket cap and overlap switch (sim/config.py: sim/fsdp.py has neither),
+    so `plan --set training.bucket_cap_mb=100 --set training.overlap=false` gives them to the DDP,
+    zero1 and 3D layouts and leaves them out of an FSDP-alone layout, whose printed keys then
+    reproduce its step through `simulate`'s scenario; the other layouts keep them."""
+    from ddplab.cli import main
+
+    user = ["training.bucket_cap_mb=100", "training.overlap=false"]
+    argv = ["plan", "llama3-8b", "h100-1024", "--gpus", "64", "--json", "--top", "40"]
+    assert main([*argv, *(w for s in user for w in ("--set", s))]) == 0
+    layouts = json.loads(capsys.readouterr().out)["layouts"]
+    alone = next(r for r in layouts if r["mode"] == "fsdp" and r["tp"] * r["pp"] * r["cp"] == 1)
+    assert alone["unset"] == ["training.bucket_cap_mb", "training.overlap"]
+    sc = load_scenario("h100-1024", ["model.preset=llama3-8b", "training.seq_len=0", *alone["sets"]], ranks=64)
+    assert sc.training.bucket_cap_mb == 25.0 and sc.training.overlap
+    step = simulate_3d(sc, None, factors=np.ones((alone["dp"], alone["pp"])))
+    assert step.step_s == pytest.approx(alone["step_time_s"], rel=1e-12)
+    others = [r for r in layouts if r["mode"] not in ("fsdp", "hsdp") or r["tp"] * r["pp"] * r["cp"] > 1]
+    assert others and all(r["unset"] == [] for r in others)

@@ -91,8 +91,11 @@ def test_overlapped_gather_waits_for_its_first_bucket_and_what_the_forward_canno
 def test_only_the_3d_model_simulates_it():
     sc = _sc("training.mode=zero1", ranks=16)
     assert sc.parallel3d and not _sc(ranks=16).parallel3d
-    with pytest.raises(ValueError, match="^training.mode=zero1"):
+    with pytest.raises(ValueError, match="mode=zero1: a 3D-parallel job is simulated by sim/steps3d.py"):
         simulate(sc)
+    # A TP job too: sim/engine.py, called directly, ran it as DDP with tp ignored.
+    with pytest.raises(ValueError, match="a 3D-parallel job"):
+        simulate(_sc("training.tp=8", "training.sequence_parallel=true", ranks=16))
     with pytest.raises(ValueError, match="^training.comm_hook"):
         _sc("training.mode=zero1", "training.comm_hook=bf16")
 

@@ -14,7 +14,7 @@ from sim.config import tp_overlap_level
 from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
 from sim.patches import Patch, parse_sets
-from sim.planner import plan, scenario_for
+from sim.planner import mode_resets, plan, scenario_for
 from sim.scenario_file import resolve
 
 
@@ -88,11 +88,14 @@ def plan_layouts(
             # The best layout's class in the public record (calibrate/record.py): the table's
             # other layouts share its device and stack, and nearly always its TP/PP/CP class.
             "record": track_record(shown[0][1]),
-            "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False, communicators(sc)))
+            "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False, communicators(sc)),
+                             sorted(f"training.{k}" for k in mode_resets(base, s.candidate)))
                         for s, sc in shown]}  # fmt: skip
 
 
-def _row(s, fit: Fit) -> dict:
+def _row(s, fit: Fit, unset: list[str]) -> dict:
+    """One layout as `plan --json` gives it; ``unset``: the user's keys its mode has no use for
+    (sim/planner.py mode_resets), left out of its `simulate` command."""
     c, step = s.candidate, s.step
     return c._asdict() | {
         "nccl_communicators": fit.communicators,
@@ -107,4 +110,5 @@ def _row(s, fit: Fit) -> dict:
         "tp_comm_s": step.tp_comm_s if step else None,
         "dp_exposed_s": step.dp_exposed_s if step else None,
         "sets": c.sets(),
+        "unset": unset,
     }

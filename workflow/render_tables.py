@@ -183,7 +183,8 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
         out.append("  " + " ".join(cells))
 
     def simulate(row) -> str:  # the command that gives this layout
-        keys = [*scenario_sets(model, sets, seq_len), *row["sets"]]
+        unset = set(row.get("unset", ()))  # the user's keys this layout's mode refuses
+        keys = [x for x in scenario_sets(model, sets, seq_len) if x.partition("=")[0] not in unset] + row["sets"]
         return f"ddplab simulate {cluster} --ranks {gpus} " + " ".join(f"--set {x}" for x in keys)
 
     out.append(f"  best: {simulate(rows[0])}")
