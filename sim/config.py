@@ -107,11 +107,12 @@ class TrainingConfig:
     grad_accum: int = 1
     """Micro-steps per optimizer step; only the last one synchronises (DDP no_sync)."""
     bucket_cap_mb: float = 25.0
-    """DDP bucket cap in MiB (PyTorch default 25); fsdp/hsdp without tp, cp or pp reduce per unit
-    (sim/fsdp.py) and refuse another value."""
+    """DDP bucket cap in MiB (PyTorch default 25); fsdp and hsdp reduce per unit (sim/fsdp.py,
+    sim/parallel3d.py) and refuse another value."""
     first_bucket_mb: float | None = None
     """First bucket's cap in MiB; unset = as PyTorch: 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES)
-    when bucket_cap_mb is the default 25, else bucket_cap_mb (torch 2.13 _BucketCapacityConfig)."""
+    when bucket_cap_mb is the default 25, else bucket_cap_mb (torch 2.13 _BucketCapacityConfig).
+    fsdp and hsdp (no buckets) and tp, cp, pp or zero1 jobs (buckets all bucket_cap_mb) refuse it."""
     precision: str = "bf16-amp"
     """fp32 | tf32 | bf16-amp | bf16 | fp16-amp, as `ddplab train --precision`: decides the dtype of
     weights, matmuls, gradients (and so DDP's buckets) and optimizer state (sim/precision.py)."""
@@ -121,7 +122,7 @@ class TrainingConfig:
     comm_hook: str = "none"
     """DDP comm hook: none | fp16 | bf16 (2-byte wire format) | powersgd."""
     powersgd_rank: int = 1
-    """PowerSGD matrix_approximation_rank."""
+    """PowerSGD matrix_approximation_rank (comm_hook powersgd; refused with another hook)."""
     compress_s_per_gb: float = 0.0
     """Encode + decode time per GB of uncompressed gradient, on the comm path (a DDP comm hook's; the
     sharded modes, which have none, refuse it)."""
@@ -290,14 +291,20 @@ class TrainingConfig:
             why = "is modelled for FSDP alone, not with tp, cp or pp"
             _require(self.tp * self.cp * self.pp == 1, "training.fp8_all_gather", self.fp8_all_gather, why)
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
-        if self.mode in SHARDED_MODES and self.tp * self.cp * self.pp == 1:
-            # sim/fsdp.py reduces per unit and prefetches by fsdp_prefetch: DDP's buckets and its
-            # overlap switch change nothing there, and were taken without a word until 2026-12-07.
-            why = f"{self.mode} mode reduces per unit (a block), not in DDP's buckets (sim/fsdp.py); leave it unset"
+        # Keys another set-up uses change nothing here; until 2026-12-07 they were taken without a word.
+        if self.mode in SHARDED_MODES:  # FSDP reduces per unit, in any layout (sim/fsdp.py, sim/parallel3d.py)
+            why = f"{self.mode} mode reduces per unit (a block), not in DDP's buckets; leave it unset"
             _require(self.bucket_cap_mb == 25.0, "training.bucket_cap_mb", self.bucket_cap_mb, why)
             _require(self.first_bucket_mb is None, "training.first_bucket_mb", self.first_bucket_mb, why)
+        if self.mode in SHARDED_MODES and self.tp * self.cp * self.pp == 1:
             why = f"{self.mode} mode overlaps by training.fsdp_prefetch (0: no prefetch; sim/fsdp.py)"
             _require(self.overlap, "training.overlap", self.overlap, why)
+        if self.tp * self.cp * self.pp > 1 or self.mode == "zero1":
+            why = "a tp, cp, pp or zero1 job's buckets are all bucket_cap_mb (sim/parallel3d.py bucket_count)"
+            _require(self.first_bucket_mb is None, "training.first_bucket_mb", self.first_bucket_mb, why)
+        if self.comm_hook != "powersgd":
+            why = f"is PowerSGD's rank (training.comm_hook = powersgd); the hook is {self.comm_hook}"
+            _require(self.powersgd_rank == 1, "training.powersgd_rank", self.powersgd_rank, why)
         if self.mode in MASTER_COPY_MODES:
             # FSDP and the distributed optimizer reduce-scatter plain gradients in the precision's
             # gradient dtype.
@@ -309,7 +316,6 @@ class TrainingConfig:
             )
             why = f"{self.mode} mode models no DDP comm hook, whose encoding this times"
             _require(self.compress_s_per_gb == 0, "training.compress_s_per_gb", self.compress_s_per_gb, why)
-        # Keys of another mode change nothing in this one; until 2026-12-07 they were taken without a word.
         if self.mode not in SHARDED_MODES:
             why = f"is fsdp's and hsdp's (units gathered ahead); {self.mode} mode has none"
             _require(self.fsdp_prefetch == 1, "training.fsdp_prefetch", self.fsdp_prefetch, why)
@@ -329,6 +335,34 @@ class TrainingConfig:
         mixed precision: sim/precision.py)."""
         dtypes = precision_dtypes(self.precision)
         return sharded(dtypes) if self.mode in MASTER_COPY_MODES else dtypes
+
+
+def keys_for(t: TrainingConfig, mode: str, tp: int, cp: int, pp: int) -> dict:
+    """``t``'s keys that a ``mode`` job at tp x cp x pp has no use for (TrainingConfig refuses
+    them there), at the values such a job takes: FSDP has no DDP buckets, and alone no overlap
+    switch (it prefetches); a tp, cp, pp or zero1 job's buckets are all bucket_cap_mb; only fsdp
+    and hsdp prefetch; the sharded modes and zero1 have no comm hook, a tp, cp or pp job no
+    PowerSGD. For what changes a job's mode or layout: `plan`'s candidates (sim/planner.py) and
+    the memory fit's alternatives (sim/memory_fit.py)."""
+    default, out = TrainingConfig(), {}
+    three_d = tp * cp * pp > 1 or mode == "zero1"
+    if mode in SHARDED_MODES:
+        out |= {"bucket_cap_mb": default.bucket_cap_mb, "first_bucket_mb": None}
+        if not three_d:
+            out["overlap"] = default.overlap
+    if three_d:
+        out["first_bucket_mb"] = None
+    if mode not in SHARDED_MODES:
+        out["fsdp_prefetch"] = default.fsdp_prefetch
+    if mode in MASTER_COPY_MODES:
+        out |= {"comm_hook": "none", "compress_s_per_gb": 0.0}
+    elif tp * cp * pp > 1 and t.comm_hook == "powersgd":
+        out["comm_hook"] = "none"
+    if out.get("comm_hook", t.comm_hook) != "powersgd":
+        out["powersgd_rank"] = default.powersgd_rank
+    if mode != "hsdp":
+        out["hsdp_shard_size"] = default.hsdp_shard_size
+    return {k: v for k, v in out.items() if getattr(t, k) != v}
 
 
 @dataclass(kw_only=True)

@@ -19,7 +19,7 @@ import itertools
 from dataclasses import replace
 from typing import NamedTuple
 
-from sim.config import Scenario
+from sim.config import Scenario, keys_for
 from sim.memory import CUDA_CONTEXT_GIB, GIB, estimate_memory
 from sim.parallel3d import layout, memory_by_stage, step_costs
 from sim.workload import largest_micro_batch
@@ -130,11 +130,17 @@ def _estimated_total(sc: Scenario) -> float:
 
 
 def _applicable(sc: Scenario) -> list[dict]:
-    """The candidates that change something and that this scenario accepts."""
+    """The candidates that change something and that this scenario accepts; a change of mode
+    with the keys the new mode has no use for set to its values (sim/config.py keys_for: a DDP
+    job's bf16 hook or bucket cap), where a --set can say them."""
     out = []
+    t = sc.training
     for changes in CANDIDATES:
         if all(_current(sc, k) == v for k, v in changes.items()):
             continue
+        if "training.mode" in changes:
+            resets = keys_for(t, changes["training.mode"], t.tp, t.cp, t.pp).items()
+            changes = changes | {f"training.{k}": v for k, v in resets if v is not None}
         try:
             with_changes(sc, changes)
         except ValueError:

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.config import MASTER_COPY_MODES, SHARDED_MODES, Scenario, TrainingConfig
+from sim.config import Scenario, keys_for
 from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs
 from sim.pipeline import W_SHARE
 from sim.transformer import ulysses_refusal
@@ -151,19 +151,11 @@ def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: str = "none")
 
 
 def mode_resets(base: Scenario, c: Candidate) -> dict:
-    """The base's training keys that the candidate's mode has no use for, at that mode's values
-    (sim/config.py refuses them there): a layout of FSDP alone reduces per unit and prefetches
-    (no DDP buckets or overlap switch), only fsdp and hsdp prefetch, and no sharded mode has a comm
-    hook to time. `plan` leaves them out of that layout's `simulate` command."""
-    t, out = base.training, {}
-    if c.mode in SHARDED_MODES and c.tp * c.cp * c.pp == 1:
-        default = TrainingConfig()
-        out |= {k: getattr(default, k) for k in ("bucket_cap_mb", "first_bucket_mb", "overlap")}
-    if c.mode not in SHARDED_MODES:
-        out["fsdp_prefetch"] = TrainingConfig().fsdp_prefetch
-    if c.mode in MASTER_COPY_MODES:
-        out["compress_s_per_gb"] = 0.0
-    return {k: v for k, v in out.items() if getattr(t, k) != v}
+    """The base's training keys the candidate's layout has no use for (sim/config.py keys_for):
+    `plan` leaves them out of that layout's `simulate` command."""
+    resets = keys_for(base.training, c.mode, c.tp, c.cp, c.pp)
+    resets.pop("hsdp_shard_size", None)  # every candidate sets its own
+    return resets
 
 
 def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
@@ -172,7 +164,7 @@ def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
         tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch, grad_accum=c.grad_accum,
         pp_schedule=c.schedule if c.pp > 1 else "1f1b", pp_virtual_stages=c.virtual,
         activation_checkpointing=c.recompute, mode=c.mode, sequence_parallel=c.tp > 1,
-        comm_hook="none", hsdp_shard_size=c.shard, cp=c.cp, cp_comm=c.cp_comm, tp_comm_overlap=c.tp_overlap,
+        hsdp_shard_size=c.shard, cp=c.cp, cp_comm=c.cp_comm, tp_comm_overlap=c.tp_overlap,
         **mode_resets(base, c),
     )  # fmt: skip
     return dataclasses.replace(base, ranks=gpus, training=t, stragglers="", loader_stragglers="")

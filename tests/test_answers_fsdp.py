@@ -366,33 +366,31 @@ def test_compare_and_sweep_run_hsdp(capsys, command, tmp_path):
         assert runs["16"]["exposed_comm_s"] != pytest.approx(runs["8"]["exposed_comm_s"], rel=0.05)
 
 
+TP2 = ("training.tp=2", "training.sequence_parallel=true")
+
+
 @pytest.mark.parametrize(
-    "mode, key, value",
+    "sets, key, value, words",
     [
-        ("fsdp", "training.overlap", "false"),
-        ("fsdp", "training.bucket_cap_mb", "5"),
-        ("fsdp", "training.first_bucket_mb", "1"),
-        ("fsdp", "training.compress_s_per_gb", "0.5"),
-        ("fsdp", "training.hsdp_shard_size", "8"),
-        ("ddp", "training.fsdp_prefetch", "0"),
+        (("training.mode=fsdp",), "training.overlap", "false", "fsdp mode overlaps by training.fsdp_prefetch"),
+        (("training.mode=fsdp",), "training.bucket_cap_mb", "5", "fsdp mode reduces per unit"),
+        (("training.mode=fsdp", *TP2), "training.bucket_cap_mb", "5", "fsdp mode reduces per unit"),
+        (("training.mode=fsdp",), "training.first_bucket_mb", "1", "fsdp mode reduces per unit"),
+        (("training.mode=fsdp",), "training.compress_s_per_gb", "0.5", "fsdp mode models no DDP comm hook"),
+        (("training.mode=fsdp",), "training.hsdp_shard_size", "8", "fsdp mode has none"),
+        (("training.mode=ddp",), "training.fsdp_prefetch", "0", "ddp mode has none"),
+        (TP2, "training.first_bucket_mb", "1", "buckets are all bucket_cap_mb"),
+        ((), "training.powersgd_rank", "4", "the hook is none"),
     ],
 )
-def test_a_mode_refuses_keys_it_does_not_model(capsys, mode, key, value):
-    """Keys of another mode changed nothing (the same step either way) and were taken without a
-    word: sim/fsdp.py reduces per unit and prefetches by training.fsdp_prefetch (no DDP buckets,
-    overlap switch or comm hook to time), hsdp alone has shard groups, fsdp and hsdp alone prefetch.
-    Now one line naming the key, exit 2."""
-    code, out, err = in_process(
-        capsys,
-        "simulate",
-        "llama3-8b-1024",
-        "--set",
-        f"training.mode={mode}",
-        "--set",
-        f"{key}={value}",
-        "--steps",
-        "2",
-    )
+def test_a_job_refuses_keys_it_does_not_model(capsys, sets, key, value, words):
+    """Keys another set-up uses changed nothing (the same step either way) and were taken without
+    a word: FSDP reduces per unit in any layout and prefetches by training.fsdp_prefetch (no DDP
+    buckets, no comm hook to time, alone no overlap switch), hsdp alone has shard groups, fsdp and
+    hsdp alone prefetch, a 3D job's buckets are all one size, PowerSGD's rank needs PowerSGD. Now
+    one line naming the key, exit 2."""
+    argv = ["simulate", "llama3-8b-1024", *(w for s in (*sets, f"{key}={value}") for w in ("--set", s))]
+    code, out, err = in_process(capsys, *argv, "--steps", "2")
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
-    assert line.startswith(f"ddplab simulate: error: {key}: ") and f"{mode} mode" in line
+    assert line.startswith(f"ddplab simulate: error: {key}: ") and words in line, line

@@ -123,6 +123,20 @@ def test_ddp_llama3_8b_json_is_the_verdict_with_the_alternatives(capsys):
     }
 
 
+def test_a_ddp_jobs_own_keys_do_not_hide_the_fsdp_that_fits(capsys):
+    """A DDP job with a bf16 hook and 100 MB buckets: FSDP refuses both (no comm hook, no buckets),
+    which hid it from "what would fit"; it is suggested with them set to FSDP's, and those keys
+    are what `simulate` then runs."""
+    sets = ("training.comm_hook=bf16", "training.bucket_cap_mb=100")
+    code, out, _ = in_process(
+        capsys, "simulate", LLAMA, "--steps", "5", "--json", *(w for s in sets for w in ("--set", s))
+    )
+    assert code == 3
+    first = json.loads(out)["alternatives"][0]
+    assert first["set"] == "training.mode=fsdp,training.bucket_cap_mb=25.0,training.comm_hook=none"
+    assert first["peak_gib"] == pytest.approx(total(LLAMA, "training.mode=fsdp"))
+
+
 def test_fsdp_llama3_8b_runs_and_fits(capsys):
     code, out, err = in_process(capsys, "simulate", LLAMA, "--steps", "5", "--set", "training.mode=fsdp", "--json")
     assert code == 0, err

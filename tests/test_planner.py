@@ -145,10 +145,10 @@ def test_long_sequences_search_context_parallelism_and_its_best_is_the_grids():
 
 
 def test_a_users_ddp_keys_stay_with_the_layouts_that_have_them(capsys):
-    """FSDP alone refuses DDP's bucket cap and overlap switch (sim/config.py: sim/fsdp.py has neither),
-    so `plan --set training.bucket_cap_mb=100 --set training.overlap=false` gives them to the DDP,
-    zero1 and 3D layouts and leaves them out of an FSDP-alone layout, whose printed keys then
-    reproduce its step through `simulate`'s scenario; the other layouts keep them."""
+    """FSDP refuses DDP's bucket cap, and alone its overlap switch (sim/config.py keys_for: FSDP
+    reduces per unit, and alone prefetches), so `plan --set training.bucket_cap_mb=100 --set
+    training.overlap=false` gives them to the layouts that have them and leaves them out of the
+    others' commands, whose printed keys then reproduce their steps through `simulate`'s scenario."""
     from ddplab.cli import main
 
     user = ["training.bucket_cap_mb=100", "training.overlap=false"]
@@ -161,5 +161,8 @@ def test_a_users_ddp_keys_stay_with_the_layouts_that_have_them(capsys):
     assert sc.training.bucket_cap_mb == 25.0 and sc.training.overlap
     step = simulate_3d(sc, None, factors=np.ones((alone["dp"], alone["pp"])))
     assert step.step_s == pytest.approx(alone["step_time_s"], rel=1e-12)
-    others = [r for r in layouts if r["mode"] not in ("fsdp", "hsdp") or r["tp"] * r["pp"] * r["cp"] > 1]
+    # FSDP beside tp, cp or pp overlaps as DDP's switch says (sim/parallel3d.py) but has no buckets either.
+    beside = [r for r in layouts if r["mode"] in ("fsdp", "hsdp") and r["tp"] * r["pp"] * r["cp"] > 1]
+    assert beside and all(r["unset"] == ["training.bucket_cap_mb"] for r in beside)
+    others = [r for r in layouts if r["mode"] not in ("fsdp", "hsdp")]
     assert others and all(r["unset"] == [] for r in others)
