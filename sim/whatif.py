@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.config import Scenario, parse_stragglers
+from sim.config import Scenario, keys_for, parse_stragglers
 from sim.engine import simulate
 from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
@@ -195,6 +195,24 @@ class Plan(NamedTuple):
     sized: list[Scenario]
 
 
+def _mode_keys(parts: list[Part], base: Scenario) -> list[Part]:
+    """A row that changes training.mode also sets the keys the new mode has no use for to its
+    values (sim/config.py keys_for: a DDP job's bf16 hook or bucket cap under mode=fsdp), which
+    the scenario would refuse; its note says which. Keys the row sets itself stay as given."""
+    given = {p.patch.key: p.patch.value for p in parts if p.patch}
+    if "training.mode" not in given:
+        return parts
+    t, mode = base.training, given["training.mode"]
+    tp, cp, pp = (int(given.get(f"training.{k}", getattr(t, k))) for k in ("tp", "cp", "pp"))
+    resets = {k: v for k, v in keys_for(t, mode, tp, cp, pp).items() if v is not None and f"training.{k}" not in given}
+    if not resets:
+        return parts
+    said = ", ".join(f"{k}={v}" for k, v in resets.items())
+    note = f"with {said} ({mode} has no use for the job's)"
+    out = [p._replace(note=note) if p.patch and p.patch.key == "training.mode" else p for p in parts]
+    return out + [Part(Patch(f"training.{k}", v, "--try")) for k, v in resets.items()]
+
+
 def _build(data: dict, patches) -> Scenario:
     return scenario_from_dict(apply_patches(data, patches)[0])
 
@@ -202,7 +220,7 @@ def _build(data: dict, patches) -> Scenario:
 def plan(data: dict, tries: list[str], base: Scenario | None = None) -> Plan:
     """Each --try parsed and its row built once (``base``: the Scenario of ``data``, if built)."""
     base = base or scenario_from_dict(data)
-    parsed = [(text, parse_try(text)) for text in tries]
+    parsed = [(text, _mode_keys(parse_try(text), base)) for text in tries]
     sized = []
     for text, parts in parsed:
         patches = [p.patch for p in parts if p.patch]

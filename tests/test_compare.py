@@ -260,3 +260,19 @@ def test_readme_shows_what_compare_prints(capsys, tmp_path):
     printed = out.splitlines()
     # The same table; the last line names the folder, runs/compare there.
     assert printed[:-1] == shown[:-1] and shown[-1] == "compare.csv, compare.json and compare.png in runs/compare/"
+
+
+def test_a_row_that_changes_the_mode_sets_what_the_new_mode_has_no_use_for():
+    """`--try mode=fsdp` on a DDP job with a bf16 hook and 100 MB buckets: FSDP refuses both (no
+    comm hook, no buckets), so the row sets them to FSDP's and says so, rather than refusing the row;
+    a key the row gives itself stays as given."""
+    from sim.scenario_file import scenario_data
+    from sim.whatif import plan, rows
+
+    data = scenario_data("straggler-lemon", ranks=32, steps=5)
+    data["training"] |= {"comm_hook": "bf16", "bucket_cap_mb": 100.0}
+    fsdp, own = rows(plan(data, ["mode=fsdp", "mode=ddp,bucket_cap_mb=50"]))[1:]
+    assert fsdp.scenario.training.mode == "fsdp" and fsdp.scenario.training.comm_hook == "none"
+    assert fsdp.scenario.training.bucket_cap_mb == 25.0
+    assert fsdp.note == "with bucket_cap_mb=25.0, comm_hook=none (fsdp has no use for the job's)"
+    assert own.scenario.training.bucket_cap_mb == 50.0 and own.scenario.training.comm_hook == "bf16" and own.note == ""
