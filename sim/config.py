@@ -573,6 +573,9 @@ class NetworkConfig:
     def __post_init__(self):
         _one_of("network.backend", self.backend, ("nccl", "gloo"))
         _one_of("network.algorithm", self.algorithm, ("auto", "ring", "tree", "nvls", "nvlstree"))
+        if self.backend == "gloo":  # gloo's allreduce is its ring whatever this says: tree, NVLS are NCCL's
+            why = "gloo runs its own ring (tree, nvls and nvlstree are NCCL's); use ring or auto"
+            _require(self.algorithm in ("auto", "ring"), "network.algorithm", self.algorithm, why)
         _one_of("network.tuner", self.tuner, tuple(TABLES))
         _one_of("network.intra_link", self.intra_link, ("nvlink", "xgmi", "pci"))
         _one_of("network.cpu_vendor", self.cpu_vendor, ("intel", "amd"))
