@@ -10,7 +10,7 @@ should find every other beside it; it holds no logic beyond each field's check.
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from sim.model_source import SHAPE_KEYS, resolve_model
 from sim.nccl_time import nvls_loop_128k_us
@@ -271,9 +271,6 @@ class TrainingConfig:
                 self.grad_accum,
                 f"the interleaved schedule needs a multiple of training.pp ({self.pp})",
             )
-        if self.tp * self.cp * self.pp > 1:
-            why = "powersgd with tp, cp or pp is not modelled (none, fp16 or bf16)"
-            _require(self.comm_hook != "powersgd", "training.comm_hook", self.comm_hook, why)
         given = self.tp_comm_overlap
         self.tp_comm_overlap = tp_overlap_level(given)
         if self.tp_comm_overlap != "none":
@@ -291,37 +288,10 @@ class TrainingConfig:
             why = "is modelled for FSDP alone, not with tp, cp or pp"
             _require(self.tp * self.cp * self.pp == 1, "training.fp8_all_gather", self.fp8_all_gather, why)
         _require(self.hsdp_shard_size >= 0, "training.hsdp_shard_size", self.hsdp_shard_size, "must be >= 0")
-        # Keys another set-up uses change nothing here; until 2026-12-07 they were taken without a word.
-        if self.mode in SHARDED_MODES:  # FSDP reduces per unit, in any layout (sim/fsdp.py, sim/parallel3d.py)
-            why = f"{self.mode} mode reduces per unit (a block), not in DDP's buckets; leave it unset"
-            _require(self.bucket_cap_mb == 25.0, "training.bucket_cap_mb", self.bucket_cap_mb, why)
-            _require(self.first_bucket_mb is None, "training.first_bucket_mb", self.first_bucket_mb, why)
-        if self.mode in SHARDED_MODES and self.tp * self.cp * self.pp == 1:
-            why = f"{self.mode} mode overlaps by training.fsdp_prefetch (0: no prefetch; sim/fsdp.py)"
-            _require(self.overlap, "training.overlap", self.overlap, why)
-        if self.tp * self.cp * self.pp > 1 or self.mode == "zero1":
-            why = "a tp, cp, pp or zero1 job's buckets are all bucket_cap_mb (sim/parallel3d.py bucket_count)"
-            _require(self.first_bucket_mb is None, "training.first_bucket_mb", self.first_bucket_mb, why)
-        if self.comm_hook != "powersgd":
-            why = f"is PowerSGD's rank (training.comm_hook = powersgd); the hook is {self.comm_hook}"
-            _require(self.powersgd_rank == 1, "training.powersgd_rank", self.powersgd_rank, why)
-        if self.mode in MASTER_COPY_MODES:
-            # FSDP and the distributed optimizer reduce-scatter plain gradients in the precision's
-            # gradient dtype.
-            _require(
-                self.comm_hook == "none",
-                "training.comm_hook",
-                self.comm_hook,
-                f"{self.mode} mode models no DDP comm hook (training.precision sets the reduce dtype)",
-            )
-            why = f"{self.mode} mode models no DDP comm hook, whose encoding this times"
-            _require(self.compress_s_per_gb == 0, "training.compress_s_per_gb", self.compress_s_per_gb, why)
-        if self.mode not in SHARDED_MODES:
-            why = f"is fsdp's and hsdp's (units gathered ahead); {self.mode} mode has none"
-            _require(self.fsdp_prefetch == 1, "training.fsdp_prefetch", self.fsdp_prefetch, why)
-        if self.mode != "hsdp":
-            why = f"is hsdp's (ranks per shard group); {self.mode} mode has none"
-            _require(self.hsdp_shard_size == 0, "training.hsdp_shard_size", self.hsdp_shard_size, why)
+        # Keys another set-up uses change nothing in this one: refused (until 2026-12-07 they were
+        # taken without a word). The first, in unused_keys' order.
+        for key, (_, why) in unused_keys(self, self.mode, self.tp, self.cp, self.pp).items():
+            _require(False, f"training.{key}", getattr(self, key), why)
 
     @property
     def recompute(self) -> str:
@@ -337,32 +307,51 @@ class TrainingConfig:
         return sharded(dtypes) if self.mode in MASTER_COPY_MODES else dtypes
 
 
-def keys_for(t: TrainingConfig, mode: str, tp: int, cp: int, pp: int) -> dict:
-    """``t``'s keys that a ``mode`` job at tp x cp x pp has no use for (TrainingConfig refuses
-    them there), at the values such a job takes: FSDP has no DDP buckets, and alone no overlap
-    switch (it prefetches); a tp, cp, pp or zero1 job's buckets are all bucket_cap_mb; only fsdp
-    and hsdp prefetch; the sharded modes and zero1 have no comm hook, a tp, cp or pp job no
-    PowerSGD. For what changes a job's mode or layout: `plan`'s candidates (sim/planner.py) and
-    the memory fit's alternatives (sim/memory_fit.py)."""
-    default, out = TrainingConfig(), {}
+def unused_keys(t: TrainingConfig, mode: str, tp: int, cp: int, pp: int) -> dict[str, tuple]:
+    """``t``'s keys that a ``mode`` job at tp x cp x pp has no use for, each with the value such a
+    job takes and why: FSDP reduces per unit in any layout (no DDP buckets: sim/fsdp.py,
+    sim/parallel3d.py) and alone prefetches (no overlap switch); a tp, cp, pp or zero1 job's buckets
+    are all bucket_cap_mb; only fsdp and hsdp prefetch, only hsdp has shard groups; the sharded
+    modes and zero1 reduce plain gradients in the precision's dtype (no comm hook), and a tp, cp or
+    pp job has no PowerSGD. TrainingConfig refuses them (``t``'s own mode and layout); what changes
+    a job's mode or layout sets them to those values (``keys_for``)."""
+    default = {f.name: f.default for f in fields(TrainingConfig)}  # not TrainingConfig(): its check calls this
     three_d = tp * cp * pp > 1 or mode == "zero1"
-    if mode in SHARDED_MODES:
-        out |= {"bucket_cap_mb": default.bucket_cap_mb, "first_bucket_mb": None}
-        if not three_d:
-            out["overlap"] = default.overlap
-    if three_d:
-        out["first_bucket_mb"] = None
-    if mode not in SHARDED_MODES:
-        out["fsdp_prefetch"] = default.fsdp_prefetch
-    if mode in MASTER_COPY_MODES:
-        out |= {"comm_hook": "none", "compress_s_per_gb": 0.0}
-    elif tp * cp * pp > 1 and t.comm_hook == "powersgd":
-        out["comm_hook"] = "none"
-    if out.get("comm_hook", t.comm_hook) != "powersgd":
-        out["powersgd_rank"] = default.powersgd_rank
-    if mode != "hsdp":
-        out["hsdp_shard_size"] = default.hsdp_shard_size
-    return {k: v for k, v in out.items() if getattr(t, k) != v}
+    hook = "none" if mode in MASTER_COPY_MODES or (tp * cp * pp > 1 and t.comm_hook == "powersgd") else t.comm_hook
+    rules = [
+        ("comm_hook", "none", mode in MASTER_COPY_MODES,
+         f"{mode} mode models no DDP comm hook (training.precision sets the reduce dtype)"),
+        ("comm_hook", "none", tp * cp * pp > 1 and t.comm_hook == "powersgd",
+         "powersgd with tp, cp or pp is not modelled (none, fp16 or bf16)"),
+        ("compress_s_per_gb", 0.0, mode in MASTER_COPY_MODES,
+         f"{mode} mode models no DDP comm hook, whose encoding this times"),
+        ("bucket_cap_mb", default["bucket_cap_mb"], mode in SHARDED_MODES,
+         f"{mode} mode reduces per unit (a block), not in DDP's buckets; leave it unset"),
+        ("first_bucket_mb", None, mode in SHARDED_MODES,
+         f"{mode} mode reduces per unit (a block), not in DDP's buckets; leave it unset"),
+        ("first_bucket_mb", None, three_d,
+         "a tp, cp, pp or zero1 job's buckets are all bucket_cap_mb (sim/parallel3d.py bucket_count)"),
+        ("overlap", default["overlap"], mode in SHARDED_MODES and not three_d,
+         f"{mode} mode overlaps by training.fsdp_prefetch (0: no prefetch; sim/fsdp.py)"),
+        ("fsdp_prefetch", default["fsdp_prefetch"], mode not in SHARDED_MODES,
+         f"is fsdp's and hsdp's (units gathered ahead); {mode} mode has none"),
+        ("hsdp_shard_size", default["hsdp_shard_size"], mode != "hsdp",
+         f"is hsdp's (ranks per shard group); {mode} mode has none"),
+        ("powersgd_rank", default["powersgd_rank"], hook != "powersgd",
+         f"is PowerSGD's rank (training.comm_hook = powersgd); the hook is {hook}"),
+    ]  # fmt: skip
+    out: dict[str, tuple] = {}
+    for key, value, applies, why in rules:
+        if applies and key not in out and getattr(t, key) != value:
+            out[key] = (value, why)
+    return out
+
+
+def keys_for(t: TrainingConfig, mode: str, tp: int, cp: int, pp: int) -> dict:
+    """``unused_keys``' values alone: what a change to ``mode`` at tp x cp x pp sets them to
+    (`plan`'s candidates, sim/planner.py; the memory fit's alternatives, sim/memory_fit.py;
+    whatif's rows, sim/whatif.py)."""
+    return {key: value for key, (value, _) in unused_keys(t, mode, tp, cp, pp).items()}
 
 
 @dataclass(kw_only=True)

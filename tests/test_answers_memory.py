@@ -133,7 +133,7 @@ def test_a_ddp_jobs_own_keys_do_not_hide_the_fsdp_that_fits(capsys):
     )
     assert code == 3
     first = json.loads(out)["alternatives"][0]
-    assert first["set"] == "training.mode=fsdp,training.bucket_cap_mb=25.0,training.comm_hook=none"
+    assert first["set"] == "training.mode=fsdp,training.comm_hook=none,training.bucket_cap_mb=25.0"
     assert first["peak_gib"] == pytest.approx(total(LLAMA, "training.mode=fsdp"))
 
 

@@ -274,5 +274,5 @@ def test_a_row_that_changes_the_mode_sets_what_the_new_mode_has_no_use_for():
     fsdp, own = rows(plan(data, ["mode=fsdp", "mode=ddp,bucket_cap_mb=50"]))[1:]
     assert fsdp.scenario.training.mode == "fsdp" and fsdp.scenario.training.comm_hook == "none"
     assert fsdp.scenario.training.bucket_cap_mb == 25.0
-    assert fsdp.note == "with bucket_cap_mb=25.0, comm_hook=none (fsdp has no use for the job's)"
+    assert fsdp.note == "with comm_hook=none, bucket_cap_mb=25.0 (fsdp has no use for the job's)"
     assert own.scenario.training.bucket_cap_mb == 50.0 and own.scenario.training.comm_hook == "bf16" and own.note == ""
