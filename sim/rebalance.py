@@ -74,4 +74,4 @@ def describe(n: np.ndarray, samples: int) -> str:
     if not len(fewer) and not len(more):
         return f"every rank keeps its {samples} samples a step (one is {1 / samples:.1%} of its work)"
     parts = [who(group, "take") for group in (fewer, more) if len(group)]
-    return f"{', '.join(parts)} of {samples} samples a step"
+    return f"{', '.join(parts)} samples a step (each had {samples})"

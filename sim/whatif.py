@@ -269,7 +269,12 @@ def rows(p: Plan) -> list[Row]:
             sc = _build(p.data, patches) if patches else p.base
             removed, what = _slowest_group(sc)
             patches += _exclude(sc, removed)
-            notes.append(f"restart without {what}")
+            # Each remaining rank keeps its samples, so the job now steps a smaller global batch:
+            # said, since a practitioner who needs the batch would raise grad_accum to keep it.
+            per_rank = sc.training.grad_accum * sc.training.micro_batch_size
+            kept = (sc.ranks - len(removed)) * per_rank
+            batch = f"global batch {kept:,} samples a step, was {sc.ranks * per_rank:,}"
+            notes.append(f"restart without {what}; {batch}")
         final = _build(p.data, patches)
         out.append(Row(text, final, None, _notes(notes, parts, final)))
     return out

@@ -171,8 +171,8 @@ def test_a_try_may_combine_a_named_fix_with_keys():
     assert sc.rebalance is True and sc.training.grad_accum == 2 and row.restart_s == 0.0
     # 16 samples a step: the 1.4 x rank gives up 4 (12 x 1.4 = 16.8), four others take a 17th.
     assert (
-        row.note
-        == "work sized to speed: rank 17 takes 12, 4 ranks take 17 of 16 samples a step; 2 x the tokens per step"
+        row.note == "work sized to speed: rank 17 takes 12, 4 ranks take 17 samples a step (each had 16);"
+        " 2 x the tokens per step"
     )
 
 

@@ -72,7 +72,7 @@ def test_whatif_rebalance_says_how_the_samples_fell(capsys):
     nothing, rebalance, healthy = json.loads(out)
     assert nothing["step_time_s"] > rebalance["step_time_s"] > healthy["step_time_s"]
     assert rebalance["note"].startswith("work sized to speed: rank 17 takes 6, ranks ")
-    assert rebalance["note"].endswith(" take 9 of 8 samples a step")
+    assert rebalance["note"].endswith(" take 9 samples a step (each had 8)")
 
 
 def test_the_rank_given_a_ninth_sample_holds_its_activations():
@@ -95,3 +95,18 @@ def test_a_3d_job_refuses_rebalance(capsys):
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
     assert "rebalance: is not modelled for a tensor-, context- or pipeline-parallel or zero1 job" in line
+
+
+def test_rebalancing_the_home_lab_lowers_efficiency_and_the_table_says_why(capsys):
+    """homelab-1gbe's M2 (8x slower) gives up 3 of its 4 samples: tokens/s rises while each rank
+    is busy for less of the step, since the 1GbE allreduce now sets it. The two columns then
+    disagree, and the table says what efficiency measures."""
+    code, out, err = in_process(capsys, "whatif", "homelab-1gbe", "--try", "rebalance", "--steps", "10", "--json")
+    assert code == 0, err
+    nothing, rebalance = json.loads(out)
+    assert rebalance["tokens_per_s"] > 1.1 * nothing["tokens_per_s"]
+    assert rebalance["scaling_efficiency"] < 0.6 * nothing["scaling_efficiency"]
+    assert rebalance["note"] == "work sized to speed: rank 1 takes 1, rank 0 takes 7 samples a step (each had 4)"
+    code, out, err = in_process(capsys, "whatif", "homelab-1gbe", "--try", "rebalance", "--steps", "10")
+    assert code == 0, err
+    assert "  efficiency: each rank's busy share of the step" in out

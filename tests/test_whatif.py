@@ -133,6 +133,8 @@ def test_exclude_slowest_drops_its_node_and_pays_a_restart():
     row = rows(plan(data, ["exclude-slowest"]))[1]
     sc = row.scenario
     assert sc.ranks == 56 and sc.straggler_map == {32: 1.1} and "node 2" in row.note and row.restart_s is None
+    # The 56 ranks keep their 8 samples each, so the job steps a smaller batch, and says so.
+    assert row.note.endswith("; global batch 448 samples a step, was 512")
     quiet = plan({**data, "noise": {"distribution": "none"}}, ["exclude-slowest"])
     found = compare(quiet, horizon_h=1.0, restart_min=6.0)
     assert found[1].restart_s == 360.0

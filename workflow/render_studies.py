@@ -93,6 +93,13 @@ def whatif_lines(found, *, horizon_h: float, usd_per_gpu_hour: float | None) -> 
     if sc.parallel3d:
         out.append(f"  tensor/pipeline parallel or zero1: each row as `simulate` runs it; assumed: {ASSUMED_3D}")
         out.append("  efficiency: the kernels' share of the step, exposed TP/CP collectives and the bubble outside it")
+    elif any("rebalance" in r["mitigation"] for r in rows):
+        # Said because rebalancing can lower it while tokens/s rises: a slow rank given fewer
+        # samples is busy for less of the step (homelab-1gbe's M2: 33.5 % -> 16.5 % at 1.18x).
+        out.append(
+            "  efficiency: each rank's busy share of the step (compute, loader, optimizer), mean over ranks;"
+            " a rank given fewer samples is busy for less of it"
+        )
     usd = usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in rows))  # a row of several keys is a long name
     out.append(
@@ -107,7 +114,7 @@ def whatif_lines(found, *, horizon_h: float, usd_per_gpu_hour: float | None) -> 
             )
             continue
         speedup = f"{r['speedup']:>9.3f}x" if r["speedup"] is not None else f"{'n/a':>10}"
-        out.append(
+        line = (
             f"{r['mitigation']:<{width}} {r['ranks']:>5} {fmt_seconds(r['step_time_s']):>9}"
             f" {fmt_seconds(r['step_time_p95_s']):>9} {r['tokens_per_s']:>11,.0f} {speedup}"
             f" {r['scaling_efficiency']:>10.1%} {r['gpu_h_per_btok']:>10.1f}"
@@ -122,6 +129,7 @@ def whatif_lines(found, *, horizon_h: float, usd_per_gpu_hour: float | None) -> 
             + (f" (restart {r['restart_s'] / 60:g} min over {horizon_h:g} h)" if r["restart_s"] else "")
             + (f" (memory {r['memory_gib']:.2f} GiB exceeds the device: --ignore-memory)" if r["oom"] else "")
         )
+        out.append(line.rstrip())  # a row with no note ends at its last number
     if any(r["step_time_s"] is None for r in rows):
         out.append(
             "OOM rows: the per-GPU memory estimate (sim/memory.py) exceeds the device's, so they are not"
