@@ -22,6 +22,7 @@ from typing import NamedTuple
 from sim.config import Scenario, keys_for
 from sim.memory import CUDA_CONTEXT_GIB, GIB, estimate_memory
 from sim.parallel3d import layout, memory_by_stage, step_costs
+from sim.patches import value_text
 from sim.workload import largest_micro_batch
 
 # The changes tried, in the order they are named. A candidate the scenario refuses (ValueError:
@@ -96,7 +97,7 @@ class Alternative(NamedTuple):
     @property
     def text(self) -> str:
         """As --set (and whatif's --try) take it: key=value,key=value."""
-        return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in self.changes.items())
+        return ",".join(f"{k}={value_text(v)}" for k, v in self.changes.items())
 
 
 def fit(sc: Scenario) -> Fit:
@@ -140,7 +141,7 @@ def _applicable(sc: Scenario) -> list[dict]:
             continue
         if "training.mode" in changes:
             resets = keys_for(t, changes["training.mode"], t.tp, t.cp, t.pp).items()
-            changes = changes | {f"training.{k}": v for k, v in resets if v is not None}
+            changes = changes | {f"training.{k}": v for k, v in resets}
         try:
             with_changes(sc, changes)
         except ValueError:

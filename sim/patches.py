@@ -46,6 +46,14 @@ def parse_value(raw: str, where: str):
         raise ValueError(f"{where}: value nested too deeply to read") from None
 
 
+def value_text(value) -> str:
+    """A value as --set takes it back (parse_value's inverse): ``none`` for an optional key unset
+    (TOML has no null; sim/scenario_file.py reads it back), true/false for a bool."""
+    if value is None:
+        return "none"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def parse_sets(texts, source: str = "--set") -> tuple[Patch, ...]:
     return tuple(parse_set(t, source) for t in texts)
 

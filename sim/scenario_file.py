@@ -44,8 +44,8 @@ def _number(key: str, value, t):
 def _check_type(key: str, value, hint):
     """Coerce a TOML/CLI value to the field's declared type, or raise naming the key."""
     allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    if value is None and type(None) in allowed:
-        return None
+    if type(None) in allowed and (value is None or (value == "none" and str not in allowed)):
+        return None  # TOML has no null: `--set compute.mfu=none` unsets an optional key
     for t in allowed:
         if typing.get_origin(t) is list and isinstance(value, list):
             (item_t,) = typing.get_args(t)
@@ -63,7 +63,7 @@ def _check_type(key: str, value, hint):
             return _number(key, value, float)
         if t is str and isinstance(value, str):
             return value
-    names = " or ".join(getattr(t, "__name__", "table") for t in allowed if t is not type(None))
+    names = " or ".join(getattr(t, "__name__", "table") if t is not type(None) else "none" for t in allowed)
     raise ValueError(f"{key}: expected {names}, got {value!r}")
 
 

@@ -34,7 +34,7 @@ from sim.config import Scenario, keys_for, parse_stragglers
 from sim.engine import simulate
 from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
-from sim.patches import Patch, apply_patches, check_assigned_keys, parse_set, split_assignments
+from sim.patches import Patch, apply_patches, check_assigned_keys, parse_set, split_assignments, value_text
 from sim.rebalance import describe
 from sim.scenario_file import scenario_from_dict
 from sim.steps3d import simulate_3d_steps
@@ -204,10 +204,10 @@ def _mode_keys(parts: list[Part], base: Scenario) -> list[Part]:
         return parts
     t, mode = base.training, given["training.mode"]
     tp, cp, pp = (int(given.get(f"training.{k}", getattr(t, k))) for k in ("tp", "cp", "pp"))
-    resets = {k: v for k, v in keys_for(t, mode, tp, cp, pp).items() if v is not None and f"training.{k}" not in given}
+    resets = {k: v for k, v in keys_for(t, mode, tp, cp, pp).items() if f"training.{k}" not in given}
     if not resets:
         return parts
-    said = ", ".join(f"{k}={v}" for k, v in resets.items())
+    said = ", ".join(f"{k}={value_text(v)}" for k, v in resets.items())
     note = f"with {said} ({mode} has no use for the job's)"
     out = [p._replace(note=note) if p.patch and p.patch.key == "training.mode" else p for p in parts]
     return out + [Part(Patch(f"training.{k}", v, "--try")) for k, v in resets.items()]

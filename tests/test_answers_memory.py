@@ -135,6 +135,22 @@ def test_a_ddp_jobs_own_keys_do_not_hide_the_fsdp_that_fits(capsys):
     first = json.loads(out)["alternatives"][0]
     assert first["set"] == "training.mode=fsdp,training.comm_hook=none,training.bucket_cap_mb=25.0"
     assert first["peak_gib"] == pytest.approx(total(LLAMA, "training.mode=fsdp"))
+    # A first-bucket cap is unset, as --set says it (`none`: TOML has no null), and the suggestion
+    # runs: simulate takes every key it names.
+    sets += ("training.first_bucket_mb=1",)
+    code, out, _ = in_process(
+        capsys, "simulate", LLAMA, "--steps", "5", "--json", *(w for s in sets for w in ("--set", s))
+    )
+    first = json.loads(out)["alternatives"][0]
+    assert first["set"] == (
+        "training.mode=fsdp,training.comm_hook=none,training.bucket_cap_mb=25.0,training.first_bucket_mb=none"
+    )
+    code, out, err = in_process(
+        capsys, "simulate", LLAMA, "--steps", "5", "--json", *(w for s in sets for w in ("--set", s)),
+        *(w for s in first["set"].split(",") for w in ("--set", s)),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["memory_gib"]["total_gib"] == pytest.approx(first["peak_gib"], rel=1e-12)
 
 
 def test_fsdp_llama3_8b_runs_and_fits(capsys):

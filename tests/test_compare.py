@@ -276,3 +276,8 @@ def test_a_row_that_changes_the_mode_sets_what_the_new_mode_has_no_use_for():
     assert fsdp.scenario.training.bucket_cap_mb == 25.0
     assert fsdp.note == "with comm_hook=none, bucket_cap_mb=25.0 (fsdp has no use for the job's)"
     assert own.scenario.training.bucket_cap_mb == 50.0 and own.scenario.training.comm_hook == "bf16" and own.note == ""
+    # A first-bucket cap, which no --set could unset before `none`, is unset too.
+    data["training"] |= {"first_bucket_mb": 1.0}
+    (fsdp,) = rows(plan(data, ["mode=fsdp"]))[1:]
+    assert fsdp.scenario.training.first_bucket_mb is None
+    assert fsdp.note == "with comm_hook=none, bucket_cap_mb=25.0, first_bucket_mb=none (fsdp has no use for the job's)"

@@ -166,3 +166,29 @@ def test_a_users_ddp_keys_stay_with_the_layouts_that_have_them(capsys):
     assert beside and all(r["unset"] == ["training.bucket_cap_mb"] for r in beside)
     others = [r for r in layouts if r["mode"] not in ("fsdp", "hsdp")]
     assert others and all(r["unset"] == [] for r in others)
+
+
+def test_a_cluster_files_ddp_keys_are_reset_in_the_printed_command(capsys, tmp_path):
+    """The same keys set by the cluster file rather than --set: a layout's printed `simulate`
+    command cannot leave them out, so it sets them to the layout's values (`none` unsets the
+    first-bucket cap), and simulate then runs it rather than refusing the file's keys."""
+    from ddplab.cli import main
+
+    cluster = tmp_path / "ours.toml"
+    hook = 'comm_hook = "bf16"'
+    cluster.write_text(f'base = "h100-1024"\n[training]\nfirst_bucket_mb = 1.0\nbucket_cap_mb = 50.0\n{hook}\n')
+    assert main(["plan", "gpt2-760m", str(cluster), "--gpus", "64", "--top", "40"]) == 0
+    best = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  best: "))
+    assert "training.mode=fsdp" in best  # the printed command this test is about
+    assert best.endswith("--set training.bucket_cap_mb=25.0 --set training.comm_hook=none"
+                         " --set training.first_bucket_mb=none")  # fmt: skip
+    assert main(best.removeprefix("  best: ddplab ").split() + ["--steps", "3"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "gpt2-760m", str(cluster), "--gpus", "64", "--top", "40", "--json"]) == 0
+    layouts = json.loads(capsys.readouterr().out)["layouts"]
+    ddp = [r for r in layouts if r["mode"] == "ddp" and r["tp"] * r["pp"] * r["cp"] == 1]
+    assert ddp and all(r["unset"] == [] and not any("bucket" in x for x in r["sets"]) for r in ddp)
+    # DDP beside tp or pp keeps the hook and the cap; its buckets are all bucket_cap_mb.
+    ddp3d = [r for r in layouts if r["mode"] == "ddp" and r["tp"] * r["pp"] * r["cp"] > 1]
+    assert ddp3d and all(r["unset"] == ["training.first_bucket_mb"] for r in ddp3d)
+    assert all("training.first_bucket_mb=none" in r["sets"] for r in ddp3d)

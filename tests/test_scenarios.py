@@ -47,3 +47,16 @@ def test_every_preset_constant_has_a_comment_or_is_self_evident():
             value = value.split("#")[0].strip()
             if "." in value and value.replace(".", "").isdigit() and float(value) not in (0.0, 1.0):
                 assert "#" in line or lines[i - 1].startswith("#"), f"{name}: {line}"
+
+
+def test_none_unsets_an_optional_key_and_nothing_else():
+    """TOML has no null, so `--set KEY=none` is how a command line unsets an optional key (a
+    first-bucket cap, a fixed MFU); a key that cannot be unset refuses it, naming what it takes."""
+    sc = load_scenario("h100-1024", ["training.first_bucket_mb=1", "compute.mfu=0.4"])
+    assert sc.training.first_bucket_mb == 1.0 and sc.compute.mfu == 0.4
+    sc = load_scenario("h100-1024", ["training.first_bucket_mb=none", "compute.mfu=none"])
+    assert sc.training.first_bucket_mb is None and sc.compute.mfu is None
+    with pytest.raises(ValueError, match=r"training.bucket_cap_mb: expected float, got 'none'"):
+        load_scenario("h100-1024", ["training.bucket_cap_mb=none"])
+    with pytest.raises(ValueError, match=r"training.first_bucket_mb: expected float or none, got 'big'"):
+        load_scenario("h100-1024", ["training.first_bucket_mb=big"])

@@ -13,7 +13,7 @@ from calibrate.record import track_record
 from sim.config import tp_overlap_level
 from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
-from sim.patches import Patch, parse_sets
+from sim.patches import Patch, parse_sets, value_text
 from sim.planner import mode_resets, plan, scenario_for
 from sim.scenario_file import resolve
 
@@ -89,14 +89,17 @@ def plan_layouts(
             # other layouts share its device and stack, and nearly always its TP/PP/CP class.
             "record": track_record(shown[0][1]),
             "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False, communicators(sc)),
-                             sorted(f"training.{k}" for k in mode_resets(base, s.candidate)))
+                             mode_resets(base, s.candidate))
                         for s, sc in shown]}  # fmt: skip
 
 
-def _row(s, fit: Fit, unset: list[str]) -> dict:
-    """One layout as `plan --json` gives it; ``unset``: the user's keys its mode has no use for
-    (sim/planner.py mode_resets), left out of its `simulate` command."""
+def _row(s, fit: Fit, resets: dict) -> dict:
+    """One layout as `plan --json` gives it. ``resets``: the base's training keys its mode has no
+    use for, with the value it takes (sim/planner.py mode_resets). They join the layout's own
+    ``sets``, since the cluster file may be where they were set, and ``unset`` names them: a
+    user's --set of one is left out of the layout's `simulate` command."""
     c, step = s.candidate, s.step
+    reset = [f"training.{k}={value_text(v)}" for k, v in sorted(resets.items())]
     return c._asdict() | {
         "nccl_communicators": fit.communicators,
         "tight": fit.tight,
@@ -109,6 +112,6 @@ def _row(s, fit: Fit, unset: list[str]) -> dict:
         "bubble_fraction": step.bubble_fraction if step else None,
         "tp_comm_s": step.tp_comm_s if step else None,
         "dp_exposed_s": step.dp_exposed_s if step else None,
-        "sets": c.sets(),
-        "unset": unset,
+        "sets": c.sets() + reset,
+        "unset": [f"training.{k}" for k in sorted(resets)],
     }
