@@ -45,10 +45,12 @@ interfaces and hostname are not a clone's). A slow command may run for
 `--slow-timeout-s` (default 1800 s: `make demo` builds .venv and measures for minutes).
 It says when the tree is not a fresh clone (local changes, an earlier runs/), since
 what it proves is what a new reader gets. A command that refuses a run folder holding
-an earlier run (probe, train, netlab run) finds it moved aside first, as --force
-would (never deleted), so the check sees a fresh clone's runs/; a file the command
-names and creates outside the ignored paths (launch's `--slurm job.sbatch`) is removed
-after the last command, so the check leaves the tree as it found it.
+an earlier run (probe, train, simulate, compare, netlab run) finds it moved aside
+first, as --force would (never deleted), so the check sees a fresh clone's runs/.
+After the last command (a later one may read what an earlier wrote) the runs the
+check wrote are removed and the earlier ones renamed back, and a file a command names
+and creates outside the ignored paths (launch's `--slurm job.sbatch`) is removed, so
+the check leaves the tree, runs/ included, as it found it.
 
 Prints one line per command (status, seconds, README line, command), the differences
 under each mismatch, and a summary; exits 1 when any command that ran failed, timed
@@ -62,6 +64,7 @@ import difflib
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -192,6 +195,9 @@ class Result:
     diff: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     created: list[Path] = field(default_factory=list)  # files it named and wrote in the tree
+    # The folder it claimed with --out, when the check made room for it (absent before, or an
+    # earlier run moved aside: the second path), to be put back as it was after the check.
+    claimed: tuple[Path, Path | None] | None = None
 
 
 def extract(markdown: str) -> list[Command]:
@@ -363,16 +369,31 @@ def _changed_tracked() -> dict[str, int]:
     return {n: (ROOT / n).stat().st_mtime_ns for n in out.splitlines() if (ROOT / n).is_file()}
 
 
-def _move_aside_earlier_run(text: str) -> str | None:
+def _claimed_folder(text: str) -> Path | None:
+    """The folder a probe, train, simulate or compare command writes its run into (--out)."""
     m = re.search(r"--out[= ](\S+)", text)
-    if not (CLAIMS_FOLDER.search(text) and m):
-        return None
-    folder = ROOT / m.group(1)
+    return ROOT / m.group(1) if CLAIMS_FOLDER.search(text) and m else None
+
+
+def _move_aside(folder: Path) -> Path | None:
+    """An earlier run in ``folder`` renamed to a free sibling (probe, train and simulate refuse
+    a filled folder, and a fresh clone has none), or None where the folder holds nothing."""
     if not folder.is_dir() or not any(folder.iterdir()):
         return None
     aside = folder.with_name(f"{folder.name}.old-readme-{time.strftime('%Y%m%d-%H%M%S')}")
     folder.rename(aside)
-    return f"moved an earlier run aside: {_shown(folder)} -> {_shown(aside)}"
+    return aside
+
+
+def _put_back(folder: Path, aside: Path | None) -> str:
+    """After the check: the run a command wrote removed, and the earlier one it displaced
+    renamed back, so that checking the README leaves the reader's runs as they were."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    if aside is None:
+        return f"removed {_shown(folder)}, which the command wrote, after the check"
+    aside.rename(folder)
+    return f"removed {_shown(folder)}, which the command wrote, and put the earlier run back"
 
 
 def _shown(path: Path) -> str:
@@ -383,9 +404,14 @@ def run(command: Command, prelude: list[str], timeout_s: float, status_only: str
     """Run one command as the README's reader would and judge it; with `status_only` (the
     reason), by its exit status alone."""
     res = Result(command, "pass")
-    note = _move_aside_earlier_run(command.text)
-    if note:
-        res.notes.append(note)
+    folder = _claimed_folder(command.text)
+    if folder is not None:
+        existed = folder.exists()
+        aside = _move_aside(folder)
+        if aside is not None:
+            res.notes.append(f"moved an earlier run aside: {_shown(folder)} -> {_shown(aside)}")
+        if aside is not None or not existed:
+            res.claimed = (folder, aside)
     named_all = _named_paths(command.text, prelude)
     named = [p for p in named_all if not p.exists()]
     # Committed files it may rewrite: those it names and those beside them (calibrate -o
@@ -482,6 +508,9 @@ def check(
             if p.is_file():
                 p.unlink()
                 r.notes.append(f"removed {_shown(p)}, which the command wrote, after the check")
+    for r in reversed(results):  # a folder claimed twice is put back as the first found it
+        if r.claimed is not None:
+            r.notes.append(_put_back(*r.claimed))
     return results
 
 
@@ -507,7 +536,7 @@ def fresh_clone_notes() -> list[str]:
         notes.append(f"local changes ({len(status.stdout.splitlines())} paths): the check runs them, not the commit")
     runs = ROOT / "runs"
     if runs.is_dir() and any(runs.iterdir()):
-        notes.append("runs/ holds earlier runs: a fresh clone has none (the checker moves claimed folders aside)")
+        notes.append("runs/ holds earlier runs: a fresh clone has none (claimed folders are moved aside, then back)")
     return notes
 
 

@@ -234,24 +234,38 @@ def test_the_paths_a_command_names_expand_the_readmes_variables():
     assert paths == [ROOT / "measurements/validation/1gbit/probe", ROOT / "measurements/validation/calib.json"]
 
 
-def test_an_earlier_run_in_a_claimed_folder_is_moved_aside_not_deleted(tmp_path):
-    # probe/train refuse a folder holding an earlier run; a second check must still see
-    # what a fresh clone sees, without losing the earlier run.
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "rank-0.jsonl").write_text("{}\n")
-    note = rc._move_aside_earlier_run(f"ddplab train --nproc 2 --out {tmp_path}/run")
-    assert note and not (tmp_path / "run").exists()
-    (aside,) = tmp_path.glob("run.old-readme-*")
-    assert (aside / "rank-0.jsonl").read_text() == "{}\n"
-    # simulate --out now refuses a filled folder too (issue 25, D7): moved aside the same way
+def test_a_claimed_folder_is_made_room_for_and_left_as_it_was(tmp_path, monkeypatch):
+    """probe, train and simulate refuse a folder holding an earlier run, so the check moves
+    one aside (a second check must see what a fresh clone sees); a later command reads what
+    an earlier wrote; after the last, the check's runs are removed and the earlier run is
+    back where it was, so `make test` leaves a reader's runs/ as it found it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ddplab"  # writes a marker into its --out folder, as a run would
+    fake.write_text(
+        '#!/bin/bash\nout=""\nwhile [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done\n'
+        'mkdir -p "$out" && echo new > "$out/marker"\n'
+    )
+    fake.chmod(0o755)
+    env = rc._env
+    monkeypatch.setattr(rc, "_env", lambda: env() | {"PATH": f"{bin_dir}{os.pathsep}{env()['PATH']}"})
     (tmp_path / "sim").mkdir()
-    (tmp_path / "sim" / "summary.json").write_text("{}")
-    assert rc._move_aside_earlier_run(f"ddplab simulate h100-1024 --out {tmp_path}/sim")
-    assert not (tmp_path / "sim").exists() and len(list(tmp_path.glob("sim.old-readme-*"))) == 1
-    # a command that claims no folder is left alone
+    (tmp_path / "sim" / "marker").write_text("earlier\n")
     (tmp_path / "rep").mkdir()
     (tmp_path / "rep" / "x.json").write_text("{}")
-    assert rc._move_aside_earlier_run(f"ddplab stragglers {tmp_path}/rep --out {tmp_path}/rep") is None
+    md = (
+        f"```\n$ ddplab simulate h100-1024 --out {tmp_path}/sim\n$ cat {tmp_path}/sim/marker\nnew\n"
+        f"$ ddplab train --nproc 2 --out {tmp_path}/fresh\n"
+        f"$ ddplab stragglers {tmp_path}/rep --out {tmp_path}/rep\n```\n"
+    )
+    results = rc.check(rc.extract(md), timeout_s=30)
+    assert [r.status for r in results] == ["pass"] * 4
+    assert results[0].notes[0].startswith(f"moved an earlier run aside: {tmp_path}/sim -> {tmp_path}/sim.old-readme-")
+    assert results[0].notes[1] == f"removed {tmp_path}/sim, which the command wrote, and put the earlier run back"
+    assert (tmp_path / "sim" / "marker").read_text() == "earlier\n"
+    assert results[2].notes == [f"removed {tmp_path}/fresh, which the command wrote, after the check"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "rep", "sim"]
+    assert results[3].notes == [] and (tmp_path / "rep" / "x.json").exists()  # stragglers claims no folder
 
 
 def test_a_file_a_command_writes_in_the_tree_stays_for_the_next_and_is_removed_after():
