@@ -121,6 +121,10 @@ def test_setup_syntax():
         (["h100-1024:foo"], "ddplab compare: error: set-up 'h100-1024:foo': expected KEY=VALUE after ':', got 'foo'"),
         (["h100-1024", "h100-1024"],
          "ddplab compare: error: set-up 'h100-1024': a second set-up named 'h100-1024'; name one NAME=SCENARIO..."),
+        # A change written without its scenario reads as NAME=SCENARIO: named as the key it is.
+        (["h100-1024", "training.mode=fsdp"],
+         "ddplab compare: error: set-up 'training.mode=fsdp': training.mode is a scenario key, not a name; a change"
+         " is written SCENARIO:KEY=VALUE (h100-1024:training.mode=fsdp)"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line(capsys, argv, line):

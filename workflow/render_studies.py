@@ -42,8 +42,8 @@ def compare_lines(rows: list[CompareRow]) -> list[str]:
     out = []
     width = max(len("set-up"), *(len(r.name) for r in rows))
     out.append(
-        f"compare: {len(rows)} set-ups, each row as `ddplab simulate` gives it (step: the mean;"
-        " exp comm, wait: per rank per step); vs 1st: against the first row;"
+        f"compare: {len(rows)} set-up{'s' if len(rows) != 1 else ''}, each row as `ddplab simulate` gives it"
+        " (step: the mean; exp comm, wait: per rank per step); vs 1st: against the first row;"
         f" MFU: {FLOP_COUNT} FLOPs per token x tokens/s per GPU / the precision's dense peak;"
         " stack: what compute rests on"
     )
