@@ -181,7 +181,7 @@ def test_set_n_layer_changes_params_by_the_closed_form_block(capsys):
         (["model.n_head=25"], "model.n_head: must divide n_embd 3072"),
         (["model.n_kv_head=5"], "model.n_kv_head: must divide n_head 24, got 5"),
         (["model.n_layer=0"], "model.n_layer: must be > 0, got 0"),
-        (["model.n_layer=2.5"], "model.n_layer: expected int, got 2.5"),
+        (["model.n_layer=2.5"], "model.n_layer: expected int or none, got 2.5"),
         (["model.hf_config=nowhere/config.json"], "nowhere/config.json: no such file"),
         (["model.preset=llama3-9b"], "model.preset: unknown preset 'llama3-9b'"),
     ],
