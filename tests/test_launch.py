@@ -1,8 +1,10 @@
 """`ddplab launch`: the per-node torchrun lines, the Slurm script, and --exec for real."""
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -198,9 +200,18 @@ def test_exec_two_namespaces_where_auto_detection_hangs(tmp_path):
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
+                    start_new_session=True,  # torchrun and its ranks die with it (finally)
                 )
             )
-        outs = [p.communicate(timeout=240)[0] for p in procs]
+        try:
+            outs = [p.communicate(timeout=240)[0] for p in procs]
+        except subprocess.TimeoutExpired:  # say where each node was, not only that one hung
+            for p in procs:  # TERM: torchrun passes it on to its ranks
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
+            outs = [p.communicate(timeout=30)[0] for p in procs]
+            shown = "\n".join(f"--- {n}:\n{o[-3000:]}" for n, o in zip((b, a), outs, strict=True))
+            pytest.fail(f"a node still ran after 240 s:\n{shown}")
         assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
         assert "GLOO_SOCKET_IFNAME=veth1" in outs[0] and "--rdzv-conf=is_host=1" in outs[0]
         assert "GLOO_SOCKET_IFNAME=veth0" in outs[1] and "--local-addr=10.78.0.1" in outs[1]
@@ -211,7 +222,8 @@ def test_exec_two_namespaces_where_auto_detection_hangs(tmp_path):
     finally:
         for p in procs:
             if p.poll() is None:
-                p.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         for ns in (a, b):
             _ip("netns", "del", ns, check=False)
