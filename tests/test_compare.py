@@ -124,7 +124,7 @@ def test_setup_syntax():
         # A change written without its scenario reads as NAME=SCENARIO: named as the key it is.
         (["h100-1024", "training.mode=fsdp"],
          "ddplab compare: error: set-up 'training.mode=fsdp': training.mode is a scenario key, not a name; a change"
-         " is written SCENARIO:KEY=VALUE (h100-1024:training.mode=fsdp)"),
+         " is written SCENARIO:KEY=VALUE, e.g. h100-1024:training.mode=fsdp"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line(capsys, argv, line):

@@ -65,7 +65,7 @@ def parse_setup(text: str) -> Setup:
         if name.partition(".")[0] in SECTIONS:  # `training.mode=fsdp` alone: a key, not a name
             raise ValueError(
                 f"set-up {text!r}: {name} is a scenario key, not a name; a change is written"
-                f" SCENARIO:KEY=VALUE (h100-1024:{name}={head})"
+                f" SCENARIO:KEY=VALUE, e.g. h100-1024:{name}={head}"
             )
     if not head.strip():
         raise ValueError(f"set-up {text!r}: no scenario (a preset or a .toml file) before ':'")
