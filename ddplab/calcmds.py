@@ -54,9 +54,15 @@ def _validate_public(args):
     from workflow import calibration
 
     rows, h = calibration.public_validation()
+    if args.plot is not None:
+        from output.public_plot import plot_public
+
+        plot_public(rows, h, args.plot)
     if args.json:
         return rows
     show(render_calib.public_lines(rows, h))
+    if args.plot is not None:
+        print(f"plot: {args.plot}")
     return rows
 
 

@@ -237,13 +237,18 @@ def _add_calibration(sub) -> None:
         action="store_true",
         help="instead: the presets against published collectives and step times (docs/validation-public.md)",
     )
-    va.add_argument("--plot", type=Path, help="predicted-vs-measured PNG (default: validation.png beside --calib)")
+    va.add_argument(
+        "--plot",
+        type=Path,
+        help="predicted-vs-measured PNG (default: validation.png beside --calib;"
+        " with --public: each row's error against its tier, drawn only where given)",
+    )
     va.add_argument("--seed", type=int, default=0, help="simulation seed")
     options.json_flag(
         va,
         "rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, error_p95, error_p99, ks, ks_p, ks_shape,"
         " ks_shape_p, lag1, ...), mape, mean_error_p50, over, under, ks_pass, ks_shape_pass, ks_reach, plot; with"
-        " --public a list, per row: what, source, measured, predicted, error, bound, within",
+        " --public a list, per row: what, source, bytes, measured, predicted, error, bound, held_out, within",
     )
     va.set_defaults(func=calcmds.validate)
 

@@ -220,6 +220,27 @@ def test_cli_prints_the_same_table(ddplab, results, monkeypatch):
     assert code == 2 and "--public: takes no RUN_DIR or --calib" in err
 
 
+def test_the_plot_draws_every_row_and_rings_every_miss(ddplab, results, monkeypatch, tmp_path):
+    """`validate --public --plot` (it was taken and ignored): every row is drawn, a collective
+    at its message size and any other row in its source's group, and each row outside its tier
+    is ringed; the counts come back from the drawing, so a row lost on the way fails here."""
+    from output.public_plot import plot_public
+    from workflow import calibration
+
+    monkeypatch.setattr(calibration, "public_table", lambda: results)
+    rows, h = calibration.public_validation()
+    collectives = [r for r in rows if r["bytes"]]
+    assert len(collectives) == sum(r.row.job.kind == "collective" for r in results) > 200
+    assert all(r["bytes"] == r_.row.job.size for r, r_ in zip(rows, results, strict=True) if r["bytes"])
+    drawn = plot_public(rows, h, tmp_path / "direct.png")
+    misses = sum(not r["within"] for r in rows)
+    assert drawn == {"collectives": len(collectives), "steps": len(rows) - len(collectives), "misses": misses}
+    code, out, err = ddplab("validate", "--public", "--plot", str(tmp_path / "p.png"))
+    assert code == 0, err
+    assert out.rstrip().endswith(f"plot: {tmp_path / 'p.png'}")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_llama3_rows_run_what_the_paper_states():
     """Table 4's rows (arXiv 2407.21783): 16M tokens a step, the interleaved schedule with one
     layer per chunk (126 + 2 chunks over 16 stages: v = 8), no activation checkpointing; the

@@ -95,6 +95,7 @@ def public_validation() -> tuple[list[dict], dict]:
             "citation": SOURCES[r.row.source][0],
             "conditions": SOURCES[r.row.source][1],
             "unit": r.row.unit,
+            "bytes": r.row.job.size if r.row.job.kind == "collective" else None,  # the message size
             "measured": r.row.measured,
             "predicted": r.predicted,
             "error": r.error,
