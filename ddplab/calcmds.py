@@ -35,13 +35,15 @@ def validate(args):
     if args.public:
         if args.runs or args.calib:
             raise ValueError("--public: takes no RUN_DIR or --calib (it predicts published measurements)")
+        if args.seed is not None:  # each row's prediction is the recorded one, seed and all
+            raise ValueError("--seed: --public predicts each row with its scenario's own seed, as recorded")
         return _validate_public(args)
     if not args.runs or args.calib is None:
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
     from workflow import calibration
 
     out = calibration.validate_runs(
-        args.runs, args.calib, plot=args.plot, seed=args.seed, say=None if args.json else say
+        args.runs, args.calib, plot=args.plot, seed=args.seed or 0, say=None if args.json else say
     )
     if args.json:
         return out

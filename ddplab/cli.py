@@ -243,7 +243,9 @@ def _add_calibration(sub) -> None:
         help="predicted-vs-measured PNG (default: validation.png beside --calib;"
         " with --public: each row's error against its tier, drawn only where given)",
     )
-    va.add_argument("--seed", type=int, default=0, help="simulation seed")
+    va.add_argument(
+        "--seed", type=int, help="simulation seed (default 0; not with --public, whose rows keep their own)"
+    )
     options.json_flag(
         va,
         "rows (per run: name, predicted_p50_s, measured_p50_s, error_p50, error_p95, error_p99, ks, ks_p, ks_shape,"

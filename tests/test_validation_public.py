@@ -218,6 +218,8 @@ def test_cli_prints_the_same_table(ddplab, results, monkeypatch):
     assert "h100, compiled, attention-heavy (any layout) 0 of 4 within, -45.2% to -24.4%" in " ".join(out.split())
     code, _, err = ddplab("validate", "--public", "--calib", "x.json")
     assert code == 2 and "--public: takes no RUN_DIR or --calib" in err
+    code, _, err = ddplab("validate", "--public", "--seed", "3")  # was taken and ignored
+    assert code == 2 and "--seed: --public predicts each row with its scenario's own seed" in err
 
 
 def test_the_plot_draws_every_row_and_rings_every_miss(ddplab, results, monkeypatch, tmp_path):
