@@ -91,7 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--horizon-h",
         type=float,
-        default=24.0,
         help="with fail-slow, throttling or diurnal episodes: the hours their expected cost is stated over"
         " (default 24; --json: the key episodes)",
     )
@@ -137,7 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")
     s.add_argument(
         "--calib-mode",
-        default="auto",
         choices=["auto", "all", "device", "shape"],
         help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
         " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",

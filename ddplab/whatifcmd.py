@@ -25,10 +25,9 @@ def add_parser(sub) -> None:
     w.add_argument(
         "--horizon-h",
         type=float,
-        default=24.0,
-        help="hours over which a restart is paid and episodes are expected (default 24)",
+        help="hours over which a restart is paid and episodes are expected (default 24; only where a row has either)",
     )
-    w.add_argument("--restart-min", type=float, default=10.0, help="restart cost of exclude-slowest (default 10)")
+    w.add_argument("--restart-min", type=float, help="restart cost of exclude-slowest, minutes (default 10)")
     w.add_argument("--usd-per-gpu-hour", type=float, help="also print cost in dollars per billion tokens")
     options.guards(w, "rows")
     options.out_dir(w, "whatif.csv, whatif.json and whatif.png")
@@ -47,7 +46,7 @@ def whatif(args):
     out = found.rows
     if args.json:
         return out
-    show(whatif_lines(found, horizon_h=args.horizon_h, usd_per_gpu_hour=args.usd_per_gpu_hour))
+    show(whatif_lines(found, horizon_h=found.horizon_h, usd_per_gpu_hour=args.usd_per_gpu_hour))
     if args.out:
         print(f"whatif.csv, whatif.json and whatif.png in {args.out}/")
     return out

@@ -81,6 +81,12 @@ def collective_rows(op: str, sizes: str, scenario: str, sets=(), ranks: int | No
     each row says why: the library's estimate for its pick and the runners-up; where a published
     run of this command printed a size, the row carries it as ``published``."""
     sizes = parse_sizes(sizes)
+    for text in sets:  # what times a collective is the network and the ranks (sim/collectives.py)
+        key = text.partition("=")[0].strip()
+        if key.partition(".")[0] not in ("network", "ranks"):
+            raise ValueError(
+                f"--set {key}: a collective is timed from network keys and ranks alone; it changes nothing"
+            )
     sc = load_scenario(scenario, list(sets), ranks=ranks)
     fabric = fabric_for(sc)
     if fabric.ranks < 2:

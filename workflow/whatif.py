@@ -15,9 +15,12 @@ from output.outdir import ensure
 from output.plot import plot_breakdown, run_title
 from sim.patches import flag_patches, parse_sets
 from sim.scenario_file import resolve
-from sim.whatif import compare, plan, row_scenarios
+from sim.whatif import EXCLUDE, compare, plan, row_scenarios
 from sim.whatif_defaults import default_tries
 from workflow import limits
+
+# The defaults of --horizon-h and --restart-min: a day, and a restart of ten minutes.
+HORIZON_H, RESTART_MIN = 24.0, 10.0
 
 
 class WhatIf(NamedTuple):
@@ -26,6 +29,7 @@ class WhatIf(NamedTuple):
     steps: int | None  # steps per row (per episode state)
     seed: int
     chosen: str | None  # why these tries, when none was given
+    horizon_h: float = HORIZON_H  # what a restart and the episodes are stated over
 
 
 def study(
@@ -36,8 +40,8 @@ def study(
     steps: int | None = None,
     seed: int | None = None,
     tries: list[str] | None = None,
-    horizon_h: float = 24.0,
-    restart_min: float = 10.0,
+    horizon_h: float | None = None,
+    restart_min: float | None = None,
     ignore_memory: bool = False,
     usd_per_gpu_hour: float | None = None,
     yes: bool = False,
@@ -58,6 +62,7 @@ def study(
         tries, why = default_tries(sc)
         chosen = f"no --try given: trying {', '.join(tries)} ({why})"
     planned = plan(data, tries, sc)
+    horizon_h, restart_min = _used(planned, horizon_h, restart_min)
     # The rows run one after another, each result dropped before the next (workflow/limits.py).
     limits.check_in_turn(row_scenarios(planned), "simulations", yes=yes)
     if out:  # fail before simulating, not after
@@ -74,7 +79,21 @@ def study(
         found.append(row)
     if out:
         write(found, out, run_title([sc.name], [r["ranks"] for r in found], [sc.training.mode]))
-    return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen)
+    return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen, horizon_h)
+
+
+def _used(planned, horizon_h: float | None, restart_min: float | None) -> tuple[float, float]:
+    """--horizon-h and --restart-min with their defaults, each refused where no row would use it:
+    only exclude-slowest pays a restart, and the horizon is what it and episodes are spread over."""
+    restarts = any(part.named == EXCLUDE for _, parts in planned.tries for part in parts)
+    episodic = any(sc.episodes.active for sc in (planned.base, *planned.sized))
+    if restart_min is not None and not restarts:
+        raise ValueError(f"--restart-min {restart_min:g}: no row restarts (only exclude-slowest pays one)")
+    if horizon_h is not None and not (restarts or episodic):
+        raise ValueError(
+            f"--horizon-h {horizon_h:g}: no row restarts or has episodes, the two things it sets the hours of"
+        )
+    return (HORIZON_H if horizon_h is None else horizon_h), (RESTART_MIN if restart_min is None else restart_min)
 
 
 def write(rows: list[dict], out: Path, title: str) -> None:

@@ -1,0 +1,55 @@
+"""An option that would change nothing is refused in one line (exit 2), not taken without a
+word: each of these was accepted and ignored. Where the option does apply, it is used."""
+
+import json
+
+import pytest
+from conftest import in_process
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["simulate", "h100-1024", "--ranks", "16", "--force"],
+         "--force: only with --out DIR (it moves an earlier run there aside)"),
+        (["simulate", "h100-1024", "--ranks", "16", "--calib-network", "1gbit"],
+         "--calib-network 1gbit: only with --calib calib.json"),
+        (["simulate", "h100-1024", "--ranks", "16", "--calib-mode", "device"],
+         "--calib-mode device: only with --calib calib.json"),
+        (["simulate", "h100-1024", "--ranks", "16", "--horizon-h", "5"],
+         "--horizon-h 5: h100-1024 has no fail-slow, throttling or diurnal episodes"),
+        (["whatif", "straggler-lemon", "--ranks", "32", "--try", "accum=2", "--restart-min", "5"],
+         "--restart-min 5: no row restarts (only exclude-slowest pays one)"),
+        (["whatif", "straggler-lemon", "--ranks", "32", "--try", "accum=2", "--horizon-h", "5"],
+         "--horizon-h 5: no row restarts or has episodes"),
+        (["collective", "h100-1024", "--ranks", "16", "--set", "training.bucket_cap_mb=5"],
+         "--set training.bucket_cap_mb: a collective is timed from network keys and ranks alone"),
+    ],
+    ids=["force", "calib-network", "calib-mode", "horizon", "restart-min", "whatif-horizon", "collective-set"],
+)  # fmt: skip
+def test_an_option_that_changes_nothing_is_refused(capsys, argv, line):
+    code, out, err = in_process(capsys, *argv, "--steps", "3") if argv[0] != "collective" else in_process(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith(f"ddplab {argv[0]}: error: {line}") and len(err.strip().splitlines()) == 1
+
+
+def test_where_they_apply_they_are_used(capsys):
+    """The horizon an episode cost is stated over, and a restart's length and horizon: 5 min
+    over 2 h is 1/24 of the throughput, against 10 min over 24 h by default."""
+    code, out, err = in_process(
+        capsys, "simulate", "straggler-failslow", "--ranks", "64", "--steps", "10", "--horizon-h", "5", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["episodes"]["horizon_h"] == 5.0
+    argv = ["whatif", "straggler-lemon", "--ranks", "64", "--steps", "10", "--try", "exclude-slowest", "--json"]
+    code, out, err = in_process(capsys, *argv, "--restart-min", "5", "--horizon-h", "2")
+    assert code == 0, err
+    short = json.loads(out)[1]
+    code, out, err = in_process(capsys, *argv)
+    assert code == 0, err
+    default = json.loads(out)[1]
+    assert (short["restart_s"], default["restart_s"]) == (300.0, 600.0)
+    clear = default["tokens_per_s"] / (1 - 600 / 86400)  # the same row before its restart
+    assert short["tokens_per_s"] == pytest.approx(clear * (1 - 300 / 7200), rel=1e-12)
+    code, out, err = in_process(capsys, "collective", "h100-1024", "--sizes", "1M", "--set", "ranks=16", "--json")
+    assert code == 0 and json.loads(out)[0]["ranks"] == 16, err
