@@ -33,12 +33,11 @@ def add_parser(sub) -> None:
         help=f"useful work simulated, hours (default {AUTO_WORK_MTBFS} MTBFs: ~{AUTO_WORK_MTBFS} failures)",
     )
     g.add_argument("--stalls-per-day", type=float, default=0.0, help="hangs in a collective per day (default 0)")
-    g.add_argument("--stall-mean-min", type=float, default=5.0, help="their mean duration, minutes (default 5)")
+    g.add_argument("--stall-mean-min", type=float, help="their mean duration, minutes (default 5; with stalls)")
     g.add_argument(
         "--timeout-min",
         type=float,
-        default=10.0,
-        help="collective timeout: a longer stall becomes a failure (default 10, NCCL's)",
+        help="collective timeout: a longer stall becomes a failure (default 10, NCCL's; with stalls)",
     )
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--yes", action="store_true", help="run even when the estimate says it takes over 5 minutes")

@@ -22,13 +22,19 @@ from conftest import in_process
          "--restart-min 5: no row restarts (only exclude-slowest pays one)"),
         (["whatif", "straggler-lemon", "--ranks", "32", "--try", "accum=2", "--horizon-h", "5"],
          "--horizon-h 5: no row restarts or has episodes"),
+        (["goodput", "--mtbf-h", "10", "--timeout-min", "5"],
+         "--timeout-min 5: only with --stalls-per-day > 0 (it shapes the stalls)"),
+        (["goodput", "--mtbf-h", "10", "--stall-mean-min", "3"],
+         "--stall-mean-min 3: only with --stalls-per-day > 0 (it shapes the stalls)"),
         (["collective", "h100-1024", "--ranks", "16", "--set", "training.bucket_cap_mb=5"],
          "--set training.bucket_cap_mb: a collective is timed from network keys and ranks alone"),
     ],
-    ids=["force", "calib-network", "calib-mode", "horizon", "restart-min", "whatif-horizon", "collective-set"],
+    ids=["force", "calib-network", "calib-mode", "horizon", "restart-min", "whatif-horizon", "timeout", "stall-mean",
+         "collective-set"],
 )  # fmt: skip
 def test_an_option_that_changes_nothing_is_refused(capsys, argv, line):
-    code, out, err = in_process(capsys, *argv, "--steps", "3") if argv[0] != "collective" else in_process(capsys, *argv)
+    steps = ["--steps", "3"] if argv[0] in ("simulate", "whatif") else []
+    code, out, err = in_process(capsys, *argv, *steps)
     assert code == 2 and out == ""
     assert err.startswith(f"ddplab {argv[0]}: error: {line}") and len(err.strip().splitlines()) == 1
 

@@ -90,6 +90,10 @@ def _interval_min(text: str, daly_min: float) -> tuple[float, str]:
     return _positive("--interval-min", value), "given"
 
 
+# A stall's mean duration, and the collective timeout past which it is a failure (NCCL's 10 min).
+STALL_MEAN_MIN, TIMEOUT_MIN = 5.0, 10.0
+
+
 def study(
     *,
     mtbf_h: float | None = None,
@@ -100,8 +104,8 @@ def study(
     interval_min: str | float = "auto",
     work_h: float | None = None,
     stalls_per_day: float = 0.0,
-    stall_mean_min: float = 5.0,
-    timeout_min: float = 10.0,
+    stall_mean_min: float | None = None,
+    timeout_min: float | None = None,
     seed: int = 0,
     yes: bool = False,
     out: Path | None = None,
@@ -127,9 +131,12 @@ def study(
     if not (stalls_per_day >= 0 and math.isfinite(stalls_per_day)):
         raise ValueError(f"--stalls-per-day: must be >= 0 and finite, got {stalls_per_day}")
     stall_mean, timeout = (
-        _positive("--stall-mean-min", stall_mean_min),
-        _positive("--timeout-min", timeout_min),
+        _positive("--stall-mean-min", STALL_MEAN_MIN if stall_mean_min is None else stall_mean_min),
+        _positive("--timeout-min", TIMEOUT_MIN if timeout_min is None else timeout_min),
     )
+    for flag, value in (("--stall-mean-min", stall_mean_min), ("--timeout-min", timeout_min)):
+        if value is not None and stalls_per_day == 0:  # they shape stalls alone: taken, they changed nothing
+            raise ValueError(f"{flag} {value:g}: only with --stalls-per-day > 0 (it shapes the stalls)")
     stalls = Stalls(per_h=stalls_per_day / 24.0, mean_min=stall_mean, timeout_min=timeout)
     costs = {"mtbf_min": mtbf_min, "restart_min": restart_min, "checkpoint_min": checkpoint_min}
     _check_size(stalls_per_day, yes, mtbf_from, work_h * 60.0, [interval_min, *default_grid(daly)], stalls, costs)
