@@ -4,7 +4,7 @@ word: each of these was accepted and ignored. Where the option does apply, it is
 import json
 
 import pytest
-from conftest import in_process
+from conftest import ROOT, in_process
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,17 @@ def test_where_they_apply_they_are_used(capsys):
     assert short["tokens_per_s"] == pytest.approx(clear * (1 - 300 / 7200), rel=1e-12)
     code, out, err = in_process(capsys, "collective", "h100-1024", "--sizes", "1M", "--set", "ranks=16", "--json")
     assert code == 0 and json.loads(out)[0]["ranks"] == 16, err
+
+
+def test_calibrate_refuses_a_job_shape_for_probe_runs(capsys, tmp_path):
+    """--model, --seq-len, --micro-batch and --precision describe a trace's job; a probe run
+    records its own, so with probe runs they were ignored. Nothing is written."""
+    probe = ROOT / "measurements" / "validation" / "1gbit" / "probe"
+    for flag, value in (("--model", "gpt2-124m"), ("--seq-len", "64"), ("--precision", "fp32")):
+        code, out, err = in_process(capsys, "calibrate", str(probe), "-o", str(tmp_path / "c.json"), flag, value)
+        assert code == 2 and out == ""
+        assert (
+            err
+            == f"ddplab calibrate: error: {flag} {value}: only with profiler traces (a probe run records its own job)\n"
+        )
+    assert list(tmp_path.iterdir()) == []

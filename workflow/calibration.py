@@ -59,6 +59,10 @@ def calibrate_runs(
         progress = trace_progress() if trace_progress else None
         calib = calibrate_traces(traces, given=given, seed=seed, command=command, progress=progress)
     else:
+        shape = {"--model": model, "--seq-len": seq_len, "--micro-batch": micro_batch, "--precision": precision}
+        for flag, value in shape.items():  # a probe records the job it ran: taken, these changed nothing
+            if value is not None:
+                raise ValueError(f"{flag} {value}: only with profiler traces (a probe run records its own job)")
         calib = fit(runs, seed=seed, command=command, progress=say)
     plausible.check(calib, f"{output}: not written")  # impossible fits, before any file is written
     check_admitted(calib, str(output))
