@@ -57,7 +57,7 @@ def _simulate(args):
         return _simulate_3d(args, scenarios, sweep, calibrated=provenance is not None)
     summaries = simulation.simulate_scales(
         scenarios, provenance, engine=args.engine, records=args.records, out=args.out, sweep=sweep,
-        horizon_h=24.0 if args.horizon_h is None else args.horizon_h, tokens=tokens, price=price,
+        horizon_h=simulation.HORIZON_H if args.horizon_h is None else args.horizon_h, tokens=tokens, price=price,
         ignore_memory=args.ignore_memory,
         progress=step_progress, say=say,
     )  # fmt: skip

@@ -17,6 +17,8 @@ from sim.config import EpisodesConfig, PausesConfig
 # Fail-slow durations: 30 s to ~10 h (Alibaba Falcon); lognormal with this log-sd around
 # the configured mean, clipped to that range.
 DURATION_SIGMA = 1.2
+# The hours an episode's expected cost (and whatif's restart) is stated over unless told: a day.
+HORIZON_H = 24.0
 DURATION_RANGE_S = (30.0, 36000.0)
 
 

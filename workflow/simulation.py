@@ -22,6 +22,7 @@ from calibrate.refusal import refusal
 from output.export import write_result, write_summaries
 from output.outdir import claim
 from sim.describe import description_over
+from sim.episodes import HORIZON_H
 from sim.limits import simulation_cost, sweep_cost
 from sim.memory import estimate_memory
 from sim.memory_fit import fit, verdict
@@ -211,7 +212,7 @@ def simulate_scales(
     records: bool = False,
     out: Path | None = None,
     sweep: bool = False,
-    horizon_h: float = 24.0,
+    horizon_h: float = HORIZON_H,
     tokens: float | None = None,
     price: float | None = None,
     ignore_memory: bool = False,

@@ -13,14 +13,15 @@ from output.atomic import write_csv_atomic
 from output.jsonfile import write_json_atomic
 from output.outdir import ensure
 from output.plot import plot_breakdown, run_title
+from sim.episodes import HORIZON_H
 from sim.patches import flag_patches, parse_sets
 from sim.scenario_file import resolve
 from sim.whatif import EXCLUDE, compare, plan, row_scenarios
 from sim.whatif_defaults import default_tries
 from workflow import limits
 
-# The defaults of --horizon-h and --restart-min: a day, and a restart of ten minutes.
-HORIZON_H, RESTART_MIN = 24.0, 10.0
+# --restart-min's default: a restart of ten minutes (--horizon-h's: sim/episodes.py HORIZON_H).
+RESTART_MIN = 10.0
 
 
 class WhatIf(NamedTuple):
