@@ -281,12 +281,20 @@ def rows(p: Plan) -> list[Row]:
 
 
 def _notes(notes: list[str], parts: list[Part], sc: Scenario) -> str:
-    """A row's notes joined; rebalance's says how its whole samples fell (sim/rebalance.py)."""
+    """A row's notes joined; rebalance's says how its whole samples fell (sim/rebalance.py), and
+    a comm hook's what it sends: PowerSGD trades exactness for bytes, and a 16-bit hook on
+    gradients already 2 bytes sends as many."""
     out = []
+    t = sc.training
     for note, part in zip(notes, parts, strict=True):
         if part.named == "rebalance" and not sc.parallel3d:
             split = build_workload(sc, np.random.default_rng(sc.seed)).samples_per_step
-            note = f"{note}: {describe(split, sc.training.grad_accum * sc.training.micro_batch_size)}"
+            note = f"{note}: {describe(split, t.grad_accum * t.micro_batch_size)}"
+        hook = part.patch.value if part.patch and part.patch.key == "training.comm_hook" else None
+        if hook == "powersgd":
+            note = f"gradients as rank-{t.powersgd_rank} factors, error fed back: fewer bytes, an approximate update"
+        elif hook in ("fp16", "bf16") and t.dtypes.grad_bytes == 2:
+            note = f"gradients already 2 bytes ({t.precision}): the {hook} hook sends no fewer"
         if note:
             out.append(note)
     return "; ".join(out)

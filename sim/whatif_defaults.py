@@ -1,7 +1,10 @@
 """The mitigations `ddplab whatif SCENARIO` tries when no --try is given: those that address what
 the scenario models (sim/whatif.py applies them), with the reason in one line."""
 
+import numpy as np
+
 from sim.config import SHARDED_MODES, Scenario, parse_stragglers
+from sim.workload import build_workload
 
 
 def _ranks(text: str, key: str) -> str:
@@ -13,9 +16,11 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
     """(mitigations, why): a persistent slow rank gets rebalance and exclude-slowest; a slow data
     loader gets the loader repaired, twice its DataLoader workers, or worked around the same
     way; unsynchronised pauses get sync-gc; a degraded or jittery network, gradients compressed
-    to bf16 (DDP). A scenario with none of these gets the generic communication knobs, and says
-    so. A tensor/pipeline-parallel or zero1 job gets those knobs alone: sim/steps3d.py models its
-    slow GPUs but none of the named fixes (sim/whatif.py refuses them there)."""
+    to bf16 (DDP); a communication-bound DDP job (its allreduce longer than its compute, as the
+    home lab's 1GbE), accumulation over 4 micro-steps and PowerSGD. A scenario with none of
+    these gets the generic communication knobs, and says so. A tensor/pipeline-parallel or
+    zero1 job gets those knobs alone: sim/steps3d.py models its slow GPUs but none of the named
+    fixes (sim/whatif.py refuses them there)."""
     tries: list[str] = []
     why: list[str] = []
     t = sc.training
@@ -41,6 +46,15 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
     if (sc.episodes.comm_per_h > 0 or sc.network.jitter_sigma > 0) and compressible:
         tries.append("comm_hook=bf16")
         why.append("a degraded or jittery network: half the bytes on it (bf16 gradients)")
+    ratio = comm_compute_ratio(sc) if t.mode == "ddp" else 0.0
+    if ratio > 1:  # the network, not a rank, sets the step: what shrinks or spreads the allreduce
+        knobs = ["accum=4"] + (["comm_hook=powersgd"] if t.comm_hook != "powersgd" else [])
+        knobs += ["comm_hook=bf16"] if compressible else []
+        tries += knobs
+        why.append(
+            f"communication-bound (T_comm/T_compute {ratio:.2g}): one allreduce per 4 micro-steps, PowerSGD's"
+            " low-rank gradients" + (", or bf16 gradients" if compressible else "")
+        )
     tries = list(dict.fromkeys(tries))
     if tries:
         return tries, "; ".join(why)
@@ -54,6 +68,15 @@ def default_tries(sc: Scenario) -> tuple[list[str], str]:
         lead.append("a degraded or jittery network, with gradients already 2 bytes or no DDP hook to compress them")
     lead = "; ".join(lead) or "no slow rank, loader, pause or network trouble in this scenario"
     return _knobs(sc, lead, compressible)
+
+
+def comm_compute_ratio(sc: Scenario) -> float:
+    """A DDP step's allreduce time over its compute, as `simulate` prints T_comm/T_compute: every
+    bucket's collective (sim/workload.py, before jitter) against grad_accum micro-steps of the
+    mean rank's forward and backward."""
+    wl = build_workload(sc, np.random.default_rng(sc.seed))
+    compute = wl.grad_accum * float(np.mean(wl.forward_s + wl.backward_s))
+    return float(wl.collective_s.sum()) / compute if compute > 0 else 0.0
 
 
 def _knobs(sc: Scenario, lead: str, compressible: bool) -> tuple[list[str], str]:

@@ -211,3 +211,29 @@ def test_a_three_row_whatif_builds_each_scenario_once(monkeypatch, tries, built)
     found = study("straggler-lemon", ranks=64, steps=5, tries=tries)
     assert len(found.rows) == 3
     assert len(made) == built
+
+
+def test_a_communication_bound_job_is_offered_what_shrinks_or_spreads_its_allreduce(capsys):
+    """homelab-1gbe's allreduce takes 2.4 times its compute: whatif with no --try offers
+    accumulation and PowerSGD beside the slow GPU's fixes, and PowerSGD pays (the M2's compute
+    then sets the step). The ratio is the one simulate prints; h100-1024's (0.2) adds neither."""
+    from sim.whatif_defaults import comm_compute_ratio, default_tries
+
+    lab = load_scenario("homelab-1gbe", steps=20)
+    s = simulate(lab, trace_steps=0).summary()
+    assert comm_compute_ratio(lab) == pytest.approx(s.comm_compute_ratio, rel=0.02) and s.comm_compute_ratio > 2
+    tries, why = default_tries(lab)
+    assert tries == ["rebalance", "exclude-slowest", "accum=4", "comm_hook=powersgd"]
+    assert "communication-bound (T_comm/T_compute 2.4)" in why
+    h100 = load_scenario("h100-1024", ranks=64)
+    assert comm_compute_ratio(h100) < 0.5 and not {"accum=4", "comm_hook=powersgd"} & set(default_tries(h100)[0])
+    code, out, err = in_process(capsys, "whatif", "homelab-1gbe", "--steps", "20", "--json")
+    assert code == 0, err
+    rows = {r["mitigation"]: r for r in json.loads(out)}
+    assert rows["comm_hook=powersgd"]["speedup"] > 1.5
+    assert rows["comm_hook=powersgd"]["note"].startswith("gradients as rank-1 factors, error fed back")
+    # A 16-bit hook on bf16 gradients sends as many bytes: the same step, and the row says why.
+    code, out, err = in_process(capsys, "whatif", "homelab-1gbe", "--steps", "20", "--try", "comm_hook=fp16", "--json")
+    nothing, fp16 = json.loads(out)
+    assert fp16["step_time_s"] == nothing["step_time_s"]
+    assert fp16["note"] == "gradients already 2 bytes (bf16): the fp16 hook sends no fewer"
