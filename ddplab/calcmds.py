@@ -35,8 +35,6 @@ def validate(args):
     if args.public:
         if args.runs or args.calib:
             raise ValueError("--public: takes no RUN_DIR or --calib (it predicts published measurements)")
-        if args.seed is not None:  # each row's prediction is the recorded one, seed and all
-            raise ValueError("--seed: --public predicts each row with its scenario's own seed, as recorded")
         return _validate_public(args)
     if not args.runs or args.calib is None:
         raise ValueError("validate: needs RUN_DIR... and --calib calib.json (or --public)")
@@ -55,11 +53,7 @@ def _validate_public(args):
     """The public-record table (workflow/calibration.py): measured, predicted, error, tier, held out."""
     from workflow import calibration
 
-    rows, h = calibration.public_validation()
-    if args.plot is not None:
-        from output.public_plot import plot_public
-
-        plot_public(rows, h, args.plot)
+    rows, h = calibration.public_validation(plot=args.plot, seed=args.seed)
     if args.json:
         return rows
     show(render_calib.public_lines(rows, h))

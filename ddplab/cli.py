@@ -233,14 +233,10 @@ def _add_calibration(sub) -> None:
     va.add_argument(
         "--public",
         action="store_true",
-        help="instead: the presets against published collectives and step times (docs/validation-public.md)",
+        help="instead: the presets against published collectives and step times (docs/validation-public.md);"
+        " --plot draws each row's error against its tier",
     )
-    va.add_argument(
-        "--plot",
-        type=Path,
-        help="predicted-vs-measured PNG (default: validation.png beside --calib;"
-        " with --public: each row's error against its tier, drawn only where given)",
-    )
+    va.add_argument("--plot", type=Path, help="PNG: predicted vs measured (default: validation.png by --calib)")
     va.add_argument(
         "--seed", type=int, help="simulation seed (default 0; not with --public, whose rows keep their own)"
     )

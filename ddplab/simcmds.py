@@ -19,22 +19,13 @@ def simulate(args):
 def _simulate(args):
     counts = simulation.rank_counts(args.ranks, args.sweep_ranks)
     tokens, price = options.tokens_and_price(args)
-    # Options that would change nothing are refused, not taken without a word.
-    if args.force and not args.out:
-        raise ValueError("--force: only with --out DIR (it moves an earlier run there aside)")
-    for flag, value in (("--calib-network", args.calib_network), ("--calib-mode", args.calib_mode)):
-        if value is not None and args.calib is None:
-            raise ValueError(f"{flag} {value}: only with --calib calib.json")
+    options.call(simulation.check_options, args)  # what would change nothing is refused
     # Validate every scale before simulating any, so a bad count fails fast.
     scenarios, provenance, warning = simulation.build_scenarios(
         args.scenario, args.set, counts, steps=args.steps, seed=args.seed, device_gib=args.device_gib,
         calib=args.calib, calib_network=args.calib_network, calib_mode=args.calib_mode or "auto",
     )  # fmt: skip
-    if args.horizon_h is not None and not any(sc.episodes.active for sc in scenarios):
-        raise ValueError(
-            f"--horizon-h {args.horizon_h:g}: {scenarios[0].name} has no fail-slow, throttling or diurnal"
-            " episodes, whose expected cost is all it sets the hours of"
-        )
+    horizon_h = simulation.horizon_for(scenarios, args.horizon_h)
     if warning:
         say(f"ddplab simulate: warning: {warning}")
     sweep = args.sweep_ranks is not None
@@ -57,8 +48,7 @@ def _simulate(args):
         return _simulate_3d(args, scenarios, sweep, calibrated=provenance is not None)
     summaries = simulation.simulate_scales(
         scenarios, provenance, engine=args.engine, records=args.records, out=args.out, sweep=sweep,
-        horizon_h=simulation.HORIZON_H if args.horizon_h is None else args.horizon_h, tokens=tokens, price=price,
-        ignore_memory=args.ignore_memory,
+        horizon_h=horizon_h, tokens=tokens, price=price, ignore_memory=args.ignore_memory,
         progress=step_progress, say=say,
     )  # fmt: skip
     if not all(simulation.simulated(s) for s in summaries):

@@ -22,6 +22,7 @@ from calibrate.validate import validate as run_validation
 from output.calib_plots import predicted_vs_measured, step_distributions, write_calibration_plots
 from output.jsonfile import write_json_atomic
 from output.ownfiles import check_target
+from output.public_plot import plot_public
 
 
 def check_output(path: Path) -> None:
@@ -87,9 +88,13 @@ def validate_runs(runs: list[Path], calib_path: Path, *, plot: Path | None = Non
     return out
 
 
-def public_validation() -> tuple[list[dict], dict]:
+def public_validation(*, plot: Path | None = None, seed: int | None = None) -> tuple[list[dict], dict]:
     """(the public-record table, its headline): each published measurement, the prediction,
-    the error, its tier and whether it was held out (calibrate/public.py)."""
+    the error, its tier and whether it was held out (calibrate/public.py); with ``plot``, each
+    row's error against its tier drawn there (output/public_plot.py). A ``seed`` is refused:
+    each row is predicted with its scenario's own, as recorded."""
+    if seed is not None:  # taken, it would change nothing
+        raise ValueError("--seed: --public predicts each row with its scenario's own seed, as recorded")
     results = public_table()
     steps = {r["what"]: r for r in record_rows(results)}  # the step rows' classes (calibrate/record.py)
     rows = [
@@ -113,4 +118,7 @@ def public_validation() -> tuple[list[dict], dict]:
         | ({"regime": steps[r.row.what]["regime"]} if r.row.what in steps else {})
         for r in results
     ]
-    return rows, headline(results) | {"step_classes": by_class(list(steps.values()))}
+    h = headline(results) | {"step_classes": by_class(list(steps.values()))}
+    if plot is not None:
+        plot_public(rows, h, plot)
+    return rows, h

@@ -204,6 +204,25 @@ def out_of_memory(sc, *, ignore: bool = False) -> dict | None:
     } | verdict(sc, f)
 
 
+def check_options(*, out, force: bool, calib, calib_network: str | None, calib_mode: str | None) -> None:
+    """`simulate`'s options that would change nothing, refused rather than taken without a word."""
+    if force and not out:
+        raise ValueError("--force: only with --out DIR (it moves an earlier run there aside)")
+    for flag, value in (("--calib-network", calib_network), ("--calib-mode", calib_mode)):
+        if value is not None and calib is None:
+            raise ValueError(f"{flag} {value}: only with --calib calib.json")
+
+
+def horizon_for(scenarios, horizon_h: float | None) -> float:
+    """--horizon-h, or its default; refused where no scenario has episodes, the one thing it sets."""
+    if horizon_h is not None and not any(sc.episodes.active for sc in scenarios):
+        raise ValueError(
+            f"--horizon-h {horizon_h:g}: {scenarios[0].name} has no fail-slow, throttling or diurnal"
+            " episodes, whose expected cost is all it sets the hours of"
+        )
+    return HORIZON_H if horizon_h is None else horizon_h
+
+
 def simulate_scales(
     scenarios,
     provenance: list[dict] | None = None,
