@@ -952,3 +952,29 @@ class Scenario:
     def seq_len(self) -> int:
         """Tokens per sequence: training.seq_len, or the model's context when that is 0."""
         return self.training.seq_len or self.model.shape.block_size
+
+
+# compute keys that tune the roofline (sim/roofline.py), which a given step time or MFU replaces.
+ROOFLINE_KEYS = frozenset(
+    {"stack", "matmul_efficiency", "attention_efficiency", "memory_efficiency", "eager_memory_efficiency",
+     "kernel_launch_us"}
+)  # fmt: skip
+
+
+def inert_key(sc: Scenario, key: str) -> str | None:
+    """Why ``key`` changes nothing in ``sc``, or None where it applies: a roofline key under a
+    fixed compute time, noise.sigma with no distribution drawing it, measured noise samples
+    outside the empirical distribution, a link key with the network off. Only a key the user
+    set is refused for it (sim/scenario_file.py resolve): a file carries such values unused."""
+    section, _, name = key.partition(".")
+    c, net, z = sc.compute, sc.network, sc.noise
+    if section == "compute" and name in ROOFLINE_KEYS and (c.mfu is not None or c.step_compute_s is not None):
+        fixed = "compute.mfu" if c.mfu is not None else "compute.step_compute_s"
+        return f"{fixed} fixes the compute time, so the roofline this tunes is not used ({fixed}=none unsets it)"
+    if key == "noise.sigma" and z.distribution in ("none", "empirical"):
+        return f"noise.distribution = {z.distribution} draws no sigma (set noise.distribution=lognormal too)"
+    if name in ("samples", "samples_by_rank") and section == "noise" and z.distribution != "empirical":
+        return f"noise.distribution = {z.distribution}: only empirical resamples measured multipliers"
+    if section == "network" and name not in ("enabled", "gpus_per_node") and not net.enabled:
+        return "network.enabled = false: communication is free, so no link key applies"
+    return None

@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import NamedTuple
 
-from sim.config import Scenario
+from sim.config import Scenario, inert_key
 from sim.patches import Patch, apply_patches, flag_patches, hf_config_from, parse_sets
 from sim.precision import PRECISIONS
 from sim.readfile import read_text
@@ -224,7 +224,20 @@ def resolve(name_or_path: str, *layers) -> Resolved:
         sc = scenario_from_dict(data)
     except ValueError as e:
         raise Refused(e, origin.get(str(e).partition(":")[0])) from None
+    check_inert(sc, origin.values())
     return Resolved(sc, data, origin, path, file_data)
+
+
+USER_SOURCES = ("--set", "--vary", "--try")  # what a person typed, not a file or a calibration
+
+
+def check_inert(sc: Scenario, patches) -> None:
+    """A key the user set that changes nothing in ``sc`` (sim/config.py inert_key) is refused in
+    one line rather than taken without a word."""
+    for p in patches:
+        why = inert_key(sc, p.key) if p.source in USER_SOURCES else None
+        if why:
+            raise Refused(ValueError(f"{p.key}: {why}, got {p.value!r}"), p)
 
 
 def scenario_data(name_or_path: str, sets=(), **flags) -> dict:

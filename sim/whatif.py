@@ -36,7 +36,7 @@ from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
 from sim.patches import Patch, apply_patches, check_assigned_keys, parse_set, split_assignments, value_text
 from sim.rebalance import describe
-from sim.scenario_file import scenario_from_dict
+from sim.scenario_file import check_inert, scenario_from_dict
 from sim.steps3d import simulate_3d_steps
 from sim.workload import build_workload
 
@@ -226,6 +226,7 @@ def plan(data: dict, tries: list[str], base: Scenario | None = None) -> Plan:
         patches = [p.patch for p in parts if p.patch]
         try:
             sized.append(_build(data, patches) if patches else base)
+            check_inert(sized[-1], patches)  # a key that would change nothing in this row
         except ValueError as e:  # the row's own scenario refused it: say which row
             raise ValueError(f"--try {text!r}: {e}") from None
         if sized[-1].parallel3d:  # a row that leaves TP/PP/zero1 runs as `simulate` runs it, fixes and all

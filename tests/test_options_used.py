@@ -73,3 +73,35 @@ def test_calibrate_refuses_a_job_shape_for_probe_runs(capsys, tmp_path):
             == f"ddplab calibrate: error: {flag} {value}: only with profiler traces (a probe run records its own job)\n"
         )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        # homelab-1gbe fixes its compute by compute.mfu: the roofline's knobs do nothing there.
+        (["simulate", "homelab-1gbe", "--set", "compute.matmul_efficiency=0.5"],
+         "compute.matmul_efficiency: compute.mfu fixes the compute time, so the roofline this tunes is not used"
+         " (compute.mfu=none unsets it), got 0.5"),
+        (["whatif", "homelab-1gbe", "--try", "compute.stack=compiled"],
+         "--try 'compute.stack=compiled': compute.stack: compute.mfu fixes the compute time"),
+        (["simulate", "h100-1024", "--ranks", "16", "--set", "noise.distribution=none", "--set", "noise.sigma=0.3"],
+         "noise.sigma: noise.distribution = none draws no sigma (set noise.distribution=lognormal too), got 0.3"),
+        (["simulate", "h100-1024", "--ranks", "16", "--set", "network.enabled=false", "--set", "network.nic_gbit_s=1"],
+         "network.nic_gbit_s: network.enabled = false: communication is free, so no link key applies, got 1"),
+        (["sweep", "homelab-1gbe", "--vary", "compute.attention_efficiency", "0.3", "0.5"],
+         "compute.attention_efficiency: compute.mfu fixes the compute time"),
+    ],
+    ids=["roofline-under-mfu", "whatif-stack", "sigma-without-noise", "link-without-network", "sweep-vary"],
+)  # fmt: skip
+def test_a_key_the_user_sets_that_changes_nothing_is_refused(capsys, argv, line):
+    """sim/config.py inert_key: refused where the user set it; the same values carried by a file
+    stay (h100-1024's noise.sigma under `--set noise.distribution=none` runs, quiet)."""
+    code, out, err = in_process(capsys, *argv, "--steps", "3")
+    assert code == 2 and out == "", err
+    assert line in err and len(err.strip().splitlines()) == 1
+    code, out, err = in_process(
+        capsys, "simulate", "h100-1024", "--ranks", "16", "--steps", "3", "--set", "noise.distribution=none", "--json"
+    )
+    assert code == 0, err
+    s = json.loads(out)["step_time_s"]
+    assert s["p5"] == pytest.approx(s["p99"], rel=0.01)  # no compute jitter drawn
