@@ -210,11 +210,12 @@ class Refused(ValueError):
         self.patch = patch
 
 
-def resolve(name_or_path: str, *layers) -> Resolved:
+def resolve(name_or_path: str, *layers, inert: bool = True) -> Resolved:
     """The scenario of a preset or TOML file with each layer of patches applied in order, lowest
     first: calibration < --set < flags (sweep's --vary under the flags, whatif's --try over the
     scenario they made). Built (and so checked) once; a refused value raises Refused, naming the
-    key as ever, with the patch that set it."""
+    key as ever, with the patch that set it, and so does a key the user set that changes nothing
+    (``inert`` False: the caller judges that itself, as a sweep does over its whole grid)."""
     from scenarios import scenario_path
 
     path = scenario_path(name_or_path)
@@ -224,7 +225,8 @@ def resolve(name_or_path: str, *layers) -> Resolved:
         sc = scenario_from_dict(data)
     except ValueError as e:
         raise Refused(e, origin.get(str(e).partition(":")[0])) from None
-    check_inert(sc, origin.values())
+    if inert:
+        check_inert(sc, origin.values())
     return Resolved(sc, data, origin, path, file_data)
 
 

@@ -105,3 +105,15 @@ def test_a_key_the_user_sets_that_changes_nothing_is_refused(capsys, argv, line)
     assert code == 0, err
     s = json.loads(out)["step_time_s"]
     assert s["p5"] == pytest.approx(s["p99"], rel=0.01)  # no compute jitter drawn
+
+
+def test_a_grid_may_cross_a_key_with_the_switch_that_idles_it(capsys):
+    """A sweep refuses a key idle at every point, not one idle at some: noise.sigma set beside
+    `--vary noise.distribution none lognormal` is what the lognormal point draws."""
+    argv = ["sweep", "h100-1024", "--ranks", "16", "--steps", "3", "--json"]
+    code, out, err = in_process(capsys, *argv, "--vary", "noise.distribution", "none", "lognormal",
+                                "--set", "noise.sigma=0.05")  # fmt: skip
+    assert code == 0, err
+    code, out, err = in_process(capsys, *argv, "--vary", "noise.sigma", "0.01", "0.05",
+                                "--set", "noise.distribution=none")  # fmt: skip
+    assert code == 2 and err.rstrip().endswith("at every point of the grid")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from output.export import SUMMARY_COLUMNS
-from sim.config import Scenario
+from sim.config import Scenario, inert_key
 from sim.limits import SimCost, simulation_cost
 from sim.mfu import compute_basis
 from sim.patches import Patch, check_assigned_keys, flag_patches, parse_sets, parse_value
@@ -189,12 +189,24 @@ def build(grid: Grid) -> list[Built]:
     for point in grid.points():
         where = point.label + "".join(f", {k}={v}" for k, v in point.vary)
         try:
-            resolved = resolve(point.scenario, grid.set_patches, point.patches, flags)
+            resolved = resolve(point.scenario, grid.set_patches, point.patches, flags, inert=False)
             refuse_3d(resolved.scenario)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         out.append(Built(point, resolved.data, resolved.scenario))
+    _check_inert(grid, out)
     return out
+
+
+def _check_inert(grid: Grid, built: list[Built]) -> None:
+    """A --set or --vary key that changes nothing at every point of the grid is refused (sim/config.py
+    inert_key); one idle at some points only is what a grid crossing it with its switch is for
+    (--vary noise.distribution none lognormal --set noise.sigma=0.05)."""
+    keys = [p.key for p in grid.set_patches] + [v.key for v in grid.vary]
+    for key in dict.fromkeys(keys):
+        whys = [inert_key(b.scenario, key) for b in built]
+        if all(whys):
+            raise ValueError(f"{key}: {whys[0]}, at every point of the grid")
 
 
 def out_of_memory(built: list[Built], ignore: bool = False) -> list[dict | None]:
