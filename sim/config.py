@@ -961,10 +961,19 @@ ROOFLINE_KEYS = frozenset(
 )  # fmt: skip
 
 
+# network keys of NCCL's and RCCL's model alone (sim/nccl.py, sim/msccl.py): gloo times its ring
+# from the link rates and gloo_hop_latency_us (sim/collectives.py).
+NCCL_ONLY_KEYS = frozenset(
+    {"tuner", "cpu_vendor", "nvls_gb_s", "latency_ll_us", "latency_simple_us", "nvls_latency_us",
+     "gpus_per_process", "ll_us_per_process_gpu", "nvls_channels", "nvls_fixed_us", "nvls_loop_us",
+     "msccl_gb_s", "msccl_latency_us"}
+)  # fmt: skip
+
+
 def inert_key(sc: Scenario, key: str) -> str | None:
     """Why ``key`` changes nothing in ``sc``, or None where it applies: a roofline key under a
     fixed compute time, noise.sigma with no distribution drawing it, measured noise samples
-    outside the empirical distribution, a link key with the network off. Only a key the user
+    outside the empirical distribution, a link key with the network off, an NCCL key under gloo. Only a key the user
     set is refused for it (sim/scenario_file.py resolve): a file carries such values unused."""
     section, _, name = key.partition(".")
     c, net, z = sc.compute, sc.network, sc.noise
@@ -977,4 +986,6 @@ def inert_key(sc: Scenario, key: str) -> str | None:
         return f"noise.distribution = {z.distribution}: only empirical resamples measured multipliers"
     if section == "network" and name not in ("enabled", "gpus_per_node") and not net.enabled:
         return "network.enabled = false: communication is free, so no link key applies"
+    if section == "network" and name in NCCL_ONLY_KEYS and net.backend == "gloo":
+        return "network.backend = gloo times its own ring; this NCCL/RCCL key is not used"
     return None

@@ -88,10 +88,13 @@ def test_calibrate_refuses_a_job_shape_for_probe_runs(capsys, tmp_path):
          "noise.sigma: noise.distribution = none draws no sigma (set noise.distribution=lognormal too), got 0.3"),
         (["simulate", "h100-1024", "--ranks", "16", "--set", "network.enabled=false", "--set", "network.nic_gbit_s=1"],
          "network.nic_gbit_s: network.enabled = false: communication is free, so no link key applies, got 1"),
+        (["simulate", "homelab-1gbe", "--set", "network.tuner=rccl-mi300x"],
+         "network.tuner: network.backend = gloo times its own ring; this NCCL/RCCL key is not used"),
         (["sweep", "homelab-1gbe", "--vary", "compute.attention_efficiency", "0.3", "0.5"],
          "compute.attention_efficiency: compute.mfu fixes the compute time"),
     ],
-    ids=["roofline-under-mfu", "whatif-stack", "sigma-without-noise", "link-without-network", "sweep-vary"],
+    ids=["roofline-under-mfu", "whatif-stack", "sigma-without-noise", "link-without-network", "nccl-key-on-gloo",
+         "sweep-vary"],
 )  # fmt: skip
 def test_a_key_the_user_sets_that_changes_nothing_is_refused(capsys, argv, line):
     """sim/config.py inert_key: refused where the user set it; the same values carried by a file
