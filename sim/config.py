@@ -10,7 +10,7 @@ should find every other beside it; it holds no logic beyond each field's check.
 """
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from sim.model_source import SHAPE_KEYS, resolve_model
 from sim.nccl_time import nvls_loop_128k_us
@@ -973,9 +973,15 @@ NCCL_ONLY_KEYS = frozenset(
 def inert_key(sc: Scenario, key: str) -> str | None:
     """Why ``key`` changes nothing in ``sc``, or None where it applies: a roofline key under a
     fixed compute time, noise.sigma with no distribution drawing it, measured noise samples
-    outside the empirical distribution, a link key with the network off, an NCCL key under gloo. Only a key the user
+    outside the empirical distribution, a link key with the network off, an NCCL key under gloo;
+    never a key at its default, which asks for nothing (noise.sigma = 0 beside no noise). Only a key the user
     set is refused for it (sim/scenario_file.py resolve): a file carries such values unused."""
     section, _, name = key.partition(".")
+    part = getattr(sc, section, None)
+    if not is_dataclass(part) or not any(f.name == name for f in fields(part)):
+        return None
+    if getattr(part, name) == next(f.default for f in fields(part) if f.name == name):
+        return None  # at its default (noise.sigma = 0 beside distribution none): nothing asked
     c, net, z = sc.compute, sc.network, sc.noise
     if section == "compute" and name in ROOFLINE_KEYS and (c.mfu is not None or c.step_compute_s is not None):
         fixed = "compute.mfu" if c.mfu is not None else "compute.step_compute_s"
