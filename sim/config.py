@@ -6,7 +6,8 @@ naming the key (``noise.sigma``) and the value; the CLI turns that into one line
 ``scenarios/README.md`` documents every key with its source.
 
 Over 400 lines on purpose: this is the whole schema, and a reader looking up one key
-should find every other beside it; it holds no logic beyond each field's check.
+should find every other beside it; it holds no logic beyond each field's check and which keys
+another key's setting leaves unused (``unused_keys``, ``inert_key``).
 """
 
 import math
@@ -973,9 +974,10 @@ NCCL_ONLY_KEYS = frozenset(
 def inert_key(sc: Scenario, key: str) -> str | None:
     """Why ``key`` changes nothing in ``sc``, or None where it applies: a roofline key under a
     fixed compute time, noise.sigma with no distribution drawing it, measured noise samples
-    outside the empirical distribution, a link key with the network off, an NCCL key under gloo;
-    never a key at its default, which asks for nothing (noise.sigma = 0 beside no noise). Only a key the user
-    set is refused for it (sim/scenario_file.py resolve): a file carries such values unused."""
+    outside the empirical distribution, a link key with the network off, an NCCL key under
+    gloo; never a key at its default, which asks for nothing (noise.sigma = 0 beside no noise).
+    Only a key the user set is refused for it (sim/scenario_file.py check_inert): a file
+    carries such values unused."""
     section, _, name = key.partition(".")
     part = getattr(sc, section, None)
     if not is_dataclass(part) or not any(f.name == name for f in fields(part)):
