@@ -980,10 +980,9 @@ def inert_key(sc: Scenario, key: str) -> str | None:
     carries such values unused."""
     section, _, name = key.partition(".")
     part = getattr(sc, section, None)
-    if not is_dataclass(part) or not any(f.name == name for f in fields(part)):
-        return None
-    if getattr(part, name) == next(f.default for f in fields(part) if f.name == name):
-        return None  # at its default (noise.sigma = 0 beside distribution none): nothing asked
+    declared = {f.name: f for f in fields(part)}.get(name) if is_dataclass(part) else None
+    if declared is None or getattr(part, name) == declared.default:
+        return None  # not a section's key, or at its default (noise.sigma = 0 beside no noise): nothing asked
     c, net, z = sc.compute, sc.network, sc.noise
     if section == "compute" and name in ROOFLINE_KEYS and (c.mfu is not None or c.step_compute_s is not None):
         fixed = "compute.mfu" if c.mfu is not None else "compute.step_compute_s"

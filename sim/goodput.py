@@ -32,6 +32,7 @@ from sim.checkpointing import check_minutes
 from sim.episodes import DURATION_RANGE_S, DURATION_SIGMA
 
 STALL_SIGMA = DURATION_SIGMA  # log-sd of stall durations: sim/episodes.py's fail-slows
+TIMEOUT_MIN = 10.0  # torch's NCCL process-group timeout (Stalls below)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ class Stalls(NamedTuple):
 
     per_h: float  # stalls starting per hour of wall time (whole job)
     mean_min: float  # their mean duration
-    timeout_min: float = 10.0  # the collective timeout
+    timeout_min: float = TIMEOUT_MIN  # the collective timeout
 
 
 class _Stall(NamedTuple):

@@ -151,8 +151,8 @@ def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: str = "none")
 
 
 def mode_resets(base: Scenario, c: Candidate) -> dict:
-    """The base's training keys the candidate's layout has no use for (sim/config.py keys_for):
-    `plan` leaves them out of that layout's `simulate` command."""
+    """The base's training keys the candidate's layout has no use for, with the values it takes
+    (sim/config.py keys_for): `plan` sets them so in that layout's `simulate` command."""
     resets = keys_for(base.training, c.mode, c.tp, c.cp, c.pp)
     resets.pop("hsdp_shard_size", None)  # every candidate sets its own
     return resets

@@ -18,7 +18,7 @@ from sim.patches import Patch, apply_patches, flag_patches, hf_config_from, pars
 from sim.precision import PRECISIONS
 from sim.readfile import read_text
 
-_SECTIONS = {f.name: f.type for f in dataclasses.fields(Scenario) if dataclasses.is_dataclass(f.type)}
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Scenario) if dataclasses.is_dataclass(f.type)}
 # TOML's integers are 64-bit signed (toml.io, "Integer"); tomllib and --set's parse do not
 # enforce it, and numpy fails past it without naming the key.
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
@@ -91,10 +91,10 @@ def _coerce(cls, data: dict, prefix: str) -> dict:
         if key not in hints:
             known = ", ".join(f"{prefix}{k}" for k in hints)
             raise ValueError(f"{full}: unknown key (known: {known})")
-        if key in _SECTIONS and not prefix:
+        if key in SECTIONS and not prefix:
             if not isinstance(value, dict):
                 raise ValueError(f"{full}: expected a [{key}] table, got {value!r}")
-            kwargs[key] = _coerce(_SECTIONS[key], value, f"{key}.")
+            kwargs[key] = _coerce(SECTIONS[key], value, f"{key}.")
         else:
             kwargs[key] = _check_type(full, value, hints[key])
     return kwargs
@@ -102,7 +102,7 @@ def _coerce(cls, data: dict, prefix: str) -> dict:
 
 def scenario_from_dict(data: dict) -> Scenario:
     kwargs = _coerce(Scenario, data, "")
-    sections = {key: _SECTIONS[key](**value) for key, value in kwargs.items() if key in _SECTIONS}
+    sections = {key: SECTIONS[key](**value) for key, value in kwargs.items() if key in SECTIONS}
     return Scenario(**{**kwargs, **sections})
 
 

@@ -6,7 +6,7 @@ same scenario, seed and numbers, workflow/simulation.py), relative to the first 
     rows[1].vs_first["tokens_per_s"], rows[1].result.tokens_per_s  # a Summary (sim/summary.py)
 """
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -17,9 +17,8 @@ from output.export import SUMMARY_COLUMNS
 from output.jsonfile import write_json_atomic
 from output.outdir import ensure
 from output.plot import plot_breakdown, run_title
-from sim.config import Scenario
 from sim.patches import Patch, flag_patches, parse_set, split_assignments
-from sim.scenario_file import resolve
+from sim.scenario_file import SECTIONS, resolve
 from sim.summary import Summary
 from workflow import limits, train_cost
 from workflow.simulation import out_of_memory, refuse_3d, run_scale
@@ -49,10 +48,6 @@ class CompareRow:
         return {"name": self.name, "setup": self.setup, **body, "vs_first": self.vs_first}
 
 
-# The scenario's sections (sim/config.py Scenario): a NAME that starts with one is a key.
-SECTIONS = {f.name for f in fields(Scenario) if is_dataclass(f.type)}
-
-
 def parse_setup(text: str) -> Setup:
     """``[NAME=]SCENARIO[:KEY=VALUE,...]``. The name, when given, is before the first ``=`` of
     what precedes the first ``:`` (a scenario name or path has neither)."""
@@ -62,7 +57,7 @@ def parse_setup(text: str) -> Setup:
         name, _, head = (part.strip() for part in head.partition("="))
         if not name:
             raise ValueError(f"set-up {text!r}: empty NAME before '='")
-        if name.partition(".")[0] in SECTIONS:  # `training.mode=fsdp` alone: a key, not a name
+        if name.partition(".")[0] in SECTIONS:  # `training.mode=fsdp` alone: a scenario key, not a name
             raise ValueError(
                 f"set-up {text!r}: {name} is a scenario key, not a name; a change is written"
                 f" SCENARIO:KEY=VALUE, e.g. h100-1024:{name}={head}"

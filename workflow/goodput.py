@@ -21,7 +21,7 @@ from sim.checkpointing import (
     wall_per_work_analytic,
     young_interval_min,
 )
-from sim.goodput import Campaign, Stalls
+from sim.goodput import TIMEOUT_MIN, Campaign, Stalls
 from sim.goodput_estimate import Estimate, best_interval_simulated, default_grid, estimate
 from sim.limits import campaign_cost
 from workflow import limits
@@ -90,8 +90,7 @@ def _interval_min(text: str, daly_min: float) -> tuple[float, str]:
     return _positive("--interval-min", value), "given"
 
 
-# A stall's mean duration, and the collective timeout past which it is a failure (NCCL's 10 min).
-STALL_MEAN_MIN, TIMEOUT_MIN = 5.0, 10.0
+STALL_MEAN_MIN = 5.0  # --stall-mean-min's default (the timeout's: sim/goodput.py TIMEOUT_MIN)
 
 
 def study(

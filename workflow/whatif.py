@@ -16,12 +16,10 @@ from output.plot import plot_breakdown, run_title
 from sim.episodes import HORIZON_H
 from sim.patches import flag_patches, parse_sets
 from sim.scenario_file import resolve
+from sim.train_cost import RESTART_MIN
 from sim.whatif import EXCLUDE, compare, plan, row_scenarios
 from sim.whatif_defaults import default_tries
 from workflow import limits
-
-# --restart-min's default: a restart of ten minutes (--horizon-h's: sim/episodes.py HORIZON_H).
-RESTART_MIN = 10.0
 
 
 class WhatIf(NamedTuple):
