@@ -258,7 +258,10 @@ def rows(p: Plan) -> list[Row]:
     out = [Row("nothing", p.base, 0.0, "")]
     for (text, parts), sized in zip(p.tries, p.sized, strict=True):
         if all(part.patch for part in parts):
-            out.append(Row(text, sized, 0.0, _notes([part.note for part in parts], parts, sized)))
+            notes = _notes([part.note for part in parts], parts, sized)
+            accum = any(part.patch.key == "training.grad_accum" for part in parts)  # its note says the batch
+            batch = "" if accum else _batch_change(p.base, sized)
+            out.append(Row(text, sized, 0.0, "; ".join(n for n in (notes, batch) if n)))
             continue
         patches: list[Patch] = []
         notes = []
@@ -279,6 +282,21 @@ def rows(p: Plan) -> list[Row]:
         final = _build(p.data, patches)
         out.append(Row(text, final, None, _notes(notes, parts, final)))
     return out
+
+
+def _batch_change(base: Scenario, sc: Scenario) -> str:
+    """A row whose global batch differs from the base's says so (a smaller micro-batch that fits
+    memory, more ranks): its tokens/s is then of another job, which a practitioner keeping the
+    batch would rebalance with grad_accum."""
+
+    def samples(s: Scenario) -> int:
+        return s.dp * s.training.grad_accum * s.training.micro_batch_size
+
+    if base.seq_len != sc.seq_len:
+        was, now = samples(base) * base.seq_len, samples(sc) * sc.seq_len
+        return "" if was == now else f"global batch {now:,} tokens a step, was {was:,}"
+    was, now = samples(base), samples(sc)
+    return "" if was == now else f"global batch {now:,} samples a step, was {was:,}"
 
 
 def _notes(notes: list[str], parts: list[Part], sc: Scenario) -> str:

@@ -4,6 +4,7 @@ the scenario models (sim/whatif.py applies them), with the reason in one line.""
 import numpy as np
 
 from sim.config import SHARDED_MODES, Scenario, parse_stragglers
+from sim.memory_fit import alternatives, fit
 from sim.workload import build_workload
 
 
@@ -12,18 +13,28 @@ def _ranks(text: str, key: str) -> str:
     return ", ".join(f"rank {r} x{f:g}" for r, f in sorted(items.items()))
 
 
-def default_tries(sc: Scenario) -> tuple[list[str], str]:
-    """(mitigations, why): a persistent slow rank gets rebalance and exclude-slowest; a slow data
-    loader gets the loader repaired, twice its DataLoader workers, or worked around the same
-    way; unsynchronised pauses get sync-gc; a degraded or jittery network, gradients compressed
-    to bf16 (DDP); a communication-bound DDP job (its allreduce longer than its compute, as the
-    home lab's 1GbE), accumulation over 4 micro-steps and PowerSGD. A scenario with none of
-    these gets the generic communication knobs, and says so. A tensor/pipeline-parallel or
-    zero1 job gets those knobs alone: sim/steps3d.py models its slow GPUs but none of the named
-    fixes (sim/whatif.py refuses them there)."""
+def default_tries(sc: Scenario, ignore_memory: bool = False) -> tuple[list[str], str]:
+    """(mitigations, why): a scenario whose peak exceeds its GPU's memory gets what would fit
+    (sim/memory_fit.py), since no other fix runs until one does (unless ``ignore_memory``, which
+    simulates it anyway and gets what follows). A persistent slow rank gets rebalance and
+    exclude-slowest; a slow data loader gets the loader repaired, twice its DataLoader workers,
+    or worked around the same way; unsynchronised pauses get sync-gc; a degraded or jittery
+    network, gradients compressed to bf16 (DDP); a communication-bound DDP job (its allreduce
+    longer than its compute, as the home lab's 1GbE), accumulation over 4 micro-steps and
+    PowerSGD. A scenario with none of these gets the generic communication knobs, and says so. A
+    tensor/pipeline-parallel or zero1 job gets those knobs alone: sim/steps3d.py models its slow
+    GPUs but none of the named fixes (sim/whatif.py refuses them there)."""
     tries: list[str] = []
     why: list[str] = []
     t = sc.training
+    f = fit(sc)
+    if not (f.fits or ignore_memory):
+        fitting = [a.text for a in alternatives(sc, f.device_gib)]
+        peak = f"out of memory, {f.total_gib:.2f} GiB per GPU against {f.device_gib:g} GiB"
+        if fitting:
+            return fitting, f"{peak}: what would fit (sim/memory_fit.py); once one is --set, whatif tries the rest"
+        nothing = "nothing sim/memory_fit.py tries fits (FSDP/HSDP, activation checkpointing, a smaller micro-batch)"
+        return [], f"{peak}, and {nothing}: --try KEY=VALUE, or --ignore-memory"
     if sc.parallel3d:
         slow = f"slow GPUs ({_ranks(sc.stragglers, 'stragglers')}) modelled, " if sc.stragglers.strip() else ""
         lead = f"a tensor/pipeline-parallel or zero1 job: {slow}no named fix modelled (sim/steps3d.py)"

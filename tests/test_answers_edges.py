@@ -460,6 +460,59 @@ def test_whatif_without_try_runs_and_names_them(capsys):
     assert rows["exclude-slowest"]["step_time_s"] < rows["nothing"]["step_time_s"] / 1.2
 
 
+def test_whatif_on_a_job_that_does_not_fit_tries_what_would(capsys):
+    """llama3-8b-1024 is DDP at 193 GiB a GPU on an 80 GB H100: bigger buckets or a bf16 hook (the
+    generic knobs) ran out of memory too, every row OOM. Without --try it now tries what
+    `simulate` names as fitting (sim/memory_fit.py), and each of those rows runs and fits; a row
+    that shrinks the micro-batch says its global batch shrank with it."""
+    from sim.memory_fit import alternatives, fit
+    from sim.scenario_file import load_scenario
+    from sim.whatif_defaults import default_tries
+
+    sc = load_scenario("llama3-8b-1024", ["training.micro_batch_size=4"], ranks=64)
+    assert not fit(sc).fits
+    tries, why = default_tries(sc)
+    assert tries == [a.text for a in alternatives(sc)] and len(tries) >= 2
+    assert why.startswith(f"out of memory, {fit(sc).total_gib:.2f} GiB per GPU against 79.65 GiB: what would fit")
+    argv = ("whatif", "llama3-8b-1024", "--set", "training.micro_batch_size=4", "--ranks", "64", "--steps", "5")
+    code, out, err = in_process(capsys, *argv, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["mitigation"] for r in rows] == ["nothing", *tries]
+    assert rows[0]["oom"] and all(not r["oom"] and r["tokens_per_s"] > 0 for r in rows[1:])
+    shrunk = [r for r in rows[1:] if "micro_batch_size=1" in r["mitigation"]]
+    assert shrunk and all(r["note"].endswith("global batch 64 samples a step, was 256") for r in shrunk)
+    # --ignore-memory simulates the job as it is, so the usual tries follow
+    assert default_tries(sc, ignore_memory=True)[0] == ["bucket_cap_mb=100", "comm_hook=bf16"]
+
+
+def test_whatif_says_when_nothing_would_fit(capsys):
+    """A 70B model on the home lab's two small GPUs: nothing sim/memory_fit.py tries fits, so a
+    default whatif has no fix to run: the job's OOM row, and why no other."""
+    argv = ("whatif", "homelab-1gbe", "--set", "model.preset=llama3-70b", "--set", "training.seq_len=1024")
+    code, out, err = in_process(capsys, *argv, "--steps", "5")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("  no --try given: out of memory, 657.58 GiB per GPU against 12 GiB, and nothing")
+    assert lines[1].endswith("a smaller micro-batch): --try KEY=VALUE, or --ignore-memory")
+    assert [ln.split()[0] for ln in lines[3:]] == ["mitigation", "nothing", "OOM"]
+
+
+def test_whatif_row_that_changes_the_batch_says_so(capsys):
+    """A row whose global batch differs from the base's (micro-batch, ranks, sequence length) says
+    by how much: its tokens/s is of another job. accum=K's own note says it (K x the tokens)."""
+    argv = ("whatif", "h100-1024", "--ranks", "32", "--steps", "5", "--json")
+    tries = ("training.micro_batch_size=4", "ranks=16", "training.seq_len=1024", "accum=2", "bucket_cap_mb=100")
+    code, out, err = in_process(capsys, *argv, *(a for t in tries for a in ("--try", t)))
+    assert code == 0, err
+    notes = {r["mitigation"]: r["note"] for r in json.loads(out)}
+    assert notes["training.micro_batch_size=4"] == "global batch 128 samples a step, was 256"
+    assert notes["ranks=16"] == "global batch 128 samples a step, was 256"
+    assert notes["training.seq_len=1024"] == "global batch 262,144 tokens a step, was 524,288"
+    assert notes["accum=2"] == "2 x the tokens per step"
+    assert notes["bucket_cap_mb=100"] == ""
+
+
 def test_validation_plot_drops_labels_that_would_overlap(monkeypatch, tmp_path):
     import output.calib_plots as cp
 

@@ -58,8 +58,8 @@ def study(
     sc, data = resolved.scenario, resolved.data
     chosen = None
     if not tries:  # the mitigations that fit what the scenario models (sim/whatif_defaults.py)
-        tries, why = default_tries(sc)
-        chosen = f"no --try given: trying {', '.join(tries)} ({why})"
+        tries, why = default_tries(sc, ignore_memory)
+        chosen = f"no --try given: trying {', '.join(tries)} ({why})" if tries else f"no --try given: {why}"
     planned = plan(data, tries, sc)
     horizon_h, restart_min = _used(planned, horizon_h, restart_min)
     # The rows run one after another, each result dropped before the next (workflow/limits.py).
