@@ -272,9 +272,10 @@ class StepCosts(NamedTuple):
 def step_costs(sc: Scenario, lay: Layout) -> StepCosts:
     c, t, shape = sc.compute, sc.training, sc.model.shape
     if c.step_compute_s is not None or c.mfu is not None:
+        key, value = ("compute.mfu", c.mfu) if c.mfu is not None else ("compute.step_compute_s", c.step_compute_s)
         raise ValueError(
-            "compute.mfu: tensor and pipeline parallelism time each kernel by the roofline (unset compute.mfu"
-            " and compute.step_compute_s)"
+            f"{key}: tensor and pipeline parallelism time each kernel by the roofline, which a fixed {value:g}"
+            f" would replace (--set {key}=none: the roofline of the preset's peak and efficiencies)"
         )
     dt = dtypes_3d(sc)
     r = rates(c, dt)
@@ -457,6 +458,17 @@ def group_factors(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.nda
     per_gpu = speed_factors(rng, sc.ranks, sc.noise.speed_spread_sd, sc.straggler_map)
     out = np.zeros((lay.dp, lay.pp))
     for rank, f in enumerate(per_gpu):
+        j, i = lay.replica_of(rank), lay.stage_of(rank)
+        out[j, i] = max(out[j, i], f)
+    return out
+
+
+def straggler_factors(sc: Scenario, lay: Layout) -> np.ndarray:
+    """(dp, pp): each TP (x CP) group's factor from the named stragglers alone, its slowest
+    GPU's (1 elsewhere): ``group_factors`` without the random spread, which `ddplab plan`
+    replays so that a cluster's known slow GPU sits where `simulate` puts it."""
+    out = np.ones((lay.dp, lay.pp))
+    for rank, f in sc.straggler_map.items():
         j, i = lay.replica_of(rank), lay.stage_of(rank)
         out[j, i] = max(out[j, i], f)
     return out

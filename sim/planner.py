@@ -9,7 +9,13 @@ Two passes, so thousands of layouts take seconds:
    others, (p - 1) / v stage times and 2 (p - 1) sends, plus the exposed DP reduction and the
    optimizer. Layouts that do not fit are dropped here.
 2. the ``finalists`` fastest by that estimate are replayed event by event (``simulate_3d``,
-   identical GPUs) and ranked by the replay.
+   one step without noise) and ranked by the replay.
+
+GPUs are identical but for the cluster's named stragglers (``stragglers``, e.g. the home lab's
+M2 at 8x the RTX 4070's compute time), which both passes apply where the planned job has the
+ranks they name: that is where `simulate --ranks GPUS` puts them, so the best layout's printed
+command gives the step the plan ranked it by. A job with fewer GPUs has no such ranks; there
+they are dropped (``kept_stragglers``) and the command unsets them.
 
 The grid: tp over the divisors of the node's GPU count that divide the heads, pp over the
 divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
@@ -40,8 +46,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.config import Scenario, keys_for
-from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs
+from sim.config import Scenario, keys_for, parse_stragglers
+from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs, straggler_factors
 from sim.pipeline import W_SHARE
 from sim.transformer import ulysses_refusal
 
@@ -167,14 +173,24 @@ def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
         hsdp_shard_size=c.shard, cp=c.cp, cp_comm=c.cp_comm, tp_comm_overlap=c.tp_overlap,
         **mode_resets(base, c),
     )  # fmt: skip
-    return dataclasses.replace(base, ranks=gpus, training=t, stragglers="", loader_stragglers="")
+    return dataclasses.replace(
+        base, ranks=gpus, training=t, stragglers=kept_stragglers(base, gpus), loader_stragglers=""
+    )
+
+
+def kept_stragglers(base: Scenario, gpus: int) -> str:
+    """The cluster's named stragglers if the planned job has every rank they name, else ""
+    (module docstring)."""
+    named = parse_stragglers(base.stragglers)
+    return base.stragglers if named and max(named) < gpus else ""
 
 
 def estimate(sc: Scenario) -> tuple[float, float]:
     """(analytical step time, the fullest GPU's memory) of one layout (module docstring)."""
     lay = layout(sc)
     c = step_costs(sc, lay)
-    fwd, bwd = c.forward_s.sum(axis=1), c.backward_s.sum(axis=1)
+    slow = straggler_factors(sc, lay).max(axis=0)  # each stage as slow as its slowest replica
+    fwd, bwd = c.forward_s.sum(axis=1) * slow, c.backward_s.sum(axis=1) * slow
     stage = fwd + bwd
     # The fill and drain of the others, and the backward the DP reduction may hide behind.
     if lay.schedule == "zb-h1":  # (p - 1)(T_F + T_B - T_W); the drain's W's end the step
@@ -209,9 +225,10 @@ def score_chunk(task: tuple[Scenario, int, list[Candidate]]) -> list[Scored]:
 
 
 def replay(task: tuple[Scenario, int, Candidate]) -> Step3D:
-    """Pass 2 on one finalist: its step event by event on identical GPUs."""
+    """Pass 2 on one finalist: its step event by event, the named stragglers where they sit."""
     base, gpus, c = task
-    return simulate_3d(scenario_for(base, c, gpus), None, factors=np.ones((c.dp, c.pp)))
+    sc = scenario_for(base, c, gpus)
+    return simulate_3d(sc, None, factors=straggler_factors(sc, layout(sc)))
 
 
 def plan(

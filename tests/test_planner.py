@@ -192,3 +192,41 @@ def test_a_cluster_files_ddp_keys_are_reset_in_the_printed_command(capsys, tmp_p
     ddp3d = [r for r in layouts if r["mode"] == "ddp" and r["tp"] * r["pp"] * r["cp"] > 1]
     assert ddp3d and all(r["unset"] == ["training.first_bucket_mb"] for r in ddp3d)
     assert all("training.first_bucket_mb=none" in r["sets"] for r in ddp3d)
+
+
+def test_a_named_straggler_is_planned_where_simulate_puts_it(capsys):
+    """The home lab's M2 (rank 1) takes 8.06x the 4070's compute time. plan dropped it and ranked
+    tp 1 x pp 2 at 1.99 s, while its printed command kept it and simulated 4.59 s. Both passes now
+    place it as simulate does, so the best's printed command gives the step plan ranked it by
+    (simulate's mean over noisy steps: within 3 %), and it is well over twice the step of the same
+    cluster without it."""
+    from ddplab.cli import main
+
+    argv = ["plan", "gpt2-760m", "homelab-1gbe", "--set", "compute.mfu=none"]
+    assert main([*argv, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["stragglers"] == {"named": "1:8.06", "applied": True}
+    planned = found["layouts"][0]["step_time_s"]
+    assert main([*argv, "--set", "stragglers=", "--json"]) == 0
+    healthy = json.loads(capsys.readouterr().out)["layouts"][0]["step_time_s"]
+    assert planned > 2 * healthy
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "identical GPUs but the cluster's stragglers (1:8.06" in out
+    best = next(x for x in out.splitlines() if x.startswith("  best: "))
+    assert main(best.removeprefix("  best: ddplab ").split() + ["--steps", "20", "--json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)["step_time_s"]  # the mean over the steps
+    assert simulated == pytest.approx(planned, rel=0.03)
+
+
+def test_stragglers_past_the_planned_gpus_are_dropped_and_unset(capsys):
+    """straggler-lemon's rank 17 is not in an 8-GPU job: plan drops it and says so, and its
+    printed command unsets it, which simulate would otherwise refuse (rank out of range)."""
+    from ddplab.cli import main
+
+    assert main(["plan", "gpt2-760m", "straggler-lemon", "--gpus", "8", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "the cluster's stragglers (17:1.40) name ranks past 8, so neither this plan nor its commands" in out
+    best = next(x for x in out.splitlines() if x.startswith("  best: "))
+    assert best.endswith(" --set stragglers=")
+    assert main(best.removeprefix("  best: ddplab ").split() + ["--steps", "3"]) == 0

@@ -14,7 +14,7 @@ from sim.config import tp_overlap_level
 from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
 from sim.patches import Patch, parse_sets, value_text
-from sim.planner import mode_resets, plan, scenario_for
+from sim.planner import kept_stragglers, mode_resets, plan, scenario_for
 from sim.scenario_file import resolve
 
 
@@ -82,22 +82,30 @@ def plan_layouts(
     if not ranked:
         raise ValueError(f"no layout of {model} on {gpus} GPUs at global batch {batch} fits in memory")
     shown = [(s, scenario_for(base, s.candidate, gpus)) for s in ranked[:top]]
+    # The cluster's named slow GPUs: planned where the job has their ranks (sim/planner.py);
+    # otherwise dropped, and each layout's command unsets them, which simulate would refuse.
+    named = base.stragglers.strip()
+    applied = bool(named) and kept_stragglers(base, gpus) == base.stragglers
+    drop = ["stragglers="] if named and not applied else []
     return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch, "sets": sets,
             "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
             "seconds": took, "assumed": ASSUMED,
+            "stragglers": {"named": named, "applied": applied},
+            "tied_embeddings": base.model.shape.tied_embeddings,
             # The best layout's class in the public record (calibrate/record.py): the table's
             # other layouts share its device and stack, and nearly always its TP/PP/CP class.
             "record": track_record(shown[0][1]),
             "layouts": [_row(s, Fit(s.memory_gib, base.compute.device_memory_gib, False, communicators(sc)),
-                             mode_resets(base, s.candidate))
+                             mode_resets(base, s.candidate), drop)
                         for s, sc in shown]}  # fmt: skip
 
 
-def _row(s, fit: Fit, resets: dict) -> dict:
+def _row(s, fit: Fit, resets: dict, drop: list[str]) -> dict:
     """One layout as `plan --json` gives it. ``resets``: the base's training keys its mode has no
     use for, with the value it takes (sim/planner.py mode_resets). They join the layout's own
     ``sets``, since the cluster file may be where they were set, and ``unset`` names them: a
-    user's --set of one is left out of the layout's `simulate` command."""
+    user's --set of one is left out of the layout's `simulate` command. ``drop``: the cluster's
+    stragglers unset where the job lacks their ranks."""
     c, step = s.candidate, s.step
     reset = [f"training.{k}={value_text(v)}" for k, v in sorted(resets.items())]
     return c._asdict() | {
@@ -112,6 +120,6 @@ def _row(s, fit: Fit, resets: dict) -> dict:
         "bubble_fraction": step.bubble_fraction if step else None,
         "tp_comm_s": step.tp_comm_s if step else None,
         "dp_exposed_s": step.dp_exposed_s if step else None,
-        "sets": c.sets() + reset,
+        "sets": c.sets() + reset + drop,
         "unset": [f"training.{k}" for k in sorted(resets)],
     }

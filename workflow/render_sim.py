@@ -401,7 +401,11 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
                    " assumed: all-to-all latency without a per-peer term (sim/collectives.py)")  # fmt: skip
     elif lay.cp > 1:
         out.append("                 CP: K and V all-gathered per block, exposed (Llama 3's)")
-    out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline; optimizer "
+    # Megatron's tied embedding: its gradient allreduced between the first and last stages, which
+    # is there with dp = 1 too (sim/parallel3d.py).
+    tie = f", with the tied embedding's allreduce between the first and last stages ({fmt_seconds(first.costs.tie_s)})"
+    tie *= first.costs.tie_s > 0
+    out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline{tie}; optimizer "
                f"{fmt_seconds(first.optimizer_s)}")  # fmt: skip
     if resharded_per_block(sc, lay):
         out.append(

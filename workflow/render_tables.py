@@ -193,13 +193,15 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
         zb += "; cp N ag: K and V all-gathered per block (Llama 3's), N ring: ring attention, N a2a: Ulysses"
         zb += " (sim/tp.py)"
         zb += "; MFU counts 6N + 12 L d s FLOPs a token (PaLM's, as Llama 3's paper: causal attention counted whole)"
+    if found["tied_embeddings"] and any(r["pp"] > 1 for r in rows):
+        zb += "; DP exp. with pp > 1: the tied embedding's allreduce between the first and last stages too (Megatron's)"
     if any(r["mode"] == "hsdp" for r in rows):
         zb += "; hsdp/S: shard groups of S data-parallel ranks in a node"
     if any(r["tp_overlap"] == "full" for r in rows):
         zb += "; tp > 1: TP's collectives under their matmuls, the transfers taking no SMs from them (sim/tp.py)"
     if any(r["tp_overlap"] == "wgrad" for r in rows):
         zb += "; tp > 1: input-gradient reductions under the weight-gradient matmuls (sim/tp.py)"
-    out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; identical GPUs{zb}")
+    out.append(f"  assumed: {found['assumed']}; sequence parallelism on whenever tp > 1; {_gpus(found)}{zb}")
     out += record_lines(found.get("record"))
     if any(r["tight"] for r in rows):
         counts = sorted({r["nccl_communicators"] for r in rows if r["tight"]})
@@ -211,6 +213,20 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
         if rows[0]["tight"] and roomy is not None:
             out.append(f"  best with that room: {simulate(roomy)}")
     return out
+
+
+def _gpus(found: dict) -> str:
+    """What plan took the GPUs to be: identical, but for the cluster's named stragglers where the
+    job has their ranks (sim/planner.py)."""
+    named = found["stragglers"]["named"]
+    if not named:
+        return "identical GPUs"
+    if found["stragglers"]["applied"]:
+        return (
+            f"identical GPUs but the cluster's stragglers ({named}: rank:compute-time factor), where simulate puts them"
+        )
+    past = f"name ranks past {found['gpus']}, so neither this plan nor its commands have them"
+    return f"identical GPUs: the cluster's stragglers ({named}) {past}"
 
 
 def _pct(x) -> str:
