@@ -14,6 +14,7 @@ from sim.memory_fit import fit
 from sim.parallel3d import layout, memory_by_stage, step_costs
 from sim.scenario_file import load_scenario
 from sim.steps3d import simulate_3d_steps
+from tests.conftest import in_process
 
 TP8 = ["model.preset=llama3-8b", "training.tp=8", "training.sequence_parallel=true", "training.micro_batch_size=1"]
 
@@ -121,3 +122,23 @@ def test_compare_and_sweep_refuse_a_3d_job_in_one_line(ddplab, argv):
     (line,) = err.strip().splitlines()
     assert "a tensor-, context- or pipeline-parallel or zero1 job runs in `ddplab simulate`" in line
     assert line.endswith("got tp 8, cp 1, pp 1, mode fsdp")
+
+
+def test_simulate_3d_turns_tokens_into_days_as_ddp_does(capsys):
+    """`--tokens` and `--usd-per-gpu-hour` were taken and ignored by a tensor- or pipeline-parallel
+    simulate (no line, no JSON field). Its days are now the same closed form as a DDP job's:
+    tokens / tokens/s / goodput, GPU-hours = days x 24 x GPUs, dollars = GPU-hours x price."""
+    from sim.train_cost import train_cost
+
+    argv = ["simulate", "h100-1024", "--ranks", "64", "--steps", "5", *_sets(*TP8, "training.mode=fsdp")]
+    argv += ["--tokens", "1T", "--usd-per-gpu-hour", "2"]
+    code, out, err = in_process(capsys, *argv, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    c = s["to_train"]
+    want = train_cost(tokens=1e12, tokens_per_s=s["tokens_per_s"], gpus=64, usd_per_gpu_hour=2.0)
+    assert c["days"] == pytest.approx(1e12 / s["tokens_per_s"] / 86400 / c["goodput"], rel=1e-12)
+    assert (c["days"], c["gpu_hours"], c["usd"]) == pytest.approx((want.days, want.days * 24 * 64, want.gpu_hours * 2))
+    code, out, err = in_process(capsys, *argv)
+    assert code == 0, err
+    assert f"  to train 1T      {c['days']:,.2f} days wall clock including failures" in out

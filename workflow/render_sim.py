@@ -342,7 +342,7 @@ def _tokens(n: float) -> str:
 
 def train_cost_lines(summary: Summary | dict, indent: str = "  ") -> list[str]:
     """What `simulate` prints under its throughput: the time and money, then what they rest on."""
-    c = summary.to_train if isinstance(summary, Summary) else None
+    c = summary.to_train if isinstance(summary, Summary) else summary.get("to_train")  # a 3D run's dict
     if c is None:
         return []
     money = f", ${c['usd']:,.0f} at ${c['usd_per_gpu_hour']:.2f}/GPU-hour" if c["usd"] is not None else ""
@@ -428,6 +428,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
                    f" +{fmt_seconds(g['cost_s'])} per step "
                    f"({g['cost_fraction']:+.1%}) over {fmt_seconds(g['step_time_without_s'])} without; "
                    f"charged to stage {c['stage']} (pipeline {c['replica']}: its compute grew most)")  # fmt: skip
+    out += train_cost_lines(s)
     out.append(f"  assumed: {threed.ASSUMED}")
     return out
 

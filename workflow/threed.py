@@ -16,6 +16,7 @@ from calibrate.record import track_record
 from output.export3d import write_run3d, write_summaries_3d
 from sim.memory_fit import Fit, communicators
 from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
+from workflow import train_cost
 
 __all__ = ["ASSUMED", "run", "simulate"]
 
@@ -57,13 +58,15 @@ def simulate(
     sweep: bool = False,
     progress: Callable | None = None,
     calibrated: bool = False,
+    to_train: tuple = (None, None),
 ) -> Iterator[tuple[object, Run3D, dict]]:
     """(scenario, run, summary) for each scenario, one at a time; a step that does not fit the
     GPU's memory has ``summary["verdict"]`` (unless ``ignore_memory``). With ``out`` (claimed:
     workflow/simulation.py claim_out) each scale that fits is written as it ends, and the
     summaries at the end. ``progress(sc)``: a step progress callback with close(), per scale.
     Unless ``calibrated`` (a calib.json set the compute), ``summary["record"]`` is what the
-    public record says of jobs like it (calibrate/record.py)."""
+    public record says of jobs like it (calibrate/record.py). ``to_train``: (tokens, price) as
+    `--tokens` and `--usd-per-gpu-hour` give them, for ``summary["to_train"]`` (workflow/train_cost.py)."""
     written = []
     for sc in scenarios:
         bar = progress(sc) if progress else None
@@ -80,6 +83,8 @@ def simulate(
         record = None if calibrated else track_record(sc)
         if record is not None:
             s["record"] = record
+        if "verdict" not in s and to_train[0] is not None:
+            s["to_train"] = train_cost.cost(sc.ranks, s["tokens_per_s"], *to_train)
         if "verdict" not in s and out is not None:
             write_run3d(r, out)
             written.append(s)

@@ -39,5 +39,10 @@ def attach(summary: Summary | dict, tokens: float | None, price: float | None) -
     """``summary.to_train``: sim/train_cost.py's numbers for this row's throughput and GPUs."""
     if tokens is None or not isinstance(summary, Summary):  # an out-of-memory verdict has no throughput
         return
-    cost = train_cost(tokens=tokens, tokens_per_s=summary.tokens_per_s, gpus=summary.ranks, usd_per_gpu_hour=price)
-    summary.to_train = cost.as_dict()
+    summary.to_train = cost(summary.ranks, summary.tokens_per_s, tokens, price)
+
+
+def cost(gpus: int, tokens_per_s: float, tokens: float, price: float | None) -> dict:
+    """What ``to_train`` holds for a job of ``gpus`` GPUs at ``tokens_per_s``: a DDP/FSDP
+    summary's (``attach``) or a tensor/pipeline-parallel one's (workflow/threed.py)."""
+    return train_cost(tokens=tokens, tokens_per_s=tokens_per_s, gpus=gpus, usd_per_gpu_hour=price).as_dict()
