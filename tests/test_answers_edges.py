@@ -58,6 +58,45 @@ def test_simulate_prints_and_returns_time_and_money(capsys):
     assert f"MTBF {t['mtbf_h']:.3g} h (16 GPUs at 0.474 failures per 1000 GPU-days, Llama 3's" in text
 
 
+@pytest.mark.parametrize(
+    ("params", "tokens", "run"),
+    [
+        (124e6, 0.5e6, "GPT-3 Small"),  # below every published model: the smallest one's
+        (760.3e6, 0.5e6, "GPT-3 Large"),  # GPT-3 Small, Medium and Large share 0.5M: the nearest in size
+        (1.5576e9, 1e6, "GPT-3 XL"),
+        (8.03e9, 4e6, "LLaMA 7B"),  # LLaMA's 4M beside GPT-3 6.7B's 2M: the larger batch
+        (70.55e9, 4e6, "LLaMA 65B"),
+        (405e9, 16e6, "Llama 3 405B"),
+    ],
+)
+def test_the_published_batch_for_a_model_size(params, tokens, run):
+    """The most generous published batch for a model no larger than this one
+    (docs/references.md, "Published batch sizes")."""
+    from sim.batch_reference import reference
+
+    ref = reference(params)
+    assert (ref.tokens, ref.run.split(",")[0].split(" (")[0]) == (tokens, run)
+
+
+def test_to_train_says_how_far_its_batch_is_from_the_published_ones(capsys):
+    """The days to train rest on the batch: h100-1024 steps 1024 x 8 x 2048 = 16.8M tokens with a
+    760M model, 33.6x GPT-3 Large's 0.5M, past the 4x the published runs spanned: the line says the
+    days are a floor. At 16 ranks (262,144 tokens, 0.52x) it only states the batch."""
+    argv = ("simulate", "h100-1024", "--steps", "5", "--tokens", "300B")
+    code, out, err = in_process(capsys, *argv, "--json")
+    assert code == 0, err
+    b = json.loads(out)["to_train"]["batch"]
+    assert b["tokens_per_step"] == 1024 * 8 * 2048 and b["reference_tokens"] == 0.5e6
+    assert (b["ratio"], b["far"]) == (pytest.approx(1024 * 8 * 2048 / 0.5e6), True)
+    code, out, err = in_process(capsys, *argv)
+    line = next(x for x in out.splitlines() if x.startswith("    batch"))
+    assert line.startswith("    batch          16.78M tokens a step, 33.6x the 0.5M of GPT-3 Large, 760M")
+    assert line.endswith("so these days are a floor (docs/references.md)")
+    code, out, err = in_process(capsys, *argv, "--ranks", "16")
+    line = next(x for x in out.splitlines() if x.startswith("    batch"))
+    assert line.endswith(" 262,144 tokens a step, 0.524x the 0.5M of GPT-3 Large, 760M (Brown et al. 2020, Table 2.1)")
+
+
 def test_compare_rows_carry_their_own_time_and_money(capsys):
     code, out, _ = in_process(
         capsys, "compare", "h100-1024", "slow=h100-1024:network.nic_gbit_s=25", "--ranks", "16", "--steps", "5",

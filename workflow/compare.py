@@ -110,8 +110,8 @@ def compare(
         CompareRow(s.name, s.text, _row(sc, ignore_memory, progress), {})
         for s, sc in zip(setups, scenarios, strict=True)
     ]
-    for r in rows:
-        train_cost.attach(r.result, tokens, price)
+    for r, sc in zip(rows, scenarios, strict=True):
+        train_cost.attach(r.result, sc, tokens, price)
     first = rows[0].result
     for r in rows:
         # An OOM row (not simulated) has no ratio, and with an OOM first row none has.

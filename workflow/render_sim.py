@@ -352,7 +352,18 @@ def train_cost_lines(summary: Summary | dict, indent: str = "  ") -> list[str]:
         f"{indent}  goodput        {c['goodput']:.1%}: MTBF {c['mtbf_h']:.3g} h ({c['mtbf_from']}),"
         f" restart {c['restart_min']:g} min, checkpoint {c['checkpoint_min']:g} min every"
         f" {c['interval_min']:.0f} min (Daly's interval)",
+        f"{indent}  batch          {_batch(c['batch'])}",
     ]
+
+
+def _batch(b: dict) -> str:
+    """The global batch the days rest on, against the published ones (sim/batch_reference.py)."""
+    said = (f"{_tokens(b['tokens_per_step'])} tokens a step, {b['ratio']:.3g}x the {b['reference_tokens'] / 1e6:g}M"
+            f" of {b['reference_run']}")  # fmt: skip
+    if not b["far"]:
+        return said
+    return (f"{said}: far past it, and past the critical batch size the same loss takes more tokens"
+            " (McCandlish et al. 2018), so these days are a floor (docs/references.md)")  # fmt: skip
 
 
 def run3d_lines(sc, run, s: dict) -> list[str]:

@@ -260,7 +260,7 @@ def simulate_scales(
             _mark_measured(summary)
         else:  # a calibration's compute is the user's own measurement, not the presets' the record judges
             summary.record = track_record(sc)
-        train_cost.attach(summary, tokens, price)
+        train_cost.attach(summary, sc, tokens, price)
         summaries.append(summary)
         if sweep and say:
             say(f"[{i}/{len(scenarios)}] {sc.ranks} ranks x {sc.steps} steps: {time.perf_counter() - t:.2f} s")

@@ -84,7 +84,7 @@ def simulate(
         if record is not None:
             s["record"] = record
         if "verdict" not in s and to_train[0] is not None:
-            s["to_train"] = train_cost.cost(sc.ranks, s["tokens_per_s"], *to_train)
+            s["to_train"] = train_cost.cost(sc, s["tokens_per_s"], *to_train)
         if "verdict" not in s and out is not None:
             write_run3d(r, out)
             written.append(s)

@@ -3,13 +3,15 @@ failures folded in (sim/train_cost.py): what `--tokens` and `--usd-per-gpu-hour`
 summary of `simulate` and `compare` as ``to_train``.
 
     tokens, price = parse("2T", "2.5")
-    attach(summary, tokens, price)  # summary.to_train: days, gpu_hours, usd, goodput, ...
+    attach(summary, scenario, tokens, price)  # summary.to_train: days, gpu_hours, usd, goodput, ...
 """
 
 import math
 
+from sim.batch_reference import compare
 from sim.summary import Summary
 from sim.train_cost import train_cost
+from sim.transformer import param_count
 from sim.units import parse_count
 
 
@@ -35,14 +37,20 @@ def parse(tokens_text: str | None, price_text: str | None) -> tuple[float | None
     return tokens, price
 
 
-def attach(summary: Summary | dict, tokens: float | None, price: float | None) -> None:
+def attach(summary: Summary | dict, sc, tokens: float | None, price: float | None) -> None:
     """``summary.to_train``: sim/train_cost.py's numbers for this row's throughput and GPUs."""
     if tokens is None or not isinstance(summary, Summary):  # an out-of-memory verdict has no throughput
         return
-    summary.to_train = cost(summary.ranks, summary.tokens_per_s, tokens, price)
+    summary.to_train = cost(sc, summary.tokens_per_s, tokens, price)
 
 
-def cost(gpus: int, tokens_per_s: float, tokens: float, price: float | None) -> dict:
-    """What ``to_train`` holds for a job of ``gpus`` GPUs at ``tokens_per_s``: a DDP/FSDP
-    summary's (``attach``) or a tensor/pipeline-parallel one's (workflow/threed.py)."""
-    return train_cost(tokens=tokens, tokens_per_s=tokens_per_s, gpus=gpus, usd_per_gpu_hour=price).as_dict()
+def cost(sc, tokens_per_s: float, tokens: float, price: float | None) -> dict:
+    """What ``to_train`` holds for scenario ``sc`` at ``tokens_per_s``: a DDP/FSDP summary's
+    (``attach``) or a tensor/pipeline-parallel one's (workflow/threed.py), with its global batch
+    against the published ones (sim/batch_reference.py), which the days rest on."""
+    t = sc.training
+    batch = compare(
+        params=param_count(sc.model.shape), tokens_per_step=sc.dp * t.grad_accum * t.micro_batch_size * sc.seq_len
+    )
+    found = train_cost(tokens=tokens, tokens_per_s=tokens_per_s, gpus=sc.ranks, usd_per_gpu_hour=price)
+    return found.as_dict() | {"batch": batch.as_dict()}
