@@ -286,8 +286,8 @@ def rows(p: Plan) -> list[Row]:
 
 def _batch_change(base: Scenario, sc: Scenario) -> str:
     """A row whose global batch differs from the base's says so (a smaller micro-batch that fits
-    memory, more ranks): its tokens/s is then of another job, which a practitioner keeping the
-    batch would rebalance with grad_accum."""
+    memory, more ranks): its tokens/s is then of another job, whose batch a practitioner would
+    restore with grad_accum."""
 
     def samples(s: Scenario) -> int:
         return s.dp * s.training.grad_accum * s.training.micro_batch_size
