@@ -33,7 +33,8 @@ JSON (``diagnose``'s dict; ``schema`` is bumped on any incompatible change):
                      detail (words), errno}
     rendezvous      {is_host (bool: master is local), torchrun_detects_host (bool),
                      problem (words or null), warning (words or null: the store, which has
-                     no authentication, would answer on a public address)}
+                     no authentication, would answer on a public address), note (words or
+                     null: a loopback master with nnodes > 1 keeps every node on this machine)}
     settings        {env {NAME: value}, env_line, torchrun (shell line), torchrun_argv,
                      nnodes, nproc_per_node, verb_args}
     problems        [words]: every problem above, in order
@@ -117,6 +118,8 @@ def format_report(d: dict) -> list[str]:
         out.append(f"  {rz['problem']}")
     if rz["warning"]:
         out.append(f"  warning: {rz['warning']}")
+    if rz["note"]:
+        out.append(f"  note: {rz['note']}")
     out.append(f"port {m['port']}: {d['port']['detail']}")
     s = d["settings"]
     out += ["", f"This node ({s['nnodes']} nodes x {s['nproc_per_node']} processes):"]

@@ -145,7 +145,7 @@ def from_facts(facts: Facts, *, nnodes: int, nproc_per_node: int, verb_args: lis
     detects = netrules.torchrun_detects_host(
         master_host, facts.hostname, facts.master_tcp_addresses, facts.hostname_tcp
     )
-    rdzv = {"is_host": local, "torchrun_detects_host": detects, "problem": None, "warning": None}
+    rdzv = {"is_host": local, "torchrun_detects_host": detects, "problem": None, "warning": None, "note": None}
     if local and not detects:
         rdzv["problem"] = (
             f"torchrun would not recognise this node as the rendezvous host ({master_host} is not what "
@@ -156,6 +156,14 @@ def from_facts(facts: Facts, *, nnodes: int, nproc_per_node: int, verb_args: lis
         rdzv["problem"] = f"torchrun would host the store here, but {master_host} is not on this machine"
     if rdzv["problem"]:
         problems.append(f"rendezvous: {rdzv['problem']}")
+    if loopback and nnodes > 1:  # a test of several nodes on one machine, or a master the others cannot reach
+        lan = (
+            f", e.g. this node's {nccl['interface']} {nccl['address']}" if nccl["interface"] and nccl["address"] else ""
+        )
+        rdzv["note"] = (
+            f"{address} is loopback, so all {nnodes} nodes must run on this machine; for {nnodes} machines give"
+            f" --master an address the others reach{lan}"
+        )
     rdzv["warning"] = store_warning(netrules.store_exposure(address, local, ifaces), port, local)
     if rdzv["warning"]:
         problems.append(f"store: {rdzv['warning']}")

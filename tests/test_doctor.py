@@ -275,6 +275,7 @@ def test_namespace_rendezvous_host(lab):
         "torchrun_detects_host": False,
         "problem": d["rendezvous"]["problem"],
         "warning": None,  # the lab's addresses are private: the store is not exposed
+        "note": None,
     }
     assert "is_host=1" in d["rendezvous"]["problem"]
 

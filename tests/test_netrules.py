@@ -278,7 +278,8 @@ def test_from_facts_seed_failure():
     assert d["node"] == {"interface": "veth0", "address": NODE} and not d["master"]["local"]
     assert (d["gloo"]["interface"], d["nccl"]["interface"]) == ("lo", "tun0")
     assert [p.split(":")[0] for p in d["problems"]] == ["gloo", "nccl", "hostname"]
-    assert d["rendezvous"] == {"is_host": False, "torchrun_detects_host": False, "problem": None, "warning": None}
+    want = {"is_host": False, "torchrun_detects_host": False, "problem": None, "warning": None, "note": None}
+    assert d["rendezvous"] == want
     assert d["settings"]["torchrun"] == (
         "GLOO_SOCKET_IFNAME=veth0 NCCL_SOCKET_IFNAME=veth0 torchrun --nnodes=2 --nproc-per-node=1 "
         f"--rdzv-backend=c10d --rdzv-endpoint={PEER}:29500 --local-addr={NODE} -m realrun train --out runs/multinode"
@@ -286,6 +287,25 @@ def test_from_facts_seed_failure():
     # Pinned: both libraries on the routed interface, the hostname the only problem left.
     d = _verdict(_facts(PEER, PEER, "veth0", env={"GLOO_SOCKET_IFNAME": "veth0", "NCCL_SOCKET_IFNAME": "veth0"}))
     assert d["gloo"]["ok"] and d["nccl"]["ok"] and [p.split(":")[0] for p in d["problems"]] == ["hostname"]
+
+
+def test_a_loopback_master_says_every_node_stays_on_this_machine():
+    """`doctor --master 127.0.0.1:29500` for 2 nodes reported no problem and printed a torchrun
+    line with a loopback endpoint, which no second machine can reach. It is right for a test of
+    both nodes on one machine, so it is a note, not a problem: what it means, and the address to
+    give for two machines (NCCL's pick, which skips lo)."""
+    d = findings.from_facts(_facts("127.0.0.1", "127.0.0.1", "lo"), nnodes=2, nproc_per_node=1,
+                            verb_args=list(nodes.DEFAULT_VERB_ARGS))  # fmt: skip
+    assert d["rendezvous"]["note"] == (
+        f"127.0.0.1 is loopback, so all 2 nodes must run on this machine; for 2 machines give --master an"
+        f" address the others reach, e.g. this node's {d['nccl']['interface']} {d['nccl']['address']}"
+    )
+    assert d["nccl"]["interface"] != "lo" and not any("loopback, so" in p for p in d["problems"])
+    one = findings.from_facts(_facts("127.0.0.1", "127.0.0.1", "lo"), nnodes=1, nproc_per_node=2,
+                              verb_args=list(nodes.DEFAULT_VERB_ARGS))  # fmt: skip
+    assert one["rendezvous"]["note"] is None
+    real = doctor.diagnose("127.0.0.1", free_port(), connect_timeout_s=1.0)  # this machine, as the command runs
+    assert ("  note: " + real["rendezvous"]["note"]) in doctor.format_report(real)
 
 
 def test_from_facts_rendezvous_and_port():
