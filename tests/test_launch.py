@@ -36,6 +36,19 @@ def test_known_addresses_and_interfaces_fill_the_placeholders():
     assert lines[1].endswith(" ".join(nodes.DEFAULT_VERB_ARGS))
 
 
+@pytest.mark.parametrize(
+    ("host", "nodes_", "said"),
+    [("127.0.0.1", 2, True), ("localhost", 3, True), ("::1", 2, True), ("10.0.0.1", 2, False), ("127.0.0.1", 1, False)],
+)
+def test_a_loopback_master_says_every_node_is_on_this_machine(host, nodes_, said):
+    """Node 1's line names --rdzv-endpoint=127.0.0.1, which no other machine reaches: right for a
+    test on one machine, a hang across two. The text says which (as `doctor` notes)."""
+    text = "\n".join(nodes.launch_text(nodes_, f"{host}:29500", host, None, ["x"] * nodes_, None))
+    assert (
+        f"# {host} is loopback: every node must run on this machine (a test); for {nodes_} machines" in text
+    ) is said
+
+
 def test_slurm_script_is_valid_bash_with_the_lines_a_cluster_needs(tmp_path):
     text = nodes.slurm_script(4, 8, 29500, "ib0", ["train", "--out", "runs/a b"], "gpt", "02:00:00")
     for line in (
