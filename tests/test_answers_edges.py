@@ -593,3 +593,18 @@ def test_calibration_plots_say_what_was_measured(monkeypatch, tmp_path):
         # The probes of 2026-12-02 name the CPU (realrun/device.py device_info).
         assert fig._suptitle.get_text() == "calibration measured on Intel(R) Xeon(R) Processor, 2 ranks (gloo, DDP)"
         assert _overlaps(fig) == []
+
+
+def test_fewer_ranks_than_a_named_straggler_says_how_to_drop_it(capsys):
+    """`compare homelab-1gbe 4070-alone=homelab-1gbe:ranks=1` is the seed's question (the 4070
+    without the M2), refused because the preset names rank 1 as a straggler. The refusal now
+    says how to drop it, and with that the set-up runs."""
+    code, out, err = in_process(capsys, "simulate", "homelab-1gbe", "--ranks", "1", "--steps", "3")
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "ddplab simulate: error: stragglers: rank out of range for 1 ranks (stragglers= drops them), got '1:8.06'"
+    )
+    code, out, err = in_process(
+        capsys, "simulate", "homelab-1gbe", "--ranks", "1", "--steps", "3", "--set", "stragglers="
+    )
+    assert code == 0, err
