@@ -60,7 +60,8 @@ def test_every_row_is_what_simulate_gives(capsys, tmp_path):
         )
     # Half the NIC bandwidth: more collective time per step than the first row, so a slower step.
     assert rows[2]["comm_s"] > rows[0]["comm_s"] and rows[2]["vs_first"]["step_time"] > 1.0
-    assert rows[0]["vs_first"] == {"step_time": 1.0, "tokens_per_s": 1.0}
+    assert rows[0]["vs_first"] == {"step_time": 1.0, "tokens_per_s": 1.0, "tokens_per_step": 1.0}
+    assert all(r["vs_first"]["tokens_per_step"] == 1.0 for r in rows)  # the same batch in every row
     assert rows[1]["vs_first"]["tokens_per_s"] == rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
 
     # The files hold the same numbers: compare.json is --json's, compare.csv its rows flattened.
@@ -75,6 +76,7 @@ def test_every_row_is_what_simulate_gives(capsys, tmp_path):
         assert float(t["tokens_per_s"]) == r["tokens_per_s"]
         assert float(t["memory_total_gib"]) == r["memory_gib"]["total_gib"]
         assert float(t["tokens_per_s_vs_first"]) == r["vs_first"]["tokens_per_s"]
+        assert float(t["tokens_per_step_vs_first"]) == r["vs_first"]["tokens_per_step"]
         assert int(t["ranks"]) == 16 and t["setup"] == r["setup"]
     assert (tmp_path / "compare.png").read_bytes()[:8] == PNG
 
@@ -285,3 +287,19 @@ def test_a_row_that_changes_the_mode_sets_what_the_new_mode_has_no_use_for():
     (fsdp,) = rows(plan(data, ["mode=fsdp"]))[1:]
     assert fsdp.scenario.training.first_bucket_mb is None
     assert fsdp.note == "with comm_hook=none, bucket_cap_mb=25.0, first_bucket_mb=none (fsdp has no use for the job's)"
+
+
+def test_a_row_stepping_another_batch_says_so(capsys):
+    """The 4070 alone against the home-lab pair is 6.6x the tokens/s at half the global batch: a
+    different job. The row's vs_first says by how much (0.5), and so does a line under the table;
+    rows with the first row's batch get no line."""
+    argv = ("compare", "homelab-1gbe", "homelab-10gbe", "alone=homelab-1gbe:ranks=1,stragglers=", "--steps", "3")
+    rows = run_json(capsys, *argv)
+    assert [r["vs_first"]["tokens_per_step"] for r in rows] == [1.0, 1.0, 0.5]
+    code, out, err = ddplab(capsys, *argv)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [x for x in lines if x.startswith("global batch")] == [
+        "global batch against the first row's: alone 0.5x the tokens a step (ranks, micro-batch, accumulation or"
+        " sequence differ)"
+    ]

@@ -36,7 +36,7 @@ class CompareRow:
     name: str
     setup: str  # as typed
     result: Summary | dict  # simulate's Summary, or its out-of-memory verdict (workflow/simulation.py)
-    vs_first: dict  # step_time and tokens_per_s against the first row; None where either is OOM
+    vs_first: dict  # step_time, tokens_per_s (None where either is OOM) and tokens_per_step against the first row
 
     @property
     def simulated(self) -> bool:
@@ -113,16 +113,25 @@ def compare(
     for r, sc in zip(rows, scenarios, strict=True):
         train_cost.attach(r.result, sc, tokens, price)
     first = rows[0].result
-    for r in rows:
+    batch = [tokens_per_step(sc) for sc in scenarios]
+    for r, tokens in zip(rows, batch, strict=True):
         # An OOM row (not simulated) has no ratio, and with an OOM first row none has.
         ran = r.simulated and rows[0].simulated
         r.vs_first = {
             "step_time": r.result.step_time_s.mean / first.step_time_s.mean if ran else None,
             "tokens_per_s": r.result.tokens_per_s / first.tokens_per_s if ran else None,
+            # A set-up stepping another global batch trains another job: its tokens/s says so.
+            "tokens_per_step": tokens / batch[0],
         }
     if out:
         write(rows, out)
     return rows
+
+
+def tokens_per_step(sc) -> int:
+    """The global batch in tokens: data-parallel ranks x accumulation x micro-batch x sequence."""
+    t = sc.training
+    return sc.dp * t.grad_accum * t.micro_batch_size * sc.seq_len
 
 
 def _row(sc, ignore_memory: bool, progress) -> Summary | dict:
@@ -140,6 +149,7 @@ def _row(sc, ignore_memory: bool, progress) -> Summary | dict:
 CSV_EXTRA = (
     ("step_time_vs_first", lambda r: r.vs_first["step_time"]),
     ("tokens_per_s_vs_first", lambda r: r.vs_first["tokens_per_s"]),
+    ("tokens_per_step_vs_first", lambda r: r.vs_first["tokens_per_step"]),
 )
 
 

@@ -53,6 +53,11 @@ def compare_lines(rows: list[CompareRow]) -> list[str]:
             out.append(f"{r.name:<{width}} " + _oom_row(r.result))
             continue
         out.append(f"{r.name:<{width}} " + " ".join(f"{f(r):>{w}}" for _, w, f in _COLUMNS))
+    other = [r for r in rows if r.vs_first["tokens_per_step"] != 1.0]
+    if other:  # its tokens/s is of another job, whose batch the tokens to train assume
+        said = ", ".join(f"{r.name} {r.vs_first['tokens_per_step']:.3g}x" for r in other)
+        out.append(f"global batch against the first row's: {said} the tokens a step (ranks, micro-batch, accumulation"
+                   " or sequence differ)")  # fmt: skip
     for r in rows:
         out += train_cost_lines(r.result, indent=f"{r.name}: ")
     # The public record once per class of job the set-ups fall in (calibrate/record.py).
