@@ -949,6 +949,17 @@ class Scenario:
         """Tokens per sequence: training.seq_len, or the model's context when that is 0."""
         return self.training.seq_len or self.model.shape.block_size
 
+    @property
+    def global_batch_samples(self) -> int:
+        """The global batch in sequences: data-parallel ranks x accumulation x micro-batch."""
+        t = self.training
+        return self.dp * t.grad_accum * t.micro_batch_size
+
+    @property
+    def global_batch_tokens(self) -> int:
+        """The global batch in tokens."""
+        return self.global_batch_samples * self.seq_len
+
 
 # compute keys that tune the roofline (sim/roofline.py), which a given step time or MFU replaces.
 ROOFLINE_KEYS = frozenset(

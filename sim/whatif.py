@@ -277,7 +277,7 @@ def rows(p: Plan) -> list[Row]:
             # said, since a practitioner who needs the batch would raise grad_accum to keep it.
             per_rank = sc.training.grad_accum * sc.training.micro_batch_size
             kept = (sc.ranks - len(removed)) * per_rank
-            batch = f"global batch {kept:,} samples a step, was {sc.ranks * per_rank:,}"
+            batch = f"global batch {kept:,} samples a step, was {sc.global_batch_samples:,}"
             notes.append(f"restart without {what}; {batch}")
         final = _build(p.data, patches)
         out.append(Row(text, final, None, _notes(notes, parts, final)))
@@ -288,14 +288,10 @@ def _batch_change(base: Scenario, sc: Scenario) -> str:
     """A row whose global batch differs from the base's says so (a smaller micro-batch that fits
     memory, more ranks): its tokens/s is then of another job, whose batch a practitioner would
     restore with grad_accum."""
-
-    def samples(s: Scenario) -> int:
-        return s.dp * s.training.grad_accum * s.training.micro_batch_size
-
     if base.seq_len != sc.seq_len:
-        was, now = samples(base) * base.seq_len, samples(sc) * sc.seq_len
+        was, now = base.global_batch_tokens, sc.global_batch_tokens
         return "" if was == now else f"global batch {now:,} tokens a step, was {was:,}"
-    was, now = samples(base), samples(sc)
+    was, now = base.global_batch_samples, sc.global_batch_samples
     return "" if was == now else f"global batch {now:,} samples a step, was {was:,}"
 
 

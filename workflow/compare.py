@@ -113,7 +113,7 @@ def compare(
     for r, sc in zip(rows, scenarios, strict=True):
         train_cost.attach(r.result, sc, tokens, price)
     first = rows[0].result
-    batch = [tokens_per_step(sc) for sc in scenarios]
+    batch = [sc.global_batch_tokens for sc in scenarios]
     for r, tokens in zip(rows, batch, strict=True):
         # An OOM row (not simulated) has no ratio, and with an OOM first row none has.
         ran = r.simulated and rows[0].simulated
@@ -126,12 +126,6 @@ def compare(
     if out:
         write(rows, out)
     return rows
-
-
-def tokens_per_step(sc) -> int:
-    """The global batch in tokens: data-parallel ranks x accumulation x micro-batch x sequence."""
-    t = sc.training
-    return sc.dp * t.grad_accum * t.micro_batch_size * sc.seq_len
 
 
 def _row(sc, ignore_memory: bool, progress) -> Summary | dict:

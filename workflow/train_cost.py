@@ -48,9 +48,6 @@ def cost(sc, tokens_per_s: float, tokens: float, price: float | None) -> dict:
     """What ``to_train`` holds for scenario ``sc`` at ``tokens_per_s``: a DDP/FSDP summary's
     (``attach``) or a tensor/pipeline-parallel one's (workflow/threed.py), with its global batch
     against the published ones (sim/batch_reference.py), which the days rest on."""
-    t = sc.training
-    batch = compare(
-        params=param_count(sc.model.shape), tokens_per_step=sc.dp * t.grad_accum * t.micro_batch_size * sc.seq_len
-    )
+    batch = compare(params=param_count(sc.model.shape), tokens_per_step=sc.global_batch_tokens)
     found = train_cost(tokens=tokens, tokens_per_s=tokens_per_s, gpus=sc.ranks, usd_per_gpu_hour=price)
     return found.as_dict() | {"batch": batch.as_dict()}
