@@ -165,17 +165,26 @@ def judge(pick: dict, var: str, node_if: str | None, single_machine: bool, iface
         pick["fix"] = f"export {var}={node_if}"
 
 
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address: a rendezvous host that names this machine wherever it
+    is read, as torch's _matches_machine_hostname takes it (and `ddplab launch` warns of)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def torchrun_detects_host(host: str, this_host: str, host_ips: list[str], mine: list[tuple[str, str]] | None) -> bool:
     """torch's _matches_machine_hostname (2.13), restated with the stdlib; ``host_ips`` and
     ``mine`` are its resolver answers (hostfacts.torchrun_lookups), ``this_host`` the hostname."""
-    if host == "localhost":
+    if is_loopback_host(host):
         return True
     try:
         addr = ipaddress.ip_address(host)
     except ValueError:
         addr = None
-    if addr and addr.is_loopback:
-        return True
     if host == this_host:
         return True
     if mine is None:

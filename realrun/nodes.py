@@ -19,6 +19,8 @@ import ipaddress
 import re
 import shlex
 
+from realrun import netrules
+
 DEFAULT_PORT = 29500
 """torchrun's default rendezvous port (the seed's 29500)."""
 DEFAULT_VERB_ARGS = ("train", "--out", "runs/multinode")
@@ -229,17 +231,10 @@ srun {line}
 """
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a name: `localhost` is the one that means this machine everywhere
-        return host == "localhost"
-
-
 def launch_text(n_nodes: int, master: str, host: str, iface: str | None, commands: list[str], slurm) -> list[str]:
     """`ddplab launch` for people: what node 0 does, what to replace, each node's line, the script."""
     out = [f"# {n_nodes} node(s); node 0 owns {host} and hosts the rendezvous (is_host=1)."]
-    if n_nodes > 1 and _is_loopback(host):  # as `ddplab doctor` notes: no other machine reaches it
+    if n_nodes > 1 and netrules.is_loopback_host(host):  # as `ddplab doctor` notes: no other machine reaches it
         out.append(f"# {host} is loopback: every node must run on this machine (a test); for {n_nodes} machines")
         out.append("# give --master node 0's address on the network they share.")
     if not iface:
