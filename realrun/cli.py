@@ -304,7 +304,9 @@ def _add_3d(p: argparse.ArgumentParser) -> None:
         "--pp-schedule", choices=("gpipe", "1f1b", "interleaved"), default="1f1b", help="pipeline schedule (with --pp)"
     )
     p.add_argument(
-        "--pp-virtual-stages", type=_positive(int), default=2, help="model chunks per stage (--pp-schedule interleaved)"
+        "--pp-virtual-stages",
+        type=_positive(int),
+        help="model chunks per stage, with --pp-schedule interleaved alone (default 2 there)",
     )
 
 
@@ -323,7 +325,16 @@ _NOT_3D = (
 
 
 def check_3d(args: argparse.Namespace, shape: dict) -> None:
-    """--tp/--pp: a layout the ranks and the model allow, and only what the 3D trainer does."""
+    """--tp/--pp: a layout the ranks and the model allow, and only what the 3D trainer does.
+    A schedule option the job would not use is refused, as simulate refuses its keys
+    (sim/config.py unused_keys): else the run says 1f1b where its user asked for chunks."""
+    if args.pp == 1 and args.pp_schedule != "1f1b":
+        raise ValueError(f"--pp-schedule {args.pp_schedule}: schedules pipeline stages, and --pp is 1")
+    if args.pp_virtual_stages is not None and (args.pp == 1 or args.pp_schedule != "interleaved"):
+        raise ValueError(
+            f"--pp-virtual-stages {args.pp_virtual_stages}: only --pp-schedule interleaved (with --pp > 1)"
+            f" splits a stage into chunks, and this run's is {args.pp_schedule} at --pp {args.pp}"
+        )
     if args.tp * args.pp == 1:
         return
     from realrun.parallel import layout_problem, virtual_stages

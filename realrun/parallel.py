@@ -34,9 +34,15 @@ class Layout(NamedTuple):
         return {**self._asdict(), **self.coords(rank)}
 
 
+DEFAULT_VIRTUAL = 2  # `train --pp-schedule interleaved`'s chunks a stage without --pp-virtual-stages
+
+
 def virtual_stages(args) -> int:
-    """Model chunks a stage of `train --pp`: --pp-virtual-stages under the interleaved schedule, else 1."""
-    return args.pp_virtual_stages if args.pp > 1 and args.pp_schedule == "interleaved" else 1
+    """Model chunks a stage of `train --pp`: --pp-virtual-stages (DEFAULT_VIRTUAL without it) under the
+    interleaved schedule, else 1."""
+    if args.pp > 1 and args.pp_schedule == "interleaved":
+        return args.pp_virtual_stages or DEFAULT_VIRTUAL
+    return 1
 
 
 def layout_problem(

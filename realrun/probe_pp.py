@@ -23,13 +23,14 @@ import torch
 
 from realrun.dist import DistEnv, now
 from realrun.model import build
+from realrun.parallel import DEFAULT_VIRTUAL
 from realrun.pp import SCHEDULE_CLASSES, Chunks, build_schedule, stage_chunks
 
 # Micro-batches per probed step: more than a 2-stage pipeline's warm-up, so 1F1B reaches its
 # steady state (at 2 it is all warm-up and drain: 1.08 ms an action against 0.57-0.66 at 4 and 8
 # here), and not the 4 that tests/test_train3d.py's and bench/validate3d_cpu.sh's runs use.
 PP_MICRO_BATCHES = 8
-PP_VIRTUAL = 2  # the interleaved schedule's chunks a stage, `train --pp-virtual-stages`'s default
+PP_VIRTUAL = DEFAULT_VIRTUAL  # the interleaved schedule's chunks a stage, as `train`'s default
 
 
 def pp_schedules(env: DistEnv, a, writer) -> dict[str, dict[int, float]]:

@@ -378,7 +378,8 @@ class ComputeConfig:
     (a fused step: torch.compile, llm.c; memory-bound kernels at memory_efficiency)."""
     mfu: float | None = None
     """A fixed model FLOPs utilisation (FLOPs / (peak x mfu) per micro-step); unset = the roofline
-    of every kernel (sim/roofline.py), which follows the work per kernel."""
+    of every kernel (sim/roofline.py), which follows the work per kernel. Activation
+    checkpointing's rerun forward is added on top, so the MFU printed comes out below it."""
     matmul_efficiency: float = 0.80
     """Roofline: achieved fraction of the precision's peak in large matmuls."""
     attention_efficiency: float = 0.35

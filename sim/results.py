@@ -104,6 +104,7 @@ class SimResult:
             compute_s=compute,
             slowest_rank=slowest,
             slowest_rank_compute_s=float(per_rank[slowest]),
+            fastest_rank_compute_s=float(per_rank.min()),
             dataloader_s=dataloader,
             optimizer_s=wl.optimizer_s,
             exposed_comm_s=float(self.rank_mean["exposed_comm_s"].mean()),

@@ -35,6 +35,7 @@ class Summary:
     compute_s: float  # forward + backward, per rank, mean of a step
     slowest_rank: int
     slowest_rank_compute_s: float
+    fastest_rank_compute_s: float
     dataloader_s: float
     optimizer_s: float
     exposed_comm_s: float

@@ -156,7 +156,7 @@ def test_command_table_and_default_plot(tmp_path, capsys):
     _cmd(str(run))
     text = capsys.readouterr().out
     assert "train records in" in text and "2 ranks, 3 steps after 2 warm-up steps" in text
-    assert "    1               625  0.600 FLAGGED *" in text
+    assert "    1             625.0  0.600 FLAGGED *" in text
     assert "rank 1 is a straggler: score 0.60, it waits least (0 s vs 125 ms median)" in text
     assert (run / "stragglers.png").read_bytes()[:8] == PNG_MAGIC
 

@@ -183,6 +183,13 @@ def test_validate_reports_the_prediction(runs, tmp_path):
             ("--nproc", "2", "--pp", "2", "--pp-schedule", "interleaved", "--grad-accum", "3"),
             "--grad-accum 3: the interleaved schedule needs a multiple of --pp (2)",
         ),
+        # Options the run would not use: it would say 1f1b where chunks were asked for.
+        (
+            ("--nproc", "2", "--pp", "2", "--pp-virtual-stages", "2"),
+            "--pp-virtual-stages 2: only --pp-schedule interleaved (with --pp > 1) splits a stage into"
+            " chunks, and this run's is 1f1b at --pp 2",
+        ),
+        (("--nproc", "2", "--pp-schedule", "gpipe"), "--pp-schedule gpipe: schedules pipeline stages, and --pp is 1"),
     ],
 )
 def test_impossible_layout_is_one_line_exit_2(tmp_path, args, says):

@@ -41,6 +41,12 @@ def compute_note(stack: str, sc) -> str:
     """The compute basis, and for a roofline stack the kernel choices that move its time away
     from realrun's model (sim/roofline.py): unfused attention, dropout, a fused loss."""
     note = STACK_NOTES[stack]
+    if stack == "fixed MFU" and sc.compute.mfu is not None:
+        # The fixed MFU times the model's FLOPs; a rerun forward is work on top of them, which
+        # is why the MFU line below comes out under this figure (sim/workload.py recompute_fraction).
+        note = f"{note} {sc.compute.mfu:g}"
+        if sc.training.recompute != "none":
+            note += f", plus the {sc.training.recompute} recompute's rerun forward"
     if stack not in ("eager", "compiled"):
         return note
     t = sc.training
@@ -54,10 +60,21 @@ def compute_note(stack: str, sc) -> str:
 
 def mfu_line(s: dict) -> str:
     """MFU over the step and over compute, naming the FLOP count and the peak (sim/mfu.py)."""
-    return (
+    line = (
         f"{s.mfu:.1%} of the step, {s.compute_mfu:.1%} of compute ({s.flop_count} ="
         f" {s.flops_per_token / 1e9:.3g} GFLOP/token against {s.peak_tflop_s:g} TFLOP/s peak)"
     )
+    if s.slowest_rank_compute_s > 1.05 * s.compute_s:
+        # A straggler is modelled as the same GPU running slow (sim/config.py stragglers), so its
+        # lost time is lost MFU; where it is another device (the home lab's M2), the fastest
+        # rank's figure is the one that shows its kernels' efficiency. Same test as the
+        # "slowest rank" line's.
+        fastest = s.compute_mfu * s.compute_s / s.fastest_rank_compute_s
+        line += (
+            f"; a slow rank is taken as this GPU running slow, so it counts as lost MFU: the"
+            f" fastest rank alone {fastest:.1%} of its compute"
+        )
+    return line
 
 
 def record_lines(record: dict | None, indent: str = "  ") -> list[str]:

@@ -47,12 +47,13 @@ def stragglers_lines(rep) -> list[str]:
             rows.append(rep.ranks[rep.least_waiting_rank])
     # One unit for the table: milliseconds for cluster steps, seconds for the home lab's tens of seconds.
     slowest = max(max(r.compute_s_p50, r.wait_s_mean) for r in rep.ranks)
-    unit, scale = ("s", 1.0) if slowest >= 10 else ("ms", 1e3)
+    unit, scale, places = ("s", 1.0, 3) if slowest >= 10 else ("ms", 1e3, 1)
     out.append(f"{'rank':>5} {f'compute p50 ({unit})':>17} {'score':>6} {'flag':<9} {f'mean wait ({unit})':>15}")
     for r in rows:
         marks = ("FLAGGED" if r.flagged else "") + (" *" if r.rank == rep.least_waiting_rank else "")
         out.append(
-            f"{r.rank:>5} {r.compute_s_p50 * scale:>17.4g} {r.score:>6.3f} {marks:<9} {r.wait_s_mean * scale:>15.4g}"
+            f"{r.rank:>5} {r.compute_s_p50 * scale:>17.{places}f} {r.score:>6.3f} {marks:<9}"
+            f" {r.wait_s_mean * scale:>15.{places}f}"
         )
     if len(rows) < n:
         rest = [r.score for r in rep.ranks if r not in rows]
