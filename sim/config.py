@@ -157,7 +157,10 @@ class TrainingConfig:
     costs one more forward of every block, in ddp and fsdp mode alike (sim/workload.py,
     sim/fsdp.py). selective: Megatron's (Korthikanti et al. 2022): only attention's core (the
     scores, softmax and weighted sum) is recomputed, so its s x s tensors are not kept; each
-    engine reruns the core's share of the forward (sim/workload.py forward_shares)."""
+    engine reruns the core's share of the forward (sim/workload.py forward_shares). Under fused
+    attention that core keeps only its log-sum-exp, so selective saves almost nothing there;
+    torchtitan's per-op selective AC, which keeps every other matmul's output, is another
+    scheme and is not modelled (simulate says so beside the memory)."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
     seq x seq score matrix for backward. false: the scores, softmax and weighted sum as separate

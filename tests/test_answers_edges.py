@@ -608,3 +608,25 @@ def test_fewer_ranks_than_a_named_straggler_says_how_to_drop_it(capsys):
         capsys, "simulate", "homelab-1gbe", "--ranks", "1", "--steps", "3", "--set", "stragglers="
     )
     assert code == 0, err
+
+
+def test_selective_recompute_says_it_is_megatrons_and_how_little_it_saves(capsys):
+    """torchtitan's Llama 3 8B (128 H100, FSDP, local batch 2, seq 8192) ran with its "selective"
+    AC; here selective is Megatron's, which under fused attention frees only the core's log-sum-exp
+    (n_head fp32 per token and layer), so the same words give an out-of-memory verdict. The
+    output must say which selective it is, and how much it saves: 32 layers x 32 heads x 4 B x
+    16,384 tokens = 64 MiB."""
+    argv = ("simulate", "llama3-8b-1024", "--ranks", "128", "--steps", "2", "--set", "training.mode=fsdp",
+            "--set", "training.micro_batch_size=2")  # fmt: skip
+    code, out, _ = in_process(capsys, *argv, "--set", "training.activation_checkpointing=selective")
+    assert code == 3 and "out of memory" in out
+    line = next(x for x in out.splitlines() if x.startswith("    selective"))
+    assert "Megatron's: the attention core alone rerun" in line and "saves 64.00 MiB a GPU here" in line
+    assert "torchtitan's per-op selective AC is not modelled" in line
+    # none and full say nothing of it; nor does selective where attention is unfused (it saves the scores).
+    for value in ("none", "full"):
+        code, out, _ = in_process(capsys, *argv, "--set", f"training.activation_checkpointing={value}")
+        assert "    selective" not in out
+    code, out, _ = in_process(capsys, *argv[:4], "--steps", "2", "--set", "training.activation_checkpointing=selective",
+                              "--set", "training.fused_attention=false", "--ignore-memory")  # fmt: skip
+    assert code == 0 and "    selective" not in out

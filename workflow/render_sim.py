@@ -4,6 +4,7 @@ tensor- or pipeline-parallel step, and the days and dollars to train. `ddplab co
 `ddplab collective` share the network line and the alternatives."""
 
 from sim.describe import description_over
+from sim.memory import attention_core_bytes
 from sim.memory_fit import nccl_reserve_gib
 from sim.optimizer import optimizer_basis
 from sim.parallel3d import resharded_per_block
@@ -221,7 +222,26 @@ def memory_lines(sc, m: dict, *, simulated: bool = True) -> list[str]:
         out.append(f"    estimate       {m['peak_allocated_gib']:.2f} GiB allocated {estimate}")
         return out
     out.append(f"  memory/GPU       {m['total_gib']:.2f} GiB {estimate}{verdict}")
-    return out
+    return out + selective_note(sc)
+
+
+def selective_note(sc) -> list[str]:
+    """What training.activation_checkpointing=selective is here, where a user of torchtitan
+    means another thing by the word: Megatron's selective recompute reruns the attention core
+    alone (Korthikanti et al. 2022), and fused attention keeps only the core's log-sum-exp, so
+    it saves next to nothing; torchtitan's per-op selective AC (its default "op" option: every
+    other matmul's output kept, the rest rerun) saves far more and is not modelled."""
+    t = sc.training
+    if t.recompute != "selective" or not t.fused_attention:
+        return []
+    saved = sc.model.shape.n_layer * attention_core_bytes(
+        sc.model.shape, sc.seq_len, t.micro_batch_size, t.dtypes, True, t.dropout > 0
+    )  # fmt: skip
+    return [
+        f"    selective    Megatron's: the attention core alone rerun, and fused attention keeps only"
+        f" its log-sum-exp, so it saves {fmt_bytes(saved)} a GPU here; torchtitan's per-op selective AC"
+        f" is not modelled (its memory lies between none and full: training.activation_checkpointing=full)"
+    ]
 
 
 def tight_note(spare_gib: float, communicators: int) -> str:
