@@ -337,6 +337,11 @@ class TraceCollectiveSize:
     busbw_gb_s: float  # bytes x bus factor / median time
 
 
+# The one network a trace calibration carries: the job's gradient all-reduces as they ran
+# (calibrate/trace_calib.py), not a probed link.
+TRACE_NETWORK = "trace"
+
+
 @dataclass(frozen=True, kw_only=True)
 class TraceSource:
     """What a calibration from profiler traces measured beyond the probe's fields

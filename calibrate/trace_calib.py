@@ -21,6 +21,7 @@ import numpy as np
 
 from calibrate import collective_fit, compute_fit, noise_fit
 from calibrate.calibration import (
+    TRACE_NETWORK,
     Achieved,
     BucketReady,
     Calibration,
@@ -284,7 +285,6 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     return _tune_network(calib, fit, job, where)
 
 
-TRACE_NETWORK = "trace"
 TUNE_STEPS = 300  # simulated steps per trial: the mean wait to ~1 %
 
 

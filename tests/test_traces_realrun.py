@@ -119,6 +119,17 @@ def test_calibrate_writes_the_trace_calibration(calibrated):
     assert f"source    rank 0: measured in trace-rank0000.json.gz, rank 0, {traced}" in stdout
     # What the traced compute rests on, printed beside it: the profiler ran in those steps.
     assert "assumed   the traced steps are the job's: they ran under the profiler" in stdout
+    # The trace network was neither probed nor fitted: no latency, link rate, R^2 or gamma is
+    # printed as if it were, and the busbw says it was set to the traced wait.
+    row = next(x for x in stdout.splitlines() if x.startswith("trace      allreduce"))
+    busbw = c["networks"]["trace"]["collectives"]["allreduce"]["busbw_gb_s"]
+    assert row.split()[2:4] == ["-", f"{busbw:.4g}"] and row.split()[-5:] == ["-"] * 5, row
+    assert "note      trace: busbw set so the simulated wait after backward equals the traced" in stdout
+    # The what-if in words that keep its sign: a negative cost is no cost, not "-0.1% less time".
+    cost = c["trace"]["straggler_cost"]["value"]
+    said = f"{cost:.1%} less time" if cost > 0 else f"no less time (no straggler cost; {-cost:.1%} more: noise)"
+    assert f"every rank at the median speed: {said}" in stdout
+    assert "jitter none" not in stdout  # a rank with too few steps to fit says so
 
 
 def test_validate_predicts_the_run_from_its_trace_within_5pct(profiled, calibrated):

@@ -45,9 +45,13 @@ def trace_lines(c) -> list[str]:
         f"overlap   {t.overlap_fraction.value:.1%} of communication ran during compute; exposed"
         f" {fmt_seconds(t.exposed_comm_s.value)} per step (slowest rank)"
     )
+    cost = t.straggler_cost.value
+    # At or under zero, ranks at the median speed came out no faster: no straggler cost to see, the
+    # rest the steps' own noise (a "-0.1 % less time" would say the opposite of what it means).
+    what = f"{cost:.1%} less time" if cost > 0 else f"no less time (no straggler cost; {-cost:.1%} more: noise)"
     out.append(
         f"stragglers slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute);"
-        f" every rank at the median speed: {t.straggler_cost.value:.1%} less time ({t.straggler_cost.source})"
+        f" every rank at the median speed: {what} ({t.straggler_cost.source})"
     )
     for a in t.absent:
         out.append(f"absent    {a}")
@@ -56,6 +60,8 @@ def trace_lines(c) -> list[str]:
 
 def calibration_lines(c) -> list[str]:
     """A calibration as `ddplab calibrate` prints it: networks, holdout, compute, memory, jitter, ranks."""
+    from calibrate.calibration import TRACE_NETWORK  # loaded already: ``c`` is one
+
     out = []
     compiled = ", torch.compile" if c.compiled else ""
     cls = f"; GPU class {c.device_class}" if c.device_class else ""
@@ -77,6 +83,16 @@ def calibration_lines(c) -> list[str]:
         for op, coll in sorted(n.collectives.items()):
             f = coll.fit
             lo, hi = f.busbw_ci_gb_s
+            if c.trace is not None and label == TRACE_NETWORK:
+                # Neither fitted nor probed: a busbw set to the traced wait (its source says how),
+                # beside the spread of the per-step rates; no latency, link, R^2 or gamma exists.
+                out.append(
+                    f"{label:<10} {op:<15} {'-':>9} {f.busbw_gb_s:>7.4g} [per step {lo:.3g}-{hi:.3g}]"
+                    f" {'-':>8} {'-':>8} {'-':>12} {'-':>9} {'-':>6}"
+                )
+                how = n.link_gbit_s.source.removeprefix("not probed: ").removesuffix(", x 8")
+                out.append(f"note      {label}: busbw {how}")
+                continue
             out.append(
                 f"{label:<10} {op:<15} {fmt_seconds(f.alpha_s):>9} {f.busbw_gb_s:>7.4g}"
                 f" [{lo:.3g}-{'unbounded' if hi is None else f'{hi:.3g}'}]"
@@ -117,7 +133,7 @@ def calibration_lines(c) -> list[str]:
             f" ({ddp.tokens} tokens); {fmt_bytes(per)} per token (max_memory_allocated)"
         )
     nz = c.noise
-    others = ", ".join(f"{x.distribution} AIC {x.aic:.0f}" for x in nz.candidates[1:])
+    others = ", ".join(f"{x.distribution} AIC {round(x.aic)}" for x in nz.candidates[1:])  # round: never "-0"
     best = nz.candidates[0]
     chosen = next((x for x in nz.candidates if x.distribution == nz.distribution), None)
     if nz.chosen_because:  # the best by AIC is one the simulator refuses
@@ -135,7 +151,7 @@ def calibration_lines(c) -> list[str]:
     else:
         verdict = f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
     out.append(
-        f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {best.aic:.0f}; {others}): {verdict}"
+        f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {round(best.aic)}; {others}): {verdict}"
     )
     if nz.multipliers_by_micro_batch:
         sizes = ", ".join(f"{b}: {np.std(x):.4f}" for b, x in sorted(nz.multipliers_by_micro_batch.items()))
@@ -156,12 +172,19 @@ def calibration_lines(c) -> list[str]:
             f" {fmt_bytes(j.from_bytes)} up; p99 x{np.percentile(j.multipliers, 99):.3f}; {how})"
         )
     ranks = "  ".join(
-        f"rank {r}: x{v.speed_factor:.3f}{' FLAGGED' if v.flagged else ''}"
-        f" (jitter {v.noise.best_fit} sd {v.noise.sd:.3f})"
+        f"rank {r}: x{v.speed_factor:.3f}{' FLAGGED' if v.flagged else ''} (jitter {_rank_jitter(v.noise)})"
         for r, v in sorted(c.ranks.items())
     )
     out.append(f"ranks     {ranks}  (straggler flag: score = fastest/this < 0.75)")
     return out
+
+
+def _rank_jitter(noise) -> str:
+    """A rank's own jitter: its best fit, or its sd alone where it has too few steps to fit
+    (calibrate/noise_fit.py rank_noise's "none")."""
+    if noise.best_fit == "none":
+        return f"sd {noise.sd:.3f} over {noise.samples} steps, too few to fit"
+    return f"{noise.best_fit} sd {noise.sd:.3f}"
 
 
 def _p_value(p: float) -> str:
