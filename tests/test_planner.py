@@ -109,6 +109,25 @@ def test_plan_engine_flags_refuse_in_one_line(flags, field, capsys):
     assert err.count("\n") == 1 and field in err
 
 
+def test_a_batch_no_layout_can_split_is_not_called_out_of_memory(capsys):
+    """A global batch of 3 on 1024 GPUs has no layout at all (tp <= 8 x pp <= 32 layers leaves
+    dp >= 4, and dp must divide the batch): nothing was put in memory, so "fits in memory" was
+    the wrong reason. The refusal names the rule and the nearest batches that have a layout,
+    which the grid holds, and a batch that does have one is planned."""
+    from ddplab.cli import main
+
+    assert main(["plan", "llama3-8b", "h100-1024", "--global-batch", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fits in memory" not in err
+    assert "--global-batch 3: no layout of llama3-8b splits 1024 GPUs into tp x cp x pp x dp" in err
+    assert err.rstrip().endswith("the nearest that have one: --global-batch 4")
+    base = load_scenario("h100-1024", ["model.preset=llama3-8b", "training.seq_len=0"])
+    assert not grid(base, 1024, 3) and grid(base, 1024, 4)
+    assert main(["plan", "llama3-8b", "h100-1024", "--gpus", "6", "--global-batch", "7"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("--global-batch 6 or --global-batch 9")
+    assert not grid(base, 6, 7) and not grid(base, 6, 8) and grid(base, 6, 6) and grid(base, 6, 9)
+
+
 def test_an_hsdp_layout_shards_in_the_node_and_reproduces_through_its_keys(small):
     g = small.network.gpus_per_node
     hsdp = [c for c in grid(small, 32, 64) if c.mode == "hsdp"]

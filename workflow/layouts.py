@@ -14,7 +14,7 @@ from sim.config import tp_overlap_level
 from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
 from sim.patches import Patch, parse_sets, value_text
-from sim.planner import kept_stragglers, mode_resets, plan, scenario_for
+from sim.planner import grid, kept_stragglers, mode_resets, plan, scenario_for
 from sim.scenario_file import resolve
 
 
@@ -79,6 +79,8 @@ def plan_layouts(
             base, gpus, batch, finalists=max(1, finalists), map_fn=engine and engine.map, tp_overlap=tp_overlap
         )
         took = time.perf_counter() - t0
+    if not considered:  # nothing to put in memory: no tp x cp x pp x dp splits these GPUs and this batch
+        raise ValueError(_no_layout(base, model, gpus, batch, tp_overlap))
     if not ranked:
         raise ValueError(f"no layout of {model} on {gpus} GPUs at global batch {batch} fits in memory")
     shown = [(s, scenario_for(base, s.candidate, gpus)) for s in ranked[:top]]
@@ -123,3 +125,19 @@ def _row(s, fit: Fit, resets: dict, drop: list[str]) -> dict:
         "sets": c.sets() + reset + drop,
         "unset": [f"training.{k}" for k in sorted(resets)],
     }
+
+
+def _no_layout(base, model: str, gpus: int, batch: int, tp_overlap: str) -> str:
+    """Why the grid is empty (sim/planner.py grid): every layout needs tp x cp x pp x dp = the
+    GPUs and dp x micro-batch x accumulation = the global batch; and the nearest global batches
+    that have a layout, so the refusal says what to ask instead."""
+    limit = 64 * gpus  # a bound on the search; every multiple of the GPUs up to it has ddp's layout
+    above = next((b for b in range(batch + 1, limit + 1) if grid(base, gpus, b, tp_overlap)), None)
+    below = next((b for b in range(batch - 1, 0, -1) if grid(base, gpus, b, tp_overlap)), None)
+    near = " or ".join(f"--global-batch {b}" for b in (below, above) if b is not None)
+    return (
+        f"--global-batch {batch}: no layout of {model} splits {gpus} GPUs into tp x cp x pp x dp with dp"
+        f" x micro-batch (1-8) x accumulation = {batch} sequences (tp divides a node's"
+        f" {base.network.gpus_per_node} GPUs and the heads, pp the {base.model.shape.n_layer} layers)"
+        + (f"; the nearest that have one: {near}" if near else "")
+    )
