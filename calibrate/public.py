@@ -520,16 +520,21 @@ def _foundry_row(section, model, gpus, micro_batch, accum, global_tokens, tokens
     return _simulate_row(what, "llm-foundry", global_tokens / tokens_s, preset, gpus, job)
 
 
-def _torchtitan_sets(model: str, local_batch: int, precision: str, act_ckpt: str, compiled: bool) -> tuple[Patch, ...]:
+def _torchtitan_sets(
+    model: str, local_batch: int, precision: str, act_ckpt: str, compiled: bool, tp: int = 1
+) -> tuple[Patch, ...]:
     """What every torchtitan row sets: the model at seq 8192 under FSDP, its local batch as one
-    micro-batch, the precision, checkpointing (any is modelled as full) and the stack."""
+    micro-batch, the precision, checkpointing and the stack. Its selective AC is the per-op policy
+    (llama3_8b.toml's selective_ac_option "op"): ``op`` (sim/roofline.py op_kept_share), which
+    ddplab models without TP; a TP row's is modelled as full."""
+    recompute = "none" if act_ckpt == "none" else "op" if "selective" in act_ckpt and tp == 1 else "full"
     return sets(
         model__preset=model,
         training__seq_len=8192,
         training__mode="fsdp",
         training__micro_batch_size=local_batch,
         training__precision=precision,
-        training__activation_checkpointing=act_ckpt != "none",
+        training__activation_checkpointing=recompute,
         compute__stack="compiled" if compiled else "eager",
     )
 
@@ -541,10 +546,10 @@ TORCHTITAN_H100_SETS = sets(compute__hbm_tb_s=2.4, compute__device_memory_gib=96
 
 
 def _torchtitan_row(table, model, gpus, local_batch, compiled, act_ckpt, tokens_s_gpu) -> Row:
-    """One torchtitan row. ddplab's activation checkpointing is none or full: a row that
-    checkpointed at all is modelled as full, which recomputes more than selective AC does (and
-    without any, the 8B at local batch 2 needs 137 GiB by sim/memory.py). The H100 rows' HBM2e
-    (96 GB at 2.4 TB/s) is set as stated; their 500 W power limit is not modelled."""
+    """One torchtitan row, its checkpointing as _torchtitan_sets describes it (selective: the
+    per-op policy, op; until 2026-12-07 full, which reran every block and hid how fast the
+    compute model is here: docs/validation-public.md). The H100 rows' HBM2e (96 GB at 2.4 TB/s)
+    is set as stated; their 500 W power limit is not modelled."""
     job = _torchtitan_sets(model, local_batch, "bf16-amp", act_ckpt, compiled)
     preset = "a100-8" if table.startswith("a100") else "h100-1024"
     if table.startswith("h100"):
@@ -562,7 +567,7 @@ def _torchtitan_tp_row(
     FP8 matmuls where the row has them, and TP over each node's GPUs with sequence parallelism
     (torchtitan's TP plan) where it has TP; ``async_tp``: AsyncTP, as training.tp_comm_overlap.
     A TP group shares its local batch, so a GPU's tokens per step are local batch x 8192 / TP."""
-    job = (*_torchtitan_sets(model, local_batch, "fp8" if fp8 else "bf16-amp", act_ckpt, True),
+    job = (*_torchtitan_sets(model, local_batch, "fp8" if fp8 else "bf16-amp", act_ckpt, True, tp),
            *TORCHTITAN_H100_SETS)  # fmt: skip
     layout = "FSDP"
     if tp > 1:
@@ -584,7 +589,7 @@ H200_SETS = sets(compute__hbm_tb_s=4.8, compute__device_memory_gib=141)
 def _trainy_h200_row(gpus: int, tokens_s_gpu: float) -> Row:
     """One row of Trainy's H200 page (docs/validation-public.md, its rule): Llama 3.1 8B, FSDP over
     every rank, compiled, Float8 with the FSDP Float8 all-gather, local batch 2, seq 8192,
-    selective op AC modelled as full; the H200's datasheet memory."""
+    selective op AC as op (_torchtitan_sets); the H200's datasheet memory."""
     job = (*_torchtitan_sets("llama3-8b", 2, "fp8", "selective op", True), *sets(training__fp8_all_gather=True),
            *H200_SETS)  # fmt: skip
     what = f"torchtitan llama3-8b on {gpus} x H200 (Trainy), FSDP, Float8 + FP8 all-gather, selective op AC"

@@ -32,7 +32,7 @@ MODES = ("ddp", "fsdp", "hsdp", "zero1")  # training.mode
 MASTER_COPY_MODES = (*SHARDED_MODES, "zero1")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # training.pp_schedule (sim/pipeline.py)
 CP_COMMS = ("all_gather", "p2p", "a2a")  # training.cp_comm: Megatron-Core's cp_comm_type names (sim/tp.py)
-RECOMPUTE = ("none", "selective", "full")  # training.activation_checkpointing as a string
+RECOMPUTE = ("none", "selective", "full", "op")  # training.activation_checkpointing as a string
 TP_OVERLAPS = ("none", "wgrad", "full")  # training.tp_comm_overlap (sim/tp.py); true = full, false = none
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 
@@ -152,15 +152,17 @@ class TrainingConfig:
     unit (embeddings, final norm, output layer: torchtitan leaves ``output`` out of Float8) and
     the norms stay 16-bit; reduce-scatters are unchanged (sim/fsdp.py, sim/memory.py)."""
     activation_checkpointing: bool | str = False
-    """none | selective | full (true = full, false = none). full: recompute each transformer
+    """none | selective | full | op (true = full, false = none). full: recompute each transformer
     block's forward in its backward: only block inputs are kept (memory estimate), and backward
     costs one more forward of every block, in ddp and fsdp mode alike (sim/workload.py,
     sim/fsdp.py). selective: Megatron's (Korthikanti et al. 2022): only attention's core (the
     scores, softmax and weighted sum) is recomputed, so its s x s tensors are not kept; each
     engine reruns the core's share of the forward (sim/workload.py forward_shares). Under fused
-    attention that core keeps only its log-sum-exp, so selective saves almost nothing there;
-    torchtitan's per-op selective AC, which keeps every other matmul's output, is another
-    scheme and is not modelled (simulate says so beside the memory)."""
+    attention that core keeps only its log-sum-exp, so selective saves almost nothing there.
+    op: torchtitan's per-op selective AC (its default, selective_ac_option "op"): each block keeps
+    its input and the outputs of SDPA and of every other matmul (wq, wv, w1, w2) and reruns the
+    rest in backward (sim/memory.py op_saved_bytes, sim/roofline.py op_kept_share); modelled for
+    Llama blocks in ddp, fsdp and hsdp jobs without tp, cp or pp."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
     seq x seq score matrix for backward. false: the scores, softmax and weighted sum as separate
@@ -299,7 +301,7 @@ class TrainingConfig:
 
     @property
     def recompute(self) -> str:
-        """none | selective | full."""
+        """none | selective | full | op."""
         c = self.activation_checkpointing
         return c if isinstance(c, str) else ("full" if c else "none")
 
@@ -833,6 +835,14 @@ class Scenario:
             f"must be <= or a multiple of network.gpus_per_node ({g})",
         )
         self._check_model_parallel()
+        if self.training.recompute == "op":
+            # torchtitan's policy counts aten.mm calls (a biased linear is an addmm) in its Llama
+            # block's order; the 3D model (sim/tp.py, sim/memory3d.py) knows none, selective and full.
+            shape = self.model.shape
+            why = f"torchtitan's per-op AC is modelled on its bias-free Llama block, and {shape.name} is not one"
+            _require(shape.swiglu and not shape.qkv_bias, "training.activation_checkpointing", "op", why)
+            why = "is modelled for ddp, fsdp and hsdp without tp, cp or pp (there: selective or full)"
+            _require(not self.parallel3d, "training.activation_checkpointing", "op", why)
         # Until 2026-12-06 every preset without an FP8 peak took the H100's 1,978.9 TFLOP/s: an
         # A100 (no FP8 tensor cores) "ran" FP8 at 6 x its bf16 peak, an MI300X at 0.76 x its own.
         _require(

@@ -77,9 +77,9 @@ from sim.noise import SizePools, comm_multipliers, multipliers
 from sim.online import OnlineStats
 from sim.precision import Precision
 from sim.results import SimResult, pick_trace_ranks
-from sim.roofline import FP8_BYTES, rerun
+from sim.roofline import FP8_BYTES
 from sim.transformer import ComputeShares, GPT2Shape, param_tensors
-from sim.workload import build_workload, forward_shares
+from sim.workload import block_rerun_share, build_workload, forward_shares
 
 ROOT = 0  # unit index of the root; block i is unit 1 + i
 
@@ -132,7 +132,8 @@ class _Op(NamedTuple):
 def _program(n_layer: int, prefetch: int, shares: ComputeShares, rerun_share: float, allreduce: bool = False):
     """One micro-step's program and its collectives [(op, unit)] in issue order; ``rerun_share``: the
     share of the forward each block's backward runs again (activation checkpointing: the block's
-    share, or its attention core's under selective recomputation; 0 without); ``allreduce``
+    share, its attention core's under selective recomputation, what torchtitan's per-op AC
+    reruns under op: sim/workload.py block_rerun_share; 0 without); ``allreduce``
     (hsdp): each reduce-scatter is followed by the allreduce of its shard across the groups."""
     colls: list[tuple[str, int]] = []
     prog: list[_Op] = []
@@ -215,9 +216,9 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
     base = build_workload(replace(sc, training=replace(t, activation_checkpointing=False)), rng)
     shape = sc.model.shape
     numels = unit_numels(shape)
-    sh, core = forward_shares(sc)
+    sh, _ = forward_shares(sc)
     shard, replicas = sc.shard_size, replica_groups(sc)
-    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, rerun(t.recompute, sh.block, core), replicas > 1)
+    prog, colls = _program(shape.n_layer, t.fsdp_prefetch, sh, block_rerun_share(sc), replicas > 1)
     colls = colls * t.grad_accum
     ops = tuple(op for op, _ in colls)
     units = tuple(u for _, u in colls)

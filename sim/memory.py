@@ -50,7 +50,9 @@ Activations saved for backward, per block, in bytes per token per model dimensio
   also saves the normalised fp32 input, which tests/test_memory.py adds when it holds the
   estimate to MemTracker.
   Full activation checkpointing keeps each block's input and one block's activations while it
-  is recomputed.
+  is recomputed. torchtitan's per-op selective AC (``op``) keeps as much, and beside each block's
+  input the outputs its policy saves (op_saved_bytes): wq's (d), wv's (kv_dim), w1's (ffn) and
+  w2's (d) in the compute dtype, and SDPA's output (d) and log-sum-exp (fp32 per head).
 Outside the blocks: ln_f's input and the output layer's input (and ln_f's statistics), the
 token ids, and the loss. At the start of
 backward the caller still holds the logits (T x vocab, compute dtype), log_softmax's output
@@ -155,6 +157,15 @@ def score_bytes(dtypes: Precision, dropout: bool) -> float:
     return c + ((DROPOUT_MASK_BYTES + c) if dropout else 0)
 
 
+def op_saved_bytes(shape: TransformerShape, seq_len: int, micro_batch: int, dtypes: Precision) -> float:
+    """What torchtitan's per-op selective AC keeps of one block beyond its input, bytes: the
+    outputs of wq, wv, w1 and w2 (every other matmul, sim/roofline.py op_kept_share) and of SDPA
+    (its output and log-sum-exp)."""
+    d, c = shape.n_embd, dtypes.compute_bytes
+    matmuls = d + shape.kv_dim + shape.ffn_hidden + d
+    return seq_len * micro_batch * ((matmuls + d) * c + shape.n_head * FP32)
+
+
 def activation_bytes(
     shape: TransformerShape,
     seq_len: int,
@@ -217,11 +228,13 @@ def estimate_memory(sc: Scenario, *, cuda_context_gib: float = CUDA_CONTEXT_GIB)
     params = float(numels.sum())
     drop = t.dropout > 0
     act = activation_bytes(
-        shape, seq, t.micro_batch_size, dt, checkpointing=t.recompute == "full", fused_attention=t.fused_attention,
-        dropout=drop,
+        shape, seq, t.micro_batch_size, dt, checkpointing=t.recompute in ("full", "op"),
+        fused_attention=t.fused_attention, dropout=drop,
     )  # fmt: skip
     if t.recompute == "selective":  # attention's core recomputed: its saved tensors are not kept
         act -= shape.n_layer * attention_core_bytes(shape, seq, t.micro_batch_size, dt, t.fused_attention, drop)
+    if t.recompute == "op":  # as full, plus what the policy keeps of every block
+        act += shape.n_layer * op_saved_bytes(shape, seq, t.micro_batch_size, dt)
     logits = logits_bytes(shape, seq, t.micro_batch_size, dt, t.fused_loss)
     buckets = unsharded = copies = 0.0
     if t.mode in SHARDED_MODES:

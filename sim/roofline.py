@@ -83,6 +83,22 @@ def rerun(recompute: str, block: float, core: float) -> float:
     return {"none": 0.0, "selective": core, "full": block}[recompute]
 
 
+def op_kept_share(name: str, shape: TransformerShape) -> float:
+    """The share of a block's forward kernel whose output torchtitan's per-op selective AC keeps
+    (training.activation_checkpointing = "op"), so that backward does not run it again. Its policy
+    (torchtitan/models/llama3/infra/parallelize.py, ``_apply_ac_to_transformer_block``, option
+    "op") keeps the outputs of SDPA and of every other ``aten.mm`` in forward order, the first,
+    third, ...: of a Llama block's wq, wk, wv, wo, w1, w3 and w2, those of wq, wv, w1 and w2.
+    c_attn fuses wq, wk and wv here (its kept share: Q and V's columns of its output) and c_fc
+    fuses w1 and w3 (half); everything else, the norms, RoPE, SiLU, the products, the residual
+    adds and the casts, is rerun."""
+    if name == "attention":
+        return 1.0
+    if name == "attn.c_attn":
+        return (shape.n_embd + shape.kv_dim) / shape.qkv_dim
+    return {"mlp.c_fc": 0.5, "mlp.c_proj": 1.0}.get(name, 0.0)
+
+
 class Rates(NamedTuple):
     """What a platform achieves, from its scenario's [compute] constants (``rates``)."""
 

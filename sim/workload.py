@@ -19,6 +19,7 @@ from sim.roofline import (
     head_kernels,
     kernel_time_s,
     micro_step_time,
+    op_kept_share,
     rates,
     rerun,
 )
@@ -102,11 +103,44 @@ def recompute_fraction(sc: Scenario) -> float:
     """The share of a forward that backward runs again. Activation checkpointing reruns every
     block's forward inside backward (torch.utils.checkpoint; Chen et al. 2016): backward grows by
     the blocks' share of the forward (FSDP does the same per block); selective recomputation
-    (Megatron's) reruns attention's core alone (forward_shares)."""
-    if sc.training.recompute == "none":
+    (Megatron's) reruns attention's core alone (forward_shares); torchtitan's per-op AC what its
+    policy does not keep (block_rerun_share)."""
+    return sc.model.shape.n_layer * block_rerun_share(sc)
+
+
+def block_rerun_share(sc: Scenario) -> float:
+    """What one block's backward runs again under training.recompute, as a share of a
+    micro-step's forward. "op" (torchtitan's per-op selective AC) reruns each forward kernel but
+    for the share of it whose output the policy keeps (sim/roofline.py op_kept_share): on the
+    roofline by the kernels' times; with a given time or a fixed MFU by FLOPs, where the rerun
+    matmuls are wk, wo and w3 (2 d (kv + d + f) per token) and the memory-bound rest weighs
+    nothing."""
+    recompute = sc.training.recompute
+    if recompute == "none":
         return 0.0
     shares, core = forward_shares(sc)
-    return sc.model.shape.n_layer * rerun(sc.training.recompute, shares.block, core)
+    if recompute != "op":
+        return rerun(recompute, shares.block, core)
+    c, t, shape, seq = sc.compute, sc.training, sc.model.shape, sc.seq_len
+    if c.step_compute_s is not None or c.mfu is not None:
+        d, kv, f = shape.n_embd, shape.kv_dim, shape.ffn_hidden
+        return shares.block * 2.0 * d * (kv + d + f) / (2.0 * shape.block_matmul_numel + 4.0 * seq * d)
+    r = rates(c, t.dtypes)
+    kernels = [
+        k
+        for k in block_kernels(
+            shape,
+            seq,
+            float(t.micro_batch_size * seq),
+            t.dtypes,
+            fused_attention=t.fused_attention,
+            dropout=t.dropout > 0,
+        )  # fmt: skip
+        if not k.backward
+    ]
+    block = sum(kernel_time_s(k, r) for k in kernels)
+    again = sum(kernel_time_s(k, r) * (1.0 - op_kept_share(k.name, shape)) for k in kernels)
+    return shares.block * again / block
 
 
 def forward_shares(sc: Scenario) -> tuple[ComputeShares, float]:

@@ -622,7 +622,7 @@ def test_selective_recompute_says_it_is_megatrons_and_how_little_it_saves(capsys
     assert code == 3 and "out of memory" in out
     line = next(x for x in out.splitlines() if x.startswith("    selective"))
     assert "Megatron's: the attention core alone rerun" in line and "saves 64.00 MiB a GPU here" in line
-    assert "torchtitan's per-op selective AC is not modelled" in line
+    assert "torchtitan's per-op selective AC is training.activation_checkpointing=op" in line
     # none and full say nothing of it; nor does selective where attention is unfused (it saves the scores).
     for value in ("none", "full"):
         code, out, _ = in_process(capsys, *argv, "--set", f"training.activation_checkpointing={value}")

@@ -71,14 +71,17 @@ def test_headline_counts_held_out_rows_apart(results):
     assert h["held_out"]["within"] == sum(r.ok for r in held)
     assert sum(b["rows"] for b in h["held_out_by_source"].values()) == len(held)
     assert sum(b["within"] for b in h["held_out_by_source"].values()) == h["held_out"]["within"]
-    # The state measured when the model or table last changed (docs/validation-public.md): 241 of
-    # 297 held-out rows within their tier, median 5.7 % (5.718), after the one-node LL latency was
+    # The state measured when the model or table last changed (docs/validation-public.md): 235 of
+    # 297 held-out rows within their tier, median 5.8 % (5.750), after torchtitan's FSDP rows were
+    # described by the per-op checkpointing they ran (training.activation_checkpointing=op), not
+    # full: six hits became misses, none the other way (2026-12-07). Before: 241 of 297, median
+    # 5.718 %, after the one-node LL latency was
     # refitted on DGXC's process-per-GPU run (its 8 B-256 KiB went in-sample). Before: 239 of 313
     # with DGXC's curve held out; 225 of 281 before it entered; 226 of 286 before the NVLS loop
     # was fitted on the one-node NVLS run's 2 MiB-8 GiB (its 2-32 MiB rows went in-sample).
     # A change that loses held-out rows fails here.
-    assert h["held_out"]["within"] >= 241
-    assert h["held_out"]["median_abs_error"] <= 0.0572
+    assert h["held_out"]["within"] >= 235
+    assert h["held_out"]["median_abs_error"] <= 0.0576
 
 
 def test_one_h100_node_ring_curve(results):

@@ -230,7 +230,8 @@ def selective_note(sc) -> list[str]:
     means another thing by the word: Megatron's selective recompute reruns the attention core
     alone (Korthikanti et al. 2022), and fused attention keeps only the core's log-sum-exp, so
     it saves next to nothing; torchtitan's per-op selective AC (its default "op" option: every
-    other matmul's output kept, the rest rerun) saves far more and is not modelled."""
+    other matmul's output kept, the rest rerun) saves far more: training.activation_checkpointing
+    = op, where the block is Llama's and the job has no tp, cp or pp."""
     t = sc.training
     if t.recompute != "selective" or not t.fused_attention:
         return []
@@ -240,7 +241,7 @@ def selective_note(sc) -> list[str]:
     return [
         f"    selective    Megatron's: the attention core alone rerun, and fused attention keeps only"
         f" its log-sum-exp, so it saves {fmt_bytes(saved)} a GPU here; torchtitan's per-op selective AC"
-        f" is not modelled (its memory lies between none and full: training.activation_checkpointing=full)"
+        f" is training.activation_checkpointing=op"
     ]
 
 
