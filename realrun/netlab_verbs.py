@@ -11,6 +11,7 @@ from realrun import netlab, netlab_run
 from realrun.cli import PARSERS, check_args
 from realrun.local import print_train_summary
 from realrun.netlab_run import Discovery
+from realrun.report import whole_despite
 from realrun.runfolder import claim
 
 
@@ -162,6 +163,13 @@ def run(args) -> int:
         )  # fmt: skip
     finally:
         folder.release()
+    if whole_despite(parsed.out, verb, code):  # a teardown abort after complete records (realrun/report.py)
+        print(
+            f"ddplab netlab run: every rank finished and closed its records; exit code {code} came after,"
+            " from the process group's teardown: the run is whole",
+            file=sys.stderr,
+        )
+        code, diagnosis = 0, []
     for line in diagnosis:
         print(f"ddplab netlab run: {line}", file=sys.stderr)
     if code not in (0, 130):  # torchrun's own output (its tracebacks) is kept, not echoed

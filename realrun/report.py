@@ -74,6 +74,21 @@ def _diagnose(ranks: list[RankRecords]) -> list[str]:
     return culprits + others
 
 
+def whole_despite(out_dir: Path, verb: str, code: int) -> bool:
+    """A run that torchrun reports failed (``code``) but whose every rank, world_size of them,
+    closed its records as complete: the failure came after the measurements, in tearing the
+    process group down (torch + gloo aborts there now and then, "terminate called without an
+    active exception": realrun/train.py), and the run is whole. Never an interrupt or a time
+    limit, which stop a run on purpose."""
+    if code in (0, 124, 130):
+        return False
+    try:
+        ranks = read_run(out_dir, verb)
+    except ValueError:
+        return False
+    return len(ranks) == ranks[0].meta.get("world_size") and all(r.complete for r in ranks)
+
+
 def failure_line(out_dir: Path, verb: str, code: int) -> str:
     """The launcher's last word on a run that did not finish: how it ended and where to look."""
     where = f"records so far in {out_dir}/ (each rank's file ends with why); torchrun's output: {out_dir}/{verb}.log"

@@ -843,6 +843,8 @@ class Scenario:
             _require(shape.swiglu and not shape.qkv_bias, "training.activation_checkpointing", "op", why)
             why = "is modelled for ddp, fsdp and hsdp without tp, cp or pp (there: selective or full)"
             _require(not self.parallel3d, "training.activation_checkpointing", "op", why)
+            why = "keeps fused attention's (SDPA's) output, and training.fused_attention is false"
+            _require(self.training.fused_attention, "training.activation_checkpointing", "op", why)
         # Until 2026-12-06 every preset without an FP8 peak took the H100's 1,978.9 TFLOP/s: an
         # A100 (no FP8 tensor cores) "ran" FP8 at 6 x its bf16 peak, an MI300X at 0.76 x its own.
         _require(

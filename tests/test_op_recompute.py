@@ -153,6 +153,7 @@ def test_torchtitans_8b_at_local_batch_2_fits_an_h100_with_op_alone(capsys):
         (("model.preset=gpt2-760m",), "torchtitan's per-op AC is modelled on its bias-free Llama block, and gpt2-760m"),
         (("model.preset=llama3-8b", "training.tp=2"), "is modelled for ddp, fsdp and hsdp without tp, cp or pp"),
         (("model.preset=llama3-8b", "training.mode=zero1"), "is modelled for ddp, fsdp and hsdp without tp, cp or pp"),
+        (("model.preset=llama3-8b", "training.fused_attention=false"), "keeps fused attention's (SDPA's) output"),
     ],
 )
 def test_op_where_it_is_not_modelled_is_one_line(sets, says, capsys):

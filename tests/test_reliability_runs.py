@@ -341,3 +341,38 @@ def test_report_killed_mid_write_keeps_the_earlier_report(tmp_path):
     page = write_report(d)
     kills = _kill_while_writing(d, ["report", str(d)])
     assert kills >= 1 and _whole(page)  # each kill left the earlier page in place, whole
+
+
+def test_a_teardown_abort_after_complete_records_is_a_whole_run(tmp_path, monkeypatch, capsys):
+    """torch + gloo abort a rank now and then while the process group is torn down, after the
+    run ("terminate called without an active exception"; seen in make test, 2026-12-07): torchrun
+    then reports a failure for a run whose every rank closed its records as complete. That run is
+    whole: exit 0, said in one line. A rank without its end record, an interrupt or a time limit
+    stays a failure."""
+    from argparse import Namespace
+
+    from realrun import local
+    from realrun.report import whole_despite
+
+    out = tmp_path / "run"
+    train_run(out, config={}, step_s=0.1, rate=None)
+    assert whole_despite(out, "train", 1) and whole_despite(out, "train", -6)
+    assert not whole_despite(out, "train", 130) and not whole_despite(out, "train", 124)
+    assert not whole_despite(out, "train", 0)  # nothing to excuse
+    args = Namespace(out=out, force=False, nproc=2, straggler=[], micro_batch_per_rank=None, backend="gloo", argv=[])
+    monkeypatch.setattr(local, "check_args", lambda verb, a: None)
+    monkeypatch.setattr(local, "claim", lambda path, force: claim(tmp_path / "other"))
+    monkeypatch.setattr(local, "run_local", lambda *a, **k: 1)
+    assert local.launch_local("train", args) == 0
+    err = capsys.readouterr().err
+    assert "every rank finished and closed its records; exit code 1 came after" in err
+    assert "ranks exited with code" not in err
+    # One rank's file without its end record: a failure, as before.
+    rank1 = out / "train-rank0001.jsonl"
+    rank1.write_text("".join(rank1.read_text().splitlines(keepends=True)[:-1]))
+    assert not whole_despite(out, "train", 1)
+    assert local.launch_local("train", args) == 1
+    assert "ranks exited with code 1" in capsys.readouterr().err
+    # Fewer rank files than the world: not whole either.
+    rank1.unlink()
+    assert not whole_despite(out, "train", 1)
