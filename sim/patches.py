@@ -138,6 +138,7 @@ def apply_patches(data: dict, *layers) -> tuple[dict, dict[str, Patch]]:
             out[patch.key] = patch.value
         origin[patch.key] = patch
     _describe_run(data, out)
+    _describe_sets(data, out, origin)
     return out, origin
 
 
@@ -151,3 +152,27 @@ def _describe_run(data: dict, out: dict) -> None:
         return  # overridden, or a wrong type the dataclasses will name
     if isinstance(text, str):
         out["description"] = description_at(text, file_ranks, ranks, per_node)
+
+
+SHOWN_SETS = 4  # --set keys a header names before "+N more"
+
+
+def _describe_sets(data: dict, out: dict, origin: dict[str, "Patch"]) -> None:
+    """A description is prose about the file ("seq 8192, micro-batch 1"): where --set changed a
+    value of it, the header says which, so it never reads as the job that ran when it is not.
+    The ranks, steps and seed have their own places in every header."""
+    text = out.get("description")
+    if not isinstance(text, str) or not text or "description" in origin:  # a description given says itself
+        return
+    changed = []
+    for key, patch in origin.items():
+        if patch.source != "--set" or key in ("ranks", "steps", "seed", "description", "name"):
+            continue
+        section, _, name = key.rpartition(".")
+        table = data.get(section) if section else data
+        before = table.get(name) if isinstance(table, dict) else None
+        if isinstance(before, dict) or before != patch.value:
+            changed.append(f"{key}={value_text(patch.value)}")
+    if changed:
+        more = f", +{len(changed) - SHOWN_SETS} more" if len(changed) > SHOWN_SETS else ""
+        out["description"] = f"{text}; --set {', '.join(changed[:SHOWN_SETS])}{more}"

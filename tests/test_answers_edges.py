@@ -630,3 +630,27 @@ def test_selective_recompute_says_it_is_megatrons_and_how_little_it_saves(capsys
     code, out, _ = in_process(capsys, *argv[:4], "--steps", "2", "--set", "training.activation_checkpointing=selective",
                               "--set", "training.fused_attention=false", "--ignore-memory")  # fmt: skip
     assert code == 0 and "    selective" not in out
+
+
+def test_a_header_names_what_set_changed_from_its_description(capsys):
+    """llama3-8b-1024's description says "micro-batch 1"; run at micro-batch 2 its header said
+    the same. The header now names every --set that changed a value (not one that repeats the
+    file's), four at most, and leaves a description given by --set as given."""
+    base = ("simulate", "llama3-8b-1024", "--ranks", "128", "--steps", "2", "--set", "training.mode=fsdp")
+    code, out, _ = in_process(capsys, *base, "--set", "training.micro_batch_size=2", "--set", "training.seq_len=8192",
+                              "--set", "training.activation_checkpointing=op")  # fmt: skip
+    assert code == 0
+    assert out.splitlines()[0] == (
+        "llama3-8b-1024: Llama 3 8B, 128 x H100 SXM (16 x 8), seq 8192, micro-batch 1, bf16 autocast;"
+        " --set training.mode=fsdp, training.micro_batch_size=2, training.activation_checkpointing=op"
+    )  # seq_len=8192 is the file's own value: not a change
+    many = [x for k in ("noise.sigma=0.01", "noise.speed_spread_sd=0", "compute.stack=compiled", "network.channels=8")
+            for x in ("--set", k)]  # fmt: skip
+    code, out, _ = in_process(capsys, *base, *many)
+    assert code == 0 and out.splitlines()[0].endswith(
+        "; --set training.mode=fsdp, noise.sigma=0.01, noise.speed_spread_sd=0, compute.stack=compiled, +1 more"
+    )
+    code, out, _ = in_process(capsys, *base, "--set", "description=mine")
+    assert code == 0 and out.splitlines()[0] == "llama3-8b-1024: mine"
+    code, out, _ = in_process(capsys, "simulate", "h100-1024", "--steps", "2")
+    assert "--set" not in out.splitlines()[0]
