@@ -162,7 +162,7 @@ class TrainingConfig:
     op: torchtitan's per-op selective AC (its default, selective_ac_option "op"): each block keeps
     its input and the outputs of SDPA and of every other matmul (wq, wv, w1, w2) and reruns the
     rest in backward (sim/memory.py op_saved_bytes, sim/roofline.py op_kept_share); modelled for
-    Llama blocks in ddp, fsdp and hsdp jobs without tp, cp or pp."""
+    Llama blocks in jobs without tp or cp (pipelines and zero1 included)."""
     fused_attention: bool = True
     """Attention through a fused kernel (SDPA/FlashAttention, as realrun's model) that keeps no
     seq x seq score matrix for backward. false: the scores, softmax and weighted sum as separate
@@ -311,6 +311,21 @@ class TrainingConfig:
         mixed precision: sim/precision.py)."""
         dtypes = precision_dtypes(self.precision)
         return sharded(dtypes) if self.mode in MASTER_COPY_MODES else dtypes
+
+
+def op_refusal(shape: GPT2Shape, *, tp: int, cp: int, fused_attention: bool) -> str | None:
+    """Why torchtitan's per-op checkpointing (activation_checkpointing = "op") is not modelled for
+    this model and job, or None where it is. Its policy counts aten.mm calls in its Llama block's
+    order (a biased linear is an addmm, which it does not count) and keeps SDPA's outputs; with TP
+    it also keeps the reduce-scatters and reruns the all-gathers, which sim/tp.py does not model.
+    `ddplab plan` asks the same before it searches op (sim/planner.py)."""
+    if not shape.swiglu or shape.qkv_bias:
+        return f"torchtitan's per-op AC is modelled on its bias-free Llama block, and {shape.name} is not one"
+    if tp * cp > 1:
+        return "is modelled without tp or cp (there: selective or full)"
+    if not fused_attention:
+        return "keeps fused attention's (SDPA's) output, and training.fused_attention is false"
+    return None
 
 
 def unused_keys(t: TrainingConfig, mode: str, tp: int, cp: int, pp: int) -> dict[str, tuple]:
@@ -836,15 +851,9 @@ class Scenario:
         )
         self._check_model_parallel()
         if self.training.recompute == "op":
-            # torchtitan's policy counts aten.mm calls (a biased linear is an addmm) in its Llama
-            # block's order; the 3D model (sim/tp.py, sim/memory3d.py) knows none, selective and full.
-            shape = self.model.shape
-            why = f"torchtitan's per-op AC is modelled on its bias-free Llama block, and {shape.name} is not one"
-            _require(shape.swiglu and not shape.qkv_bias, "training.activation_checkpointing", "op", why)
-            why = "is modelled for ddp, fsdp and hsdp without tp, cp or pp (there: selective or full)"
-            _require(not self.parallel3d, "training.activation_checkpointing", "op", why)
-            why = "keeps fused attention's (SDPA's) output, and training.fused_attention is false"
-            _require(self.training.fused_attention, "training.activation_checkpointing", "op", why)
+            t = self.training
+            why = op_refusal(self.model.shape, tp=t.tp, cp=t.cp, fused_attention=t.fused_attention)
+            _require(why is None, "training.activation_checkpointing", "op", why or "")
         # Until 2026-12-06 every preset without an FP8 peak took the H100's 1,978.9 TFLOP/s: an
         # A100 (no FP8 tensor cores) "ran" FP8 at 6 x its bf16 peak, an MI300X at 0.76 x its own.
         _require(

@@ -46,7 +46,15 @@ zero1 (Megatron's distributed optimizer) holds the same: Megatron-Core's docs
 
 from typing import NamedTuple
 
-from sim.memory import FP32, GIB, INDEX_BYTES, fsdp_working_set_bytes, loss_bytes_per_logit, score_bytes
+from sim.memory import (
+    FP32,
+    GIB,
+    INDEX_BYTES,
+    fsdp_working_set_bytes,
+    loss_bytes_per_logit,
+    op_saved_bytes,
+    score_bytes,
+)
 from sim.precision import DROPOUT_MASK_BYTES, Precision
 from sim.transformer import TransformerShape
 
@@ -149,6 +157,9 @@ def stage_memory(
     if recompute == "full":
         split = tp if sequence_parallel else 1
         held = in_flight_layers * sb * h * dtypes.residual_bytes / split + per_layer
+    elif recompute == "op":  # as full, plus what torchtitan's policy keeps (no TP: sim/config.py)
+        saved = sb * h * dtypes.residual_bytes + op_saved_bytes(shape, seq_len, micro_batch, dtypes)
+        held = in_flight_layers * saved + per_layer
     else:
         held = in_flight_layers * per_layer
     held += transient_bytes

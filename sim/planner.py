@@ -21,7 +21,8 @@ The grid: tp over the divisors of the node's GPU count that divide the heads, pp
 divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
 divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 and 4 chunks
 where the layers allow and ZB-H1 where there are at least pp micro-batches, recompute none,
-selective and full, ddp, fsdp and zero1 (Megatron's distributed optimizer) over the DP group,
+selective and full (and torchtitan's per-op, op, for Llama blocks without tp or cp), ddp, fsdp
+and zero1 (Megatron's distributed optimizer) over the DP group,
 and hsdp where that group spans nodes with more than one of its ranks in a node, its shard
 group those ranks (the gathers on NVLink, each shard allreduced across the nodes;
 sim/parallel3d.py). Context parallelism, 2-16 ranks with each K/V exchange (Llama 3's
@@ -46,13 +47,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.config import Scenario, keys_for, parse_stragglers
+from sim.config import Scenario, keys_for, op_refusal, parse_stragglers
 from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs, straggler_factors
 from sim.pipeline import W_SHARE
 from sim.transformer import ulysses_refusal
 
 MICRO_BATCHES = (1, 2, 4, 8)
-RECOMPUTES = ("none", "selective", "full")
+RECOMPUTES = ("none", "selective", "full", "op")  # op where sim/config.py op_refusal allows it
 MODES = ("ddp", "fsdp", "zero1", "hsdp")
 CP = (2, 4, 8, 16)
 CP_COMMS = ("all_gather", "p2p", "a2a")
@@ -132,6 +133,8 @@ def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: str = "none")
     out = []
     for tp in (d for d in _divisors(g) if shape.n_head % d == 0 and (shape.n_kv_head < d or shape.n_kv_head % d == 0)):
         for cp, comm in _context(base.seq_len, shape, tp):
+            op = op_refusal(shape, tp=tp, cp=cp, fused_attention=base.training.fused_attention) is None
+            recomputes = [r for r in RECOMPUTES if r != "op" or op]
             for pp in (d for d in _divisors(shape.n_layer) if gpus % (tp * cp * d) == 0):
                 dp = gpus // (tp * cp * pp)
                 for b in MICRO_BATCHES:
@@ -147,7 +150,7 @@ def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: str = "none")
                     shard, group = g // tp, dp * cp
                     modes = [x for x in MODES if x != "hsdp" or 1 < shard < group] if group > 1 else ["ddp"]
                     for sched, v in schedules:
-                        for rc in RECOMPUTES:
+                        for rc in recomputes:
                             for mode in modes:
                                 s = shard if mode == "hsdp" else 0
                                 over = tp_overlap if tp > 1 else "none"

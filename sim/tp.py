@@ -91,7 +91,16 @@ from typing import NamedTuple
 
 from sim.collectives import Fabric, collective_cost
 from sim.precision import Precision
-from sim.roofline import EMBEDDING_KERNELS, Kernel, Rates, block_kernels, head_kernels, kernel_time_s, rerun
+from sim.roofline import (
+    EMBEDDING_KERNELS,
+    Kernel,
+    Rates,
+    block_kernels,
+    head_kernels,
+    kernel_time_s,
+    op_kept_share,
+    rerun,
+)
 from sim.transformer import TransformerShape, kv_heads_per_rank, ulysses_kv_heads
 
 # Kernels that run on the whole sequence on every TP rank unless sequence parallelism splits it.
@@ -162,7 +171,7 @@ def block_time(
     if comm_overlap == "full" and not sequence_parallel:
         raise ValueError("training.tp_comm_overlap: full needs training.sequence_parallel, got 'full'")
     tokens = float(micro_batch * seq_len)
-    fwd = bwd = core = core_bwd = 0.0
+    fwd = bwd = core = core_bwd = op_rerun = 0.0
     matmul_s: dict[str, float] = {}
     for k in block_kernels(shape, seq_len, tokens, p, fused_attention=fused_attention, dropout=dropout):
         t = kernel_time_s(shard_kernel(k, tp, sequence_parallel, cp), r)
@@ -174,6 +183,7 @@ def block_time(
         else:
             fwd += t
             core += t if k.core else 0.0
+            op_rerun += t * (1.0 - op_kept_share(k.name, shape))  # torchtitan's per-op AC (recompute op)
     # Each synchronisation moves the t x d activation in the compute dtype. With sequence
     # parallelism the pair of collectives also replaces the allreduce (operator g) and the
     # identity (operator f), so the count is the same: two in forward, two in backward.
@@ -184,7 +194,9 @@ def block_time(
         tp_fwd = tp_bwd = 2 * tp_collective_s(size, fabric, sequence_parallel)
         if comm_overlap == "wgrad" and fabric is not None and fabric.ranks > 1:
             tp_bwd = wgrad_overlapped_s(size, fabric, matmul_s, sequence_parallel)
-    recompute_s = rerun(recompute, fwd, core)
+    # op: what its policy does not keep (sim/roofline.py op_kept_share); sim/config.py allows it
+    # here without TP or CP only, so no TP or CP collective is rerun with it.
+    recompute_s = op_rerun if recompute == "op" else rerun(recompute, fwd, core)
     if cp > 1 and cp_comm == "a2a":
         cp_fwd = ulysses_a2a_s(shape, tokens, p, tp, cp, cp_fabric)
         cp_bwd = cp_fwd * (2 if recompute == "full" else 1)  # the gradients' four; full reruns the forward's

@@ -151,8 +151,7 @@ def test_torchtitans_8b_at_local_batch_2_fits_an_h100_with_op_alone(capsys):
     "sets,says",
     [
         (("model.preset=gpt2-760m",), "torchtitan's per-op AC is modelled on its bias-free Llama block, and gpt2-760m"),
-        (("model.preset=llama3-8b", "training.tp=2"), "is modelled for ddp, fsdp and hsdp without tp, cp or pp"),
-        (("model.preset=llama3-8b", "training.mode=zero1"), "is modelled for ddp, fsdp and hsdp without tp, cp or pp"),
+        (("model.preset=llama3-8b", "training.tp=2"), "is modelled without tp or cp (there: selective or full)"),
         (("model.preset=llama3-8b", "training.fused_attention=false"), "keeps fused attention's (SDPA's) output"),
     ],
 )
@@ -163,3 +162,43 @@ def test_op_where_it_is_not_modelled_is_one_line(sets, says, capsys):
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("ddplab simulate: error: training.activation_checkpointing: ")
     assert says in err
+
+
+def test_the_3d_model_reruns_and_holds_what_ddp_and_fsdp_do():
+    """Without TP or CP, a pipeline or zero1 job takes op too: sim/tp.py reruns the same share
+    of a block's forward as sim/workload.py, and sim/memory3d.py holds, beside full's block
+    inputs, op_saved_bytes for every layer in flight."""
+    from sim.parallel3d import dtypes_3d, layout, memory_by_stage, step_costs
+    from sim.roofline import rates
+    from sim.tp import block_time
+
+    sets = ("training.pp=2", "training.grad_accum=4", "training.mode=zero1", "training.micro_batch_size=1")
+    by = {r: _sc(*sets, f"training.activation_checkpointing={r}", ranks=16) for r in ("full", "op")}
+    sc = by["op"]
+    shares, _ = forward_shares(sc)
+    lay = layout(sc)
+    costs = step_costs(sc, lay)
+    blk = block_time(
+        sc.model.shape, sc.seq_len, 1, dtypes_3d(sc), rates(sc.compute, dtypes_3d(sc)), tp=1,
+        sequence_parallel=False, recompute="op", fabric=None,
+    )  # fmt: skip
+    assert blk.recompute_s / blk.forward_s == pytest.approx(block_rerun_share(sc) / shares.block, rel=1e-9)
+    op_mem = memory_by_stage(sc, lay, costs)
+    full_mem = memory_by_stage(by["full"], layout(by["full"]), step_costs(by["full"], layout(by["full"])))
+    per_layer = op_saved_bytes(sc.model.shape, sc.seq_len, 1, sc.training.dtypes)
+    for stage, (o, f) in enumerate(zip(op_mem, full_mem, strict=True)):
+        layers = sum(costs.layers[g] for g in range(stage, lay.pp * lay.v, lay.pp))
+        in_flight = min(lay.pp - stage, lay.m) * layers  # 1F1B: pp - stage micro-batches
+        assert (o.activations_gib - f.activations_gib) * GIB == pytest.approx(in_flight * per_layer, rel=1e-9)
+
+
+def test_plan_searches_op_where_it_is_modelled():
+    from sim.planner import grid
+
+    llama = _sc()
+    cands = grid(llama, 16, 32)
+    assert {c.recompute for c in cands} == {"none", "selective", "full", "op"}
+    assert all(c.tp == 1 and c.cp == 1 for c in cands if c.recompute == "op")
+    assert any(c.tp > 1 for c in cands)
+    gpt2 = load_scenario("h100-1024", ["training.seq_len=0"], ranks=8)
+    assert "op" not in {c.recompute for c in grid(gpt2, 16, 32)}

@@ -231,7 +231,7 @@ def selective_note(sc) -> list[str]:
     alone (Korthikanti et al. 2022), and fused attention keeps only the core's log-sum-exp, so
     it saves next to nothing; torchtitan's per-op selective AC (its default "op" option: every
     other matmul's output kept, the rest rerun) saves far more: training.activation_checkpointing
-    = op, where the block is Llama's and the job has no tp, cp or pp."""
+    = op, where the block is Llama's and the job has no tp or cp."""
     t = sc.training
     if t.recompute != "selective" or not t.fused_attention:
         return []
