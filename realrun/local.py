@@ -5,7 +5,7 @@ import sys
 
 from realrun.cli import check_args
 from realrun.launch import run_local
-from realrun.report import failure_line, summarize_train, whole_despite
+from realrun.report import failure_line, summarize_train, whole_despite, whole_line
 from realrun.runfolder import claim
 
 
@@ -53,11 +53,7 @@ def launch_local(verb: str, args) -> int:
     finally:
         folder.release()
     if whole_despite(args.out, verb, code):
-        print(
-            f"ddplab {verb}: every rank finished and closed its records; exit code {code} came after,"
-            f" from the process group's teardown (torchrun's output: {args.out}/{verb}.log): the run is whole",
-            file=sys.stderr,
-        )
+        print(f"ddplab {verb}: {whole_line(code, f'{args.out}/{verb}.log')}", file=sys.stderr)
         code = 0
     if code != 0:
         print(f"ddplab {verb}: {failure_line(args.out, verb, code)}", file=sys.stderr)

@@ -11,7 +11,7 @@ from realrun import netlab, netlab_run
 from realrun.cli import PARSERS, check_args
 from realrun.local import print_train_summary
 from realrun.netlab_run import Discovery
-from realrun.report import whole_despite
+from realrun.report import whole_despite, whole_line
 from realrun.runfolder import claim
 
 
@@ -164,11 +164,7 @@ def run(args) -> int:
     finally:
         folder.release()
     if whole_despite(parsed.out, verb, code):  # a teardown abort after complete records (realrun/report.py)
-        print(
-            f"ddplab netlab run: every rank finished and closed its records; exit code {code} came after,"
-            " from the process group's teardown: the run is whole",
-            file=sys.stderr,
-        )
+        print(f"ddplab netlab run: {whole_line(code, f'{parsed.out}/netlab/host*.log')}", file=sys.stderr)
         code, diagnosis = 0, []
     for line in diagnosis:
         print(f"ddplab netlab run: {line}", file=sys.stderr)

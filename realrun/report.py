@@ -89,6 +89,15 @@ def whole_despite(out_dir: Path, verb: str, code: int) -> bool:
     return len(ranks) == ranks[0].meta.get("world_size") and all(r.complete for r in ranks)
 
 
+def whole_line(code: int, log: str) -> str:
+    """The launcher's word on a run ``whole_despite`` excuses: what exited, why the run is whole,
+    and where torchrun's output is (``log``: each launcher keeps its own)."""
+    return (
+        f"every rank finished and closed its records; exit code {code} came after, from the process"
+        f" group's teardown (torchrun's output: {log}): the run is whole"
+    )
+
+
 def failure_line(out_dir: Path, verb: str, code: int) -> str:
     """The launcher's last word on a run that did not finish: how it ended and where to look."""
     where = f"records so far in {out_dir}/ (each rank's file ends with why); torchrun's output: {out_dir}/{verb}.log"

@@ -31,7 +31,7 @@ from sim.workload import largest_micro_batch
 CANDIDATES = (
     {"training.mode": "fsdp"},
     {"training.mode": "hsdp"},
-    {"training.activation_checkpointing": "op"},  # torchtitan's per-op AC: Llama blocks, no tp/cp/pp
+    {"training.activation_checkpointing": "op"},  # torchtitan's per-op AC: Llama blocks, no tp or cp
     {"training.activation_checkpointing": True},
 )
 MICRO_BATCH = "training.micro_batch_size"  # searched: the largest below the scenario's that fits

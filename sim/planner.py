@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.config import Scenario, keys_for, op_refusal, parse_stragglers
+from sim.config import Scenario, keys_for, op_refusal
 from sim.parallel3d import Step3D, layout, memory_by_stage, simulate_3d, step_costs, straggler_factors
 from sim.pipeline import W_SHARE
 from sim.transformer import ulysses_refusal
@@ -184,7 +184,7 @@ def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
 def kept_stragglers(base: Scenario, gpus: int) -> str:
     """The cluster's named stragglers if the planned job has every rank they name, else ""
     (module docstring)."""
-    named = parse_stragglers(base.stragglers)
+    named = base.straggler_map
     return base.stragglers if named and max(named) < gpus else ""
 
 

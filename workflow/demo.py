@@ -24,7 +24,7 @@ from realrun.cli import PARSERS, check_args
 from realrun.launch import run_local
 from realrun.netlab import LabSpec
 from realrun.netlab_run import run_in_lab
-from realrun.report import failure_line, summarize_train, whole_despite
+from realrun.report import failure_line, summarize_train, whole_despite, whole_line
 from realrun.runfolder import claim
 from sim.units import fmt_seconds
 from workflow.plan import MICRO_BATCH, MODEL, PROBE, QUICK_SWEEP, SEQ_LEN, SIM_STEPS, SWEEP, TRAIN_STEPS
@@ -106,7 +106,7 @@ class Demo:
             finally:
                 folder.release()
             if whole_despite(run_dir, verb, code):  # a teardown abort after complete records
-                print(f"exit code {code} came after every rank closed its records: the run is whole", file=console)
+                print(whole_line(code, str(log)), file=console)
                 code = 0
             if code == 0 and verb == "train":
                 print(*summarize_train(run_dir), sep="\n", file=console)

@@ -452,8 +452,10 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
         out.append("                 CP: K and V all-gathered per block, exposed (Llama 3's)")
     # Megatron's tied embedding: its gradient allreduced between the first and last stages, which
     # is there with dp = 1 too (sim/parallel3d.py).
-    tie = f", with the tied embedding's allreduce between the first and last stages ({fmt_seconds(first.costs.tie_s)})"
-    tie *= first.costs.tie_s > 0
+    tie = ""
+    if first.costs.tie_s > 0:
+        between = f"between the first and last stages ({fmt_seconds(first.costs.tie_s)})"
+        tie = f", with the tied embedding's allreduce {between}"
     out.append(f"  DP reduction   {fmt_seconds(s['dp_exposed_s'])} exposed after the pipeline{tie}; optimizer "
                f"{fmt_seconds(first.optimizer_s)}")  # fmt: skip
     if resharded_per_block(sc, lay):
