@@ -189,6 +189,8 @@ def calibration_layer(
             put(
                 "noise.samples_by_rank", [rows[r] for r in sorted(rows)], "per rank, step by step, drawn a step at once"
             )
+    elif noise.distribution == "none":  # too few multipliers to fit: no evidence of no jitter either
+        hold("noise.distribution", "none", f"not fitted ({noise.chosen_because}): the scenario's jitter stays")
     elif noise.distribution == "empirical":
         why_empirical = (
             noise.chosen_because or f"{noise.best_fit} rejected: KS {noise.ks:.3f} > {noise.ks_critical_1pct:.3f}"

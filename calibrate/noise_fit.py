@@ -14,6 +14,9 @@ simulator the measured multipliers themselves (``empirical``).
 
 ``measured_noise`` builds the calibration's jitter section the same way for probes
 (calibrate/calib.py) and traces (calibrate/trace_calib.py), from compute_fit's multipliers.
+Under MIN_FIT_SAMPLES multipliers (a trace of one rank and a few steps) no distribution is
+fitted: the section says ``none`` and keeps the multipliers and their sd; a scenario keeps its
+own jitter (calibrate/apply.py), and everything else a calibration holds does not need them.
 """
 
 import numpy as np
@@ -25,6 +28,7 @@ from sim.config import NORMAL_SIGMA_MAX
 
 # NVIDIA resiliency-ext's straggler score (docs/references.md "Stragglers and failures"):
 STRAGGLER_SCORE_FLAG = 0.75  # fastest median / this median below 0.75 flags a rank
+MIN_FIT_SAMPLES = 8  # fewer multipliers than this pin no two-parameter distribution
 KS_ALPHA_1PCT = 1.628  # large-sample KS critical value at 1 %: D > 1.628 / sqrt(n) rejects (Smirnov 1948)
 
 
@@ -47,8 +51,8 @@ def _candidate(name: str, x: np.ndarray) -> NoiseCandidate:
 def fit_noise(x: np.ndarray) -> list[NoiseCandidate]:
     """Every candidate fitted to mean-1 multipliers, best AIC first."""
     x = np.asarray(x, float)
-    if len(x) < 8:
-        raise ValueError(f"noise: {len(x)} compute samples, a distribution fit needs at least 8")
+    if len(x) < MIN_FIT_SAMPLES:
+        raise ValueError(f"noise: {len(x)} compute samples, a distribution fit needs at least {MIN_FIT_SAMPLES}")
     if np.ptp(x) == 0:
         raise ValueError("noise: every compute sample is identical; nothing to fit")
     return sorted((_candidate(n, x) for n in ("lognormal", "gamma", "normal")), key=lambda c: c.aic)
@@ -86,13 +90,24 @@ def measured_noise(samples: compute_fit.ComputeSamples, *, count: int, source: s
     step order, for the simulator to draw whole steps."""
     per_rank = compute_fit.normalised_compute(samples)
     x = np.concatenate(list(per_rank.values()))
-    candidates = fit_noise(x)
     critical = ks_critical(len(x))
-    chosen, because = choose(candidates, critical)
 
     def rounded(v):
         return [round(float(m), 6) for m in v]
 
+    if len(x) < MIN_FIT_SAMPLES or np.ptp(x) == 0:
+        why = (
+            f"{len(x)} compute sample{'s' * (len(x) != 1)}: a distribution fit needs at least {MIN_FIT_SAMPLES}"
+            if len(x) < MIN_FIT_SAMPLES
+            else f"every one of the {len(x)} compute samples is the same"
+        )
+        return Noise(
+            distribution="none", sigma=float(np.std(x)), best_fit="none", ks=0.0, ks_critical_1pct=critical,
+            samples=count, source=source, candidates=[], multipliers=rounded(x),
+            chosen_because=why,
+        )  # fmt: skip
+    candidates = fit_noise(x)
+    chosen, because = choose(candidates, critical)
     return Noise(
         distribution=chosen.distribution if chosen else "empirical",
         sigma=chosen.sigma if chosen else float(np.std(x)),
@@ -113,7 +128,7 @@ def rank_noise(x: np.ndarray) -> RankNoise:
     """One rank's own jitter: the best fit by AIC and its KS, so a rank that jitters unlike the
     others shows; "none" when it has too few distinct samples to fit."""
     sd = float(np.std(x))
-    if len(x) < 8 or np.ptp(x) == 0:
+    if len(x) < MIN_FIT_SAMPLES or np.ptp(x) == 0:
         return RankNoise(best_fit="none", sigma=sd, ks=0.0, samples=len(x), sd=sd)
     best = fit_noise(x)[0]
     return RankNoise(best_fit=best.distribution, sigma=best.sigma, ks=best.ks, samples=len(x), sd=sd)

@@ -5,8 +5,11 @@ it is written and wherever it is read (issue 25, D8).
 a beta of ~0) and a negative compute time per token (timings that fell as the micro-batch
 grew) without a word, and a calib.json edited to a speed factor of 0 was accepted. Each check
 below is a physical bound, not a taste: the fastest interconnect shipped moves under 1 TB/s
-per GPU, and a collective or a step does not get cheaper as it grows.
+per GPU, a collective or a step does not get cheaper as it grows, and no step runs its FLOPs
+faster than its device's tensor peak.
 """
+
+from calibrate.devices import class_peak_tflop_s
 
 BUSBW_MAX_GB_S = 10_000.0  # 10x NVLink 5's 900 GB/s per GPU: past it, the fit found no bandwidth term
 STACK_EFFICIENCY_MAX = 10.0  # busbw / the raw TCP rate on the same link (1.7 measured over loopback)
@@ -46,6 +49,14 @@ def problems(calib) -> list[str]:
         out.append("compute.step_s: zero time at every size")
     if not c.achieved_tflop_s.value > 0:
         out.append(f"compute.achieved_tflop_s: must be > 0, got {c.achieved_tflop_s.value:.3g}")
+    elif (peak := class_peak_tflop_s(calib.device_class, calib.precision)) and c.achieved_tflop_s.value > peak[0]:
+        # The FLOPs are the model's per token x the tokens the caller said the step ran: above the
+        # device's peak, that model, sequence or micro-batch is not the job that was timed.
+        out.append(
+            f"compute.achieved_tflop_s: {c.achieved_tflop_s.value:.4g} TFLOP/s of {c.model} at seq {c.seq_len} is"
+            f" above the {calib.device_class} class's {calib.precision} peak, {peak[0]:.4g} TFLOP/s ({peak[1]}):"
+            " the model, sequence or micro-batch is not the job that was timed"
+        )
     if c.optimizer_s.value < 0:
         out.append(f"compute.optimizer_s: a time cannot be negative, got {c.optimizer_s.value:.3g} s")
     for hook, cast in sorted((c.hook_cast_s_per_gb or {}).items()):

@@ -44,8 +44,6 @@ from sim.buckets import build_buckets
 from sim.collectives import bus_factor
 from sim.transformer import flops_per_token, model_shape
 
-MIN_JITTER_SAMPLES = 8  # noise_fit.fit_noise's floor
-
 
 @dataclass
 class JobShape:
@@ -127,15 +125,17 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
         raise ValueError(f"--model: {job.model!r} is not a preset here (ddplab scenarios lists them)")
     ranks = fit.ranks
     n_samples = sum(len(f.steps) for f in ranks.values())
-    if n_samples < MIN_JITTER_SAMPLES:
-        raise ValueError(
-            f"{n_samples} profiled rank-steps ({len(ranks)} rank(s) x steps): the jitter fit needs at least"
-            f" {MIN_JITTER_SAMPLES}; profile more steps (train --profile N, or the schedule's active=N)"
-        )
     absent: list[str] = [
         "raw link rate and interference probe: a trace times the job, not the link (the network `trace` is the"
         " gradient all-reduces as the job ran them)"
     ]
+    if n_samples < noise_fit.MIN_FIT_SAMPLES:
+        plural = ("s" if n_samples != 1 else "", "s" if len(ranks) != 1 else "")
+        absent.append(
+            f"jitter: {n_samples} profiled rank-step{plural[0]} ({len(ranks)} rank{plural[1]}), a distribution fit"
+            f" needs {noise_fit.MIN_FIT_SAMPLES}: not fitted, a scenario keeps its own (profile more steps: train"
+            " --profile N, or the schedule's active=N)"
+        )
     device, info, dev_absent = _device(fit)
     absent += dev_absent
     ep = sum(f.ep_kernels for f in ranks.values())
@@ -234,7 +234,8 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             samples=cost["steps"],
             source=(
                 f"1 - {cost['at_median_speed_s']:.6g} s at the median rank's speed / {cost['measured_s']:.6g} s"
-                f" measured over {cost['steps']} steps (calibrate/trace_fit.py straggler_cost)"
+                f" measured over {cost['steps']} step{'s' * (cost['steps'] != 1)}"
+                " (calibrate/trace_fit.py straggler_cost)"
             ),
         ),
     )

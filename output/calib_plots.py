@@ -142,12 +142,15 @@ def ranks(calib: Calibration, path: Path) -> None:
 
 def write_calibration_plots(calib: Calibration, stem: Path) -> list[Path]:
     """Every calibration picture as ``<stem>-<what>.png``; returns the paths."""
-    what = ("collectives", "compute", "noise", "ranks") if calib.networks else ("compute", "noise", "ranks")
+    # A one-rank (one-GPU) probe measured no network; too few steps to fit, no jitter to draw.
+    what = [w for w, drawn in (("collectives", calib.networks), ("compute", True), ("noise", calib.noise.candidates),
+                               ("ranks", True)) if drawn]  # fmt: skip
     out = {w: stem.with_name(f"{stem.name}-{w}.png") for w in what}
-    if "collectives" in out:  # a one-rank (one-GPU) probe measured no network
+    if "collectives" in out:
         collectives(calib, out["collectives"])
     compute(calib, out["compute"])
-    noise(calib, out["noise"])
+    if "noise" in out:
+        noise(calib, out["noise"])
     ranks(calib, out["ranks"])
     return list(out.values())
 

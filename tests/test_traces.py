@@ -171,13 +171,32 @@ def test_streaming_reader_matches_json_load_at_any_buffer(tmp_path, monkeypatch,
 
 
 def test_calibrate_names_what_the_trace_lacks(two_ranks):
-    from calibrate.trace_calib import JobShape, calibrate_traces
+    from calibrate.trace_calib import calibrate_traces
 
     with pytest.raises(ValueError, match="does not say its model, seq-len, micro-batch, precision"):
         calibrate_traces(two_ranks)
+
+
+def test_too_few_steps_to_fit_jitter_calibrate_the_rest_and_keep_the_scenarios_jitter(two_ranks):
+    """2 ranks x 2 steps: under the jitter fit's 8 samples. Compute, ranks and overlap are
+    measured all the same; the jitter is "none", named absent, and a scenario keeps its own."""
+    from calibrate.apply import calibration_layer
+    from calibrate.trace_calib import JobShape, calibrate_traces
+    from sim.scenario_file import load_scenario
+
     given = JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp")
-    with pytest.raises(ValueError, match="4 profiled rank-steps"):  # 2 ranks x 2 steps < the jitter fit's 8
-        calibrate_traces(two_ranks, given=given)
+    c = calibrate_traces(two_ranks, given=given)
+    assert (c.noise.distribution, c.noise.candidates, c.noise.samples) == ("none", [], 4)
+    assert c.noise.chosen_because == "4 compute samples: a distribution fit needs at least 8"
+    jitter = "jitter: 4 profiled rank-steps (2 ranks), a distribution fit needs 8"
+    assert any(a.startswith(jitter) for a in c.trace.absent)
+    assert c.ranks[1].speed_factor == pytest.approx(1.2, rel=1e-9)  # measured as with more steps
+    sc = load_scenario("h100-1024")
+    for mode in ("shape", "all"):
+        layer = calibration_layer(sc, c, calib_path="c.json", mode=mode)
+        assert not [p for p in layer.patches if p.key == "noise.distribution"], mode
+        (held,) = [w for w in layer.withheld if w["key"] == "noise.distribution"]
+        assert held["value"] == "none" and held["reason"].endswith("the scenario's jitter stays")
 
 
 def test_calibration_from_a_gpu_trace_carries_its_device_and_provenance(tmp_path):
@@ -279,3 +298,24 @@ def test_simulate_h100_1024_takes_an_h100_trace_calibration_in_device_mode(ddpla
     assert "applied in mode 'device'" in out
     mfu = next(line for line in out.splitlines() if line.strip().startswith("compute.mfu"))
     assert "measured in r0.json.gz, rank 0, steps 0-4; measured in r1.json.gz, rank 1, steps 0-4" in mfu
+
+
+def test_a_job_shape_faster_than_the_devices_peak_is_refused(ddplab, tmp_path):
+    """The FLOPs of an achieved rate are the model's per token x the tokens the caller says the step
+    ran: llama3-70b at 8 x 8192 tokens in a 4.5 ms step is ~460 PFLOP/s on one H100, above its
+    989.4 TFLOP/s bf16 peak, so that is not the job that was traced: one line, exit 2, nothing
+    written. gpt2-tiny at 2 x 64 tokens, the traced job, is far under it."""
+    from calibrate import plausible
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    steps = tuple(range(6))
+    paths = [write(tmp_path / f"r{r}.json.gz", gpu_trace(r, steps=steps, jitter=0.02)) for r in (0, 1)]
+    ok = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
+    assert ok.device_class == "h100" and plausible.problems(ok) == []
+    out = tmp_path / "calib.json"
+    job = ("--model", "llama3-70b", "--seq-len", "8192", "--micro-batch", "8", "--precision", "bf16-amp")
+    code, _, err = ddplab("calibrate", *map(str, paths), *job, "-o", str(out))
+    (line,) = [x for x in err.splitlines() if x.strip() and not x.startswith("calibrate: reading")]
+    assert code == 2 and "above the h100 class's bf16-amp peak, 989.4 TFLOP/s (h100-1024)" in line, err
+    assert line.endswith("pass the traced job's --model, --seq-len, --micro-batch and --precision")
+    assert not out.exists() and not list(tmp_path.glob("*.png"))

@@ -112,3 +112,46 @@ def test_deepseek_h800_trace_matches_hta_and_counts_deepep_as_communication():
     (s,) = f.steps
     assert s.comm_s == pytest.approx(113.030e-3, abs=1e-6)
     assert s.overlap_s / s.comm_s > 0.95  # DualPipe hides the all-to-all under the other chunk's compute
+    # One step calibrates (no jitter fit), but a dense preset's FLOPs are not this MoE step's:
+    # llama3-8b at 4096 tokens in its compute is 1696 TFLOP/s, above the H800's 989.4 bf16 peak.
+    from calibrate import plausible
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    c = calibrate_traces([path], given=JobShape(model="llama3-8b", seq_len=4096, micro_batch=1, precision="bf16"))
+    assert c.noise.distribution == "none" and c.device_class == "h100"
+    (problem,) = plausible.problems(c)
+    assert problem.startswith("compute.achieved_tflop_s: 1696 TFLOP/s of llama3-8b at seq 4096 is above")
+
+
+def test_one_public_rank_of_one_step_calibrates_without_jitter(ddplab, tmp_path):
+    """A user's trace is often one rank's few steps: here rank 0 of 128, one step. calibrate
+    measures what one step shows (compute, overlap, exposed communication), fits no jitter and
+    runs no straggler what-if (both need more), says so, and a scenario keeps its own jitter."""
+    out = tmp_path / "calib.json"
+    job = ("--model", "gpt2-124m", "--seq-len", "1024", "--micro-batch", "1", "--precision", "bf16")
+    code, stdout, err = ddplab("calibrate", str(TRACES[0]), *job, "-o", str(out))
+    assert code == 0, err
+    lines = {x.split()[0]: x for x in stdout.splitlines() if x.strip()}
+    # Compute per micro-step is forward + backward by the autograd annotations: 29.281 + 69.948 ms
+    # over 1024 tokens.
+    assert "96.903 us/token (one size: through 0, 1 iteration)" in lines["compute"]
+    assert lines["jitter"].startswith("jitter    not fitted: 1 compute sample: a distribution fit needs at least 8;")
+    assert lines["stragglers"] == "stragglers one rank traced of 128: no straggler what-if (it compares ranks' speeds)"
+    assert "-0.0%" not in stdout and "R2 1.0000" not in stdout
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["calib-compute.png", "calib-ranks.png"]
+    code, stdout, err = ddplab("simulate", "h100-1024", "--calib", str(out), "--steps", "20")
+    assert code == 0, err
+    (kept,) = [x.split() for x in stdout.splitlines() if x.split()[:1] == ["noise.distribution"] and "assumed:" in x]
+    assert kept[1] == "lognormal"  # the preset's jitter, not a "none" from one step
+
+
+def test_both_public_ranks_give_the_straggler_what_if(ddplab, tmp_path):
+    out = tmp_path / "calib.json"
+    job = ("--model", "gpt2-124m", "--seq-len", "1024", "--micro-batch", "1", "--precision", "bf16")
+    code, stdout, err = ddplab("calibrate", *map(str, TRACES), *job, "-o", str(out))
+    assert code == 0, err
+    (line,) = [x for x in stdout.splitlines() if x.startswith("stragglers")]
+    # Rank 1 computes 1.121x the median of the two; at the median speed its step would end when
+    # rank 0's does: 1 - 593.256 / 607.904 ms (HTA's step times above).
+    assert "slowest rank 1 (x1.121 the median rank's compute)" in line and "2.4% less time" in line
+    assert "measured over 1 step (" in line

@@ -65,7 +65,9 @@ def calibrate_runs(
             if value is not None:
                 raise ValueError(f"{flag} {value}: only with profiler traces (a probe run records its own job)")
         calib = fit(runs, seed=seed, command=command, progress=say)
-    plausible.check(calib, f"{output}: not written")  # impossible fits, before any file is written
+    # Impossible fits, before any file is written; a trace's job shape may be the caller's, not measured.
+    fix = "pass the traced job's --model, --seq-len, --micro-batch and --precision" if traces else plausible.RERUN
+    plausible.check(calib, f"{output}: not written", fix)
     check_admitted(calib, str(output))
     pngs = write_calibration_plots(calib, output.with_suffix(""))
     calib = replace(calib, plots=[p.name for p in pngs])

@@ -46,13 +46,17 @@ def trace_lines(c) -> list[str]:
         f" {fmt_seconds(t.exposed_comm_s.value)} per step (slowest rank)"
     )
     cost = t.straggler_cost.value
-    # At or under zero, ranks at the median speed came out no faster: no straggler cost to see, the
-    # rest the steps' own noise (a "-0.1 % less time" would say the opposite of what it means).
-    what = f"{cost:.1%} less time" if cost > 0 else f"no less time (no straggler cost; {-cost:.1%} more: noise)"
-    out.append(
-        f"stragglers slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute);"
-        f" every rank at the median speed: {what} ({t.straggler_cost.source})"
-    )
+    if len(t.ranks) < 2:  # the what-if sets every rank to the median rank's speed: one rank is its own median
+        out.append(f"stragglers one rank traced of {c.world_size}: no straggler what-if (it compares ranks' speeds)")
+    else:
+        # At or under zero, ranks at the median speed came out no faster: no straggler cost to see,
+        # the rest the steps' own noise (a "-0.1 % less time" would say the opposite of what it means).
+        noise = f"; {-cost:.1%} more: noise" if round(-cost, 3) > 0 else ""
+        what = f"{cost:.1%} less time" if round(cost, 3) > 0 else f"no less time (no straggler cost{noise})"
+        out.append(
+            f"stragglers slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute);"
+            f" every rank at the median speed: {what} ({t.straggler_cost.source})"
+        )
     for a in t.absent:
         out.append(f"absent    {a}")
     return out
@@ -114,9 +118,11 @@ def calibration_lines(c) -> list[str]:
             out.append(f"note      {label}: collectives timed under the normal scheduler: {n.collectives_sched}")
     k = c.compute
     s = k.step_s
+    # One micro-batch size is a line through 0 and its one point: an R2 of 1 that says nothing.
+    fit = f"R2 {s.r2:.4f}" if len({p[0] for p in s.points}) > 1 else "one size: through 0"
     out.append(
         f"compute   {k.model} seq {k.seq_len}: forward+backward = {fmt_seconds(s.intercept_s)}"
-        f" + {s.per_token_s * 1e6:.3f} us/token (R2 {s.r2:.4f}, {k.samples} iterations);"
+        f" + {s.per_token_s * 1e6:.3f} us/token ({fit}, {k.samples} iteration{'s' * (k.samples != 1)});"
         f" {_flop_rate(k.achieved_tflop_s.value)} achieved"
     )
     out.append(
@@ -133,25 +139,14 @@ def calibration_lines(c) -> list[str]:
             f" ({ddp.tokens} tokens); {fmt_bytes(per)} per token (max_memory_allocated)"
         )
     nz = c.noise
-    others = ", ".join(f"{x.distribution} AIC {round(x.aic)}" for x in nz.candidates[1:])  # round: never "-0"
-    best = nz.candidates[0]
-    chosen = next((x for x in nz.candidates if x.distribution == nz.distribution), None)
-    if nz.chosen_because:  # the best by AIC is one the simulator refuses
-        kept = (
-            f"{nz.distribution} sigma {nz.sigma:.4f} (KS {chosen.ks:.3f} <= {nz.ks_critical_1pct:.3f})"
-            if chosen
-            else f"the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
-        )
-        verdict = f"{nz.chosen_because}; the simulator gets {kept}"
-    elif nz.distribution == "empirical":
-        verdict = (
-            f"rejected (KS {best.ks:.3f} > {nz.ks_critical_1pct:.3f} at 1 %): the simulator resamples"
-            f" the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
-        )
-    else:
-        verdict = f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
-    out.append(
-        f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {round(best.aic)}; {others}): {verdict}"
+    out += (
+        _jitter_lines(nz)
+        if nz.candidates
+        else [
+            # each rank's multipliers are over its own mean: with one step a rank, all are 1
+            f"jitter    not fitted: {nz.chosen_because}{f' (sd {nz.sigma:.4f})' if np.ptp(nz.multipliers) else ''};"
+            " a scenario keeps its own jitter"
+        ]
     )
     if nz.multipliers_by_micro_batch:
         sizes = ", ".join(f"{b}: {np.std(x):.4f}" for b, x in sorted(nz.multipliers_by_micro_batch.items()))
@@ -179,11 +174,35 @@ def calibration_lines(c) -> list[str]:
     return out
 
 
+def _jitter_lines(nz) -> list[str]:
+    """The jitter fit: the best by AIC, the others, and what the simulator gets."""
+    others = ", ".join(f"{x.distribution} AIC {round(x.aic)}" for x in nz.candidates[1:])  # round: never "-0"
+    best = nz.candidates[0]
+    chosen = next((x for x in nz.candidates if x.distribution == nz.distribution), None)
+    if nz.chosen_because:  # the best by AIC is one the simulator refuses
+        kept = (
+            f"{nz.distribution} sigma {nz.sigma:.4f} (KS {chosen.ks:.3f} <= {nz.ks_critical_1pct:.3f})"
+            if chosen
+            else f"the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
+        )
+        verdict = f"{nz.chosen_because}; the simulator gets {kept}"
+    elif nz.distribution == "empirical":
+        verdict = (
+            f"rejected (KS {best.ks:.3f} > {nz.ks_critical_1pct:.3f} at 1 %): the simulator resamples"
+            f" the {nz.samples} measured multipliers (empirical, sd {nz.sigma:.4f})"
+        )
+    else:
+        verdict = f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
+    return [
+        f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {round(best.aic)}; {others}): {verdict}"
+    ]
+
+
 def _rank_jitter(noise) -> str:
     """A rank's own jitter: its best fit, or its sd alone where it has too few steps to fit
     (calibrate/noise_fit.py rank_noise's "none")."""
     if noise.best_fit == "none":
-        return f"sd {noise.sd:.3f} over {noise.samples} steps, too few to fit"
+        return f"sd {noise.sd:.3f} over {noise.samples} step{'s' * (noise.samples != 1)}, too few to fit"
     return f"{noise.best_fit} sd {noise.sd:.3f}"
 
 

@@ -152,7 +152,7 @@ def _params(run_dir: Path, calib: Calibration | None) -> str:
         )
         + table(["parameter", "value", "source"], rows, left=3)
         + img(run_dir, "calib-compute.png", "compute fit")
-        + img(run_dir, "calib-noise.png", "jitter")
+        + (img(run_dir, "calib-noise.png", "jitter") if nz.candidates else "")  # none fitted: no picture
         + img(run_dir, "calib-ranks.png", "per-rank speed")
     )
 
