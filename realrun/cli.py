@@ -357,6 +357,34 @@ def check_3d(args: argparse.Namespace, shape: dict) -> None:
 PARSERS = {"probe": probe_parser, "train": train_parser}
 
 
+# Which probe parts read each option (realrun/probe.py): the model's parts build and step it.
+MODEL_PARTS = ("compute", "overlap", "tp", "pp")
+PART_OPTIONS = (
+    ("--model", "model", MODEL_PARTS),
+    ("--seq-len", "seq_len", MODEL_PARTS),
+    ("--micro-batches", "micro_batches", MODEL_PARTS),
+    ("--bucket-cap-mb", "bucket_cap_mb", MODEL_PARTS),
+    ("--ops", "ops", ("collectives",)),
+    ("--sizes", "sizes", ("collectives",)),
+    ("--sched", "sched", ("collectives",)),
+    ("--link-bytes", "link_bytes", ("link",)),
+)
+
+
+def check_probe_parts(args: argparse.Namespace) -> None:
+    """An option set away from its default that no probe part asked for reads is refused, as
+    train refuses a schedule it would not use: else `probe --parts collectives --model gpt2-760m`
+    records a sweep its user takes for the 760M model's. --quick runs the health check alone."""
+    defaults = probe_parser(add_help=False)
+    parts = () if args.quick else tuple(args.parts)
+    for flag, dest, readers in PART_OPTIONS:
+        value = getattr(args, dest)
+        if value != defaults.get_default(dest) and not set(readers) & set(parts):
+            shown = ",".join(map(str, value)) if isinstance(value, list) else value
+            asked = "--quick runs the 64 MB allreduce alone" if args.quick else f"--parts is {','.join(parts)}"
+            raise ValueError(f"{flag} {shown}: only the {'/'.join(readers)} probe reads it, and {asked}")
+
+
 def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True) -> None:
     """What a parser cannot check alone, checked once for every entry (ddplab probe/train,
     netlab run, launch, the workers), so a bad value fails before any process starts.
@@ -391,6 +419,8 @@ def check_args(verb: str, args: argparse.Namespace, *, this_machine: bool = True
             f"--bucket-cap-mb {args.bucket_cap_mb:g}: with --compile it must be >= 1 (torch's 1 MiB first bucket)"
         )
     seq_len = args.seq_len or context
+    if verb == "probe":
+        check_probe_parts(args)
     if verb == "train":
         check_3d(args, models[args.model])
     if verb == "train" and args.data is not None and this_machine:  # elsewhere: the path is the node's

@@ -78,3 +78,37 @@ def test_a_study_keyword_without_its_option_is_a_bug_named_not_a_default():
         options.call(study, argparse.Namespace(mtbf_h=5.0))
     assert options.call(study, argparse.Namespace(mtbf_h=5.0, seed=3)) == (5.0, 3)
     assert options.call(study, argparse.Namespace(mtbf_h=5.0), seed=7) == (5.0, 7)
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (("--parts", "collectives", "--model", "gpt2-760m"),
+         "--model gpt2-760m: only the compute/overlap/tp/pp probe reads it, and --parts is collectives"),
+        (("--parts", "compute", "--sizes", "1M"), "--sizes 1048576: only the collectives probe reads it"),
+        (("--parts", "compute,overlap", "--sched", "other"), "--sched other: only the collectives probe reads it"),
+        (("--parts", "collectives", "--link-bytes", "8M"), "--link-bytes 8388608: only the link probe reads it"),
+        (("--quick", "--micro-batches", "2"),
+         "--micro-batches 2: only the compute/overlap/tp/pp probe reads it, and --quick runs the 64 MB"),
+    ],
+)  # fmt: skip
+def test_a_probe_option_no_asked_part_reads_is_refused(ddplab, tmp_path, args, says):
+    """`probe --parts collectives --model gpt2-760m` once swept collectives and said nothing: its
+    user took the records for the 760M model's."""
+    out = tmp_path / "run"
+    code, _, err = ddplab("probe", "--nproc", "2", "--out", str(out), *args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and says in lines[0], err
+    assert not out.exists()
+
+
+def test_probe_options_an_asked_part_reads_pass_the_check():
+    from realrun.cli import check_probe_parts, probe_parser
+
+    for argv in (
+        ["--parts", "collectives", "--ops", "allreduce", "--sizes", "1K"],
+        ["--parts", "compute,link", "--model", "gpt2-124m", "--link-bytes", "1M"],
+        ["--parts", "pp", "--micro-batches", "4"],
+        ["--parts", "collectives", "--model", "gpt2-tiny"],  # the default, said again: nothing unused
+    ):
+        check_probe_parts(probe_parser().parse_args(["--out", "x", *argv]))
