@@ -33,7 +33,9 @@ def trace_lines(c) -> list[str]:
     )
     if t.buckets:
         sizes = ", ".join(f"{fmt_bytes(b.bytes)} at {b.ready_fraction:.2f}" for b in t.buckets)
-        out.append(f"buckets   {len(t.buckets)} gradient all-reduces per step (size at fraction of backward): {sizes}")
+        n = len(t.buckets)
+        what = f"{n} gradient all-reduce{'s' * (n != 1)} per step"
+        out.append(f"buckets   {what} (size at fraction of backward): {sizes}")
     for s in t.collectives:
         out.append(
             f"collective {s.op} {fmt_bytes(s.bytes)} on {s.ranks} ranks: {s.calls} calls, median"
