@@ -49,7 +49,10 @@ def problems(calib) -> list[str]:
         out.append("compute.step_s: zero time at every size")
     if not c.achieved_tflop_s.value > 0:
         out.append(f"compute.achieved_tflop_s: must be > 0, got {c.achieved_tflop_s.value:.3g}")
-    elif (peak := class_peak_tflop_s(calib.device_class, calib.precision)) and c.achieved_tflop_s.value > peak[0]:
+    elif (peak := class_peak_tflop_s(calib.device_class, calib.precision)) and peak[0] <= 0:
+        cls = calib.device_class
+        out.append(f"precision: {calib.precision} on the {cls} class, which has no such matmuls ({peak[1]})")
+    elif peak and c.achieved_tflop_s.value > peak[0]:
         # The FLOPs are the model's per token x the tokens the caller said the step ran: above the
         # device's peak, that model, sequence or micro-batch is not the job that was timed.
         out.append(

@@ -312,6 +312,12 @@ def test_a_job_shape_faster_than_the_devices_peak_is_refused(ddplab, tmp_path):
     paths = [write(tmp_path / f"r{r}.json.gz", gpu_trace(r, steps=steps, jitter=0.02)) for r in (0, 1)]
     ok = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
     assert ok.device_class == "h100" and plausible.problems(ok) == []
+    from dataclasses import replace
+
+    # An A100 has no FP8 matmuls (a100-8's compute.peak_fp8_tflop_s = 0): no FP8 step ran on one.
+    assert plausible.problems(replace(ok, device_class="a100", precision="fp8")) == [
+        "precision: fp8 on the a100 class, which has no such matmuls (a100-8)"
+    ]
     out = tmp_path / "calib.json"
     job = ("--model", "llama3-70b", "--seq-len", "8192", "--micro-batch", "8", "--precision", "bf16-amp")
     code, _, err = ddplab("calibrate", *map(str, paths), *job, "-o", str(out))

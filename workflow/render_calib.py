@@ -141,15 +141,7 @@ def calibration_lines(c) -> list[str]:
             f" ({ddp.tokens} tokens); {fmt_bytes(per)} per token (max_memory_allocated)"
         )
     nz = c.noise
-    out += (
-        _jitter_lines(nz)
-        if nz.candidates
-        else [
-            # each rank's multipliers are over its own mean: with one step a rank, all are 1
-            f"jitter    not fitted: {nz.chosen_because}{f' (sd {nz.sigma:.4f})' if np.ptp(nz.multipliers) else ''};"
-            " a scenario keeps its own jitter"
-        ]
-    )
+    out.append(_jitter_line(nz))
     if nz.multipliers_by_micro_batch:
         sizes = ", ".join(f"{b}: {np.std(x):.4f}" for b, x in sorted(nz.multipliers_by_micro_batch.items()))
         out.append(
@@ -176,8 +168,12 @@ def calibration_lines(c) -> list[str]:
     return out
 
 
-def _jitter_lines(nz) -> list[str]:
-    """The jitter fit: the best by AIC, the others, and what the simulator gets."""
+def _jitter_line(nz) -> str:
+    """The jitter fit: the best by AIC, the others, and what the simulator gets; or why none was fitted."""
+    if not nz.candidates:
+        # each rank's multipliers are over its own mean: with one step a rank, all are 1
+        sd = f" (sd {nz.sigma:.4f})" if np.ptp(nz.multipliers) else ""
+        return f"jitter    not fitted: {nz.chosen_because}{sd}; a scenario keeps its own jitter"
     others = ", ".join(f"{x.distribution} AIC {round(x.aic)}" for x in nz.candidates[1:])  # round: never "-0"
     best = nz.candidates[0]
     chosen = next((x for x in nz.candidates if x.distribution == nz.distribution), None)
@@ -195,9 +191,7 @@ def _jitter_lines(nz) -> list[str]:
         )
     else:
         verdict = f"KS {best.ks:.3f} <= {nz.ks_critical_1pct:.3f}"
-    return [
-        f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {round(best.aic)}; {others}): {verdict}"
-    ]
+    return f"jitter    best fit {best.distribution} sigma {best.sigma:.4f} (AIC {round(best.aic)}; {others}): {verdict}"
 
 
 def _rank_jitter(noise) -> str:
