@@ -319,6 +319,9 @@ class TraceRank:
     forward_s: list[float] | None = None  # None: not annotated in the trace
     backward_s: list[float] | None = None
     optimizer_s: list[float] | None = None
+    # The step outside forward, backward, the gradient wait and the optimizer (trace_fit.py
+    # StepFit.outside_s); None in calibrations written before it was carried (2026-12-07).
+    outside_s: list[float] | None = None
     comm_s: list[float]
     exposed_comm_s: list[float]
     overlap_s: list[float]

@@ -22,7 +22,9 @@ arrays (bench/trace_memory.py measures the peak on a 1 GB trace). Names follow K
   GPU kernels (sizes in their args since PyTorch 2.1), and an expert-parallel library's all-to-all
   kernels (DeepEP's dispatch and combine; no sizes);
 - GPU work: ``kernel``, ``gpu_memcpy`` and ``gpu_memset`` events on a ``stream``, each tied to
-  the CPU call that launched it by ``correlation`` (``cuda_runtime`` / ``cuda_driver``).
+  the CPU call that launched it by ``correlation`` (``cuda_runtime`` / ``cuda_driver``);
+- ``ddplab.train_step``: in `ddplab train --profile`'s own traces, the training step as its
+  records time it (realrun/profiling.py STEP_SPAN): the rest of ProfilerStep#N is the harness's.
 """
 
 import gzip
@@ -37,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 CHUNK_CHARS = 1 << 20
+STEP_SPAN = "ddplab.train_step"  # realrun/profiling.py's twin (tests/test_twins.py)
 MAX_VALUE_CHARS = 64 << 20  # no event or metadata value of a real trace comes near 64 MB
 
 # Kernel kinds exactly as Holistic Trace Analysis sorts them (hta/utils/utils.py get_kernel_type),
@@ -130,6 +133,7 @@ class RankTrace:
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (N, ts, dur)
     forward: list[tuple[float, float]] = field(default_factory=list)  # (ts, end)
     optimizer: list[tuple[float, float]] = field(default_factory=list)
+    own_steps: list[tuple[float, float]] = field(default_factory=list)  # STEP_SPAN: ddplab's own traces
     backward_ops: array = field(default_factory=lambda: array("d"))  # ts, end, ts, end, ...
     issues: list[Collective] = field(default_factory=list)  # c10d:: calls on the CPU (dur = the call)
     param_comms: list[Collective] = field(default_factory=list)  # record_param_comms (sizes)
@@ -401,6 +405,8 @@ def _take(e: dict, t: RankTrace) -> None:
         t.forward.append((ts, ts + dur))
     elif name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
         t.optimizer.append((ts, ts + dur))
+    elif name == STEP_SPAN:
+        t.own_steps.append((ts, ts + dur))
     elif name == "record_param_comms":
         op = op_name(args.get("Collective name"))
         if op:

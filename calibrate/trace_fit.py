@@ -103,10 +103,22 @@ class StepFit:
     # From the end of backward compute (the last gradient all-reduce issued) to the end of the
     # last one: realrun's ``wait_s`` (realrun/train.py), what validate compares.
     wait_s: float = 0.0
+    # ProfilerStep#N beyond the job's own step where the job annotated it (`ddplab train
+    # --profile`'s kineto.STEP_SPAN: the records it writes, the profiler's step); 0 otherwise.
+    harness_s: float = 0.0
 
     @property
     def exposed_comm_s(self) -> float:
         return self.comm_s - self.overlap_s
+
+    @property
+    def outside_s(self) -> float:
+        """The step's time outside what the simulator models apart (forward and backward compute,
+        the wait for the gradient all-reduces, the optimizer): data loading, host work and
+        launch gaps, a GPU's idle time, communication other than the gradients'. 0 at least."""
+        split = self.forward_s is not None and self.backward_s is not None
+        fb = self.forward_s + self.backward_s if split else self.compute_s
+        return max(self.step_s - self.harness_s - fb - self.wait_s - (self.optimizer_s or 0.0), 0.0)
 
 
 @dataclass
@@ -180,7 +192,7 @@ def fit_rank(t: RankTrace, rank: int) -> RankFit:
 
 def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
     bwd = _sorted_pairs(t.backward_ops)
-    fwd_all, opt_all = sorted(t.forward), sorted(t.optimizer)
+    fwd_all, opt_all, own_all = sorted(t.forward), sorted(t.optimizer), sorted(t.own_steps)
     issues = sorted(t.issues, key=lambda c: c.ts)
     executed_all = sorted(t.executed, key=lambda c: c.ts)
     issue_ts, executed_ts = [c.ts for c in issues], [c.ts for c in executed_all]
@@ -238,8 +250,15 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
                     0.0,
                 )
                 * US,
+                harness_s=_harness(own_all, ts, dur) * US,
             )
         )
+
+
+def _harness(own_all: list[tuple[float, float]], ts: float, dur: float) -> float:
+    """ProfilerStep#N's time outside the job's own annotated step (kineto.STEP_SPAN), 0 without one."""
+    own = _in(own_all, ts, ts + dur)
+    return max(dur - sum(e - s for s, e in own), 0.0) if own else 0.0
 
 
 def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
@@ -263,7 +282,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
     order = np.argsort(launch, kind="stable")
     launch, gts, gend, kind, corr = launch[order], gts[order], gend[order], kind[order], corr[order]
     bwd = _sorted_pairs(t.backward_ops)
-    fwd_all, opt_all = sorted(t.forward), sorted(t.optimizer)
+    fwd_all, opt_all, own_all = sorted(t.forward), sorted(t.optimizer), sorted(t.own_steps)
     comm_by_corr = {c.correlation: c for c in t.executed if c.where == "gpu"}
 
     def part(lo: float, hi: float, which=(COMPUTE,)):
@@ -320,6 +339,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
                 buckets=grads,
                 collectives=calls,
                 wait_s=wait,
+                harness_s=_harness(own_all, ts, dur) * US,
             )
         )
 

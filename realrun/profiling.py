@@ -16,6 +16,10 @@ from pathlib import Path
 # is the profiler's warm-up, so tracing starts at 2. Torch is imported where the profiler starts:
 # realrun/cli.py, torch-free, checks --steps against this before any process starts.
 FIRST_PROFILED_STEP = 2
+# The training step as step_wall_s times it (data to zero_grad), annotated in a profiled run so
+# that calibrate tells the job's time from this harness's own (records written, the profiler's
+# step) inside ProfilerStep#k; calibrate/kineto.py reads the same name (tests/test_twins.py).
+STEP_SPAN = "ddplab.train_step"
 
 
 def trace_path(out: Path, rank: int) -> Path:

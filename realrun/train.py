@@ -79,6 +79,13 @@ class Trainer:
         self.opt = recipe.optimizer(self.ddp.parameters(), args.lr)
         self.scaler = recipe.scaler()
         self.instrument = not args.no_instrument
+        self.step_span = nullcontext
+        if getattr(args, "profile", None):
+            from torch.profiler import record_function
+
+            from realrun.profiling import STEP_SPAN
+
+            self.step_span = lambda: record_function(STEP_SPAN)
         self.clock = Clock(env.device)
         self.hook = None
         # MPS over gloo: every bucket goes through a CPU copy (realrun/ddp_wrap.py).
@@ -104,52 +111,53 @@ class Trainer:
     def train_step(self) -> dict:
         a, dev = self.args, self.env.device
         reset_peak(dev)
-        t0 = self.now()
-        self.clock.start(t0)
-        if self.hook is not None:
-            self.hook.begin_step()
-        data_s = forward_s = backward_s = wait_s = 0.0
-        loss_sum = torch.zeros((), device=dev)
-        saved, buckets = [], []
-        for micro in range(a.grad_accum):
-            last = micro == a.grad_accum - 1
-            self.enter("data")
+        with self.step_span():  # a no-op unless profiled (realrun/profiling.py STEP_SPAN)
+            t0 = self.now()
+            self.clock.start(t0)
+            if self.hook is not None:
+                self.hook.begin_step()
+            data_s = forward_s = backward_s = wait_s = 0.0
+            loss_sum = torch.zeros((), device=dev)
+            saved, buckets = [], []
+            for micro in range(a.grad_accum):
+                last = micro == a.grad_accum - 1
+                self.enter("data")
+                t = self.now()
+                x, y = self.batches.next(self.micro_batch)
+                x, y = x.to(dev), y.to(dev)
+                t1 = self.now()
+                with nullcontext() if last else self.ddp.no_sync():
+                    self.enter("forward")
+                    with self.recipe.autocast():  # forward and loss only (the AMP recipe)
+                        _, per_seq = self.ddp(x, y)
+                        loss = per_seq.sum() * self.loss_scale
+                    t2 = self.now()
+                    self.enter("backward")
+                    backward(loss, self.scaler)
+                    if self.throttle is not None:
+                        self.throttle.backward_end()
+                    t3 = self.now()
+                loss_sum += per_seq.detach().float().sum()
+                data_s, forward_s = data_s + t1 - t, forward_s + t2 - t1
+                if last and self.instrument:
+                    # Backward compute ends when the last bucket is ready; the rest is waiting.
+                    buckets = self.hook.step_buckets()
+                    compute_end = t0 + max(b["ready_s"] for b in buckets)
+                    backward_s, wait_s = backward_s + compute_end - t2, t3 - compute_end
+                else:
+                    backward_s += t3 - t2
+                if a.save_grads and self.step == 0:
+                    saved.append((x.cpu(), y.cpu()))
+            if saved:
+                self._save_grads(saved)
+            # The scale this step's gradients carry, read before update() changes it (a sync,
+            # so before the optimizer's clock starts).
+            grad_scale = self.scaler.get_scale() if self.scaler is not None else None
+            self.enter("optimizer")
             t = self.now()
-            x, y = self.batches.next(self.micro_batch)
-            x, y = x.to(dev), y.to(dev)
-            t1 = self.now()
-            with nullcontext() if last else self.ddp.no_sync():
-                self.enter("forward")
-                with self.recipe.autocast():  # forward and loss only (the AMP recipe)
-                    _, per_seq = self.ddp(x, y)
-                    loss = per_seq.sum() * self.loss_scale
-                t2 = self.now()
-                self.enter("backward")
-                backward(loss, self.scaler)
-                if self.throttle is not None:
-                    self.throttle.backward_end()
-                t3 = self.now()
-            loss_sum += per_seq.detach().float().sum()
-            data_s, forward_s = data_s + t1 - t, forward_s + t2 - t1
-            if last and self.instrument:
-                # Backward compute ends when the last bucket is ready; the rest is waiting.
-                buckets = self.hook.step_buckets()
-                compute_end = t0 + max(b["ready_s"] for b in buckets)
-                backward_s, wait_s = backward_s + compute_end - t2, t3 - compute_end
-            else:
-                backward_s += t3 - t2
-            if a.save_grads and self.step == 0:
-                saved.append((x.cpu(), y.cpu()))
-        if saved:
-            self._save_grads(saved)
-        # The scale this step's gradients carry, read before update() changes it (a sync,
-        # so before the optimizer's clock starts).
-        grad_scale = self.scaler.get_scale() if self.scaler is not None else None
-        self.enter("optimizer")
-        t = self.now()
-        optimizer_step(self.opt, self.scaler)
-        self.opt.zero_grad(set_to_none=True)
-        t_end = self.now()
+            optimizer_step(self.opt, self.scaler)
+            self.opt.zero_grad(set_to_none=True)
+            t_end = self.now()
         peak = peak_memory(dev)
         rec = {
             "type": "step",

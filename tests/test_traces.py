@@ -215,7 +215,13 @@ def test_calibration_from_a_gpu_trace_carries_its_device_and_provenance(tmp_path
     )  # fmt: skip
     # Forward + backward of the speed-1 rank, per token of the micro-step (one size: through 0).
     assert c.compute.step_s.points == [(128, pytest.approx(4500e-6 * j, rel=1e-9))]
-    assert c.compute.optimizer_s.value == pytest.approx(1.01 * 300e-6 * j, rel=1e-9)  # the slowest rank's mean
+    # After the wait, the slowest-computing rank's (1) optimizer kernel and the rest of its 10 ms
+    # step: forward's 1000 us kernel, backward's 2000 + 1500, the wait to the all-reduce's end at
+    # 8200 from the 1500 us kernel's at 6100 + 1500 k; what is left of the step is idle GPU.
+    k = 1.01 * j
+    wait = 8200 - 6100 - 1500 * k
+    assert c.compute.optimizer_s.value == pytest.approx((STEP_US - 1000 * k - 3500 * k - wait) * 1e-6, rel=1e-9)
+    assert c.trace.ranks[1].optimizer_s == pytest.approx([300e-6 * 1.01 * (1 + 0.02 * (n % 2)) for n in range(5)])
     assert c.ranks[1].speed_factor == pytest.approx(1.01, rel=1e-9)
     assert c.trace.ranks[1].provenance == "measured in r1.json.gz, rank 1, steps 0-4"
     assert "r0.json.gz, rank 0, steps 0-4" in c.compute.achieved_tflop_s.source
@@ -325,3 +331,29 @@ def test_a_job_shape_faster_than_the_devices_peak_is_refused(ddplab, tmp_path):
     assert code == 2 and "above the h100 class's bf16-amp peak, 989.4 TFLOP/s (h100-1024)" in line, err
     assert line.endswith("pass the traced job's --model, --seq-len, --micro-batch and --precision")
     assert not out.exists() and not list(tmp_path.glob("*.png"))
+
+
+def test_a_gpu_trace_predicts_its_own_jobs_step_idle_included(tmp_path):
+    """Each synthetic 10 ms step keeps the GPU busy 4.5-4.7 ms with compute and waits 0.5 ms for
+    the all-reduce; the rest is idle (host work, data: whatever a job does between kernels). The
+    simulator, calibrated in mode all on the traced job, must take 10 ms a step, not the 5.4 ms it
+    took while the idle was dropped (before 2026-12-07: -45 %)."""
+    from calibrate.apply import apply_calibration
+    from calibrate.trace_calib import JobShape, calibrate_traces
+    from sim.engine import simulate
+    from sim.scenario_file import scenario_from_dict
+
+    paths = [
+        write(tmp_path / f"r{r}.json.gz", gpu_trace(r, slow=1 + 0.01 * r, steps=tuple(range(10)), jitter=0.02))
+        for r in (0, 1)
+    ]
+    c = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
+    data = {
+        "name": "traced job", "ranks": 2, "steps": 300, "model": {"preset": "gpt2-tiny"},
+        "training": {"micro_batch_size": 2, "seq_len": 64, "precision": "bf16-amp"},
+        "network": {"backend": "nccl", "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+        "noise": {}, "compute": {},
+    }  # fmt: skip
+    applied = apply_calibration(data, c, calib_path="c.json", mode="all")
+    step_s = simulate(scenario_from_dict(applied.data), trace_steps=0).step_time_s.mean()
+    assert step_s == pytest.approx(STEP_US * 1e-6, rel=0.02)

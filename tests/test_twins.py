@@ -1,4 +1,4 @@
-"""Facts realrun and sim must agree on but cannot share code for (realrun never imports
+"""Facts realrun and sim (or calibrate) must agree on but cannot share code for (realrun never imports
 sim, docs/architecture.md): each reading is held equal to the other here."""
 
 import argparse
@@ -12,6 +12,10 @@ from sim import collectives, config, precision, units
 
 
 def test_vocabularies_match():
+    from calibrate import kineto
+    from realrun import profiling
+
+    assert kineto.STEP_SPAN == profiling.STEP_SPAN  # calibrate reads what realrun annotates
     assert realrun_cli.OPS == collectives.OPS
     assert probe_collectives.PER_RANK == collectives.PER_RANK_OPS
     assert realrun_cli.COMM_HOOKS == config.COMM_HOOKS

@@ -16,13 +16,18 @@ def trace_lines(c) -> list[str]:
         return f"{np.mean(xs) * 1e3:8.3f}" if xs else "  absent"
 
     out.append(f"{'trace':<10} {'rank':>4} {'steps':>7} {'step ms':>8} {'compute':>8} {'fwd':>8} {'bwd':>8}"
-               f" {'optim':>8} {'comm':>8} {'exposed':>8} {'buckets':>7} {'jitter':>6}")  # fmt: skip
+               f" {'optim':>8} {'other':>8} {'comm':>8} {'exposed':>8} {'buckets':>7} {'jitter':>6}")  # fmt: skip
     for r, x in sorted(t.ranks.items()):
         steps = f"{x.steps[0]}-{x.steps[-1]}"
         out.append(
             f"{'':<10} {r:>4} {steps:>7} {ms(x.step_s)} {ms(x.compute_s)} {ms(x.forward_s)} {ms(x.backward_s)}"
-            f" {ms(x.optimizer_s)} {ms(x.comm_s)} {ms(x.exposed_comm_s)} {x.bucket_count:>7} {x.jitter_sd:>6.3f}"
+            f" {ms(x.optimizer_s)} {ms(x.outside_s)} {ms(x.comm_s)} {ms(x.exposed_comm_s)} {x.bucket_count:>7}"
+            f" {x.jitter_sd:>6.3f}"
         )
+    out.append(
+        "          other: the step outside forward, backward, the gradient wait and the optimizer (data, host"
+        " work, GPU idle, other communication)"
+    )
     for r, x in sorted(t.ranks.items()):
         out.append(f"source    rank {r}: {x.provenance}")
     # The profiler's own work per operator is in every traced step; measured on this project's CPU
@@ -127,8 +132,10 @@ def calibration_lines(c) -> list[str]:
         f" + {s.per_token_s * 1e6:.3f} us/token ({fit}, {k.samples} iteration{'s' * (k.samples != 1)});"
         f" {_flop_rate(k.achieved_tflop_s.value)} achieved"
     )
+    # From traces the term after the wait is the optimizer and the rest of the step (trace_calib._outside).
+    after = "optimizer and the rest of the step" if c.trace is not None else "optimizer"
     out.append(
-        f"          optimizer {fmt_seconds(k.optimizer_s.value)};"
+        f"          {after} {fmt_seconds(k.optimizer_s.value)};"
         f" {len(k.ready_fractions.value)} gradients in the ready profile"
     )
     if k.hook_cast_s_per_gb:
