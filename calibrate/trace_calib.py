@@ -410,12 +410,7 @@ def _outside(ranks, absent: list[str]) -> Measured:
     meet in their collectives), and the simulator paces a step by its slowest rank's compute, so
     the time to add is what that rank spends beyond it. A faster rank's rest also holds its wait
     for that one (on HTA's sampled pair, rank 0's 505 ms against rank 1's 477)."""
-
-    def compute(s):
-        split = s.forward_s is not None and s.backward_s is not None
-        return s.forward_s + s.backward_s if split else s.compute_s
-
-    r = max(ranks, key=lambda k: np.mean([compute(s) for s in ranks[k].steps]))
+    r = max(ranks, key=lambda k: np.mean([s.fwd_bwd_s for s in ranks[k].steps]))
     steps = ranks[r].steps
     opt = float(np.mean([s.optimizer_s or 0.0 for s in steps]))
     rest = float(np.mean([s.outside_s for s in steps]))

@@ -112,13 +112,17 @@ class StepFit:
         return self.comm_s - self.overlap_s
 
     @property
+    def fwd_bwd_s(self) -> float:
+        """Forward and backward compute: the annotated spans' where both are, else the step's compute."""
+        split = self.forward_s is not None and self.backward_s is not None
+        return self.forward_s + self.backward_s if split else self.compute_s
+
+    @property
     def outside_s(self) -> float:
         """The step's time outside what the simulator models apart (forward and backward compute,
         the wait for the gradient all-reduces, the optimizer): data loading, host work and
         launch gaps, a GPU's idle time, communication other than the gradients'. 0 at least."""
-        split = self.forward_s is not None and self.backward_s is not None
-        fb = self.forward_s + self.backward_s if split else self.compute_s
-        return max(self.step_s - self.harness_s - fb - self.wait_s - (self.optimizer_s or 0.0), 0.0)
+        return max(self.step_s - self.harness_s - self.fwd_bwd_s - self.wait_s - (self.optimizer_s or 0.0), 0.0)
 
 
 @dataclass
