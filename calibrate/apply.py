@@ -239,7 +239,11 @@ def calibration_layer(
         key, value = _compute_value(sc, calib)
         hold(key, value, f"measured on {calib.probed_on}, not on {_gpus(sc)}: their FLOP/s and roofline stay")
         opt = c.optimizer_s.value * param_count(sc.model.shape) / param_count(model_shape(c.model))
-        hold("compute.optimizer_s", opt, f"measured on {calib.probed_on} (x params), not on {_gpus(sc)}")
+        how = "the optimizer x params"
+        if c.outside_s is not None:
+            opt += c.outside_s.value
+            how += " + the traced step's rest"
+        hold("compute.optimizer_s", opt, f"measured on {calib.probed_on} ({how}), not on {_gpus(sc)}")
         if c.memory is not None:
             hold(
                 "compute.memory_peak_gib",
@@ -339,8 +343,12 @@ def _apply_compute(sc, calib: Calibration, put) -> None:
         put("compute.backward_fraction", c.backward_s.seconds(top) / c.step_s.seconds(top), f"measured on {c.model}")
     params = param_count(sc.model.shape)
     measured_params = param_count(model_shape(c.model))
-    opt = c.optimizer_s
-    put("compute.optimizer_s", opt.value * params / measured_params, f"AdamW, {opt.samples} steps, x params")
+    opt, rest = c.optimizer_s, c.outside_s
+    value, how = opt.value * params / measured_params, f"AdamW, {opt.samples} steps, x params"
+    if rest is not None:  # a trace's rest of the step (data, host work, GPU idle): as measured
+        value += rest.value
+        how += f"; + the traced step's rest, {rest.value * 1e3:.3g} ms, held at every scale"
+    put("compute.optimizer_s", value, how)
     _apply_hook_casts(sc, calib, put)
 
 

@@ -257,6 +257,10 @@ class Compute:
     backward_s: AffineFit
     achieved_tflop_s: Achieved
     optimizer_s: Measured
+    # From traces: the step outside forward, backward, the gradient wait and the optimizer (data,
+    # host work, GPU idle, other communication; calibrate/trace_calib.py _outside), held as
+    # measured at every scale; a probe's optimizer_s holds its own (AdamW, zero_grad, data), None.
+    outside_s: Measured | None = None
     ready_fractions: ReadyProfile
     buckets_default_cap: list[BucketReady] = field(default_factory=list)
     memory: Memory | None = None

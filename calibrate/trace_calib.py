@@ -163,7 +163,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     shape = model_shape(job.model)
     tokens = fits.step.points[-1][0]
     achieved = flops_per_token(shape, job.seq_len) * tokens / fits.step.seconds(tokens) / 1e12
-    optimizer = _outside(ranks, absent)
+    optimizer, outside = _after_the_wait(ranks, absent)
     buckets = _buckets(fit)
     ready, ready_source = _ready_fractions(job, buckets)
     if not ready:
@@ -258,6 +258,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
                 source=f"model FLOPs per token (sim/transformer.py) x tokens / traced compute per micro-step; {where}",
             ),
             optimizer_s=optimizer,
+            outside_s=outside,
             ready_fractions=ReadyProfile(value=ready, samples=len(buckets), source=ready_source),
             buckets_default_cap=buckets,
             memory=None,
@@ -398,35 +399,43 @@ def _trace_network(fit: TraceFit, where: str, tune=None, how: str = "") -> dict[
     }
 
 
-def _outside(ranks, absent: list[str]) -> Measured:
-    """The simulator's one term after the wait (``compute.optimizer_s``), as a probe measures it:
-    the traced step outside forward and backward compute and the wait for the gradients. That is
-    the optimizer and zero_grad where annotated, and the rest of the step: data loading, host
-    work, a GPU's idle time, communication other than the gradient all-reduces, which would
+def _after_the_wait(ranks, absent: list[str]) -> tuple[Measured, Measured]:
+    """(optimizer, the rest of the step): what a step spends outside forward and backward compute
+    and the wait for the gradients, as a probe's optimizer term measures it (AdamW, zero_grad,
+    data). The optimizer is Optimizer.step + zero_grad where annotated; the rest is data loading,
+    host work, a GPU's idle time, communication other than the gradient all-reduces, which would
     otherwise go missing from the predicted step (about 80 % of HTA's sampled 128-GPU job,
-    tests/data/hta). It is carried at every scale as measured.
+    tests/data/hta). calibrate/apply.py scales the optimizer with the parameters and holds the
+    rest as measured.
 
-    Taken on the rank that computes slowest: every rank's step is as long as the others' (they
+    Both from the rank that computes slowest: every rank's step is as long as the others' (they
     meet in their collectives), and the simulator paces a step by its slowest rank's compute, so
     the time to add is what that rank spends beyond it. A faster rank's rest also holds its wait
     for that one (on HTA's sampled pair, rank 0's 505 ms against rank 1's 477)."""
     r = max(ranks, key=lambda k: np.mean([s.fwd_bwd_s for s in ranks[k].steps]))
-    steps = ranks[r].steps
-    opt = float(np.mean([s.optimizer_s or 0.0 for s in steps]))
-    rest = float(np.mean([s.outside_s for s in steps]))
-    if not any(s.optimizer_s is not None for f in ranks.values() for s in f.steps):
+    steps, where = ranks[r].steps, ranks[r].provenance
+    annotated = any(s.optimizer_s is not None for f in ranks.values() for s in f.steps)
+    if not annotated:
         absent.append("optimizer annotation (Optimizer.step#...): the optimizer is inside the rest of the step")
     harness = float(np.mean([s.harness_s for s in steps]))
     own = f"; ddplab's own {harness * 1e3:.3g} ms a step (records, the profiler's step) left out" if harness else ""
-    return Measured(
-        value=opt + rest,
+    optimizer = Measured(
+        value=float(np.mean([s.optimizer_s or 0.0 for s in steps])),
+        samples=len(steps) if annotated else 0,
+        source=f"the slowest-computing rank's (rank {r}) mean Optimizer.step + zero_grad; {where}"
+        if annotated
+        else "absent: no Optimizer.step annotation in the traces (the rest of the step holds it)",
+    )
+    rest = Measured(
+        value=float(np.mean([s.outside_s for s in steps])),
         samples=len(steps),
         source=(
-            f"the slowest-computing rank's (rank {r}) mean step outside forward, backward and the wait for the"
-            f" gradients: Optimizer.step + zero_grad {opt * 1e3:.3g} ms, the rest {rest * 1e3:.3g} ms (data"
-            f" loading, host work, GPU idle, other communication), held at every scale{own}; {ranks[r].provenance}"
+            f"the slowest-computing rank's (rank {r}) mean step outside forward, backward, the wait for the"
+            f" gradients and the optimizer (data loading, host work, GPU idle, other communication), held at"
+            f" every scale{own}; {where}"
         ),
     )
+    return optimizer, rest
 
 
 def _trace_rank(f) -> TraceRank:

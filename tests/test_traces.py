@@ -215,13 +215,15 @@ def test_calibration_from_a_gpu_trace_carries_its_device_and_provenance(tmp_path
     )  # fmt: skip
     # Forward + backward of the speed-1 rank, per token of the micro-step (one size: through 0).
     assert c.compute.step_s.points == [(128, pytest.approx(4500e-6 * j, rel=1e-9))]
-    # After the wait, the slowest-computing rank's (1) optimizer kernel and the rest of its 10 ms
-    # step: forward's 1000 us kernel, backward's 2000 + 1500, the wait to the all-reduce's end at
-    # 8200 from the 1500 us kernel's at 6100 + 1500 k; what is left of the step is idle GPU.
+    # After the wait, the slowest-computing rank's (1) optimizer kernel, and the rest of its 10 ms
+    # step: less forward's 1000 us kernel, backward's 2000 + 1500, the wait to the all-reduce's end
+    # at 8200 from the 1500 us kernel's at 6100 + 1500 k, and the optimizer: idle GPU.
     k = 1.01 * j
+    assert c.compute.optimizer_s.value == pytest.approx(300e-6 * k, rel=1e-9)
     wait = 8200 - 6100 - 1500 * k
-    assert c.compute.optimizer_s.value == pytest.approx((STEP_US - 1000 * k - 3500 * k - wait) * 1e-6, rel=1e-9)
-    assert c.trace.ranks[1].optimizer_s == pytest.approx([300e-6 * 1.01 * (1 + 0.02 * (n % 2)) for n in range(5)])
+    rest = STEP_US - 1000 * k - 3500 * k - wait - 300 * k
+    assert c.compute.outside_s.value == pytest.approx(rest * 1e-6, rel=1e-9)
+    assert "rank 1) mean step outside forward, backward, the wait" in c.compute.outside_s.source
     assert c.ranks[1].speed_factor == pytest.approx(1.01, rel=1e-9)
     assert c.trace.ranks[1].provenance == "measured in r1.json.gz, rank 1, steps 0-4"
     assert "r0.json.gz, rank 0, steps 0-4" in c.compute.achieved_tflop_s.source
@@ -357,3 +359,23 @@ def test_a_gpu_trace_predicts_its_own_jobs_step_idle_included(tmp_path):
     applied = apply_calibration(data, c, calib_path="c.json", mode="all")
     step_s = simulate(scenario_from_dict(applied.data), trace_steps=0).step_time_s.mean()
     assert step_s == pytest.approx(STEP_US * 1e-6, rel=0.02)
+
+
+def test_on_another_model_the_optimizer_scales_with_parameters_and_the_rest_is_held(tmp_path):
+    """In mode device (an H100 trace carried to h100-1024's GPT-2 760M) AdamW's step grows with
+    the parameters; the step's rest (data, host work, GPU idle) is the job's, held as measured."""
+    from calibrate.apply import calibration_layer
+    from calibrate.trace_calib import JobShape, calibrate_traces
+    from sim.scenario_file import load_scenario
+    from sim.transformer import model_shape, param_count
+
+    paths = [write(tmp_path / f"r{r}.json.gz", gpu_trace(r, steps=tuple(range(10)))) for r in (0, 1)]
+    c = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
+    sc = load_scenario("h100-1024")
+    layer = calibration_layer(sc, c, calib_path="c.json", mode="device")
+    assert layer.mode == "device"
+    (opt,) = [p for p in layer.patches if p.key == "compute.optimizer_s"]
+    ratio = param_count(sc.model.shape) / param_count(model_shape("gpt2-tiny"))
+    assert opt.value == pytest.approx(c.compute.optimizer_s.value * ratio + c.compute.outside_s.value, rel=1e-12)
+    assert c.compute.outside_s.value == pytest.approx((STEP_US - 1000 - 3500 - (8200 - 7600) - 300) * 1e-6)
+    assert "held at every scale" in opt.detail

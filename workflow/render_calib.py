@@ -132,10 +132,10 @@ def calibration_lines(c) -> list[str]:
         f" + {s.per_token_s * 1e6:.3f} us/token ({fit}, {k.samples} iteration{'s' * (k.samples != 1)});"
         f" {_flop_rate(k.achieved_tflop_s.value)} achieved"
     )
-    # From traces the term after the wait is the optimizer and the rest of the step (trace_calib._outside).
-    after = "optimizer and the rest of the step" if c.trace is not None else "optimizer"
+    # A trace's step beyond its compute, wait and optimizer (trace_calib._after_the_wait).
+    rest = f"; the rest of the step {fmt_seconds(k.outside_s.value)}" if k.outside_s is not None else ""
     out.append(
-        f"          {after} {fmt_seconds(k.optimizer_s.value)};"
+        f"          optimizer {fmt_seconds(k.optimizer_s.value)}{rest};"
         f" {len(k.ready_fractions.value)} gradients in the ready profile"
     )
     if k.hook_cast_s_per_gb:
