@@ -228,6 +228,9 @@ def _is_rank(pid: int) -> bool:
 # torch/distributed/..."), c10d's C++ warnings ("[W1130 ...]"), and the traceback plus
 # failure table it prints when a rank fails. All of it stays in the log.
 _TORCH_LOG = re.compile(r"^\[?[WIEF]\d{4} \d\d:\d\d:\d\d")
+# Kineto's profiler_start/profiler_stop notices under `train --profile` (torch 2.13: its logger's
+# USDT level, above ERROR, so no KINETO_LOG_LEVEL hides them and keeps Kineto's errors).
+_KINETO_USDT = re.compile(r"^USDT:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")
 
 
 class TorchrunFilter:
@@ -251,7 +254,7 @@ class TorchrunFilter:
                 self.rest_is_torchrun = True
                 return False
             return True
-        return not _TORCH_LOG.match(line)
+        return not (_TORCH_LOG.match(line) or _KINETO_USDT.match(line))
 
 
 class RunLog:

@@ -162,6 +162,13 @@ def test_torchrun_filter_keeps_the_ranks_lines_and_drops_its_own():
     ]
     keep = TorchrunFilter()
     assert [line for line in lines if keep.show(line)] == lines[:1]
+    # Kineto's start/stop notices under --profile stay in the log; its errors reach the console.
+    keep = TorchrunFilter()
+    kineto = [
+        "USDT:2026-12-07 12:51:25 20443:20443 SyncActivityProfilerHandler.cpp:52] profiler_start\n",
+        "ERROR:2026-12-07 12:51:25 20443:20443 CuptiActivityApi.cpp:99] CUPTI initialization failed\n",
+    ]
+    assert [line for line in kineto if keep.show(line)] == kineto[1:]
     # A rank's own uncaught exception keeps its last line: the one clue on the console.
     keep = TorchrunFilter()
     bug = ["Traceback (most recent call last):\n", '  File "x.py", line 1\n', "KeyError: 'wte'\n", "next\n"]
