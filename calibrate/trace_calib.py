@@ -426,13 +426,17 @@ def _after_the_wait(ranks, absent: list[str]) -> tuple[Measured, Measured]:
         if annotated
         else "absent: no Optimizer.step annotation in the traces (the rest of the step holds it)",
     )
+    # Communication outside compute beyond the gradients' wait: the part of the rest that would
+    # not stay the same at another scale (HTA's sampled job: its SendRecv and all-to-all).
+    comm = float(np.mean([min(max(s.exposed_comm_s - s.wait_s, 0.0), s.outside_s) for s in steps]))
+    of_it = f", {comm * 1e3:.3g} ms of it communication outside compute and the gradient wait" if comm else ""
     rest = Measured(
         value=float(np.mean([s.outside_s for s in steps])),
         samples=len(steps),
         source=(
             f"the slowest-computing rank's (rank {r}) mean step outside forward, backward, the wait for the"
-            f" gradients and the optimizer (data loading, host work, GPU idle, other communication), held at"
-            f" every scale{own}; {where}"
+            f" gradients and the optimizer (data loading, host work, GPU idle, other communication{of_it}),"
+            f" held at every scale{own}; {where}"
         ),
     )
     return optimizer, rest

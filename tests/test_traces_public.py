@@ -155,3 +155,9 @@ def test_both_public_ranks_give_the_straggler_what_if(ddplab, tmp_path):
     # rank 0's does: 1 - 593.256 / 607.904 ms (HTA's step times above).
     assert "slowest rank 1 (x1.121 the median rank's compute)" in line and "2.4% less time" in line
     assert "measured over 1 step (" in line
+    # What the prediction holds at every scale beyond compute, wait and optimizer: on the rank that
+    # computes slowest (1), 607.904 ms less 39.632 + 88.595 + 2.892, of it its 134.336 ms of
+    # SendRecv and all-to-all outside compute (HTA's exposed communication; no gradient wait).
+    (rest,) = [x for x in stdout.splitlines() if x.startswith("assumed   the rest of the step")]
+    assert rest.startswith("assumed   the rest of the step, 0.477 s: the slowest-computing rank's (rank 1)")
+    assert "134 ms of it communication outside compute and the gradient wait" in rest

@@ -36,6 +36,9 @@ def trace_lines(c) -> list[str]:
         "assumed   the traced steps are the job's: they ran under the profiler, whose own cost is in them"
         " (gpt2-tiny on CPU: traced steps 1.14-1.37x the untraced ones of the same run, docs/traces.md)"
     )
+    rest = c.compute.outside_s
+    if rest is not None and rest.value > 0:
+        out.append(f"assumed   the rest of the step, {fmt_seconds(rest.value)}: {rest.source}")
     if t.buckets:
         sizes = ", ".join(f"{fmt_bytes(b.bytes)} at {b.ready_fraction:.2f}" for b in t.buckets)
         n = len(t.buckets)
