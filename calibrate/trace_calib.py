@@ -42,6 +42,7 @@ from calibrate.kineto import TraceError, read_trace
 from calibrate.trace_fit import TraceFit, fit_traces
 from sim.buckets import build_buckets
 from sim.collectives import bus_factor
+from sim.precision import PRECISIONS
 from sim.transformer import flops_per_token, model_shape
 
 
@@ -52,7 +53,7 @@ class JobShape:
     model: str | None = None
     seq_len: int | None = None
     micro_batch: int | None = None
-    grad_accum: int = 1
+    grad_accum: int | None = None  # None: the forward passes a traced step makes, else 1
     precision: str | None = None
     bucket_cap_mb: float | None = None
 
@@ -64,13 +65,17 @@ def read_traces(paths, progress=None) -> TraceFit:
 def _job(fit: TraceFit, given: JobShape) -> tuple[JobShape, list[str]]:
     own = next((t.meta.get("ddplab") for t in fit.traces.values() if isinstance(t.meta.get("ddplab"), dict)), {})
     prec = own.get("precision")
+
+    def first(*values):  # flags > the trace's own metadata > what the trace shows; a bad 0 stays to be refused
+        return next((v for v in values if v is not None), None)
+
     job = JobShape(
-        model=given.model or own.get("model"),
-        seq_len=given.seq_len or own.get("seq_len"),
-        micro_batch=given.micro_batch or own.get("micro_batch"),
-        grad_accum=own.get("grad_accum") or given.grad_accum,
-        precision=given.precision or (prec.get("name") if isinstance(prec, dict) else prec),
-        bucket_cap_mb=own.get("bucket_cap_mb") or given.bucket_cap_mb,
+        model=first(given.model, own.get("model")),
+        seq_len=first(given.seq_len, own.get("seq_len")),
+        micro_batch=first(given.micro_batch, own.get("micro_batch")),
+        grad_accum=first(given.grad_accum, own.get("grad_accum"), _traced_micro_steps(fit)),
+        precision=first(given.precision, prec.get("name") if isinstance(prec, dict) else prec),
+        bucket_cap_mb=first(given.bucket_cap_mb, own.get("bucket_cap_mb")),
     )
     missing = [
         flag
@@ -80,9 +85,17 @@ def _job(fit: TraceFit, given: JobShape) -> tuple[JobShape, list[str]]:
             ("--micro-batch", job.micro_batch),
             ("--precision", job.precision),
         )
-        if not v
+        if v is None
     ]
     return job, missing
+
+
+def _traced_micro_steps(fit: TraceFit) -> int:
+    """Micro-steps per profiled step where the trace shows them: gradient accumulation runs one
+    forward pass per micro-step (DDP's forward, annotated by torch), the most common count over
+    the rank-steps; 1 without forward annotations (calibration() names it absent)."""
+    counts = [s.forwards for f in fit.ranks.values() for s in f.steps if s.forwards]
+    return max(set(counts), key=counts.count) if counts else 1
 
 
 def _device(fit: TraceFit) -> tuple[str, dict | None, list[str]]:
@@ -118,9 +131,11 @@ def calibrate_traces(
 def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "") -> Calibration:
     from scenarios import load_models
 
-    for flag, v in (("--seq-len", job.seq_len), ("--micro-batch", job.micro_batch)):
+    for flag, v in (("--seq-len", job.seq_len), ("--micro-batch", job.micro_batch), ("--grad-accum", job.grad_accum)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{flag}: {v!r}: expected a positive integer")
+    if job.precision not in PRECISIONS:
+        raise ValueError(f"--precision: {job.precision!r}: one of {', '.join(PRECISIONS)}")
     if job.model not in load_models():
         raise ValueError(f"--model: {job.model!r} is not a preset here (ddplab scenarios lists them)")
     ranks = fit.ranks
@@ -147,7 +162,8 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     split = all(s.forward_s is not None and s.backward_s is not None for f in ranks.values() for s in f.steps)
     if not split:
         absent.append(
-            "forward/backward annotations: compute split 1/3 forward, 2/3 backward by FLOPs (sim/transformer.py)"
+            "forward/backward annotations: compute split 1/3 forward, 2/3 backward by FLOPs (sim/transformer.py);"
+            f" no forward passes to count the micro-steps a step by, taken as {job.grad_accum} (--grad-accum)"
         )
     # Per micro-step, as the probe times it: the traced step holds grad_accum micro-steps.
     k = job.grad_accum
@@ -255,7 +271,10 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             achieved_tflop_s=Achieved(
                 value=achieved,
                 at_tokens=tokens,
-                source=f"model FLOPs per token (sim/transformer.py) x tokens / traced compute per micro-step; {where}",
+                source=(
+                    f"model FLOPs per token (sim/transformer.py) x tokens / traced compute per micro-step"
+                    f" ({job.grad_accum} a step); {where}"
+                ),
             ),
             optimizer_s=optimizer,
             outside_s=outside,

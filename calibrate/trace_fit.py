@@ -106,6 +106,7 @@ class StepFit:
     # ProfilerStep#N beyond the job's own step where the job annotated it (`ddplab train
     # --profile`'s kineto.STEP_SPAN: the records it writes, the profiler's step); 0 otherwise.
     harness_s: float = 0.0
+    forwards: int = 0  # forward passes (outermost forward annotations): micro-steps where annotated
 
     @property
     def exposed_comm_s(self) -> float:
@@ -202,7 +203,7 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
     issue_ts, executed_ts = [c.ts for c in issues], [c.ts for c in executed_all]
     for n, ts, dur in used:
         hi = ts + dur
-        fwd, opt = _in(fwd_all, ts, hi), _in(opt_all, ts, hi)
+        fwd, opt = _outermost(_in(fwd_all, ts, hi)), _in(opt_all, ts, hi)
         ops = bwd[np.searchsorted(bwd[:, 0], ts) : np.searchsorted(bwd[:, 0], hi)]
         start = fwd[0][0] if fwd else (float(ops[:, 0].min()) if len(ops) else ts)
         fwd_end = fwd[-1][1] if fwd else start
@@ -255,6 +256,7 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
                 )
                 * US,
                 harness_s=_harness(own_all, ts, dur) * US,
+                forwards=len(fwd),
             )
         )
 
@@ -301,7 +303,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
     for n, ts, dur in used:
         hi = ts + dur
         comp_iv, comm_iv = part(ts, hi), part(ts, hi, (COMM, EP_COMM))
-        fwd, opt = _in(fwd_all, ts, hi), _in(opt_all, ts, hi)
+        fwd, opt = _outermost(_in(fwd_all, ts, hi)), _in(opt_all, ts, hi)
         ops = bwd[np.searchsorted(bwd[:, 0], ts) : np.searchsorted(bwd[:, 0], hi)]
 
         def within(spans):
@@ -344,6 +346,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
                 collectives=calls,
                 wait_s=wait,
                 harness_s=_harness(own_all, ts, dur) * US,
+                forwards=len(fwd),
             )
         )
 
@@ -352,6 +355,18 @@ def _sorted_pairs(buf) -> np.ndarray:
     """(start, end) rows sorted by start, from a flat array of start, end, start, end, ..."""
     x = np.frombuffer(buf, dtype=np.float64).reshape(-1, 2) if len(buf) else np.zeros((0, 2))
     return x[np.argsort(x[:, 0], kind="stable")]
+
+
+def _outermost(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted spans with those inside another dropped (a user's ``## forward ##`` around DDP's
+    forward is one forward, not two), overlapping ones merged."""
+    out: list[tuple[float, float]] = []
+    for s, e in spans:
+        if out and s < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
 
 
 def _in(spans: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:

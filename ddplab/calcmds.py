@@ -18,7 +18,8 @@ def calibrate(args):
 
     calib = calibration.calibrate_runs(
         args.runs, args.output, seed=args.seed, command=" ".join(["ddplab", *args.argv]), model=args.model,
-        seq_len=args.seq_len, micro_batch=args.micro_batch, precision=args.precision, say=say,
+        seq_len=args.seq_len, micro_batch=args.micro_batch, precision=args.precision, grad_accum=args.grad_accum,
+        say=say,
         # Bytes of each file read so far: silent for a small trace, a line per quarter for a large one.
         trace_progress=lambda: StepProgress("calibrate: reading traces"),
     )  # fmt: skip

@@ -219,6 +219,7 @@ def _add_calibration(sub) -> None:
     tr.add_argument("--seq-len", type=int, help="its tokens per sequence")
     tr.add_argument("--micro-batch", type=int, help="its sequences per rank per micro-step")
     tr.add_argument("--precision", help="its precision (fp32, bf16-amp, ...)")
+    tr.add_argument("--grad-accum", type=int, help="its micro-steps a profiled step (default: forward passes counted)")
     ca.add_argument("-o", "--output", type=Path, default=Path("calib.json"), help="calib.json path (plots beside)")
     ca.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     ca.add_argument("--json", action="store_true", help="print calib.json's content")

@@ -62,10 +62,10 @@ def test_where_they_apply_they_are_used(capsys):
 
 
 def test_calibrate_refuses_a_job_shape_for_probe_runs(capsys, tmp_path):
-    """--model, --seq-len, --micro-batch and --precision describe a trace's job; a probe run
+    """--model, --seq-len, --micro-batch, --precision and --grad-accum describe a trace's job; a probe run
     records its own, so with probe runs they were ignored. Nothing is written."""
     probe = ROOT / "measurements" / "validation" / "1gbit" / "probe"
-    for flag, value in (("--model", "gpt2-124m"), ("--seq-len", "64"), ("--precision", "fp32")):
+    for flag, value in (("--model", "gpt2-124m"), ("--seq-len", "64"), ("--precision", "fp32"), ("--grad-accum", "2")):
         code, out, err = in_process(capsys, "calibrate", str(probe), "-o", str(tmp_path / "c.json"), flag, value)
         assert code == 2 and out == ""
         assert (

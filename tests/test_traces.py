@@ -20,18 +20,26 @@ def _x(name, ts, dur, cat="cpu_op", tid=1, pid=7, **args):
 
 
 def gpu_trace(
-    rank: int, *, slow: float = 1.0, steps=(0, 1, 2), base_ns: int = 1_700_000_000_000_000_000, jitter: float = 0.0
+    rank: int,
+    *,
+    slow: float = 1.0,
+    steps=(0, 1, 2),
+    base_ns: int = 1_700_000_000_000_000_000,
+    jitter: float = 0.0,
+    forwards=((100, 2000),),
 ):
     """One rank of a 2-rank job. Per step (times in us from the step's start):
     forward 100-2100 launches a 1000 us kernel; backward (autograd, its own thread) 3000-7000
     launches a 2000 us kernel, a 4 MB NCCL all-reduce at 5000 (runs 5200-8200) and a 1500 us
     kernel at 6100; the optimizer 8300-8800 launches a 300 us kernel. Compute kernels of a
-    ``slow`` rank take ``slow`` x as long, on odd steps another (1 + ``jitter``) x."""
+    ``slow`` rank take ``slow`` x as long, on odd steps another (1 + ``jitter``) x. ``forwards``:
+    the forward annotations, (start, duration) in us from the step's start."""
     ev, corr = [], 100
     for n in steps:
         t0, k = n * STEP_US, slow * (1 + jitter * (n % 2))
         ev.append(_x(f"ProfilerStep#{n}", t0, STEP_US, cat="user_annotation"))
-        ev.append(_x("DistributedDataParallel.forward", t0 + 100, 2000, cat="user_annotation"))
+        for start, dur in forwards:  # (us from the step's start, us): one per micro-step
+            ev.append(_x("DistributedDataParallel.forward", t0 + start, dur, cat="user_annotation"))
         ev.append(_x("autograd::engine::evaluate_function: MmBackward0", t0 + 3000, 4000, tid=2))
         ev.append(_x("Optimizer.step#AdamW.step", t0 + 8300, 500, cat="user_annotation"))
         ev.append(_x("DistributedDataParallel.forward", t0 + 100, 2000, cat="gpu_user_annotation", pid=0, tid=7))
@@ -379,3 +387,24 @@ def test_on_another_model_the_optimizer_scales_with_parameters_and_the_rest_is_h
     assert opt.value == pytest.approx(c.compute.optimizer_s.value * ratio + c.compute.outside_s.value, rel=1e-12)
     assert c.compute.outside_s.value == pytest.approx((STEP_US - 1000 - 3500 - (8200 - 7600) - 300) * 1e-6)
     assert "held at every scale" in opt.detail
+
+
+@pytest.mark.parametrize(
+    "forwards,given,micro_steps",
+    [
+        (((100, 1000), (1100, 1000)), None, 2),  # two forward passes a step: accumulation, counted
+        (((100, 1000), (1100, 1000)), 1, 1),  # --grad-accum says otherwise: the caller's word
+        (((100, 2000), (150, 1500)), None, 1),  # a user's "## forward ##" inside DDP's: one pass
+    ],
+)
+def test_micro_steps_a_step_are_the_forward_passes_counted(tmp_path, forwards, given, micro_steps):
+    """A job with gradient accumulation runs its forward once per micro-step inside one
+    ProfilerStep; compute per micro-step is the step's over that count, as the probe times it."""
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    paths = [write(tmp_path / f"r{r}.json.gz", gpu_trace(r, steps=tuple(range(10)), forwards=forwards)) for r in (0, 1)]
+    job = JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp", grad_accum=given)
+    c = calibrate_traces(paths, given=job)
+    # The forward kernel (1000 us, launched at 200) and backward's 2000 + 1500, per micro-step.
+    assert c.compute.step_s.points == [(128, pytest.approx(4500e-6 / micro_steps, rel=1e-9))]
+    assert f"traced compute per micro-step ({micro_steps} a step)" in c.compute.achieved_tflop_s.source

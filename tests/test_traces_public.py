@@ -161,3 +161,21 @@ def test_both_public_ranks_give_the_straggler_what_if(ddplab, tmp_path):
     (rest,) = [x for x in stdout.splitlines() if x.startswith("assumed   the rest of the step")]
     assert rest.startswith("assumed   the rest of the step, 0.477 s: the slowest-computing rank's (rank 1)")
     assert "134 ms of it communication outside compute and the gradient wait" in rest
+
+
+@pytest.mark.parametrize(
+    "flag,value,says",
+    [
+        ("--grad-accum", "0", "--grad-accum: 0: expected a positive integer"),
+        ("--seq-len", "0", "--seq-len: 0: expected a positive integer"),  # once "the trace does not say"
+        ("--precision", "bf17", "--precision: 'bf17': one of fp32, tf32, bf16-amp, bf16, fp16-amp, fp8"),
+    ],
+)
+def test_a_bad_job_shape_is_named_as_given(ddplab, tmp_path, flag, value, says):
+    """A 0 was taken for a missing value (and --grad-accum 0 for 1); each is refused as given."""
+    out = tmp_path / "calib.json"
+    job = {"--model": "gpt2-124m", "--seq-len": "1024", "--micro-batch": "1", "--precision": "bf16", flag: value}
+    code, _, err = ddplab("calibrate", str(TRACES[0]), *(x for kv in job.items() for x in kv), "-o", str(out))
+    lines = [x for x in err.splitlines() if not x.startswith("calibrate: reading")]
+    assert code == 2 and lines == [f"ddplab calibrate: error: {says}"], err
+    assert list(tmp_path.iterdir()) == []

@@ -42,6 +42,7 @@ def calibrate_runs(
     seq_len: int | None = None,
     micro_batch: int | None = None,
     precision: str | None = None,
+    grad_accum: int | None = None,
     say: Callable[[str], None] | None = None,
     trace_progress: Callable[[], Callable] | None = None,
 ) -> Calibration:
@@ -56,11 +57,14 @@ def calibrate_runs(
     if traces:
         if say:
             say(f"calibrate: reading {len(traces)} profiler trace(s)")
-        given = JobShape(model=model, seq_len=seq_len, micro_batch=micro_batch, precision=precision)
+        given = JobShape(
+            model=model, seq_len=seq_len, micro_batch=micro_batch, precision=precision, grad_accum=grad_accum
+        )
         progress = trace_progress() if trace_progress else None
         calib = calibrate_traces(traces, given=given, seed=seed, command=command, progress=progress)
     else:
         shape = {"--model": model, "--seq-len": seq_len, "--micro-batch": micro_batch, "--precision": precision}
+        shape["--grad-accum"] = grad_accum
         for flag, value in shape.items():  # a probe records the job it ran: taken, these changed nothing
             if value is not None:
                 raise ValueError(f"{flag} {value}: only with profiler traces (a probe run records its own job)")
