@@ -169,7 +169,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     k = job.grad_accum
     by_rank = {}
     for r, f in ranks.items():
-        rows = [((s.forward_s, s.backward_s) if split else (s.compute_s / 3, 2 * s.compute_s / 3)) for s in f.steps]
+        rows = [((s.forward_s, s.backward_s) if split else (s.fwd_bwd_s / 3, 2 * s.fwd_bwd_s / 3)) for s in f.steps]
         by_rank[r] = {job.micro_batch: np.array(rows) / k}
     where = "; ".join(f.provenance for f in ranks.values())
     samples = compute_fit.ComputeSamples(job.model, job.seq_len, by_rank, [f.path for f in ranks.values()])

@@ -107,6 +107,7 @@ class StepFit:
     # --profile`'s kineto.STEP_SPAN: the records it writes, the profiler's step); 0 otherwise.
     harness_s: float = 0.0
     forwards: int = 0  # forward passes (outermost forward annotations): micro-steps where annotated
+    gpu: bool = False  # compute_s is then every compute kernel of the step, the optimizer's included
 
     @property
     def exposed_comm_s(self) -> float:
@@ -114,9 +115,11 @@ class StepFit:
 
     @property
     def fwd_bwd_s(self) -> float:
-        """Forward and backward compute: the annotated spans' where both are, else the step's compute."""
-        split = self.forward_s is not None and self.backward_s is not None
-        return self.forward_s + self.backward_s if split else self.compute_s
+        """Forward and backward compute: the annotated spans' where both are, else the step's
+        compute (on a GPU less the optimizer's kernels, which the step's compute holds)."""
+        if self.forward_s is not None and self.backward_s is not None:
+            return self.forward_s + self.backward_s
+        return max(self.compute_s - (self.optimizer_s or 0.0), 0.0) if self.gpu else self.compute_s
 
     @property
     def outside_s(self) -> float:
@@ -347,6 +350,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
                 wait_s=wait,
                 harness_s=_harness(own_all, ts, dur) * US,
                 forwards=len(fwd),
+                gpu=True,
             )
         )
 

@@ -408,3 +408,16 @@ def test_micro_steps_a_step_are_the_forward_passes_counted(tmp_path, forwards, g
     # The forward kernel (1000 us, launched at 200) and backward's 2000 + 1500, per micro-step.
     assert c.compute.step_s.points == [(128, pytest.approx(4500e-6 / micro_steps, rel=1e-9))]
     assert f"traced compute per micro-step ({micro_steps} a step)" in c.compute.achieved_tflop_s.source
+
+
+def test_without_forward_annotations_a_gpu_steps_compute_leaves_the_optimizer_out(tmp_path):
+    """With no forward annotation the step's compute is every compute kernel in it, the optimizer's
+    300 us kernel too; forward + backward (split 1/3, 2/3 by FLOPs) is that less the optimizer's
+    annotated kernels: 1000 + 2000 + 1500 us, as with the annotations (before: 4800)."""
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    paths = [write(tmp_path / f"r{r}.json.gz", gpu_trace(r, steps=tuple(range(10)), forwards=())) for r in (0, 1)]
+    c = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
+    assert c.compute.step_s.points == [(128, pytest.approx(4500e-6, rel=1e-9))]
+    assert c.compute.optimizer_s.value == pytest.approx(300e-6, rel=1e-9)
+    assert any(a.startswith("forward/backward annotations: compute split 1/3") for a in c.trace.absent)
