@@ -238,12 +238,12 @@ def calibration_layer(
     else:
         key, value = _compute_value(sc, calib)
         hold(key, value, f"measured on {calib.probed_on}, not on {_gpus(sc)}: their FLOP/s and roofline stay")
-        opt = c.optimizer_s.value * param_count(sc.model.shape) / param_count(model_shape(c.model))
-        how = "the optimizer x params"
-        if c.outside_s is not None:
-            opt += c.outside_s.value
-            how += " + the traced step's rest"
-        hold("compute.optimizer_s", opt, f"measured on {calib.probed_on} ({how}), not on {_gpus(sc)}")
+        how = "the optimizer x params" + (" + the traced step's rest" if c.outside_s is not None else "")
+        hold(
+            "compute.optimizer_s",
+            _after_the_wait_s(sc, c),
+            f"measured on {calib.probed_on} ({how}), not on {_gpus(sc)}",
+        )
         if c.memory is not None:
             hold(
                 "compute.memory_peak_gib",
@@ -341,15 +341,18 @@ def _apply_compute(sc, calib: Calibration, put) -> None:
         put("compute.mfu", achieved / peak, f"{achieved:.4g} TFLOP/s achieved on {c.model}, through FLOP counts")
         top = c.step_s.points[-1][0]
         put("compute.backward_fraction", c.backward_s.seconds(top) / c.step_s.seconds(top), f"measured on {c.model}")
-    params = param_count(sc.model.shape)
-    measured_params = param_count(model_shape(c.model))
-    opt, rest = c.optimizer_s, c.outside_s
-    value, how = opt.value * params / measured_params, f"AdamW, {opt.samples} steps, x params"
-    if rest is not None:  # a trace's rest of the step (data, host work, GPU idle): as measured
-        value += rest.value
-        how += f"; + the traced step's rest, {rest.value * 1e3:.3g} ms, held at every scale"
-    put("compute.optimizer_s", value, how)
+    how = f"AdamW, {c.optimizer_s.samples} steps, x params"
+    if c.outside_s is not None:
+        how += f"; + the traced step's rest, {c.outside_s.value * 1e3:.3g} ms, held at every scale"
+    put("compute.optimizer_s", _after_the_wait_s(sc, c), how)
     _apply_hook_casts(sc, calib, put)
+
+
+def _after_the_wait_s(sc, c) -> float:
+    """The simulator's one term after the wait on ``sc``'s model: the measured optimizer scaled with
+    the parameters, plus a trace's rest of the step (data, host work, GPU idle) as measured."""
+    optimizer = c.optimizer_s.value * param_count(sc.model.shape) / param_count(model_shape(c.model))
+    return optimizer + (c.outside_s.value if c.outside_s is not None else 0.0)
 
 
 def _apply_hook_casts(sc, calib: Calibration, put) -> None:

@@ -63,8 +63,10 @@ def calibrate_runs(
         progress = trace_progress() if trace_progress else None
         calib = calibrate_traces(traces, given=given, seed=seed, command=command, progress=progress)
     else:
-        shape = {"--model": model, "--seq-len": seq_len, "--micro-batch": micro_batch, "--precision": precision}
-        shape["--grad-accum"] = grad_accum
+        shape = {
+            "--model": model, "--seq-len": seq_len, "--micro-batch": micro_batch, "--precision": precision,
+            "--grad-accum": grad_accum,
+        }  # fmt: skip
         for flag, value in shape.items():  # a probe records the job it ran: taken, these changed nothing
             if value is not None:
                 raise ValueError(f"{flag} {value}: only with profiler traces (a probe run records its own job)")
