@@ -326,6 +326,9 @@ class TraceRank:
     # The step outside forward, backward, the gradient wait and the optimizer (trace_fit.py
     # StepFit.outside_s); None in calibrations written before it was carried (2026-12-07).
     outside_s: list[float] | None = None
+    # From the step's start to the end of backward compute, when the rank joins the gradient sync
+    # (StepFit.ready_s); None where the trace does not show it, or written before 2026-12-07.
+    ready_s: list[float] | None = None
     comm_s: list[float]
     exposed_comm_s: list[float]
     overlap_s: list[float]
@@ -365,6 +368,12 @@ class TraceSource:
     slowest_rank: int
     slowest_factor: float  # its median compute / the median rank's
     straggler_cost: Measured  # 1 - time at the median speed / measured time
+    # The rank the others wait for at the gradient sync (trace_fit.py TraceFit.last_to_sync): how
+    # much later than the median rank it joins, and how much of that is time outside compute
+    # (a slow data loader). None where the trace does not show it (or written before 2026-12-07).
+    late_rank: int | None = None
+    late_by_s: float | None = None
+    late_lead_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -179,7 +179,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     shape = model_shape(job.model)
     tokens = fits.step.points[-1][0]
     achieved = flops_per_token(shape, job.seq_len) * tokens / fits.step.seconds(tokens) / 1e12
-    optimizer, outside = _after_the_wait(ranks, absent)
+    optimizer, outside = _after_the_wait(fit, absent)
     buckets = _buckets(fit)
     ready, ready_source = _ready_fractions(job, buckets)
     if not ready:
@@ -212,6 +212,13 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     over = sum(s.overlap_s for f in ranks.values() for s in f.steps)
     slow, slow_factor = fit.slowest_rank()
     cost = fit.straggler_cost()
+    late = fit.last_to_sync()
+    how = (
+        "forward and backward scaled to the median rank's, and the time before the gradient sync outside them"
+        " moved to the median rank's"
+        if cost["sync"]
+        else "compute scaled to the median rank's; the traces do not show when each rank joins the gradient sync"
+    )
     trace = TraceSource(
         traces=[f.path for f in ranks.values()],
         absent=absent,
@@ -240,11 +247,14 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             value=cost["fraction"],
             samples=cost["steps"],
             source=(
-                f"1 - {cost['at_median_speed_s']:.6g} s at the median rank's speed / {cost['measured_s']:.6g} s"
-                f" measured over {cost['steps']} step{'s' * (cost['steps'] != 1)}"
+                f"1 - {cost['at_median_speed_s']:.6g} s at the median rank's speed ({how}) / {cost['measured_s']:.6g}"
+                f" s measured over {cost['steps']} step{'s' * (cost['steps'] != 1)}"
                 " (calibrate/trace_fit.py straggler_cost)"
             ),
         ),
+        late_rank=late[0] if late else None,
+        late_by_s=late[1] if late else None,
+        late_lead_s=late[2] if late else None,
     )
     name = (info or {}).get("name")
     calib = Calibration(
@@ -315,7 +325,12 @@ def _tune_network(calib: Calibration, fit: TraceFit, job: JobShape, where: str) 
 
     if TRACE_NETWORK not in calib.networks:
         return calib
-    target = float(np.mean([s.wait_s for f in fit.ranks.values() for s in f.steps]))
+    # The wait of the rank that joined the sync last (the least-waiting one): the communication
+    # left after every rank is ready. A faster rank's wait adds its wait for that one, which the
+    # simulator draws from the ranks' own speeds: a data loader's delay or a host stall in it
+    # would otherwise be tuned into the network (a slower link), and show as communication.
+    n = min(len(f.steps) for f in fit.ranks.values())
+    target = float(np.mean(np.min([[s.wait_s for s in f.steps[:n]] for f in fit.ranks.values()], axis=0)))
     guess = calib.networks[TRACE_NETWORK].allreduce.busbw_gb_s
     data = {
         "name": "calibrate:trace",
@@ -338,7 +353,7 @@ def _tune_network(calib: Calibration, fit: TraceFit, job: JobShape, where: str) 
         trial = _with_busbw(calib, busbw, "")
         d = apply_calibration(data, trial, calib_path="trace", network=TRACE_NETWORK, mode="all").data
         res = simulate(scenario_from_dict(d), trace_steps=0, records=True)
-        return float((res.exposed_comm_s + res.straggler_wait_s).mean())
+        return float((res.exposed_comm_s + res.straggler_wait_s).min(axis=1).mean())
 
     try:
         if target <= 0:
@@ -351,9 +366,9 @@ def _tune_network(calib: Calibration, fit: TraceFit, job: JobShape, where: str) 
             lo, hi = (mid, hi) if wait_at(np.exp(mid)) > target else (lo, mid)
         busbw = float(np.exp((lo + hi) / 2))
         how = (
-            f"set so the simulated wait after backward equals the traced {target * 1e3:.3f} ms (mean over"
-            f" rank-steps; bisection, {TUNE_STEPS} simulated steps a trial); the median rate per step was"
-            f" {guess:.4g} GB/s"
+            f"set so the simulated wait after backward equals the traced {target * 1e3:.3f} ms (the"
+            f" least-waiting rank's, mean over steps; bisection, {TUNE_STEPS} simulated steps a trial); the"
+            f" median rate per step was {guess:.4g} GB/s"
         )
     except ValueError as e:
         return replace(calib, trace=replace(calib.trace, absent=[*calib.trace.absent, f"busbw tuning: {e}"]))
@@ -418,7 +433,7 @@ def _trace_network(fit: TraceFit, where: str, tune=None, how: str = "") -> dict[
     }
 
 
-def _after_the_wait(ranks, absent: list[str]) -> tuple[Measured, Measured]:
+def _after_the_wait(fit: TraceFit, absent: list[str]) -> tuple[Measured, Measured]:
     """(optimizer, the rest of the step): what a step spends outside forward and backward compute
     and the wait for the gradients, as a probe's optimizer term measures it (AdamW, zero_grad,
     data). The optimizer is Optimizer.step + zero_grad where annotated; the rest is data loading,
@@ -427,11 +442,15 @@ def _after_the_wait(ranks, absent: list[str]) -> tuple[Measured, Measured]:
     tests/data/hta). calibrate/apply.py scales the optimizer with the parameters and holds the
     rest as measured.
 
-    Both from the rank that computes slowest: every rank's step is as long as the others' (they
-    meet in their collectives), and the simulator paces a step by its slowest rank's compute, so
-    the time to add is what that rank spends beyond it. A faster rank's rest also holds its wait
-    for that one (on HTA's sampled pair, rank 0's 505 ms against rank 1's 477)."""
-    r = max(ranks, key=lambda k: np.mean([s.fwd_bwd_s for s in ranks[k].steps]))
+    Both from the rank the others wait for: every rank's step is as long as the others' (they
+    meet in their collectives), so the time to add is what that rank spends beyond its compute
+    and its wait; a faster rank's rest holds its wait for that one instead (on HTA's sampled
+    pair, rank 0's 505 ms against rank 1's 477). That rank is the one that joins the gradient
+    sync last where the trace shows when each joins (a slow data loader paces the step with
+    compute as fast as the others'), else the one that computes slowest."""
+    ranks, late = fit.ranks, fit.last_to_sync()
+    r = late[0] if late else max(ranks, key=lambda k: np.mean([s.fwd_bwd_s for s in ranks[k].steps]))
+    who = f"rank {r}'s, the last to join the gradient sync," if late else f"the slowest-computing rank's (rank {r})"
     steps, where = ranks[r].steps, ranks[r].provenance
     annotated = any(s.optimizer_s is not None for f in ranks.values() for s in f.steps)
     if not annotated:
@@ -441,7 +460,7 @@ def _after_the_wait(ranks, absent: list[str]) -> tuple[Measured, Measured]:
     optimizer = Measured(
         value=float(np.mean([s.optimizer_s or 0.0 for s in steps])),
         samples=len(steps) if annotated else 0,
-        source=f"the slowest-computing rank's (rank {r}) mean Optimizer.step + zero_grad; {where}"
+        source=f"{who} mean Optimizer.step + zero_grad; {where}"
         if annotated
         else "absent: no Optimizer.step annotation in the traces (the rest of the step holds it)",
     )
@@ -453,7 +472,7 @@ def _after_the_wait(ranks, absent: list[str]) -> tuple[Measured, Measured]:
         value=float(np.mean([s.outside_s for s in steps])),
         samples=len(steps),
         source=(
-            f"the slowest-computing rank's (rank {r}) mean step outside forward, backward, the wait for the"
+            f"{who} mean step outside forward, backward, the wait for the"
             f" gradients and the optimizer (data loading, host work, GPU idle, other communication{of_it}),"
             f" held at every scale{own}; {where}"
         ),
@@ -481,6 +500,7 @@ def _trace_rank(f) -> TraceRank:
         backward_s=col("backward_s"),
         optimizer_s=col("optimizer_s"),
         outside_s=[s.outside_s for s in st],
+        ready_s=col("ready_s"),
         comm_s=[s.comm_s for s in st],
         exposed_comm_s=[s.exposed_comm_s for s in st],
         overlap_s=[s.overlap_s for s in st],

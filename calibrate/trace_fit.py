@@ -108,6 +108,10 @@ class StepFit:
     harness_s: float = 0.0
     forwards: int = 0  # forward passes (outermost forward annotations): micro-steps where annotated
     gpu: bool = False  # compute_s is then every compute kernel of the step, the optimizer's included
+    # From the step's start to the end of its backward compute: when this rank joins the gradient
+    # sync, the moment the other ranks' last all-reduce waits for. None where the trace does not
+    # show it (no backward span, or no gradient all-reduce in it).
+    ready_s: float | None = None
 
     @property
     def exposed_comm_s(self) -> float:
@@ -120,6 +124,13 @@ class StepFit:
         if self.forward_s is not None and self.backward_s is not None:
             return self.forward_s + self.backward_s
         return max(self.compute_s - (self.optimizer_s or 0.0), 0.0) if self.gpu else self.compute_s
+
+    @property
+    def lead_s(self) -> float | None:
+        """The time before the gradient sync that is not forward or backward compute: data loading,
+        host work, launch gaps. A rank long in it makes every other rank wait, its compute as fast
+        as theirs."""
+        return None if self.ready_s is None else max(self.ready_s - self.fwd_bwd_s, 0.0)
 
     @property
     def outside_s(self) -> float:
@@ -260,6 +271,7 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
                 * US,
                 harness_s=_harness(own_all, ts, dur) * US,
                 forwards=len(fwd),
+                ready_s=(end - ts) * US if grads else None,
             )
         )
 
@@ -314,7 +326,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
             return length(union(np.concatenate([x[0] for x in ivs]), np.concatenate([x[1] for x in ivs]))) * US
 
         bwd_span = [(float(ops[:, 0].min()), float(ops[:, 1].max()))] if len(ops) else []
-        grads, wait = [], 0.0
+        grads, wait, ready = [], 0.0, None
         if bwd_span:
             b0, b1 = bwd_span[0]
             a, b = np.searchsorted(launch, [b0, b1], side="left")[0], np.searchsorted(launch, b1, side="right")
@@ -328,7 +340,8 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
             # all-reduce kernel (the optimizer's kernels queue behind it).
             m = kind[a:b] == COMPUTE
             if grads and m.any():
-                wait = max(float(grad_end - gend[a:b][m].max()), 0.0) * US
+                bwd_end = float(gend[a:b][m].max())
+                wait, ready = max(grad_end - bwd_end, 0.0) * US, (bwd_end - ts) * US
         a, b = np.searchsorted(launch, [ts, hi])
         calls = [
             CollectiveCall(c.op, c.bytes, c.group or world, c.dur * US)
@@ -351,6 +364,7 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
                 harness_s=_harness(own_all, ts, dur) * US,
                 forwards=len(fwd),
                 gpu=True,
+                ready_s=ready,
             )
         )
 
@@ -472,28 +486,64 @@ class TraceFit:
         r = max(med, key=med.get)
         return r, med[r] / typical
 
+    def _synced(self) -> tuple[list[int], int] | None:
+        """(ranks, steps) when every rank's steps show when it joined the gradient sync, else None."""
+        n = min(len(f.steps) for f in self.ranks.values())
+        ranks = sorted(self.ranks)
+        if any(s.ready_s is None for r in ranks for s in self.ranks[r].steps[:n]):
+            return None
+        return ranks, n
+
+    def last_to_sync(self) -> tuple[int, float, float] | None:
+        """(rank, how much later than the median rank it joins the gradient sync, how much of that is
+        its time before the sync outside compute): the rank the others wait for, mean over steps. A
+        slow data loader shows here and not in compute. None where the trace does not show it."""
+        synced = self._synced()
+        if synced is None or len(synced[0]) < 2:
+            return None
+        ranks, n = synced
+        ready = np.array([[s.ready_s for s in self.ranks[r].steps[:n]] for r in ranks]).mean(axis=1)
+        lead = np.array([[s.lead_s for s in self.ranks[r].steps[:n]] for r in ranks]).mean(axis=1)
+        i = int(np.argmax(ready))
+        return ranks[i], float(ready[i] - np.median(ready)), float(lead[i] - np.median(lead))
+
     def straggler_cost(self) -> dict:
         """The same job with every rank at the median speed (ByteDance's what-if: stragglers
-        removed). Per step, the ranks meet at the gradient all-reduce, so the step lasts the
-        slowest rank's compute plus what the trace shows beyond it (communication left exposed,
-        the optimizer, the data); at the median speed each rank's compute is scaled by the
-        median rank's median over its own, its step-to-step jitter kept. The fraction is the
-        time the stragglers cost: 1 - (time at the median speed / measured time)."""
-        comp = self.compute_by_rank()
-        n = min(len(x) for x in comp.values())
-        ranks = sorted(comp)
-        c = np.array([comp[r][:n] for r in ranks])  # (ranks, steps)
+        removed). Per step, the ranks meet at the gradient all-reduce, so the step lasts until the
+        last rank joins it plus what the trace shows after (communication left exposed, the
+        optimizer). At the median speed each rank's forward and backward compute is scaled by the
+        median rank's median over its own, and its time before the sync outside compute (data
+        loading, host work: ``StepFit.lead_s``) moved by the median rank's median less its own,
+        its step-to-step jitter kept in both. Where the trace does not show when a rank joins the
+        sync, compute alone: the slowest rank's compute paces the step. The fraction is the time
+        the stragglers cost: 1 - (time at the median speed / measured time)."""
+        synced = self._synced()
+        if synced is not None:
+            ranks, n = synced
+            rows = [self.ranks[r].steps[:n] for r in ranks]
+            c = np.array([[s.fwd_bwd_s for s in st] for st in rows])  # (ranks, steps)
+            lead = np.array([[s.lead_s for s in st] for st in rows])
+            ready = np.array([[s.ready_s for s in st] for st in rows])
+        else:
+            comp = self.compute_by_rank()
+            n = min(len(x) for x in comp.values())
+            ranks = sorted(comp)
+            c = np.array([comp[r][:n] for r in ranks])
+            lead, ready = np.zeros_like(c), c
         med = np.median(c, axis=1)
-        scale = float(np.median(med)) / med
+        scale = np.divide(float(np.median(med)), med, out=np.ones_like(med), where=med > 0)
+        lead_med = np.median(lead, axis=1)
+        at_median_lead = lead - (lead_med - float(np.median(lead_med)))[:, None]
         step = np.array([[s.step_s for s in self.ranks[r].steps[:n]] for r in ranks]).max(axis=0)
-        rest = np.maximum(step - c.max(axis=0), 0.0)
+        rest = np.maximum(step - ready.max(axis=0), 0.0)
         measured = float(np.sum(step))
-        median_speed = float(np.sum((c * scale[:, None]).max(axis=0) + rest))
+        median_speed = float(np.sum((at_median_lead + c * scale[:, None]).max(axis=0) + rest))
         return {
             "measured_s": measured,
             "at_median_speed_s": median_speed,
             "fraction": 1.0 - median_speed / measured if measured > 0 else 0.0,
             "steps": n,
+            "sync": synced is not None,
         }
 
 

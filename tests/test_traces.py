@@ -27,29 +27,35 @@ def gpu_trace(
     base_ns: int = 1_700_000_000_000_000_000,
     jitter: float = 0.0,
     forwards=((100, 2000),),
+    lead: float = 0.0,
+    sync_end: float = 8200.0,
+    world: int = 2,
 ):
-    """One rank of a 2-rank job. Per step (times in us from the step's start):
+    """One rank of a ``world``-rank job. Per step (times in us from the step's start):
     forward 100-2100 launches a 1000 us kernel; backward (autograd, its own thread) 3000-7000
     launches a 2000 us kernel, a 4 MB NCCL all-reduce at 5000 (runs 5200-8200) and a 1500 us
     kernel at 6100; the optimizer 8300-8800 launches a 300 us kernel. Compute kernels of a
     ``slow`` rank take ``slow`` x as long, on odd steps another (1 + ``jitter``) x. ``forwards``:
-    the forward annotations, (start, duration) in us from the step's start."""
+    the forward annotations, (start, duration) in us from the step's start. A rank whose host
+    starts ``lead`` us late (its data loader) runs forward, backward and its all-reduce's launch
+    that much later; the all-reduce ends at ``sync_end`` on every rank (it waits for the last one
+    to join), and the optimizer follows it."""
     ev, corr = [], 100
     for n in steps:
         t0, k = n * STEP_US, slow * (1 + jitter * (n % 2))
         ev.append(_x(f"ProfilerStep#{n}", t0, STEP_US, cat="user_annotation"))
         for start, dur in forwards:  # (us from the step's start, us): one per micro-step
-            ev.append(_x("DistributedDataParallel.forward", t0 + start, dur, cat="user_annotation"))
-        ev.append(_x("autograd::engine::evaluate_function: MmBackward0", t0 + 3000, 4000, tid=2))
-        ev.append(_x("Optimizer.step#AdamW.step", t0 + 8300, 500, cat="user_annotation"))
+            ev.append(_x("DistributedDataParallel.forward", t0 + lead + start, dur, cat="user_annotation"))
+        ev.append(_x("autograd::engine::evaluate_function: MmBackward0", t0 + lead + 3000, 4000, tid=2))
+        ev.append(_x("Optimizer.step#AdamW.step", t0 + sync_end + 100, 500, cat="user_annotation"))
         ev.append(_x("DistributedDataParallel.forward", t0 + 100, 2000, cat="gpu_user_annotation", pid=0, tid=7))
         kernels = [  # (launch at, runs at, dur, name, extra args)
-            (200, 300, 1000 * k, "ampere_sgemm_128x64_nn", {}),
-            (3100, 3200, 2000 * k, "void at::native::elementwise_kernel<128>", {}),
-            (5000, 5200, 3000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-             {"Collective name": "allreduce", "In msg nelems": MIB, "dtype": "Float", "Group size": 2}),
-            (6000, 6100, 1500 * k, "void cutlass::Kernel<cutlass_80_tensorop>", {}),
-            (8400, 8400, 300 * k, "void at::native::multi_tensor_apply_kernel", {}),
+            (lead + 200, lead + 300, 1000 * k, "ampere_sgemm_128x64_nn", {}),
+            (lead + 3100, lead + 3200, 2000 * k, "void at::native::elementwise_kernel<128>", {}),
+            (lead + 5000, lead + 5200, sync_end - lead - 5200, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+             {"Collective name": "allreduce", "In msg nelems": MIB, "dtype": "Float", "Group size": world}),
+            (lead + 6000, lead + 6100, 1500 * k, "void cutlass::Kernel<cutlass_80_tensorop>", {}),
+            (sync_end + 200, sync_end + 200, 300 * k, "void at::native::multi_tensor_apply_kernel", {}),
         ]  # fmt: skip
         for launch, start, dur, name, extra in kernels:
             corr += 1
@@ -61,7 +67,7 @@ def gpu_trace(
     return {
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85 << 30, "numSms": 132}],
-        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
         "baseTimeNanoseconds": base_ns,
         "traceEvents": ev,
         "traceName": f"rank{rank}",
@@ -103,6 +109,8 @@ def test_synthetic_gpu_trace_fits_its_own_kernel_times(two_ranks):
         assert s.exposed_comm_s == pytest.approx(1500e-6, rel=1e-12)
         assert [(b.bytes, b.ready_fraction) for b in s.buckets] == [(4 * MIB, 0.5)]  # issued at 5000 of 3000-7000
         assert s.wait_s == pytest.approx(600e-6, rel=1e-12)  # backward's last kernel ends 7600, the all-reduce 8200
+        assert s.ready_s == pytest.approx(7600e-6, rel=1e-12)  # it joins the sync when backward's compute ends
+        assert s.lead_s == pytest.approx((7600 - 4500) * 1e-6, rel=1e-12)  # the rest before it: launch gaps
     (size,) = fit.size_bandwidth()
     assert (size.op, size.bytes, size.ranks, size.calls) == ("allreduce", 4 * MIB, 2, 4)
     assert size.busbw_gb_s == pytest.approx(4 * MIB * 2 * 1 / 2 / 3000e-6 / 1e9, rel=1e-12)
@@ -116,10 +124,15 @@ def test_synthetic_gpu_trace_fits_its_own_kernel_times(two_ranks):
     assert fit.ranks[1].steps[0].compute_s == pytest.approx(1.2 * 4800e-6, rel=1e-12)
     rank, factor = fit.slowest_rank()
     assert rank == 1 and factor == pytest.approx(1.2 / 1.1, rel=1e-12)
-    # Stragglers removed: both at the median speed, each step is 1.1 x 4800 us of compute plus
-    # the rest of the measured step (10000 - 1.2 x 4800 us).
+    # Stragglers removed: both at the median speed. Rank 1's kernels start when rank 0's do (the
+    # host launches them), so its 1.2 x compute fills launch gaps and it joins the sync at 7900,
+    # only 300 us after rank 0. At the median speed each computes 1.1 x 4500 us and spends the
+    # median rank's 2800 us around it (rank 0's 3100, rank 1's 2500): both join at 7750, and the
+    # 2100 us after rank 1 joined stay. (Before 2026-12-07 the what-if scaled compute alone and
+    # took it for the whole path to the sync: 1.1 x 4800 + 10000 - 1.2 x 4800 us, 4.8 % cost,
+    # where slowing rank 1 had cost the step 3 %.)
     cost = fit.straggler_cost()
-    at_median = 2 * (1.1 * 4800 + STEP_US - 1.2 * 4800) * 1e-6
+    at_median = 2 * (2800 + 1.1 * 4500 + STEP_US - 7900) * 1e-6
     assert cost["at_median_speed_s"] == pytest.approx(at_median, rel=1e-12)
     assert cost["fraction"] == pytest.approx(1 - at_median / (2 * STEP_US * 1e-6), rel=1e-12)
 
@@ -223,7 +236,8 @@ def test_calibration_from_a_gpu_trace_carries_its_device_and_provenance(tmp_path
     )  # fmt: skip
     # Forward + backward of the speed-1 rank, per token of the micro-step (one size: through 0).
     assert c.compute.step_s.points == [(128, pytest.approx(4500e-6 * j, rel=1e-9))]
-    # After the wait, the slowest-computing rank's (1) optimizer kernel, and the rest of its 10 ms
+    # After the wait, the optimizer kernel of rank 1, the slowest computer and so the last to join
+    # the gradient sync, and the rest of its 10 ms
     # step: less forward's 1000 us kernel, backward's 2000 + 1500, the wait to the all-reduce's end
     # at 8200 from the 1500 us kernel's at 6100 + 1500 k, and the optimizer: idle GPU.
     k = 1.01 * j
@@ -231,7 +245,9 @@ def test_calibration_from_a_gpu_trace_carries_its_device_and_provenance(tmp_path
     wait = 8200 - 6100 - 1500 * k
     rest = STEP_US - 1000 * k - 3500 * k - wait - 300 * k
     assert c.compute.outside_s.value == pytest.approx(rest * 1e-6, rel=1e-9)
-    assert "rank 1) mean step outside forward, backward, the wait" in c.compute.outside_s.source
+    assert "rank 1's, the last to join the gradient sync, mean step outside forward, backward, the" in (
+        c.compute.outside_s.source
+    )
     assert c.ranks[1].speed_factor == pytest.approx(1.01, rel=1e-9)
     assert c.trace.ranks[1].provenance == "measured in r1.json.gz, rank 1, steps 0-4"
     assert "r0.json.gz, rank 0, steps 0-4" in c.compute.achieved_tflop_s.source
@@ -421,3 +437,56 @@ def test_without_forward_annotations_a_gpu_steps_compute_leaves_the_optimizer_ou
     assert c.compute.step_s.points == [(128, pytest.approx(4500e-6, rel=1e-9))]
     assert c.compute.optimizer_s.value == pytest.approx(300e-6, rel=1e-9)
     assert any(a.startswith("forward/backward annotations: compute split 1/3") for a in c.trace.absent)
+
+
+def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
+    """Three ranks, the same compute; rank 2's host starts each step 1000 us late (its data
+    loader), so it joins the gradient sync at 8600 where the others join at 7600 and wait for it
+    (their all-reduce runs to 9200). Before 2026-12-07 the calibration saw no straggler (the
+    what-if scaled compute alone: 0 %), took the rest of the step from rank 0 (3600 us, without
+    the delay) and tuned the network to the ranks' mean wait (1267 us, the delay in it): the
+    traced job simulated 3.3 % fast, its loader's delay as communication."""
+    from calibrate.apply import apply_calibration
+    from calibrate.trace_calib import JobShape, calibrate_traces
+    from sim.engine import simulate
+    from sim.scenario_file import scenario_from_dict
+    from workflow.render_calib import trace_lines
+
+    job = JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp")
+    steps = tuple(range(10))
+
+    def traces(name, late_us):
+        return [
+            write(
+                tmp_path / f"{name}{r}.json.gz",
+                gpu_trace(r, steps=steps, world=3, lead=late_us * (r == 2), sync_end=8200 + late_us),
+            )
+            for r in range(3)
+        ]
+
+    late = traces("late", 1000.0)
+    fit = fit_traces([read_trace(p) for p in late])
+    assert fit.last_to_sync() == (2, pytest.approx(1000e-6, rel=1e-9), pytest.approx(1000e-6, rel=1e-9))
+    # Every rank at the median rank's speed: rank 2's 1000 us before its compute goes, 10 % of a step.
+    assert fit.straggler_cost()["fraction"] == pytest.approx(0.10, rel=1e-9)
+    c = calibrate_traces(late, given=job)
+    assert c.trace.straggler_cost.value == pytest.approx(0.10, rel=1e-9)
+    assert (c.trace.late_rank, c.trace.late_lead_s) == (2, pytest.approx(1000e-6, rel=1e-9))
+    # The rest of the step is rank 2's, the delay in it: 10000 - 4500 - 600 (its wait) - 300 us.
+    assert c.compute.outside_s.value == pytest.approx(4600e-6, rel=1e-9)
+    assert "rank 2's, the last to join the gradient sync, mean step outside" in c.compute.outside_s.source
+    # The network is tuned to the wait after the last rank joined (600 us), as without the delay.
+    on_time = calibrate_traces(traces("on_time", 0.0), given=job)
+    busbw = c.networks["trace"].collectives["allreduce"].fit.busbw_gb_s
+    assert busbw == pytest.approx(on_time.networks["trace"].collectives["allreduce"].fit.busbw_gb_s, rel=0.01)
+    data = {
+        "name": "traced job", "ranks": 3, "steps": 300, "model": {"preset": "gpt2-tiny"},
+        "training": {"micro_batch_size": 2, "seq_len": 64, "precision": "bf16-amp"},
+        "network": {"backend": "nccl", "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+        "noise": {}, "compute": {},
+    }  # fmt: skip
+    applied = apply_calibration(data, c, calib_path="c.json", mode="all")
+    step_s = simulate(scenario_from_dict(applied.data), trace_steps=0).step_time_s.mean()
+    assert step_s == pytest.approx(STEP_US * 1e-6, rel=0.02)
+    (line,) = [x for x in trace_lines(c) if x.startswith("stragglers")]
+    assert "rank 2 joins the gradient sync last" in line and "10.0% less time" in line, line
