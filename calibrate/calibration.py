@@ -369,7 +369,7 @@ class TraceSource:
     slowest_factor: float  # its median compute / the median rank's
     straggler_cost: Measured  # 1 - time at the median speed / measured time
     # The rank the others wait for at the gradient sync (trace_fit.py TraceFit.last_to_sync): how
-    # much later than the median rank it joins, and how much of that is time outside compute
+    # much later than the other ranks' median it joins, and how much of that is time outside compute
     # (a slow data loader). None where the trace does not show it (or written before 2026-12-07).
     late_rank: int | None = None
     late_by_s: float | None = None

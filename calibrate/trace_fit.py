@@ -495,9 +495,10 @@ class TraceFit:
         return ranks, n
 
     def last_to_sync(self) -> tuple[int, float, float] | None:
-        """(rank, how much later than the median rank it joins the gradient sync, how much of that is
-        its time before the sync outside compute): the rank the others wait for, mean over steps. A
-        slow data loader shows here and not in compute. None where the trace does not show it."""
+        """(rank, how much later than the other ranks' median it joins the gradient sync, how much
+        of that is its time before the sync outside compute): the rank the others wait for, mean
+        over steps. A slow data loader shows here and not in compute. None where the trace does
+        not show it."""
         synced = self._synced()
         if synced is None or len(synced[0]) < 2:
             return None
@@ -505,7 +506,8 @@ class TraceFit:
         ready = np.array([[s.ready_s for s in self.ranks[r].steps[:n]] for r in ranks]).mean(axis=1)
         lead = np.array([[s.lead_s for s in self.ranks[r].steps[:n]] for r in ranks]).mean(axis=1)
         i = int(np.argmax(ready))
-        return ranks[i], float(ready[i] - np.median(ready)), float(lead[i] - np.median(lead))
+        others = np.arange(len(ranks)) != i
+        return ranks[i], float(ready[i] - np.median(ready[others])), float(lead[i] - np.median(lead[others]))
 
     def straggler_cost(self) -> dict:
         """The same job with every rank at the median speed (ByteDance's what-if: stragglers

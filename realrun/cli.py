@@ -156,6 +156,17 @@ def _straggler(text: str) -> tuple[int, float]:
     return r, f
 
 
+def _loader_straggler(text: str) -> tuple[int, float]:
+    rank, sep, ms = text.partition(":")
+    try:
+        r, d = int(rank), float(ms)
+    except ValueError:
+        r, d = -1, -1.0
+    if not sep or r < 0 or not d > 0 or d == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected RANK:MS with MS > 0, like 1:20")
+    return r, d
+
+
 def _add_placement(p: argparse.ArgumentParser) -> None:
     """--backend and --device, chosen apart (realrun/device_choice.py)."""
     p.add_argument(
@@ -268,6 +279,14 @@ def train_parser(prog: str = "ddplab train", add_help: bool = True) -> argparse.
         default=0.0,
         help="a slow loader: each batch takes this much longer to build (a sleep, as I/O waits)",
     )
+    p.add_argument(
+        "--loader-straggler",
+        type=_loader_straggler,
+        action="append",
+        default=[],
+        metavar="RANK:MS",
+        help="one rank's slow loader: its batches each take MS ms longer to build (repeatable)",
+    )
     p.add_argument("--lr", type=_positive(float), default=3e-4, help="AdamW learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order")
     p.add_argument("--timeout-s", type=_positive(float), default=120.0, help="collective timeout")
@@ -318,6 +337,7 @@ _NOT_3D = (
     ("straggler", "--straggler"),
     ("loader_workers", "--loader-workers"),
     ("loader_delay_ms", "--loader-delay-ms"),
+    ("loader_straggler", "--loader-straggler"),
     ("no_instrument", "--no-instrument"),
     ("save_grads", "--save-grads"),
     ("fault", "--fault"),

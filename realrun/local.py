@@ -30,10 +30,10 @@ def launch_local(verb: str, args) -> int:
 
     if args.nproc < 1:
         raise ValueError(f"--nproc: must be >= 1, got {args.nproc}")
-    if getattr(args, "straggler", None):
-        for rank, _ in args.straggler:
+    for key, flag in (("straggler", "--straggler"), ("loader_straggler", "--loader-straggler")):
+        for rank, _ in getattr(args, key, None) or ():
             if rank >= args.nproc:
-                raise ValueError(f"--straggler: rank {rank} out of range for --nproc {args.nproc}")
+                raise ValueError(f"{flag}: rank {rank} out of range for --nproc {args.nproc}")
     if getattr(args, "micro_batch_per_rank", None) and len(args.micro_batch_per_rank) != args.nproc:
         raise ValueError(f"--micro-batch-per-rank: {len(args.micro_batch_per_rank)} values for --nproc {args.nproc}")
     if args.backend == "nccl":

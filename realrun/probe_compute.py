@@ -92,8 +92,8 @@ def training_args(a, micro_batch: int, comm_hook: str = "none") -> argparse.Name
         out=a.out, model=a.model, seq_len=a.seq_len, seed=a.seed, micro_batch=micro_batch, timeout_s=a.timeout_s,
         comm_hook=comm_hook, micro_batch_per_rank=None, grad_accum=1, bucket_cap_mb=a.bucket_cap_mb,
         no_overlap=False, grad_staging="none", data=None, loader_workers=0, loader_delay_ms=0.0, loader_prefetch=2,
-        lr=3e-4, straggler=[], no_instrument=False, fault=[], save_grads=False, tp=1, pp=1, pp_schedule="1f1b",
-        pp_virtual_stages=None,
+        lr=3e-4, straggler=[], loader_straggler=[], no_instrument=False, fault=[], save_grads=False, tp=1, pp=1,
+        pp_schedule="1f1b", pp_virtual_stages=None,
     )  # fmt: skip
 
 

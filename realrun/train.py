@@ -66,10 +66,11 @@ class Trainer:
             vocab_size=model.cfg.vocab_size, seq_len=self.seq_len, seed=args.seed, rank=env.rank,
             data_file=args.data,
         )  # fmt: skip
-        if args.loader_workers or args.loader_delay_ms:
+        delay_ms = args.loader_delay_ms + sum(ms for r, ms in args.loader_straggler if r == env.rank)
+        if args.loader_workers or delay_ms:
             self.batches = Loader(
                 self.batches, seed=args.seed, rank=env.rank, batch=self.micro_batch, workers=args.loader_workers,
-                prefetch=args.loader_prefetch, delay_s=args.loader_delay_ms / 1e3,
+                prefetch=args.loader_prefetch, delay_s=delay_ms / 1e3,
             )  # fmt: skip
         self.throttle = None
         for rank, factor in args.straggler:

@@ -64,13 +64,14 @@ def trace_lines(c) -> list[str]:
         noise = f"; {-cost:.1%} more: noise" if round(-cost, 3) > 0 else ""
         what = f"{cost:.1%} less time" if round(cost, 3) > 0 else f"no less time (no straggler cost{noise})"
         late = ""
-        # Named where it is not just the slowest computer (a slow data loader, a host stall): the
-        # rank the others wait for, with the part of its lateness that is not compute.
-        if t.late_rank is not None and t.late_rank != t.slowest_rank and t.late_by_s and t.late_by_s > 0:
+        # The rank the others wait for, and how much of its lateness is not compute (a slow data
+        # loader, a host stall): the slowest computer need not be it.
+        if t.late_rank is not None and t.late_by_s and t.late_by_s > 0:
+            lead = t.late_lead_s or 0.0
+            why = f"{fmt_seconds(lead)} of it before the sync outside compute" if lead > 0 else "compute"
             late = (
-                f"; rank {t.late_rank} joins the gradient sync last, {fmt_seconds(t.late_by_s)} after the median"
-                f" rank, {fmt_seconds(max(t.late_lead_s or 0.0, 0.0))} of it before the sync outside compute"
-                " (data loading, host work)"
+                f"; rank {t.late_rank} joins the gradient sync last, {fmt_seconds(t.late_by_s)} after the other"
+                f" ranks' median ({why})"
             )
         out.append(
             f"stragglers slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute){late};"
