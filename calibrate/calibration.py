@@ -329,6 +329,7 @@ class TraceRank:
     # From the step's start to the end of backward compute, when the rank joins the gradient sync
     # (StepFit.ready_s); None where the trace does not show it, or written before 2026-12-07.
     ready_s: list[float] | None = None
+    lead_s: list[float] | None = None  # ready_s less forward and backward compute (StepFit.lead_s)
     comm_s: list[float]
     exposed_comm_s: list[float]
     overlap_s: list[float]

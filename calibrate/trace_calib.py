@@ -501,6 +501,7 @@ def _trace_rank(f) -> TraceRank:
         optimizer_s=col("optimizer_s"),
         outside_s=[s.outside_s for s in st],
         ready_s=col("ready_s"),
+        lead_s=col("lead_s"),
         comm_s=[s.comm_s for s in st],
         exposed_comm_s=[s.exposed_comm_s for s in st],
         overlap_s=[s.overlap_s for s in st],

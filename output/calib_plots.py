@@ -125,16 +125,46 @@ def noise(calib: Calibration, path: Path) -> None:
     save(fig, path)
 
 
+def sync_bars(calib: Calibration) -> tuple[list[int], np.ndarray, np.ndarray] | None:
+    """(ranks, mean forward + backward, mean time before the sync outside them) per traced rank,
+    in seconds: when each joins the gradient sync and why. None where the trace does not show it
+    (a probe calibration, a trace without backward spans or gradient all-reduces)."""
+    t = calib.trace
+    if t is None or len(t.ranks) < 2 or any(r.ready_s is None or r.lead_s is None for r in t.ranks.values()):
+        return None
+    rows = sorted(t.ranks.items())
+    lead = np.array([np.mean(r.lead_s) for _, r in rows])
+    return [k for k, _ in rows], np.array([np.mean(r.ready_s) for _, r in rows]) - lead, lead
+
+
 def ranks(calib: Calibration, path: Path) -> None:
-    """Per-rank straggler score (fastest median / this median), the 0.75 flag line."""
+    """Per-rank straggler score (fastest median / this median), the 0.75 flag line; from a trace
+    also when each rank joins the gradient sync, its compute and the time before it apart: a
+    rank late by its data loader computes as fast as the rest, and only the second panel shows it."""
     rows = sorted(calib.ranks.items())
-    fig, ax = _subplots(figsize=(max(4.5, 0.5 * len(rows) + 2), 3.6))
+    bars = sync_bars(calib)
+    width = max(4.5, 0.5 * len(rows) + 2)
+    fig, axes = _subplots(1, 2 if bars else 1, figsize=(2 * width if bars else width, 3.6), squeeze=False)
+    ax = axes[0][0]
     scores = [v.score for _, v in rows]
     colors = ["tab:red" if v.flagged else "tab:blue" for _, v in rows]
     ax.bar([r for r, _ in rows], scores, color=colors)
     ax.axhline(noise_fit.STRAGGLER_SCORE_FLAG, color="k", ls="--", lw=0.8, label="flag below 0.75")
     ax.set(xlabel="rank", ylabel="speed score", ylim=(0, 1.05), title="per-rank compute speed (1 = fastest)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if bars:
+        who, comp, lead = bars
+        ax = axes[0][1]
+        ax.bar(who, comp * 1e3, color="tab:blue", label="forward + backward")
+        ax.bar(who, lead * 1e3, bottom=comp * 1e3, color="tab:orange", label="before the sync, outside compute")
+        late = calib.trace.late_rank
+        if late is not None:
+            top = (comp + lead)[who.index(late)] * 1e3
+            ax.annotate("the others wait for it", (late, top), ha="center", va="bottom", fontsize=8)
+        ax.set(xlabel="rank", ylabel="ms after the step's start", title="when each rank joins the gradient sync")
+        if np.max(comp + lead) > 0:
+            ax.set_ylim(0, 1.15 * float(np.max(comp + lead)) * 1e3)  # room for the note
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.legend(fontsize=8, loc="outside lower center")  # below the bars, not over one
     fig.suptitle(_measured(calib), fontsize="small")
     save(fig, path)

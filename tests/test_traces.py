@@ -490,3 +490,11 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     assert step_s == pytest.approx(STEP_US * 1e-6, rel=0.02)
     (line,) = [x for x in trace_lines(c) if x.startswith("stragglers")]
     assert "rank 2 joins the gradient sync last" in line and "10.0% less time" in line, line
+    # The ranks picture shows it: the same compute, rank 2's bar taller by its lead.
+    from output.calib_plots import sync_bars, write_calibration_plots
+
+    who, comp, lead = sync_bars(c)
+    assert who == [0, 1, 2] and comp == pytest.approx([4500e-6] * 3, rel=1e-9)
+    assert lead == pytest.approx([3100e-6, 3100e-6, 4100e-6], rel=1e-9)
+    (png,) = [p for p in write_calibration_plots(c, tmp_path / "calib") if p.name == "calib-ranks.png"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
