@@ -365,7 +365,7 @@ class TraceSource:
     collectives: list[TraceCollectiveSize]
     alpha_beta: dict[str, CollectiveFit]  # per op, where the trace has >= 3 sizes
     overlap_fraction: Measured  # communication during compute / communication
-    exposed_comm_s: Measured  # per step, the slowest rank's mean
+    exposed_comm_s: Measured  # per step, the least-waiting rank's mean (its source: the most-waiting's)
     slowest_rank: int
     slowest_factor: float  # its median compute / the median rank's
     straggler_cost: Measured  # 1 - time at the median speed / measured time

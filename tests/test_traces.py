@@ -475,6 +475,11 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     # The rest of the step is rank 2's, the delay in it: 10000 - 4500 - 600 (its wait) - 300 us.
     assert c.compute.outside_s.value == pytest.approx(4600e-6, rel=1e-9)
     assert "rank 2's, the last to join the gradient sync, mean step outside" in c.compute.outside_s.source
+    # Exposed communication is the least-waiting rank's: rank 2's all-reduce, 6200-9200 us, less
+    # the 1500 us kernel under it; the others' (5200-9200 less theirs) hold 1000 us of waiting for
+    # rank 2 more, said beside it.
+    assert c.trace.exposed_comm_s.value == pytest.approx(1500e-6, rel=1e-9)
+    assert "rank 0's, the most-waiting, 2.5 ms, its wait for the others in it" in c.trace.exposed_comm_s.source
     # The network is tuned to the wait after the last rank joined (600 us), as without the delay.
     on_time = calibrate_traces(traces("on_time", 0.0), given=job)
     busbw = c.networks["trace"].collectives["allreduce"].fit.busbw_gb_s

@@ -53,7 +53,7 @@ def trace_lines(c) -> list[str]:
         out.append(f"alpha-beta {op}: alpha {fmt_seconds(f.alpha_s)}, busbw {f.busbw_gb_s:.4g} GB/s ({f.sizes} sizes)")
     out.append(
         f"overlap   {t.overlap_fraction.value:.1%} of communication ran during compute; exposed"
-        f" {fmt_seconds(t.exposed_comm_s.value)} per step (slowest rank)"
+        f" {fmt_seconds(t.exposed_comm_s.value)} per step on the least-waiting rank"
     )
     cost = t.straggler_cost.value
     if len(t.ranks) < 2:  # the what-if sets every rank to the median rank's speed: one rank is its own median
