@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
         except TraceError as e:
             print(f"{name}: {str(e).split(': ', 1)[-1]}")
             continue
-        dev = ((t.meta.get("deviceProperties") or [{}])[0] or {}).get("name", "no deviceProperties")
+        props = t.meta.get("deviceProperties") or t.meta.get("computeProperties") or [{}]  # the latter: 2021's
+        dev = (props[0] or {}).get("name", "no deviceProperties")
         head = f"{name}: rank {f.rank} of {t.world_size or '?'}, {dev}, steps {f.steps[0].step}-{f.steps[-1].step}"
         step_ms = sum(s.step_s for s in f.steps) / len(f.steps) * 1e3
         sizes = sorted({(c.op, c.bytes) for s in f.steps for c in s.collectives if c.bytes})

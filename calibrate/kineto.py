@@ -1,7 +1,8 @@
 """PyTorch profiler (Kineto) traces, read one event at a time.
 
 A trace is one JSON object per rank (``torch.profiler`` with ``export_chrome_trace`` or
-``tensorboard_trace_handler``; ``.json`` or ``.json.gz``): top-level metadata
+``tensorboard_trace_handler``; ``.json`` or ``.json.gz``; before torch 1.8 a bare array of the
+events, and until 1.9 the categories capitalised: ``LEGACY_CATS``): top-level metadata
 (``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``, whatever
 ``add_metadata_json`` added) and ``traceEvents``, a list of Chrome trace events
 (``ph`` "X" spans with ``ts``/``dur`` in microseconds). A job's trace runs to gigabytes, and
@@ -75,6 +76,15 @@ DTYPE_BYTES = {
 KINETO_CATS = {
     "cpu_op", "user_annotation", "kernel", "cuda_runtime", "cuda_driver", "gpu_memcpy", "gpu_memset",
     "gpu_user_annotation", "python_function", "ac2g", "fwdbwd", "cpu_instant_event", "Trace",
+}  # fmt: skip
+
+# The same categories as Kineto wrote them in 2021 (torch 1.8-1.9): the TensorBoard plugin's own
+# samples of that year (pytorch/kineto tb_plugin/samples at be239c04, ResNet-50 on a V100) have
+# "Kernel", "Runtime", "Operator", "Memcpy", "Memset", which the reader would otherwise pass over
+# as unknown and take a GPU trace for a CPU-only one.
+LEGACY_CATS = {
+    "Kernel": "kernel", "Runtime": "cuda_runtime", "Operator": "cpu_op", "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
 }  # fmt: skip
 
 _STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
@@ -294,16 +304,18 @@ def read_trace(path: Path, progress=None) -> RankTrace:
     trace = RankTrace(path=str(path), meta=meta)
     try:
         first = reader.skip_ws()
-        if first == "[":
-            raise TraceError(
-                f"{path}: a bare JSON array of events, not a PyTorch profiler (Kineto) trace"
-                " (those are an object with traceEvents and metadata)"
-            )
-        if first != "{":
+        if first not in ("[", "{"):
             raise TraceError(f"{path}: not a JSON object (not a PyTorch profiler trace)")
-        reader.pos += 1
         seen_events = False
-        while True:
+        if first == "[":
+            # A bare array of events, Chrome's other trace form, is how Kineto wrote traces before
+            # torch 1.8 shipped (the TensorBoard plugin's first samples, pytorch/kineto a0380a32,
+            # December 2020): events alone, no metadata; whose they are, the categories say below.
+            seen_events = True
+            _read_events(reader, decoder, trace, progress, total)
+        else:
+            reader.pos += 1
+        while first == "{":
             c = reader.expect('}"', "the trace's top-level object")
             if c == "}":
                 break
@@ -352,6 +364,7 @@ def _read_events(reader: _Reader, decoder: json.JSONDecoder, t: RankTrace, progr
 def _take(e: dict, t: RankTrace) -> None:
     """Keep what the fit uses of one event."""
     cat = e.get("cat")
+    cat = LEGACY_CATS.get(cat, cat) if isinstance(cat, str) else cat
     if cat in KINETO_CATS:
         t.kineto_events += 1
     if e.get("ph") != "X":

@@ -101,14 +101,15 @@ def _traced_micro_steps(fit: TraceFit) -> int:
 def _device(fit: TraceFit) -> tuple[str, dict | None, list[str]]:
     t = next(iter(fit.traces.values()))
     own = t.meta.get("ddplab") or {}
-    props = t.meta.get("deviceProperties") or []
+    props = t.meta.get("deviceProperties") or t.meta.get("computeProperties") or []  # the latter: 2021's name
     gpu = any(f.gpu for f in fit.ranks.values())
     absent = []
     if own.get("device_info"):
         info = own["device_info"]
     elif props and isinstance(props[0], dict):
         p = props[0]
-        info = {"name": p.get("name"), "memory_bytes": p.get("totalGlobalMem"), "multiprocessors": p.get("numSms")}
+        sms = p.get("numSms", p.get("multiProcessorCount"))
+        info = {"name": p.get("name"), "memory_bytes": p.get("totalGlobalMem"), "multiprocessors": sms}
     else:
         info = None
         absent.append("device name: no deviceProperties in the trace" + (" (a CPU-only trace)" if not gpu else ""))

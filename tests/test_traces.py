@@ -276,9 +276,13 @@ def test_bad_traces_are_one_line_exit_2_nothing_written(ddplab, tmp_path):
     speedscope = tmp_path / "speedscope.json"
     speedscope.write_text(json.dumps({"$schema": "https://www.speedscope.app/file-format-schema.json", "profiles": []}))
     _bad(ddplab, tmp_path, "speedscope", speedscope, match="no traceEvents")
+    # A bare array of events is Chrome's other form, Kineto's before torch 1.8: read, and judged by
+    # its events like any other (another profiler's; Kineto's, here without a ProfilerStep).
     array = tmp_path / "array.json"
+    array.write_text(json.dumps([_x("f", 1, 2, cat="FEE")]))
+    _bad(ddplab, tmp_path, "array", array, match="another profiler's trace")
     array.write_text(json.dumps([_x("f", 1, 2)]))
-    _bad(ddplab, tmp_path, "array", array, match="a bare JSON array")
+    _bad(ddplab, tmp_path, "array_kineto", array, match="no ProfilerStep#N events")
 
     whole = gzip.compress(json.dumps(gpu_trace(0)).encode())
     cut = tmp_path / "cut.json.gz"
@@ -302,6 +306,20 @@ def test_bad_traces_are_one_line_exit_2_nothing_written(ddplab, tmp_path):
     _bad(ddplab, tmp_path, "world", tmp_path / "r0.json.gz", write(tmp_path / "w.json.gz", world), match="world size 8")
     _bad(ddplab, tmp_path, "twice", tmp_path / "r0.json.gz", tmp_path / "r0.json.gz", match="rank 0 again")
     _bad(ddplab, tmp_path, "mixed", tmp_path / "r0.json.gz", tmp_path, match="not both")
+
+
+def test_a_trace_in_the_2020_form_fits_as_todays(tmp_path):
+    """Before torch 1.8 Kineto wrote a bare array of events, and until 1.9 capitalised categories
+    (the TensorBoard plugin's samples, measurements/trace_public_kineto.txt): the same events in
+    that form fit to the same steps."""
+    modern = gpu_trace(0)
+    old = {"kernel": "Kernel", "cuda_runtime": "Runtime", "cpu_op": "Operator", "user_annotation": "Operator"}
+    events = [
+        {**e, "cat": old.get(e["cat"], e["cat"])} for e in modern["traceEvents"] if e["cat"] != "gpu_user_annotation"
+    ]
+    a = fit_traces([read_trace(write(tmp_path / "now.json.gz", modern))]).ranks[0]
+    b = fit_traces([read_trace(write(tmp_path / "then.json", events, gz=False))]).ranks[0]
+    assert b.gpu and [vars(s) for s in b.steps] == [vars(s) for s in a.steps]
 
 
 def test_reader_errors_are_trace_errors(tmp_path):

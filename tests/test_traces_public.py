@@ -1,7 +1,8 @@
 """Public GPU traces no one here wrote: two ranks of a 128-GPU job from Holistic Trace
-Analysis' test data (tests/data/hta/README.md). calibrate/trace_fit.py's figures equal the ones
-HTA printed for these files (recorded below), and, where HTA is installed, the ones it computes
-now, within 1 %: step time, kernel time, computation, communication, idle and overlap."""
+Analysis' test data (tests/data/hta/README.md), and a 2021 V100 trace from the Kineto
+TensorBoard plugin's (tests/data/kineto/README.md). calibrate/trace_fit.py's figures equal the
+ones HTA printed for these files (recorded below), and, where HTA is installed, the ones it
+computes now, within 1 %: step time, kernel time, computation, communication, idle and overlap."""
 
 import os
 from pathlib import Path
@@ -179,3 +180,41 @@ def test_a_bad_job_shape_is_named_as_given(ddplab, tmp_path, flag, value, says):
     lines = [x for x in err.splitlines() if not x.startswith("calibrate: reading")]
     assert code == 2 and lines == [f"ddplab calibrate: error: {says}"], err
     assert list(tmp_path.iterdir()) == []
+
+
+# The Kineto TensorBoard plugin's own test input (tests/data/kineto/README.md): the 2021 format,
+# categories capitalised ("Kernel", "Runtime", "Operator") and the device list `computeProperties`.
+KINETO_2021 = Path(__file__).parent / "data" / "kineto" / "gpu_metrics_input.json"
+# HTA 0.5.0 on it (measurements/trace_public_kineto.txt): microseconds.
+KINETO_2021_HTA = {"kernel_time_us": 11946, "compute_time_us": 48, "comm_time_us": 0, "idle_time_us": 11896}
+
+
+def test_a_2021_trace_is_a_gpu_trace_with_htas_figures():
+    """Read with the categories of its year it is a GPU trace; before 2026-12-07 its kernels were
+    passed over as unknown events and it was taken for a CPU-only trace."""
+    t = read_trace(KINETO_2021)
+    fit = fit_traces([t])
+    f = fit.ranks[0]
+    assert t.has_gpu and f.gpu and [s.step for s in f.steps] == [2]
+    for k, v in KINETO_2021_HTA.items():
+        assert getattr(f.hta, k) == pytest.approx(v, rel=1e-9), k
+    from calibrate.trace_calib import _device
+
+    assert _device(fit)[1]["name"] == "Tesla V100-DGXS-32GB"  # from computeProperties
+
+
+def test_a_2021_trace_matches_hta_within_1pct(tmp_path, monkeypatch):
+    pytest.importorskip("hta", reason="Holistic Trace Analysis not installed (pip install HolisticTraceAnalysis)")
+    import logging
+    import shutil
+
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    shutil.copy(KINETO_2021, tmp_path)
+    tb = TraceAnalysis(trace_dir=str(tmp_path)).get_temporal_breakdown(visualize=False).iloc[0]
+    f = fit_traces([read_trace(KINETO_2021)]).ranks[0]
+    for ours, theirs in (("kernel_time_us", "kernel_time(us)"), ("compute_time_us", "compute_time(us)"),
+                         ("idle_time_us", "idle_time(us)")):  # fmt: skip
+        assert getattr(f.hta, ours) == pytest.approx(tb[theirs], rel=0.01), ours
