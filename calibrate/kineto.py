@@ -332,6 +332,21 @@ def read_trace(path: Path, progress=None) -> RankTrace:
     finally:
         reader.close()
     if not seen_events:
+        # Execution traces are the graphs that trace-driven simulators (Chakra, ASTRA-sim) replay:
+        # PyTorch's ExecutionTraceObserver writes "schema" and "nodes", Chakra's JSON form a
+        # "workload_graph" (mlcommons/chakra tests/data). Neither times kernels or steps.
+        graph = (
+            "a PyTorch execution trace"
+            if "nodes" in meta and "schema" in meta
+            else "a Chakra execution trace"
+            if "workload_graph" in meta
+            else None
+        )
+        if graph:
+            raise TraceError(
+                f"{path}: {graph}, a graph of operators, not a timeline of steps (no traceEvents): calibrate"
+                " reads the PyTorch profiler (Kineto) trace recorded beside it"
+            )
         raise TraceError(f"{path}: no traceEvents (not a PyTorch profiler trace; another profiler's JSON?)")
     if trace.events and not trace.kineto_events:
         raise TraceError(

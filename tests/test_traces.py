@@ -276,6 +276,13 @@ def test_bad_traces_are_one_line_exit_2_nothing_written(ddplab, tmp_path):
     speedscope = tmp_path / "speedscope.json"
     speedscope.write_text(json.dumps({"$schema": "https://www.speedscope.app/file-format-schema.json", "profiles": []}))
     _bad(ddplab, tmp_path, "speedscope", speedscope, match="no traceEvents")
+    # Execution traces (what Chakra and ASTRA-sim replay) are graphs, not timings: named as such.
+    et = tmp_path / "et.json"
+    et.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": [{"id": 1, "name": "[pytorch]"}]}))
+    _bad(ddplab, tmp_path, "et", et, match="et.json: a PyTorch execution trace, a graph of operators, not a timeline")
+    chakra = tmp_path / "chakra.0.json"
+    chakra.write_text(json.dumps({"workload_graph": [{"Id": 1, "Name": "aten::add", "runtime": 3}]}))
+    _bad(ddplab, tmp_path, "chakra", chakra, match="chakra.0.json: a Chakra execution trace, a graph of operators")
     # A bare array of events is Chrome's other form, Kineto's before torch 1.8: read, and judged by
     # its events like any other (another profiler's; Kineto's, here without a ProfilerStep).
     array = tmp_path / "array.json"
