@@ -384,30 +384,36 @@ def test_a_job_shape_faster_than_the_devices_peak_is_refused(ddplab, tmp_path):
     assert not out.exists() and not list(tmp_path.glob("*.png"))
 
 
+def traced_job_step_s(c, *, ranks: int) -> float:
+    """The mean simulated step of the synthetic traced job (gpt2-tiny, micro-batch 2, seq 64, one
+    GPU a node) with the calibration ``c`` applied in mode all."""
+    from calibrate.apply import apply_calibration
+    from sim.engine import simulate
+    from sim.scenario_file import scenario_from_dict
+
+    data = {
+        "name": "traced job", "ranks": ranks, "steps": 300, "model": {"preset": "gpt2-tiny"},
+        "training": {"micro_batch_size": 2, "seq_len": 64, "precision": "bf16-amp"},
+        "network": {"backend": "nccl", "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
+        "noise": {}, "compute": {},
+    }  # fmt: skip
+    applied = apply_calibration(data, c, calib_path="c.json", mode="all")
+    return float(simulate(scenario_from_dict(applied.data), trace_steps=0).step_time_s.mean())
+
+
 def test_a_gpu_trace_predicts_its_own_jobs_step_idle_included(tmp_path):
     """Each synthetic 10 ms step keeps the GPU busy 4.5-4.7 ms with compute and waits 0.5 ms for
     the all-reduce; the rest is idle (host work, data: whatever a job does between kernels). The
     simulator, calibrated in mode all on the traced job, must take 10 ms a step, not the 5.4 ms it
     took while the idle was dropped (before 2026-12-07: -45 %)."""
-    from calibrate.apply import apply_calibration
     from calibrate.trace_calib import JobShape, calibrate_traces
-    from sim.engine import simulate
-    from sim.scenario_file import scenario_from_dict
 
     paths = [
         write(tmp_path / f"r{r}.json.gz", gpu_trace(r, slow=1 + 0.01 * r, steps=tuple(range(10)), jitter=0.02))
         for r in (0, 1)
     ]
     c = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
-    data = {
-        "name": "traced job", "ranks": 2, "steps": 300, "model": {"preset": "gpt2-tiny"},
-        "training": {"micro_batch_size": 2, "seq_len": 64, "precision": "bf16-amp"},
-        "network": {"backend": "nccl", "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
-        "noise": {}, "compute": {},
-    }  # fmt: skip
-    applied = apply_calibration(data, c, calib_path="c.json", mode="all")
-    step_s = simulate(scenario_from_dict(applied.data), trace_steps=0).step_time_s.mean()
-    assert step_s == pytest.approx(STEP_US * 1e-6, rel=0.02)
+    assert traced_job_step_s(c, ranks=2) == pytest.approx(STEP_US * 1e-6, rel=0.02)
 
 
 def test_on_another_model_the_optimizer_scales_with_parameters_and_the_rest_is_held(tmp_path):
@@ -471,10 +477,7 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     what-if scaled compute alone: 0 %), took the rest of the step from rank 0 (3600 us, without
     the delay) and tuned the network to the ranks' mean wait (1267 us, the delay in it): the
     traced job simulated 3.3 % fast, its loader's delay as communication."""
-    from calibrate.apply import apply_calibration
     from calibrate.trace_calib import JobShape, calibrate_traces
-    from sim.engine import simulate
-    from sim.scenario_file import scenario_from_dict
     from workflow.render_calib import trace_lines
 
     job = JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp")
@@ -509,15 +512,7 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     on_time = calibrate_traces(traces("on_time", 0.0), given=job)
     busbw = c.networks["trace"].collectives["allreduce"].fit.busbw_gb_s
     assert busbw == pytest.approx(on_time.networks["trace"].collectives["allreduce"].fit.busbw_gb_s, rel=0.01)
-    data = {
-        "name": "traced job", "ranks": 3, "steps": 300, "model": {"preset": "gpt2-tiny"},
-        "training": {"micro_batch_size": 2, "seq_len": 64, "precision": "bf16-amp"},
-        "network": {"backend": "nccl", "algorithm": "ring", "gpus_per_node": 1, "nics_per_node": 1},
-        "noise": {}, "compute": {},
-    }  # fmt: skip
-    applied = apply_calibration(data, c, calib_path="c.json", mode="all")
-    step_s = simulate(scenario_from_dict(applied.data), trace_steps=0).step_time_s.mean()
-    assert step_s == pytest.approx(STEP_US * 1e-6, rel=0.02)
+    assert traced_job_step_s(c, ranks=3) == pytest.approx(STEP_US * 1e-6, rel=0.02)
     (line,) = [x for x in trace_lines(c) if x.startswith("stragglers")]
     assert "rank 2 joins the gradient sync last" in line and "10.0% less time" in line, line
     # The ranks picture shows it: the same compute, rank 2's bar taller by its lead.
