@@ -326,10 +326,11 @@ class TraceRank:
     # The step outside forward, backward, the gradient wait and the optimizer (trace_fit.py
     # StepFit.outside_s); None in calibrations written before it was carried (2026-12-07).
     outside_s: list[float] | None = None
-    # From the step's start to the end of backward compute, when the rank joins the gradient sync
-    # (StepFit.ready_s); None where the trace does not show it, or written before 2026-12-07.
-    ready_s: list[float] | None = None
-    lead_s: list[float] | None = None  # ready_s less forward and backward compute (StepFit.lead_s)
+    # When the rank joins the gradient sync (StepFit.ready_s: on a CPU from the step's start, on a
+    # GPU from the previous step's sync), per step, None for a step that does not show it (a GPU
+    # trace's first); None throughout where no step does, or written before 2026-12-07.
+    ready_s: list[float | None] | None = None
+    lead_s: list[float | None] | None = None  # ready_s less forward and backward compute (StepFit.lead_s)
     comm_s: list[float]
     exposed_comm_s: list[float]
     overlap_s: list[float]

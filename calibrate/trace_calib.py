@@ -504,6 +504,10 @@ def _trace_rank(f) -> TraceRank:
         vals = [getattr(s, key) for s in st]
         return None if any(v is None for v in vals) else vals
 
+    def some(key):  # per step, None where a step does not show it
+        vals = [getattr(s, key) for s in st]
+        return None if all(v is None for v in vals) else vals
+
     counts = sorted(len(s.buckets) for s in st)
     return TraceRank(
         trace=f.path,
@@ -516,8 +520,8 @@ def _trace_rank(f) -> TraceRank:
         backward_s=col("backward_s"),
         optimizer_s=col("optimizer_s"),
         outside_s=[s.outside_s for s in st],
-        ready_s=col("ready_s"),
-        lead_s=col("lead_s"),
+        ready_s=some("ready_s"),
+        lead_s=some("lead_s"),
         comm_s=[s.comm_s for s in st],
         exposed_comm_s=[s.exposed_comm_s for s in st],
         overlap_s=[s.overlap_s for s in st],

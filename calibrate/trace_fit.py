@@ -108,9 +108,11 @@ class StepFit:
     harness_s: float = 0.0
     forwards: int = 0  # forward passes (outermost forward annotations): micro-steps where annotated
     gpu: bool = False  # compute_s is then every compute kernel of the step, the optimizer's included
-    # From the step's start to the end of its backward compute: when this rank joins the gradient
-    # sync, the moment the other ranks' last all-reduce waits for. None where the trace does not
-    # show it (no backward span, or no gradient all-reduce in it).
+    # When this rank joins the gradient sync (the end of its backward compute, what the other
+    # ranks' last all-reduce waits for), from a moment common to every rank: on a CPU trace the
+    # step's start (gloo's all-reduces block the host), on a GPU trace the previous step's last
+    # gradient all-reduce's end. None where the trace does not show it (no backward span or
+    # gradient all-reduce; a GPU trace's first profiled step).
     ready_s: float | None = None
 
     @property
@@ -128,8 +130,8 @@ class StepFit:
     @property
     def lead_s(self) -> float | None:
         """The time before the gradient sync that is not forward or backward compute: data loading,
-        host work, launch gaps. A rank long in it makes every other rank wait, its compute as fast
-        as theirs."""
+        host work, launch gaps (and on a GPU the previous step's optimizer). A rank long in it
+        makes every other rank wait, its compute as fast as theirs."""
         return None if self.ready_s is None else max(self.ready_s - self.fwd_bwd_s, 0.0)
 
     @property
@@ -315,6 +317,11 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
     fit.ep_kernels, fit.ep_kernel_s = int(ep.sum()), float(np.sum(gend[ep] - gts[ep])) * US
     if fit.ep_kernels:
         fit.notes.append(fit.ep_note)
+    # When the previous step's gradient all-reduces ended (GPU time; its step number): the moment
+    # the ranks were last together, which every rank's clock marks alike. The CPU's step start is
+    # no such mark on a GPU: a rank that syncs its host each step (loss.item()) starts its steps
+    # later against its own kernels than one whose host runs ahead.
+    last_sync: tuple[int, float] | None = None
     for n, ts, dur in used:
         hi = ts + dur
         comp_iv, comm_iv = part(ts, hi), part(ts, hi, (COMM, EP_COMM))
@@ -341,7 +348,10 @@ def _fit_gpu(t: RankTrace, used, steps, world: int, fit: RankFit) -> None:
             m = kind[a:b] == COMPUTE
             if grads and m.any():
                 bwd_end = float(gend[a:b][m].max())
-                wait, ready = max(grad_end - bwd_end, 0.0) * US, (bwd_end - ts) * US
+                wait = max(grad_end - bwd_end, 0.0) * US
+                if last_sync is not None and last_sync[0] == n - 1:
+                    ready = (bwd_end - last_sync[1]) * US
+            last_sync = (n, float(grad_end)) if grads else None
         a, b = np.searchsorted(launch, [ts, hi])
         calls = [
             CollectiveCall(c.op, c.bytes, c.group or world, c.dur * US)
@@ -486,13 +496,15 @@ class TraceFit:
         r = max(med, key=med.get)
         return r, med[r] / typical
 
-    def _synced(self) -> tuple[list[int], int] | None:
-        """(ranks, steps) when every rank's steps show when it joined the gradient sync, else None."""
-        n = min(len(f.steps) for f in self.ranks.values())
+    def _synced(self) -> tuple[list[int], list[list[StepFit]]] | None:
+        """(ranks, each rank's steps) over the steps where every rank shows when it joined the
+        gradient sync, else None."""
         ranks = sorted(self.ranks)
-        if any(s.ready_s is None for r in ranks for s in self.ranks[r].steps[:n]):
+        n = min(len(self.ranks[r].steps) for r in ranks)
+        keep = [i for i in range(n) if all(self.ranks[r].steps[i].ready_s is not None for r in ranks)]
+        if not keep:
             return None
-        return ranks, n
+        return ranks, [[self.ranks[r].steps[i] for i in keep] for r in ranks]
 
     def last_to_sync(self) -> tuple[int, float, float] | None:
         """(rank, how much later than the other ranks' median it joins the gradient sync, how much
@@ -502,9 +514,9 @@ class TraceFit:
         synced = self._synced()
         if synced is None or len(synced[0]) < 2:
             return None
-        ranks, n = synced
-        ready = np.array([[s.ready_s for s in self.ranks[r].steps[:n]] for r in ranks]).mean(axis=1)
-        lead = np.array([[s.lead_s for s in self.ranks[r].steps[:n]] for r in ranks]).mean(axis=1)
+        ranks, rows = synced
+        ready = np.array([[s.ready_s for s in st] for st in rows]).mean(axis=1)
+        lead = np.array([[s.lead_s for s in st] for st in rows]).mean(axis=1)
         i = int(np.argmax(ready))
         others = np.arange(len(ranks)) != i
         return ranks[i], float(ready[i] - np.median(ready[others])), float(lead[i] - np.median(lead[others]))
@@ -521,22 +533,21 @@ class TraceFit:
         the stragglers cost: 1 - (time at the median speed / measured time)."""
         synced = self._synced()
         if synced is not None:
-            ranks, n = synced
-            rows = [self.ranks[r].steps[:n] for r in ranks]
+            ranks, rows = synced
             c = np.array([[s.fwd_bwd_s for s in st] for st in rows])  # (ranks, steps)
             lead = np.array([[s.lead_s for s in st] for st in rows])
             ready = np.array([[s.ready_s for s in st] for st in rows])
         else:
-            comp = self.compute_by_rank()
-            n = min(len(x) for x in comp.values())
-            ranks = sorted(comp)
-            c = np.array([comp[r][:n] for r in ranks])
+            ranks = sorted(self.ranks)
+            n = min(len(self.ranks[r].steps) for r in ranks)
+            rows = [self.ranks[r].steps[:n] for r in ranks]
+            c = np.array([[s.compute_s for s in st] for st in rows])
             lead, ready = np.zeros_like(c), c
         med = np.median(c, axis=1)
         scale = np.divide(float(np.median(med)), med, out=np.ones_like(med), where=med > 0)
         lead_med = np.median(lead, axis=1)
         at_median_lead = lead - (lead_med - float(np.median(lead_med)))[:, None]
-        step = np.array([[s.step_s for s in self.ranks[r].steps[:n]] for r in ranks]).max(axis=0)
+        step = np.array([[s.step_s for s in st] for st in rows]).max(axis=0)
         rest = np.maximum(step - ready.max(axis=0), 0.0)
         measured = float(np.sum(step))
         median_speed = float(np.sum((at_median_lead + c * scale[:, None]).max(axis=0) + rest))
@@ -544,7 +555,7 @@ class TraceFit:
             "measured_s": measured,
             "at_median_speed_s": median_speed,
             "fraction": 1.0 - median_speed / measured if measured > 0 else 0.0,
-            "steps": n,
+            "steps": c.shape[1],
             "sync": synced is not None,
         }
 

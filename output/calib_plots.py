@@ -133,8 +133,13 @@ def sync_bars(calib: Calibration) -> tuple[list[int], np.ndarray, np.ndarray] | 
     if t is None or len(t.ranks) < 2 or any(r.ready_s is None or r.lead_s is None for r in t.ranks.values()):
         return None
     rows = sorted(t.ranks.items())
-    lead = np.array([np.mean(r.lead_s) for _, r in rows])
-    return [k for k, _ in rows], np.array([np.mean(r.ready_s) for _, r in rows]) - lead, lead
+    n = min(len(r.ready_s) for _, r in rows)
+    keep = [i for i in range(n) if all(r.ready_s[i] is not None and r.lead_s[i] is not None for _, r in rows)]
+    if not keep:
+        return None
+    ready = np.array([[r.ready_s[i] for i in keep] for _, r in rows]).mean(axis=1)
+    lead = np.array([[r.lead_s[i] for i in keep] for _, r in rows]).mean(axis=1)
+    return [k for k, _ in rows], ready - lead, lead
 
 
 def ranks(calib: Calibration, path: Path) -> None:
@@ -161,7 +166,8 @@ def ranks(calib: Calibration, path: Path) -> None:
         if late is not None:
             top = (comp + lead)[who.index(late)] * 1e3
             ax.annotate("the others wait for it", (late, top), ha="center", va="bottom", fontsize=8)
-        ax.set(xlabel="rank", ylabel="ms after the step's start", title="when each rank joins the gradient sync")
+        since = "the last sync" if any(r.gpu for r in calib.trace.ranks.values()) else "the step's start"
+        ax.set(xlabel="rank", ylabel=f"ms from {since}", title="when each rank joins the gradient sync")
         if np.max(comp + lead) > 0:
             ax.set_ylim(0, 1.15 * float(np.max(comp + lead)) * 1e3)  # room for the note
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -109,8 +109,11 @@ def test_synthetic_gpu_trace_fits_its_own_kernel_times(two_ranks):
         assert s.exposed_comm_s == pytest.approx(1500e-6, rel=1e-12)
         assert [(b.bytes, b.ready_fraction) for b in s.buckets] == [(4 * MIB, 0.5)]  # issued at 5000 of 3000-7000
         assert s.wait_s == pytest.approx(600e-6, rel=1e-12)  # backward's last kernel ends 7600, the all-reduce 8200
-        assert s.ready_s == pytest.approx(7600e-6, rel=1e-12)  # it joins the sync when backward's compute ends
-        assert s.lead_s == pytest.approx((7600 - 4500) * 1e-6, rel=1e-12)  # the rest before it: launch gaps
+    # It joins the sync when backward's compute ends, 7600 us into step 1, timed from the previous
+    # step's sync (its all-reduce's end, 8200 us into step 0): 9400 us. Step 0 has none before it.
+    # The lead is the rest of that: the optimizer and launch gaps.
+    assert [s.ready_s for s in r0.steps] == [None, pytest.approx(9400e-6, rel=1e-12)]
+    assert r0.steps[1].lead_s == pytest.approx((9400 - 4500) * 1e-6, rel=1e-12)
     (size,) = fit.size_bandwidth()
     assert (size.op, size.bytes, size.ranks, size.calls) == ("allreduce", 4 * MIB, 2, 4)
     assert size.busbw_gb_s == pytest.approx(4 * MIB * 2 * 1 / 2 / 3000e-6 / 1e9, rel=1e-12)
@@ -124,17 +127,18 @@ def test_synthetic_gpu_trace_fits_its_own_kernel_times(two_ranks):
     assert fit.ranks[1].steps[0].compute_s == pytest.approx(1.2 * 4800e-6, rel=1e-12)
     rank, factor = fit.slowest_rank()
     assert rank == 1 and factor == pytest.approx(1.2 / 1.1, rel=1e-12)
-    # Stragglers removed: both at the median speed. Rank 1's kernels start when rank 0's do (the
-    # host launches them), so its 1.2 x compute fills launch gaps and it joins the sync at 7900,
-    # only 300 us after rank 0. At the median speed each computes 1.1 x 4500 us and spends the
-    # median rank's 2800 us around it (rank 0's 3100, rank 1's 2500): both join at 7750, and the
-    # 2100 us after rank 1 joined stay. (Before 2026-12-07 the what-if scaled compute alone and
-    # took it for the whole path to the sync: 1.1 x 4800 + 10000 - 1.2 x 4800 us, 4.8 % cost,
-    # where slowing rank 1 had cost the step 3 %.)
+    # Stragglers removed: both at the median speed, over step 1 (the one both rank show joining).
+    # Rank 1's kernels start when rank 0's do (the host launches them), so its 1.2 x compute fills
+    # launch gaps and it joins the sync at 9700 us, only 300 after rank 0. At the median speed each
+    # computes 1.1 x 4500 us and spends the median rank's 4600 around it (rank 0's 4900, rank 1's
+    # 4300): both join at 9550, and the 300 us after rank 1 joined stay. (Before 2026-12-07 the
+    # what-if scaled compute alone and took it for the whole path to the sync: 1.1 x 4800 + 10000
+    # - 1.2 x 4800 us, 4.8 % cost, where slowing rank 1 had cost the step 3 %.)
     cost = fit.straggler_cost()
-    at_median = 2 * (2800 + 1.1 * 4500 + STEP_US - 7900) * 1e-6
+    at_median = (4600 + 1.1 * 4500 + 300) * 1e-6
+    assert cost["steps"] == 1 and cost["measured_s"] == pytest.approx(STEP_US * 1e-6, rel=1e-12)
     assert cost["at_median_speed_s"] == pytest.approx(at_median, rel=1e-12)
-    assert cost["fraction"] == pytest.approx(1 - at_median / (2 * STEP_US * 1e-6), rel=1e-12)
+    assert cost["fraction"] == pytest.approx(1 - at_median / (STEP_US * 1e-6), rel=1e-12)
 
 
 def test_expert_parallel_all_to_all_is_communication_here_and_computation_in_htas_figures(tmp_path):
@@ -520,6 +524,26 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
 
     who, comp, lead = sync_bars(c)
     assert who == [0, 1, 2] and comp == pytest.approx([4500e-6] * 3, rel=1e-9)
-    assert lead == pytest.approx([3100e-6, 3100e-6, 4100e-6], rel=1e-9)
+    assert lead == pytest.approx([3900e-6, 3900e-6, 4900e-6], rel=1e-9)  # from the last sync, 800 us before
     (png,) = [p for p in write_calibration_plots(c, tmp_path / "calib") if p.name == "calib-ranks.png"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_host_that_runs_ahead_is_not_a_late_rank(tmp_path):
+    """Rank 1's host runs 2 ms ahead of its GPU (it never syncs: no loss.item()), so its
+    ProfilerStep and launches come 2 ms earlier against the same kernels as rank 0's. Timed from
+    the CPU's step start it would look 2 ms late to the sync and cost 10 % as a straggler; timed
+    on the GPU from the previous sync, as now, both ranks join together and nothing is late."""
+    ahead_us = 2000.0
+    traces = []
+    for r in (0, 1):
+        data = gpu_trace(r, steps=tuple(range(6)))
+        if r == 1:
+            for e in data["traceEvents"]:
+                if e["cat"] not in ("kernel", "gpu_user_annotation"):
+                    e["ts"] -= ahead_us
+        traces.append(read_trace(write(tmp_path / f"r{r}.json.gz", data)))
+    fit = fit_traces(traces)
+    rank, late_by, lead = fit.last_to_sync()
+    assert late_by == pytest.approx(0.0, abs=1e-12) and lead == pytest.approx(0.0, abs=1e-12)
+    assert fit.straggler_cost()["fraction"] == pytest.approx(0.0, abs=1e-12)
