@@ -519,6 +519,7 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     assert traced_job_step_s(c, ranks=3) == pytest.approx(STEP_US * 1e-6, rel=0.02)
     (line,) = [x for x in trace_lines(c) if x.startswith("stragglers")]
     assert "rank 2 joins the gradient sync last" in line and "10.0% less time" in line, line
+    assert line.startswith("stragglers every rank computes at the median rank's speed; rank 2 joins"), line
     # The ranks picture shows it: the same compute, rank 2's bar taller by its lead.
     from output.calib_plots import sync_bars, write_calibration_plots
 

@@ -73,10 +73,13 @@ def trace_lines(c) -> list[str]:
                 f"; rank {t.late_rank} joins the gradient sync last, {fmt_seconds(t.late_by_s)} after the other"
                 f" ranks' median ({why})"
             )
-        out.append(
-            f"stragglers slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute){late};"
-            f" every rank at the median speed: {what} ({t.straggler_cost.source})"
+        # Ranks that compute alike have no slowest one to name ("slowest rank 0 (x1.000)" said one).
+        slow = (
+            f"slowest rank {t.slowest_rank} (x{t.slowest_factor:.3f} the median rank's compute)"
+            if round(t.slowest_factor, 3) > 1
+            else "every rank computes at the median rank's speed"
         )
+        out.append(f"stragglers {slow}{late}; every rank at the median speed: {what} ({t.straggler_cost.source})")
     for a in t.absent:
         out.append(f"absent    {a}")
     return out
