@@ -258,7 +258,7 @@ class Compute:
     achieved_tflop_s: Achieved
     optimizer_s: Measured
     # From traces: the step outside forward, backward, the gradient wait and the optimizer (data,
-    # host work, GPU idle, other communication; calibrate/trace_calib.py _outside), held as
+    # host work, GPU idle, other communication; calibrate/trace_calib.py _after_the_wait), held as
     # measured at every scale; a probe's optimizer_s holds its own (AdamW, zero_grad, data), None.
     outside_s: Measured | None = None
     ready_fractions: ReadyProfile

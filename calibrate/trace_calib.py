@@ -180,7 +180,8 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     shape = model_shape(job.model)
     tokens = fits.step.points[-1][0]
     achieved = flops_per_token(shape, job.seq_len) * tokens / fits.step.seconds(tokens) / 1e12
-    optimizer, outside = _after_the_wait(fit, absent)
+    late = fit.last_to_sync()  # the rank the others wait for, where the trace shows when each joins
+    optimizer, outside = _after_the_wait(fit, late, absent)
     buckets = _buckets(fit)
     ready, ready_source = _ready_fractions(job, buckets)
     if not ready:
@@ -213,7 +214,6 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     over = sum(s.overlap_s for f in ranks.values() for s in f.steps)
     slow, slow_factor = fit.slowest_rank()
     cost = fit.straggler_cost()
-    late = fit.last_to_sync()
     how = (
         "forward and backward scaled to the median rank's, and the time before the gradient sync outside them"
         " moved to the median rank's"
@@ -449,7 +449,7 @@ def _exposed(ranks, where: str, samples: int) -> Measured:
     )
 
 
-def _after_the_wait(fit: TraceFit, absent: list[str]) -> tuple[Measured, Measured]:
+def _after_the_wait(fit: TraceFit, late: tuple | None, absent: list[str]) -> tuple[Measured, Measured]:
     """(optimizer, the rest of the step): what a step spends outside forward and backward compute
     and the wait for the gradients, as a probe's optimizer term measures it (AdamW, zero_grad,
     data). The optimizer is Optimizer.step + zero_grad where annotated; the rest is data loading,
@@ -463,8 +463,9 @@ def _after_the_wait(fit: TraceFit, absent: list[str]) -> tuple[Measured, Measure
     and its wait; a faster rank's rest holds its wait for that one instead (on HTA's sampled
     pair, rank 0's 505 ms against rank 1's 477). That rank is the one that joins the gradient
     sync last where the trace shows when each joins (a slow data loader paces the step with
-    compute as fast as the others'), else the one that computes slowest."""
-    ranks, late = fit.ranks, fit.last_to_sync()
+    compute as fast as the others', ``late``: TraceFit.last_to_sync), else the one that computes
+    slowest."""
+    ranks = fit.ranks
     r = late[0] if late else max(ranks, key=lambda k: np.mean([s.fwd_bwd_s for s in ranks[k].steps]))
     who = f"rank {r}'s, the last to join the gradient sync," if late else f"the slowest-computing rank's (rank {r})"
     steps, where = ranks[r].steps, ranks[r].provenance

@@ -533,14 +533,13 @@ class TraceFit:
         the stragglers cost: 1 - (time at the median speed / measured time)."""
         synced = self._synced()
         if synced is not None:
-            ranks, rows = synced
+            _, rows = synced
             c = np.array([[s.fwd_bwd_s for s in st] for st in rows])  # (ranks, steps)
             lead = np.array([[s.lead_s for s in st] for st in rows])
             ready = np.array([[s.ready_s for s in st] for st in rows])
         else:
-            ranks = sorted(self.ranks)
-            n = min(len(self.ranks[r].steps) for r in ranks)
-            rows = [self.ranks[r].steps[:n] for r in ranks]
+            n = min(len(f.steps) for f in self.ranks.values())
+            rows = [self.ranks[r].steps[:n] for r in sorted(self.ranks)]
             c = np.array([[s.compute_s for s in st] for st in rows])
             lead, ready = np.zeros_like(c), c
         med = np.median(c, axis=1)
