@@ -71,6 +71,7 @@ REPORTED = (
     ("noise.samples_by_rank", "jitter, whole steps"),
     ("noise.speed_spread_sd", "per-rank speed spread"),
     ("stragglers", "slow ranks"),
+    ("host_delays_s", "ranks late to the sync"),
 )
 
 
@@ -224,6 +225,9 @@ def calibration_layer(
         # The measured slow ranks (those that exist at the scale run, if given).
         slow = {r: v.speed_factor for r, v in calib.ranks.items() if v.speed_factor > 1.0 and r < (ranks or r + 1)}
         put("stragglers", ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items())), "per-rank median speed")
+        if c.host_delays_s is not None:  # a trace's late ranks, where the scale run has them
+            late = {r: d for r, d in c.host_delays_s.value.items() if r < (ranks or r + 1)}
+            put("host_delays_s", _delays_text(late), "per-rank time before the gradient sync outside compute")
         put("noise.speed_spread_sd", 0.0, "the measured ranks' own factors are the stragglers entry")
         return Layer(tuple(patches), mode, why, withheld)
     if calib.networks:
@@ -254,6 +258,8 @@ def calibration_layer(
     if slow:
         text = ",".join(f"{r}:{f:.4g}" for r, f in sorted(slow.items()))
         hold("stragglers", text, f"the probe's own ranks, not {sc.name}'s")
+    if c.host_delays_s is not None and c.host_delays_s.value:
+        hold("host_delays_s", _delays_text(c.host_delays_s.value), f"the traced job's own ranks, not {sc.name}'s")
     return Layer(tuple(patches), mode, why, withheld)
 
 
@@ -346,6 +352,11 @@ def _apply_compute(sc, calib: Calibration, put) -> None:
         how += f"; + the traced step's rest, {c.outside_s.value * 1e3:.3g} ms, held at every scale"
     put("compute.optimizer_s", _after_the_wait_s(sc, c), how)
     _apply_hook_casts(sc, calib, put)
+
+
+def _delays_text(delays: dict[int, float]) -> str:
+    """Scenario.host_delays_s's text, to the microsecond."""
+    return ",".join(f"{r}:{d:.6f}" for r, d in sorted(delays.items()))
 
 
 def _after_the_wait_s(sc, c) -> float:

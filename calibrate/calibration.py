@@ -247,6 +247,16 @@ def _line(xs, ys, x: float) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HostDelays:
+    """Per rank, seconds a step it spends before the gradient sync outside compute beyond the
+    rank least in it (calibrate/trace_fit.py TraceFit.host_delays): Scenario.host_delays_s."""
+
+    value: dict[int, float]
+    samples: int  # steps averaged
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Compute:
     model: str
     seq_len: int
@@ -261,6 +271,10 @@ class Compute:
     # host work, GPU idle, other communication; calibrate/trace_calib.py _after_the_wait), held as
     # measured at every scale; a probe's optimizer_s holds its own (AdamW, zero_grad, data), None.
     outside_s: Measured | None = None
+    # From traces: the ranks that join the gradient sync late outside compute, and by how much;
+    # outside_s is then the rest less the late rank's own delay. None from probes, and in trace
+    # calibrations written before 2026-12-07 (second session), whose outside_s holds the delay.
+    host_delays_s: HostDelays | None = None
     ready_fractions: ReadyProfile
     buckets_default_cap: list[BucketReady] = field(default_factory=list)
     memory: Memory | None = None

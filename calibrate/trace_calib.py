@@ -29,6 +29,7 @@ from calibrate.calibration import (
     CollectiveFit,
     Compute,
     Gamma,
+    HostDelays,
     Measured,
     Network,
     RankSpeed,
@@ -181,7 +182,8 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
     tokens = fits.step.points[-1][0]
     achieved = flops_per_token(shape, job.seq_len) * tokens / fits.step.seconds(tokens) / 1e12
     late = fit.last_to_sync()  # the rank the others wait for, where the trace shows when each joins
-    optimizer, outside = _after_the_wait(fit, late, absent)
+    delays = _host_delays(fit)
+    optimizer, outside = _after_the_wait(fit, late, delays, absent)
     buckets = _buckets(fit)
     ready, ready_source = _ready_fractions(job, buckets)
     if not ready:
@@ -285,6 +287,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             ),
             optimizer_s=optimizer,
             outside_s=outside,
+            host_delays_s=delays,
             ready_fractions=ReadyProfile(value=ready, samples=len(buckets), source=ready_source),
             buckets_default_cap=buckets,
             memory=None,
@@ -449,7 +452,28 @@ def _exposed(ranks, where: str, samples: int) -> Measured:
     )
 
 
-def _after_the_wait(fit: TraceFit, late: tuple | None, absent: list[str]) -> tuple[Measured, Measured]:
+def _host_delays(fit: TraceFit) -> HostDelays | None:
+    """The ranks late to the gradient sync outside compute (TraceFit.host_delays), those late at
+    all; None where the trace does not show when each rank joins."""
+    found = fit.host_delays()
+    if found is None:
+        return None
+    delays, least, steps = found
+    where = "; ".join(fit.ranks[r].provenance for r in sorted(delays))
+    return HostDelays(
+        value={r: d for r, d in sorted(delays.items()) if d > 0},
+        samples=steps,
+        source=(
+            "each rank's mean time before the gradient sync outside forward and backward compute, less rank"
+            f" {least}'s, the least (which stays in the rest of the step), over {steps} step{'s' * (steps != 1)}"
+            f" (calibrate/trace_fit.py host_delays); {where}"
+        ),
+    )
+
+
+def _after_the_wait(
+    fit: TraceFit, late: tuple | None, delays: HostDelays | None, absent: list[str]
+) -> tuple[Measured, Measured]:
     """(optimizer, the rest of the step): what a step spends outside forward and backward compute
     and the wait for the gradients, as a probe's optimizer term measures it (AdamW, zero_grad,
     data). The optimizer is Optimizer.step + zero_grad where annotated; the rest is data loading,
@@ -464,7 +488,8 @@ def _after_the_wait(fit: TraceFit, late: tuple | None, absent: list[str]) -> tup
     pair, rank 0's 505 ms against rank 1's 477). That rank is the one that joins the gradient
     sync last where the trace shows when each joins (a slow data loader paces the step with
     compute as fast as the others', ``late``: TraceFit.last_to_sync), else the one that computes
-    slowest."""
+    slowest. That rank's own delay before the sync (``delays``) is taken out of its rest: the
+    simulator puts it before that rank's forward, where the others wait for it."""
     ranks = fit.ranks
     r = late[0] if late else max(ranks, key=lambda k: np.mean([s.fwd_bwd_s for s in ranks[k].steps]))
     who = f"rank {r}'s, the last to join the gradient sync," if late else f"the slowest-computing rank's (rank {r})"
@@ -485,12 +510,14 @@ def _after_the_wait(fit: TraceFit, late: tuple | None, absent: list[str]) -> tup
     # not stay the same at another scale (HTA's sampled job: its SendRecv and all-to-all).
     comm = float(np.mean([min(max(s.exposed_comm_s - s.wait_s, 0.0), s.outside_s) for s in steps]))
     of_it = f", {comm * 1e3:.3g} ms of it communication outside compute and the gradient wait" if comm else ""
+    mine = delays.value.get(r, 0.0) if delays and late else 0.0
+    less = f", less its {mine * 1e3:.3g} ms late before the sync (compute.host_delays_s)" if mine else ""
     rest = Measured(
-        value=float(np.mean([s.outside_s for s in steps])),
+        value=max(float(np.mean([s.outside_s for s in steps])) - mine, 0.0),
         samples=len(steps),
         source=(
             f"{who} mean step outside forward, backward, the wait for the"
-            f" gradients and the optimizer (data loading, host work, GPU idle, other communication{of_it}),"
+            f" gradients and the optimizer (data loading, host work, GPU idle, other communication{of_it}){less},"
             f" held at every scale{own}; {where}"
         ),
     )

@@ -521,6 +521,21 @@ class TraceFit:
         others = np.arange(len(ranks)) != i
         return ranks[i], float(ready[i] - np.median(ready[others])), float(lead[i] - np.median(lead[others]))
 
+    def host_delays(self) -> tuple[dict[int, float], int, int] | None:
+        """(per rank its mean time before the gradient sync outside forward and backward compute,
+        less the least such rank's; that rank; the steps averaged): how late a rank joins the sync
+        with compute as fast as the others' (a slow data loader, host work), which the simulator
+        puts before that rank's forward (Scenario.host_delays_s). The least rank's own is every
+        rank's and stays in the rest of the step. None where the trace does not show when each
+        rank joins."""
+        synced = self._synced()
+        if synced is None or len(synced[0]) < 2:
+            return None
+        ranks, rows = synced
+        lead = np.array([[s.lead_s for s in st] for st in rows]).mean(axis=1)
+        least = int(np.argmin(lead))
+        return {r: float(v - lead[least]) for r, v in zip(ranks, lead, strict=True)}, ranks[least], len(rows[0])
+
     def straggler_cost(self) -> dict:
         """The same job with every rank at the median speed (ByteDance's what-if: stragglers
         removed). Per step, the ranks meet at the gradient all-reduce, so the step lasts until the

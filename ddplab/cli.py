@@ -122,8 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     options.json_flag(
         s,
         "(a list for a sweep) scenario, model, mode, ranks, nodes, steps, seed, step_time_s {mean, p5, p50, p95,"
-        " p99}, compute_s, exposed_comm_s, straggler_wait_s, optimizer_s, dataloader_s, comm_s, scaling_efficiency,"
-        " tokens_per_s, memory_gib, mfu, stack, params, model_shape, to_train (with --tokens), ...",
+        " p99}, compute_s, exposed_comm_s, straggler_wait_s, optimizer_s, dataloader_s, host_delay_s, comm_s,"
+        " scaling_efficiency, tokens_per_s, memory_gib, mfu, stack, params, model_shape, to_train (with --tokens), ...",
     )
     s.add_argument(
         "--device-gib",

@@ -107,6 +107,7 @@ SUMMARY_COLUMNS = (
     ("compute_s", lambda s: s.compute_s),
     ("optimizer_s", lambda s: s.optimizer_s),
     ("dataloader_s", lambda s: s.dataloader_s),
+    ("host_delay_s", lambda s: s.host_delay_s),
     ("exposed_comm_s", lambda s: s.exposed_comm_s),
     ("straggler_wait_s", lambda s: s.straggler_wait_s),
     ("comm_s", lambda s: s.comm_s),

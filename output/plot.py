@@ -49,10 +49,10 @@ def plot_scaling(summaries: list[Summary], path, title: str) -> Path:
     left.set_title("step time")
 
     x = list(range(len(rows)))
-    busy = [(s.dataloader_s + s.compute_s + s.optimizer_s) * ms for s in rows]
+    busy = [(s.dataloader_s + s.host_delay_s + s.compute_s + s.optimizer_s) * ms for s in rows]
     exposed = [s.exposed_comm_s * ms for s in rows]
     wait = [s.straggler_wait_s * ms for s in rows]
-    right.bar(x, busy, color="C2", label="dataloader + compute + optimizer")
+    right.bar(x, busy, color="C2", label="dataloader + host delay + compute + optimizer")
     right.bar(x, exposed, bottom=busy, color="C3", label="exposed comm")
     top = [b + e for b, e in zip(busy, exposed, strict=True)]
     right.bar(x, wait, bottom=top, color="C7", label="straggler wait")
@@ -104,6 +104,7 @@ _PARTS = (
     ("compute (fwd+bwd)", "compute_s", "C2"),
     ("optimizer", "optimizer_s", "C0"),
     ("dataloader", "dataloader_s", "0.6"),
+    ("host delay", "host_delay_s", "0.8"),
     ("exposed comm", "exposed_comm_s", "C3"),
     ("straggler wait", "straggler_wait_s", "C7"),
 )
@@ -111,7 +112,8 @@ _PARTS = (
 
 def plot_breakdown(rows: list[dict], labels: list[str], path, title: str, notes: list[str] | None = None) -> Path:
     """One bar per row (a summary or a whatif row: the keys of _PARTS): its mean step stacked as
-    compute / optimizer / dataloader / exposed comm / straggler wait, the total on top, and a
+    compute / optimizer / dataloader / host delay / exposed comm / straggler wait, the total on
+    top, and a
     row's note (throughput against the first, say) under the total."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

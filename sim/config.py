@@ -806,6 +806,25 @@ def parse_stragglers(text: str, key: str = "stragglers") -> dict[int, float]:
     return out
 
 
+def parse_host_delays(text: str, key: str = "host_delays_s") -> dict[int, float]:
+    """``"2:0.02,5:0.004"`` -> {2: 0.02, 5: 0.004} (seconds); ``""`` -> {}."""
+    out: dict[int, float] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        rank_s, sep, seconds_s = item.partition(":")
+        try:
+            rank, seconds = int(rank_s), float(seconds_s)
+        except ValueError:
+            rank, seconds = -1, -1.0
+        _require(
+            sep == ":" and rank >= 0 and 0 <= seconds < math.inf,  # nan fails both
+            key,
+            item,
+            "expected RANK:SECONDS like 2:0.02",
+        )
+        out[rank] = seconds
+    return out
+
+
 @dataclass(kw_only=True)
 class Scenario:
     name: str = "custom"
@@ -822,6 +841,10 @@ class Scenario:
     """Persistent slow ranks, "RANK:SLOWDOWN,...": compute time x SLOWDOWN."""
     loader_stragglers: str = ""
     """Ranks with a slow dataloader, "RANK:SLOWDOWN,...": that rank's compute.dataloader_batch_s x SLOWDOWN."""
+    host_delays_s: str = ""
+    """Ranks that start each step late, "RANK:SECONDS,...": host work, data or a launch gap before
+    the rank's first forward that is neither compute nor the modelled loader (a trace calibration
+    sets it from the ranks' time before the gradient sync; docs/traces.md)."""
     rebalance: bool = False
     """Size each rank's samples per step to its persistent speed, in whole samples, the global
     batch unchanged (sim/rebalance.py): the slowest rank's time is then the least an integer
@@ -869,6 +892,12 @@ class Scenario:
             self.rebalance,
             "is not modelled for a tensor-, context- or pipeline-parallel or zero1 job (sim/steps3d.py)",
         )
+        _require(
+            not (self.host_delays_s.strip() and self.parallel3d),
+            "host_delays_s",
+            self.host_delays_s,
+            "is not modelled for a tensor-, context- or pipeline-parallel or zero1 job (sim/steps3d.py)",
+        )
         if self.training.mode == "hsdp" and self.parallel3d:
             s, dpcp = self.dp_shard_size, self.dp * self.training.cp
             why = f"must divide the data-parallel group's dp x cp ranks ({dpcp})"
@@ -891,10 +920,11 @@ class Scenario:
         )
         # Said with its fix: fewer ranks than a preset's named straggler (homelab-1gbe at ranks=1).
         for key, named in (("loader_stragglers", parse_stragglers(self.loader_stragglers, "loader_stragglers")),
-                           ("stragglers", self.straggler_map)):  # fmt: skip
-            for rank, factor in named.items():
+                           ("stragglers", self.straggler_map),
+                           ("host_delays_s", parse_host_delays(self.host_delays_s))):  # fmt: skip
+            for rank, value in named.items():
                 why = f"rank out of range for {self.ranks} ranks ({key}= drops them)"
-                _require(rank < self.ranks, key, f"{rank}:{factor}", why)
+                _require(rank < self.ranks, key, f"{rank}:{value:g}", why)
 
     def _check_model_parallel(self):
         t, g, shape = self.training, self.network.gpus_per_node, self.model.shape

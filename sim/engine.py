@@ -3,7 +3,8 @@ model"; which engine runs when: docs/design.md "Engines").
 
 Per step, for all ranks at once as arrays:
   1. draw the step's noise, then its jitter (then episodes and pauses, their own generators);
-  2. each rank's last backward starts after its dataloader, pause and K - 1 micro-steps, and
+  2. each rank's last backward starts after its dataloader, host delay, pause and K - 1
+     micro-steps, and
      its bucket b is ready on the line start + backward x fraction_b (sim/ready.py);
   3. the one FIFO comm stream runs bucket b from the latest rank's ready time or the end of
      collective b - 1, whichever is later:
@@ -107,6 +108,7 @@ def simulate(
     fwd, bwd = np.empty((n, k_micro)), np.empty((n, k_micro))
     noise_cfg, net = sc.noise, sc.network
     pools = SizePools.of(net.jitter_samples, net.jitter_samples_bytes, wl.wire_bytes)
+    before_s = wl.dataloader_s + wl.host_delay_s  # each rank's time before its first forward
     t0 = 0.0
     for step in range(sc.steps):
         # Draw order is fixed: noise, then jitter.
@@ -120,8 +122,9 @@ def simulate(
             (noise, jitter), pause = fx.apply(noise, jitter), fx.pause_s
         np.multiply(forward_s, noise, out=fwd)
         np.multiply(backward_s, noise, out=bwd)
-        # Dataloader, then K micro-steps; only the last backward launches buckets (no_sync).
-        last_bwd_start = np.add(wl.dataloader_s, t0, out=scratch("last_backward_start"))
+        # Dataloader and host delay, then K micro-steps; only the last backward launches buckets
+        # (no_sync).
+        last_bwd_start = np.add(before_s, t0, out=scratch("last_backward_start"))
         if k_micro == 1:  # the sums below are the forward itself and 0: the same floats
             last_bwd_start += fwd[:, 0]
         else:

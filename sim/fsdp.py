@@ -44,7 +44,7 @@ CUDA stream, so the next reduce-scatter does not queue behind it), starts when i
 reduce-scatter has ended and the previous allreduce too, and the optimizer waits for the last.
 Every collective still waits for every rank (no shard group runs ahead of the others).
 
-Per rank a step splits, as DDP's (sim/results.py), into dataloader + compute + optimizer +
+Per rank a step splits, as DDP's (sim/results.py), into dataloader + host delay + compute + optimizer +
 exposed comm + straggler wait. The rank's idle time (waiting for an allgather, and from its
 last compute to the end of the last collective) splits against the rank's solo run: the same
 program with the rank's own compute segments, as they ran, and streams fed by its own issue
@@ -181,6 +181,7 @@ class FsdpWorkload:
     forward_s: np.ndarray  # (ranks,) one micro-step's forward, before noise
     backward_s: np.ndarray  # (ranks,) one micro-step's backward, before noise (no recompute)
     dataloader_s: np.ndarray  # (ranks,)
+    host_delay_s: np.ndarray  # (ranks,)
     optimizer_s: float  # on the shard: the whole model's (sim/optimizer.py) / shard_size
     buckets: list[Bucket]  # the FSDP units as flat parameters: root, block 0..L-1
     ops: tuple[str, ...]  # (collectives per step,) in issue order, K micro-steps
@@ -251,6 +252,7 @@ def build_fsdp_workload(sc: Scenario, rng: np.random.Generator) -> FsdpWorkload:
         forward_s=base.forward_s,
         backward_s=base.backward_s,
         dataloader_s=base.dataloader_s,
+        host_delay_s=base.host_delay_s,
         optimizer_s=base.optimizer_s / shard,
         buckets=buckets,
         ops=ops,
@@ -707,7 +709,7 @@ def simulate_fsdp(
             rng, noise_cfg.distribution, noise_cfg.sigma, (n, k_micro), noise_cfg.samples, noise_cfg.samples_by_rank
         )
         jitter = comm_multipliers(rng, net.jitter_sigma, net.jitter_samples, len(wl.ops), pools)
-        begin = t0 + wl.dataloader_s  # compute starts here, after any pause
+        begin = t0 + wl.dataloader_s + wl.host_delay_s  # compute starts here, after any pause
         start, pause = begin, None
         if effects:  # episodes and pauses, as sim/engine.py applies them
             fx = effects.at(step, t0)

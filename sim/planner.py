@@ -15,7 +15,9 @@ GPUs are identical but for the cluster's named stragglers (``stragglers``, e.g. 
 M2 at 8x the RTX 4070's compute time), which both passes apply where the planned job has the
 ranks they name: that is where `simulate --ranks GPUS` puts them, so the best layout's printed
 command gives the step the plan ranked it by. A job with fewer GPUs has no such ranks; there
-they are dropped (``kept_stragglers``) and the command unsets them.
+they are dropped (``kept_stragglers``) and the command unsets them. Slow loaders and host delays
+(``loader_stragglers``, ``host_delays_s``) are dropped from every candidate: neither pass models
+them.
 
 The grid: tp over the divisors of the node's GPU count that divide the heads, pp over the
 divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
@@ -176,8 +178,9 @@ def scenario_for(base: Scenario, c: Candidate, gpus: int) -> Scenario:
         hsdp_shard_size=c.shard, cp=c.cp, cp_comm=c.cp_comm, tp_comm_overlap=c.tp_overlap,
         **mode_resets(base, c),
     )  # fmt: skip
+    # Neither pass models a loader or a host delay (and a tp, cp or pp candidate refuses the latter).
     return dataclasses.replace(
-        base, ranks=gpus, training=t, stragglers=kept_stragglers(base, gpus), loader_stragglers=""
+        base, ranks=gpus, training=t, stragglers=kept_stragglers(base, gpus), loader_stragglers="", host_delays_s=""
     )
 
 

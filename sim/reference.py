@@ -3,7 +3,7 @@
 
 Each thing that acts is a process, and each thing that waits waits on an event:
 
-- a process per rank: dataloader, any pause, K micro-steps of forward and backward; in the
+- a process per rank: dataloader and host delay, any pause, K micro-steps of forward and backward; in the
   last backward (the earlier ones run under no_sync) it marks each bucket ready as its
   gradients are done, computing 1 + gamma times slower while a collective runs on its GPU
   (docs/design.md "Overlap interference"): it waits for its work or for the stream to change;
@@ -109,7 +109,7 @@ class _Model:
         order = np.argsort(self.fraction, kind="stable")
         for opened in self.opened:
             st = yield opened
-            yield env.timeout(wl.dataloader_s[r])
+            yield env.timeout(wl.dataloader_s[r] + wl.host_delay_s[r])  # one sum, as sim/engine.py adds it
             if st.pause_s is not None:
                 yield env.timeout(st.pause_s[r])
             k_last = wl.grad_accum - 1
@@ -193,7 +193,7 @@ class _Model:
         idle = comm_end - st.backward_end_s
         self.stats.add(
             step,
-            compute_s=st.backward_end_s - st.t0 - wl.dataloader_s,
+            compute_s=st.backward_end_s - st.t0 - wl.dataloader_s - wl.host_delay_s,
             exposed_comm_s=exposed,
             straggler_wait_s=np.maximum(idle - exposed, 0.0),
             collective_wait_s=st.collective_wait_s,

@@ -1,7 +1,7 @@
 """What a simulation records, and the summary every command prints.
 
 Per step and rank, a rank's step splits exactly:
-  step_time = dataloader + compute + optimizer + exposed_comm + straggler_wait
+  step_time = dataloader + host_delay + compute + optimizer + exposed_comm + straggler_wait
 (compute includes any stop-the-world pause before the first forward, sim/episodes.py)
 where, in the idle time between the end of its backward and the end of the
 step's last collective, ``exposed_comm`` is the part during which a collective
@@ -106,6 +106,7 @@ class SimResult:
             slowest_rank_compute_s=float(per_rank[slowest]),
             fastest_rank_compute_s=float(per_rank.min()),
             dataloader_s=dataloader,
+            host_delay_s=float(wl.host_delay_s.mean()),
             optimizer_s=wl.optimizer_s,
             exposed_comm_s=float(self.rank_mean["exposed_comm_s"].mean()),
             straggler_wait_s=float(self.rank_mean["straggler_wait_s"].mean()),
@@ -178,6 +179,7 @@ class Recorder:
         bwd_end = ready.end_s
         compute = np.subtract(bwd_end, t0, out=scratch("compute"))
         compute -= self.wl.dataloader_s
+        compute -= self.wl.host_delay_s
         idle = np.subtract(ends[-1], bwd_end, out=scratch("idle"))
         exposed = np.subtract(busy.busy[-1], busy.busy_before(bwd_end), out=scratch("exposed"))
         wait = np.maximum(np.subtract(idle, exposed, out=idle), 0.0, out=idle)
@@ -193,6 +195,7 @@ class Recorder:
                 self.trace["ranks"][(step, r)] = {
                     "t0": t0,
                     "dataloader_s": float(self.wl.dataloader_s[r]),
+                    "host_delay_s": float(self.wl.host_delay_s[r]),
                     "pause_s": 0.0 if pause_s is None else float(pause_s[r]),
                     "forward_s": fwd[r].copy(),
                     "backward_s": bwd[r].copy(),

@@ -37,6 +37,7 @@ class Summary:
     slowest_rank_compute_s: float
     fastest_rank_compute_s: float
     dataloader_s: float
+    host_delay_s: float  # Scenario.host_delays_s, mean over ranks
     optimizer_s: float
     exposed_comm_s: float
     straggler_wait_s: float

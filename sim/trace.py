@@ -62,6 +62,9 @@ def _compute_events(rank: int, rec: dict, collectives_end_s: float, optimizer_s:
     if rec["dataloader_s"] > 0:
         events.append(_span("dataloader", "compute", rank, COMPUTE, t, t + rec["dataloader_s"]))
         t += rec["dataloader_s"]
+    if rec.get("host_delay_s", 0.0) > 0:  # Scenario.host_delays_s
+        events.append(_span("host delay", "compute", rank, COMPUTE, t, t + rec["host_delay_s"]))
+        t += rec["host_delay_s"]
     if rec.get("pause_s", 0.0) > 0:  # a GC/OS stop-the-world pause (sim/episodes.py)
         events.append(_span("pause", "compute", rank, COMPUTE, t, t + rec["pause_s"]))
         t += rec["pause_s"]

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.config import Scenario, keys_for, parse_stragglers
+from sim.config import Scenario, keys_for, parse_host_delays, parse_stragglers
 from sim.engine import simulate
 from sim.episode_cost import expected_cost, states
 from sim.memory_fit import fit
@@ -61,6 +61,7 @@ class WhatIf(NamedTuple):
     compute_s: float
     optimizer_s: float
     dataloader_s: float
+    host_delay_s: float
     exposed_comm_s: float
     straggler_wait_s: float
     memory_gib: float = 0.0  # per GPU at the peak (sim/memory_fit.py)
@@ -76,7 +77,7 @@ class WhatIf(NamedTuple):
 
 # The mean step's parts (sim/results.py), per rank; they add up to the step (a 3D row's with its
 # bubble_s).
-PARTS = ("compute_s", "optimizer_s", "dataloader_s", "exposed_comm_s", "straggler_wait_s")
+PARTS = ("compute_s", "optimizer_s", "dataloader_s", "host_delay_s", "exposed_comm_s", "straggler_wait_s")
 # What a row measures; None in a row that is not simulated (out of memory).
 NUMBERS = (
     "bubble_s",
@@ -88,16 +89,17 @@ NUMBERS = (
     "compute_s",
     "optimizer_s",
     "dataloader_s",
+    "host_delay_s",
     "exposed_comm_s",
     "straggler_wait_s",
 )
 
 
 def _slowest_group(sc: Scenario) -> tuple[list[int], str]:
-    """The slowest rank by its persistent per-step time (loader + compute at its speed factor:
-    stragglers x spread) and what leaves with it."""
+    """The slowest rank by its persistent per-step time (loader, host delay and compute at its
+    speed factor: stragglers x spread) and what leaves with it."""
     wl = build_workload(sc, np.random.default_rng(sc.seed))
-    per_step_s = wl.dataloader_s + wl.grad_accum * (wl.forward_s + wl.backward_s)
+    per_step_s = wl.dataloader_s + wl.host_delay_s + wl.grad_accum * (wl.forward_s + wl.backward_s)
     factors = per_step_s / np.min(per_step_s)
     slow = int(np.argmax(per_step_s))
     g = sc.network.gpus_per_node
@@ -112,14 +114,14 @@ def _exclude(sc: Scenario, removed: list[int]) -> tuple[Patch, ...]:
     keep = [r for r in range(sc.ranks) if r not in removed]
     new_index = {old: new for new, old in enumerate(keep)}
 
-    def renumber(text: str, key: str) -> str:
-        items = parse_stragglers(text, key)
+    def renumber(items: dict[int, float]) -> str:
         return ",".join(f"{new_index[r]}:{f:g}" for r, f in sorted(items.items()) if r in new_index)
 
     return (
         Patch("ranks", len(keep), "--try"),
-        Patch("stragglers", renumber(sc.stragglers, "stragglers"), "--try"),
-        Patch("loader_stragglers", renumber(sc.loader_stragglers, "loader_stragglers"), "--try"),
+        Patch("stragglers", renumber(sc.straggler_map), "--try"),
+        Patch("loader_stragglers", renumber(parse_stragglers(sc.loader_stragglers, "loader_stragglers")), "--try"),
+        Patch("host_delays_s", renumber(parse_host_delays(sc.host_delays_s)), "--try"),
     )
 
 
@@ -402,6 +404,7 @@ def _steps_3d(sc: Scenario) -> dict:
         "tokens_per_s": summary["tokens_per_s"],
         "optimizer_s": summary["optimizer_s"],
         "dataloader_s": 0.0,
+        "host_delay_s": 0.0,
         "compute_s": parts["compute_s"] - inside,
         "exposed_comm_s": parts["exposed_comm_s"] + inside,
         **{k: parts[k] for k in ("bubble_s", "straggler_wait_s")},

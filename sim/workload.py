@@ -8,7 +8,7 @@ import numpy as np
 
 from sim.buckets import Bucket, build_buckets
 from sim.collectives import Fabric, bus_factor, collective_cost
-from sim.config import NetworkConfig, Scenario, parse_stragglers
+from sim.config import NetworkConfig, Scenario, parse_host_delays, parse_stragglers
 from sim.loader import loader_wait_s
 from sim.noise import speed_factors
 from sim.optimizer import optimizer_step_s
@@ -36,6 +36,7 @@ class Workload:
     forward_s: np.ndarray  # (ranks,) one micro-step's forward, before noise
     backward_s: np.ndarray  # (ranks,) one micro-step's backward, before noise
     dataloader_s: np.ndarray  # (ranks,)
+    host_delay_s: np.ndarray  # (ranks,) Scenario.host_delays_s: before the first forward, not compute nor loader
     optimizer_s: float
     buckets: list[Bucket]
     ready_fraction: np.ndarray  # (buckets,) of the last backward, when each bucket is ready
@@ -225,6 +226,14 @@ def loader_batch_s(sc: Scenario) -> np.ndarray:
     return out
 
 
+def host_delay_s(sc: Scenario) -> np.ndarray:
+    """Each rank's Scenario.host_delays_s, seconds a step (0 where unnamed)."""
+    out = np.zeros(sc.ranks)
+    for rank, seconds in parse_host_delays(sc.host_delays_s).items():
+        out[rank] = seconds
+    return out
+
+
 def loader_wait_per_step_s(sc: Scenario, batch_s: np.ndarray, micro_s: np.ndarray, gap_s: float) -> np.ndarray:
     """Each rank's steady wait for its batches per optimizer step (sim/loader.py). The workers
     build during the rank's K micro-steps and ``gap_s`` after them; the run's first batch, paid
@@ -305,6 +314,7 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         forward_s=fwd_s * factor,
         backward_s=(bwd_s + fwd_s * recompute) * factor,
         dataloader_s=loader,
+        host_delay_s=host_delay_s(sc),
         optimizer_s=optimizer_s,
         buckets=buckets,
         ready_fraction=np.array([b.ready_fraction for b in buckets]),

@@ -3,11 +3,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sim.config import ComputeConfig, ModelConfig, NetworkConfig, NoiseConfig, Scenario, TrainingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def assert_breakdown_sums(r, rel: float = 1e-9) -> None:
+    """step = dataloader + host delay + compute + optimizer + exposed comm + straggler wait, per
+    rank and step (sim/results.py), the idle parts never negative."""
+    before = r.dataloader_s + r.workload.host_delay_s
+    parts = before[None, :] + r.compute_s + r.workload.optimizer_s + r.exposed_comm_s + r.straggler_wait_s
+    np.testing.assert_allclose(parts, np.broadcast_to(r.step_time_s[:, None], parts.shape), rtol=rel)
+    assert (r.exposed_comm_s >= -1e-12).all() and (r.straggler_wait_s >= 0).all()
 
 
 def free_port() -> int:

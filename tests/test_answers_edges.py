@@ -654,3 +654,29 @@ def test_a_header_names_what_set_changed_from_its_description(capsys):
     assert code == 0 and out.splitlines()[0] == "llama3-8b-1024: mine"
     code, out, _ = in_process(capsys, "simulate", "h100-1024", "--steps", "2")
     assert "--set" not in out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "sets,line",
+    [
+        (["host_delays_s=1:-0.01"], "host_delays_s: expected RANK:SECONDS like 2:0.02, got '1:-0.01'"),
+        (["host_delays_s=1:nan"], "host_delays_s: expected RANK:SECONDS like 2:0.02, got '1:nan'"),
+        (["host_delays_s=one:0.01"], "host_delays_s: expected RANK:SECONDS like 2:0.02, got 'one:0.01'"),
+        (
+            ["host_delays_s=9:0.01"],
+            "host_delays_s: rank out of range for 2 ranks (host_delays_s= drops them), got '9:0.01'",
+        ),
+        (
+            ["host_delays_s=1:0.01", "stragglers=", "training.tp=2", "ranks=2", "network.gpus_per_node=2"],
+            "host_delays_s: is not modelled for a tensor-, context- or pipeline-parallel or zero1 job (sim/steps3d.py),"
+            " got '1:0.01'",
+        ),
+    ],
+)
+def test_a_bad_host_delay_is_one_line(capsys, sets, line):
+    """host_delays_s ("RANK:SECONDS", a trace calibration's late ranks) refused in one line, exit 2."""
+    argv = ["simulate", "homelab-1gbe", "--steps", "3"]
+    for s in sets:
+        argv += ["--set", s]
+    code, out, err = in_process(capsys, *argv)
+    assert (code, out) == (2, "") and err.strip() == f"ddplab simulate: error: {line}", err

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import in_process, tiny
+from conftest import assert_breakdown_sums, in_process, tiny
 
 from calibrate import stragglers as st
 from output.export import write_result
@@ -32,13 +32,6 @@ CLUSTER = NetworkConfig(gpus_per_node=4, nics_per_node=4, nic_gbit_s=100.0, intr
 
 def sharded(mode: str, **kw) -> TrainingConfig:
     return TrainingConfig(micro_batch_size=2, seq_len=64, mode=mode, **kw)
-
-
-def assert_breakdown_sums(r):
-    """step = dataloader + compute + optimizer + exposed comm + straggler wait, per rank and step."""
-    parts = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s + r.exposed_comm_s + r.straggler_wait_s
-    np.testing.assert_allclose(parts, np.broadcast_to(r.step_time_s[:, None], parts.shape), rtol=REL)
-    assert (r.exposed_comm_s >= 0).all() and (r.straggler_wait_s >= 0).all()
 
 
 def llama_row(mode: str, *extra: str, steps: int = 20) -> dict:

@@ -2,19 +2,13 @@
 
 import numpy as np
 import pytest
-from conftest import tiny
+from conftest import assert_breakdown_sums, tiny
 
 from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
 from sim.engine import simulate
 from sim.scenario_file import load_scenario
 
 REL = 1e-9
-
-
-def assert_breakdown_sums(r):
-    """step = dataloader + compute + optimizer + exposed comm + straggler wait, per rank."""
-    parts = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s + r.exposed_comm_s + r.straggler_wait_s
-    np.testing.assert_allclose(parts, np.broadcast_to(r.step_time_s[:, None], parts.shape), rtol=REL)
 
 
 @pytest.mark.parametrize("ranks,k", [(2, 1), (4, 3), (16, 2)])
@@ -175,3 +169,27 @@ def test_breakdown_sums_to_step_time_with_everything_on():
     assert_breakdown_sums(r)
     assert (r.exposed_comm_s >= -1e-12).all() and (r.straggler_wait_s >= 0).all()
     assert np.all(r.step_time_s[:, None] >= r.compute_s)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_host_delay_moves_the_step_by_itself_and_the_others_wait_for_it(overlap):
+    """Identical ranks without noise; rank 1 starts each step 40 ms late (host_delays_s, as a
+    trace calibration sets it). Its buckets are ready 40 ms later, so every collective starts
+    40 ms later and the step is exactly 40 ms longer, with or without overlap; rank 1's 40 ms is
+    its host-delay part, not compute or waiting, and every other rank waits 40 ms more."""
+    from dataclasses import replace
+
+    base = tiny(
+        ranks=4,
+        training=TrainingConfig(micro_batch_size=2, seq_len=64, overlap=overlap, first_bucket_mb=0.05),
+        compute=ComputeConfig(step_compute_s=0.3, optimizer_s=0.02),
+    )
+    on_time, late = simulate(base, records=True), simulate(replace(base, host_delays_s="1:0.04"), records=True)
+    np.testing.assert_allclose(late.step_time_s, on_time.step_time_s + 0.04, rtol=REL)
+    assert_breakdown_sums(late)
+    np.testing.assert_allclose(late.compute_s, on_time.compute_s, rtol=REL)
+    idle = late.exposed_comm_s + late.straggler_wait_s - (on_time.exposed_comm_s + on_time.straggler_wait_s)
+    np.testing.assert_allclose(idle[:, [0, 2, 3]], 0.04, rtol=1e-9)
+    np.testing.assert_allclose(idle[:, 1], 0.0, atol=1e-12)
+    s = late.summary()
+    assert s.host_delay_s == pytest.approx(0.04 / 4, rel=1e-12) and on_time.summary().host_delay_s == 0.0

@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import tiny
+from conftest import assert_breakdown_sums, tiny
 
 from sim.collectives import bus_factor
 from sim.config import ComputeConfig, NetworkConfig, NoiseConfig, TrainingConfig
@@ -30,13 +30,6 @@ def fsdp(prefetch=1, k=1, checkpointing=False) -> TrainingConfig:
         fsdp_prefetch=prefetch,
         activation_checkpointing=checkpointing,
     )
-
-
-def assert_breakdown_sums(r):
-    """step = dataloader + compute + optimizer + exposed comm + straggler wait, per rank."""
-    parts = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s + r.exposed_comm_s + r.straggler_wait_s
-    np.testing.assert_allclose(parts, np.broadcast_to(r.step_time_s[:, None], parts.shape), rtol=REL)
-    assert (r.exposed_comm_s >= -1e-12).all() and (r.straggler_wait_s >= 0).all()
 
 
 def block_fwd_s(wl, shape, seq=64):
@@ -401,3 +394,15 @@ def test_fsdp_mixed_precision_holds_bf16_parameters_in_the_module():
     # Pure bf16 is already what FSDP's mixed precision makes of it.
     bf16 = load_scenario("h100-1024", ["training.precision=bf16", "training.mode=fsdp"]).training.dtypes
     assert bf16 == load_scenario("h100-1024", ["training.precision=bf16"]).training.dtypes
+
+
+def test_a_host_delay_under_fsdp_is_its_own_part():
+    """FSDP's step splits as DDP's, a rank's host delay (host_delays_s) a part of its own: rank 2
+    late by 30 ms lengthens the noiseless step by at least that and no more."""
+    from dataclasses import replace
+
+    base = tiny(ranks=4, training=fsdp())
+    on_time, late = simulate(base, records=True), simulate(replace(base, host_delays_s="2:0.03"), records=True)
+    assert_breakdown_sums(late)
+    np.testing.assert_allclose(late.step_time_s, on_time.step_time_s + 0.03, rtol=1e-9)
+    np.testing.assert_allclose(late.compute_s, on_time.compute_s, rtol=1e-9)

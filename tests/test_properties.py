@@ -70,7 +70,7 @@ settings.load_profile("ddplab")
 )
 def test_step_covers_each_ranks_work_and_efficiency_at_most_one(p):
     r = simulate(build(p), records=True)
-    own = r.dataloader_s[None, :] + r.compute_s + r.workload.optimizer_s
+    own = (r.dataloader_s + r.workload.host_delay_s)[None, :] + r.compute_s + r.workload.optimizer_s
     assert np.all(r.step_time_s[:, None] >= own * (1 - 1e-12))
     s = r.summary()
     assert 0 < s.scaling_efficiency <= 1 + 1e-12

@@ -23,6 +23,8 @@ INTERFERENCE = {
     "homelab-1gbe accum=3 gamma=0.6": ("homelab-1gbe", ["training.grad_accum=3", "compute.interference_gamma=0.6"]),
     "straggler-gc gamma=0.1": ("straggler-gc", ["compute.interference_gamma=0.1"]),
     "mi300x-1024 no overlap gamma=0.3": ("mi300x-1024", ["training.overlap=false", "compute.interference_gamma=0.3"]),
+    # A rank late before its forward (a trace calibration's host_delays_s) with interference bending it.
+    "homelab-1gbe host delay gamma=0.2": ("homelab-1gbe", ["host_delays_s=1:0.004", "compute.interference_gamma=0.2"]),
     # Measured jitter drawn by each bucket's size (sim/noise.py SizePools), as a calibration sets it.
     "homelab-1gbe sized jitter gamma=0.2": (
         "homelab-1gbe",

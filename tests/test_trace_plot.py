@@ -14,7 +14,7 @@ from sim.trace import chrome_trace
 TOL_US = 1e-6  # float rounding in s -> us
 
 
-def _scenario(ranks: int, stragglers: str = "", gamma: float = 0.0, **training) -> Scenario:
+def _scenario(ranks: int, stragglers: str = "", gamma: float = 0.0, host: str = "", **training) -> Scenario:
     return Scenario(
         ranks=ranks,
         steps=3,
@@ -28,6 +28,7 @@ def _scenario(ranks: int, stragglers: str = "", gamma: float = 0.0, **training) 
         ),
         training=TrainingConfig(**training),
         stragglers=stragglers,
+        host_delays_s=host,
     )
 
 
@@ -35,6 +36,7 @@ def _scenario(ranks: int, stragglers: str = "", gamma: float = 0.0, **training) 
 SCENARIOS = {
     "one-bucket": _scenario(4, "2:1.5"),
     "four-buckets": _scenario(4, "2:1.5", gamma=0.3, bucket_cap_mb=0.05, first_bucket_mb=0.02, grad_accum=2),
+    "host-delay": _scenario(4, "2:1.5", host="1:0.02", bucket_cap_mb=0.05, first_bucket_mb=0.02),
 }
 
 
@@ -85,7 +87,8 @@ def test_compute_thread_is_sequential_from_t0(traced):
     compute = {p: [e for e in evs if e["tid"] == 0] for p, evs in _by(trace, "X").items()}
     for (step, rank), rec in result.trace["ranks"].items():
         evs = _in_step(compute[rank], result, step)
-        expected = ["dataloader"] + [f"{p} {i}" for i in range(k) for p in ("forward", "backward")]
+        host = ["host delay"] if rec["host_delay_s"] > 0 else []
+        expected = ["dataloader", *host] + [f"{p} {i}" for i in range(k) for p in ("forward", "backward")]
         assert [e["name"] for e in evs] == expected + ["optimizer"]
         assert evs[0]["ts"] == pytest.approx(rec["t0"] * 1e6, abs=TOL_US)
         for a, b in zip(evs, evs[1:], strict=False):

@@ -391,6 +391,11 @@ def test_a_job_shape_faster_than_the_devices_peak_is_refused(ddplab, tmp_path):
 def traced_job_step_s(c, *, ranks: int) -> float:
     """The mean simulated step of the synthetic traced job (gpt2-tiny, micro-batch 2, seq 64, one
     GPU a node) with the calibration ``c`` applied in mode all."""
+    return traced_job(c, ranks=ranks).step_time_s.mean
+
+
+def traced_job(c, *, ranks: int):
+    """traced_job_step_s's simulation, its summary."""
     from calibrate.apply import apply_calibration
     from sim.engine import simulate
     from sim.scenario_file import scenario_from_dict
@@ -402,7 +407,7 @@ def traced_job_step_s(c, *, ranks: int) -> float:
         "noise": {}, "compute": {},
     }  # fmt: skip
     applied = apply_calibration(data, c, calib_path="c.json", mode="all")
-    return float(simulate(scenario_from_dict(applied.data), trace_steps=0).step_time_s.mean())
+    return simulate(scenario_from_dict(applied.data), trace_steps=0).summary()
 
 
 def test_a_gpu_trace_predicts_its_own_jobs_step_idle_included(tmp_path):
@@ -504,9 +509,15 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     c = calibrate_traces(late, given=job)
     assert c.trace.straggler_cost.value == pytest.approx(0.10, rel=1e-9)
     assert (c.trace.late_rank, c.trace.late_lead_s) == (2, pytest.approx(1000e-6, rel=1e-9))
-    # The rest of the step is rank 2's, the delay in it: 10000 - 4500 - 600 (its wait) - 300 us.
-    assert c.compute.outside_s.value == pytest.approx(4600e-6, rel=1e-9)
+    # Rank 2 is 1000 us late before the sync, outside compute, where the others are not: the
+    # simulator puts that before rank 2's forward. The rest of the step is rank 2's less it:
+    # 10000 - 4500 - 600 (its wait) - 300 - 1000 us. (Until 2026-12-07, second session, the rest
+    # held the delay, 4600 us, after the wait on every rank: the step came out right, the others'
+    # wait for rank 2 did not.)
+    assert c.compute.host_delays_s.value == {2: pytest.approx(1000e-6, rel=1e-9)}
+    assert c.compute.outside_s.value == pytest.approx(3600e-6, rel=1e-9)
     assert "rank 2's, the last to join the gradient sync, mean step outside" in c.compute.outside_s.source
+    assert "less its 1 ms late before the sync" in c.compute.outside_s.source
     # Exposed communication is the least-waiting rank's: rank 2's all-reduce, 6200-9200 us, less
     # the 1500 us kernel under it; the others' (5200-9200 less theirs) hold 1000 us of waiting for
     # rank 2 more, said beside it.
@@ -516,7 +527,12 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     on_time = calibrate_traces(traces("on_time", 0.0), given=job)
     busbw = c.networks["trace"].collectives["allreduce"].fit.busbw_gb_s
     assert busbw == pytest.approx(on_time.networks["trace"].collectives["allreduce"].fit.busbw_gb_s, rel=0.01)
-    assert traced_job_step_s(c, ranks=3) == pytest.approx(STEP_US * 1e-6, rel=0.02)
+    sim = traced_job(c, ranks=3)
+    assert sim.step_time_s.mean == pytest.approx(STEP_US * 1e-6, rel=0.02)
+    assert sim.host_delay_s == pytest.approx(1000e-6 / 3, rel=1e-9)
+    # The ranks' mean wait, as traced: ranks 0 and 1 from 7600 to 9200 us, rank 2 from 8600
+    # (1267 us); with the delay after the wait it was every rank's 600.
+    assert sim.exposed_comm_s + sim.straggler_wait_s == pytest.approx((1600 + 1600 + 600) / 3 * 1e-6, rel=0.05)
     (line,) = [x for x in trace_lines(c) if x.startswith("stragglers")]
     assert "rank 2 joins the gradient sync last" in line and "10.0% less time" in line, line
     assert line.startswith("stragglers every rank computes at the median rank's speed; rank 2 joins"), line

@@ -175,9 +175,13 @@ def test_a_ranks_slow_loader_is_its_lateness_not_the_network(tmp_path):
     """A real run whose rank 1 builds each batch 40 ms late (`--loader-straggler 1:40`, a sleep in
     its loop): its compute is rank 0's, and rank 0 waits for it in the gradient all-reduce. The
     trace calibration names rank 1 as the rank the others wait for, nearly all of its lateness
-    outside compute; the rest of the step is rank 1's, the delay in it; the what-if with every
-    rank at the median rank's speed (the midpoint of two) takes about half the delay off a step.
-    (Before 2026-12-07 the delay went into the network, tuned to the ranks' mean wait.)"""
+    outside compute, and gives it as rank 1's host delay, which the simulator puts before its
+    forward; the rest of the step is rank 1's less that; the what-if with every rank at the median
+    rank's speed (the midpoint of two) takes about half the delay off a step; validate predicts the
+    ranks' mean wait, rank 0's for rank 1 in it. (Before 2026-12-07 the delay went into the
+    network, tuned to the ranks' mean wait; until that day's second session it was held after the
+    wait on both ranks, and validate's mean wait was the run's less rank 0's wait for rank 1: 9.1
+    against 19 ms with a 20 ms delay.)"""
     out = tmp_path / "run"
     args = (*ARGS[:-2], "--steps", "12", "--profile", "10", "--loader-straggler", "1:40")
     p = ddplab("train", "--nproc", "2", "--out", out, *args)
@@ -189,8 +193,16 @@ def test_a_ranks_slow_loader_is_its_lateness_not_the_network(tmp_path):
     t = c["trace"]
     # 40 ms of sleep a step; the ranks' host work and a loaded box move it by a few ms.
     assert t["late_rank"] == 1 and 0.030 < t["late_lead_s"] < 0.050 and t["late_by_s"] > 0.030, t
-    assert c["compute"]["outside_s"]["value"] > 0.030
+    delays = c["compute"]["host_delays_s"]["value"]
+    assert list(delays) == ["1"] and 0.030 < delays["1"] < 0.050, delays
+    assert c["compute"]["outside_s"]["value"] < 0.010, c["compute"]["outside_s"]
     assert "rank 1's, the last to join the gradient sync" in c["compute"]["outside_s"]["source"]
     steps = np.array(t["ranks"]["1"]["step_s"])
     assert t["straggler_cost"]["value"] > 0.5 * 0.020 / steps.mean(), (t["straggler_cost"], steps.mean())
     assert "rank 1 joins the gradient sync last" in p.stdout
+    p = ddplab("validate", out, "--calib", calib, "--json", "--plot", tmp_path / "v.png")
+    assert p.returncode == 0, p.stderr[-3000:]
+    (row,) = json.loads(p.stdout)["rows"]
+    # Rank 0 waits ~40 ms for rank 1 each step, rank 1 for the all-reduce alone: a mean near 20 ms.
+    assert row["predicted_wait_s"] == pytest.approx(row["measured_wait_s"], rel=0.25), row
+    assert row["measured_wait_s"] > 0.015, row

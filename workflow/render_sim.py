@@ -158,11 +158,13 @@ def summary_lines(sc, s: Summary) -> list[str]:
         ("straggler wait", s.straggler_wait_s),
         ("optimizer", s.optimizer_s),
         ("dataloader", s.dataloader_s),
+        ("host delay", s.host_delay_s),
     ]
     notes = {
         "compute (fwd+bwd)": compute_note(s.stack, sc),
         "optimizer": optimizer_basis(sc),
         "dataloader": "waiting for batches the DataLoader's workers have not built (docs/loader.md)",
+        "host delay": f"ranks late before their forward (host_delays_s = {sc.host_delays_s})",
     }
     for name, value in parts:
         if value > 0 or name.startswith(("compute", "exposed", "straggler")):

@@ -132,7 +132,7 @@ def _plot_stragglers(rows: list[dict], path: Path) -> None:
     ax = fig.subplots()
     labels = [f"{r['platform']}\n{r['variant']}" for r in rows]
     x = range(len(rows))
-    busy = [(r["compute_s"] + r["dataloader_s"] + r["optimizer_s"]) * 1e3 for r in rows]
+    busy = [(r["compute_s"] + r["dataloader_s"] + r["host_delay_s"] + r["optimizer_s"]) * 1e3 for r in rows]
     exposed = [r["exposed_comm_s"] * 1e3 for r in rows]
     wait = [r["straggler_wait_s"] * 1e3 for r in rows]
     ax.bar(x, busy, color="C2", label="compute + optimizer")
