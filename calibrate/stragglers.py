@@ -1,6 +1,7 @@
 """Straggler detection on per-rank step records, real (``ddplab train``) or simulated.
 
-Two signals, which must agree on a true straggler:
+Two signals, which must agree on a true straggler (and a third for a rank that is slow for
+another reason):
 
 - the score: the fastest rank's median compute time per step / this rank's
   (1 = the fastest), flagged below 0.75. This is NVIDIA resiliency-ext's
@@ -11,7 +12,14 @@ Two signals, which must agree on a true straggler:
   collectives for the last one to arrive, so the slowest rank waits least (it
   only sees the communication that could not be hidden). A rank with the lowest
   score that is not also the least-waiting one is a sign of noise, not of a
-  slow GPU.
+  slow GPU;
+- the lateness: a rank can hold every other back with compute as fast as theirs, late to the
+  sync for a reason outside it (a slow data loader, host work). Its lateness is how much less it
+  waits than the other ranks' median, less how much longer it computes than their median: the
+  time the others wait for it that its compute does not explain. A rank whose score is not
+  flagged is flagged late where the others wait for it as long as for a flagged straggler,
+  (1 / 0.75 - 1) x the fastest rank's median compute. A train run's records also say how long
+  each rank waited for its data.
 
 Sources and definitions, per rank, over the kept steps:
 
@@ -52,6 +60,9 @@ class RankStat(NamedTuple):
     score: float  # fastest rank's compute_s_p50 / this rank's (1 = the fastest)
     flagged: bool  # score < STRAGGLER_SCORE_FLAG
     wait_s_mean: float  # mean collective wait per step
+    late_s: float  # what the others wait for it beyond its compute, mean per step (module docstring)
+    late_flagged: bool  # late_s > late_flag_s(...), its score not flagged (a slow GPU is said as one)
+    data_s_mean: float | None  # train: its mean data_s (waiting for the batch); sim: None
 
 
 class Records(NamedTuple):
@@ -63,6 +74,7 @@ class Records(NamedTuple):
     wait_s: np.ndarray  # (steps, ranks)
     skipped_steps: int  # warm-up steps dropped
     injected: dict[int, float]  # train: --straggler RANK:FACTOR as configured; sim: {}
+    data_s: np.ndarray | None = None  # train: (steps, ranks) its data_s; sim: None
 
 
 class Report(NamedTuple):
@@ -76,6 +88,7 @@ class Report(NamedTuple):
     least_waiting_rank: int
     wait_s_median: float  # median over ranks of wait_s_mean
     injected: dict[int, float]
+    late: tuple[int, ...] = ()  # ranks late outside compute (RankStat.late_flagged), latest first
 
     @property
     def agrees(self) -> bool:
@@ -96,6 +109,8 @@ class Report(NamedTuple):
             "least_waiting_rank": self.least_waiting_rank,
             "agrees": self.agrees,
             "wait_s_median": self.wait_s_median,
+            "late": list(self.late),
+            "late_flag_s": late_flag_s(self.ranks),
             "injected": {str(k): v for k, v in sorted(self.injected.items())},
             "verdict": verdict(self),
         }
@@ -109,8 +124,20 @@ def analyse(rec: Records) -> Report:
         raise ValueError(f"{rec.path}: rank {r}'s median compute time is {p50[r]:g} s; no speed to compare")
     score = p50.min() / p50
     wait_mean = wait.mean(axis=0)
+    late = (others_median(wait_mean) - wait_mean) - (compute.mean(axis=0) - others_median(compute.mean(axis=0)))
+    flag_s = LATE_FLAG * float(p50.min())
+    data = rec.data_s.mean(axis=0) if rec.data_s is not None else None
     ranks = tuple(
-        RankStat(r, float(p50[r]), float(score[r]), bool(score[r] < STRAGGLER_SCORE_FLAG), float(wait_mean[r]))
+        RankStat(
+            r,
+            float(p50[r]),
+            float(score[r]),
+            bool(score[r] < STRAGGLER_SCORE_FLAG),
+            float(wait_mean[r]),
+            float(late[r]),
+            bool(late[r] > flag_s and score[r] >= STRAGGLER_SCORE_FLAG),
+            None if data is None else float(data[r]),
+        )
         for r in range(compute.shape[1])
     )
     return Report(
@@ -124,7 +151,36 @@ def analyse(rec: Records) -> Report:
         least_waiting_rank=int(np.argmin(wait_mean)),
         wait_s_median=float(np.median(wait_mean)),
         injected=rec.injected,
+        late=tuple(sorted((r.rank for r in ranks if r.late_flagged), key=lambda k: -late[k])),
     )
+
+
+# A rank late outside compute is flagged where the others wait for it as long as for a rank whose
+# compute scores at the flag: 1 / 0.75 - 1 = 1/3 of the fastest rank's median compute.
+LATE_FLAG = 1.0 / STRAGGLER_SCORE_FLAG - 1.0
+
+
+def late_flag_s(ranks) -> float:
+    """The lateness above which a rank is flagged late (LATE_FLAG x the fastest median compute)."""
+    return LATE_FLAG * min(r.compute_s_p50 for r in ranks)
+
+
+def others_median(x: np.ndarray) -> np.ndarray:
+    """Per element, the median of the other elements (0 where there are none), in O(n log n):
+    a 65,536-rank simulation's records are read too."""
+    n = len(x)
+    if n < 2:
+        return np.zeros(n)
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+
+    def kth(k: int) -> np.ndarray:  # the k-th smallest of the others, for every element at once
+        return np.where(k < pos, s[k], s[min(k + 1, n - 1)])
+
+    m = n - 1
+    return kth((m - 1) // 2) if m % 2 else (kth(m // 2 - 1) + kth(m // 2)) / 2
 
 
 def verdict(rep: Report) -> str:
@@ -133,7 +189,9 @@ def verdict(rep: Report) -> str:
     waits = f"({fmt_wait(least.wait_s_mean)} vs {fmt_wait(rep.wait_s_median)} median)"
     if not rep.flagged:
         head = f"no straggler: every score >= {STRAGGLER_SCORE_FLAG} (lowest {low.score:.2f}, rank {low.rank})"
-        return f"{head}; rank {least.rank} waits least {waits}"
+        if rep.late:
+            head = f"no slow GPU: every score >= {STRAGGLER_SCORE_FLAG} (lowest {low.score:.2f}, rank {low.rank})"
+        return f"{head}; rank {least.rank} waits least {waits}{late_note(rep)}"
     if len(rep.flagged) == 1:
         head = f"rank {low.rank} is a straggler: score {low.score:.2f}"
     else:
@@ -141,10 +199,27 @@ def verdict(rep: Report) -> str:
         names = ", ".join(map(str, rep.flagged))
         head = f"ranks {names} are stragglers: scores {scores}; rank {low.rank} is the slowest"
     if rep.agrees:
-        return f"{head}, it waits least {waits}"
+        return f"{head}, it waits least {waits}{late_note(rep)}"
     return (
         f"{head}, but rank {least.rank} waits least {waits}: the wait does not confirm it"
-        f" (rank {low.rank} waits {fmt_wait(low.wait_s_mean)})"
+        f" (rank {low.rank} waits {fmt_wait(low.wait_s_mean)}){late_note(rep)}"
+    )
+
+
+def late_note(rep: Report) -> str:
+    """The ranks late to the sync outside compute, the latest named with its data wait where the
+    records have one; "" where none is."""
+    if not rep.late:
+        return ""
+    r = rep.ranks[rep.late[0]]
+    also = f" (and {len(rep.late) - 1} more)" if len(rep.late) > 1 else ""
+    cause = "data, host work"
+    if r.data_s_mean is not None:
+        others = others_median(np.array([x.data_s_mean for x in rep.ranks]))[r.rank]
+        cause = f"its data loading {fmt_wait(r.data_s_mean)} a step, the others' median {fmt_wait(others)}"
+    return (
+        f"; rank {r.rank}{also} is late to the gradient sync, its compute not flagged (score {r.score:.2f}):"
+        f" the others wait {fmt_wait(r.late_s)} a step for it outside its compute ({cause})"
     )
 
 
@@ -263,5 +338,6 @@ def read_train(path: Path) -> Records:
     rows = [[steps[s][r] for r in range(world)] for s in kept]
     compute = np.array([[x["forward_s"] + x["backward_s"] for x in row] for row in rows], float)
     wait = np.array([[x["wait_s"] for x in row] for row in rows], float)
+    data = np.array([[x.get("data_s", 0.0) for x in row] for row in rows], float)
     injected = {int(r): float(f) for r, f in run.config.get("straggler") or []}
-    return Records("train", path, compute, wait, len([s for s in steps if s < WARMUP_STEPS]), injected)
+    return Records("train", path, compute, wait, len([s for s in steps if s < WARMUP_STEPS]), injected, data)

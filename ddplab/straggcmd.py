@@ -10,7 +10,7 @@ from output.terminal import show
 
 def add_parser(sub) -> None:
     """The `stragglers` subcommand on an argparse subparsers object."""
-    p = sub.add_parser("stragglers", help="per-rank straggler scores and waits of a train run or a simulation")
+    p = sub.add_parser("stragglers", help="per-rank straggler scores, waits and lateness of a run or simulation")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a train run or a `simulate --out` (a sweep: --ranks)")
     p.add_argument("--ranks", type=int, metavar="N", help="which rank count of a simulated sweep (ranks-NNNN)")
     p.add_argument("--plot", type=Path, metavar="FILE", help="per-rank PNG (default: stragglers.png by the records)")

@@ -2,6 +2,7 @@
 drawn over their data, so a bad fit is seen rather than read from an R^2. Figures render with the Agg
 canvas and never touch pyplot's global state (as output/plot.py)."""
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -295,10 +296,12 @@ def stragglers(rep: StragglerReport, path: Path, *, annotate: int = 8) -> Path:
     unit, scale = ("s", 1.0) if wait_s.max() >= 10 else ("ms", 1e3)
     wait = wait_s * scale
     flagged = np.array([r.flagged for r in rep.ranks])
-    colors = np.where(flagged, "tab:red", "tab:blue")
+    late = np.array([r.late_flagged for r in rep.ranks])  # late outside compute (calibrate/stragglers.py)
+    colors = np.where(flagged, "tab:red", np.where(late, "tab:orange", "tab:blue"))
     bars = n <= 64
 
-    fig = Figure(figsize=(max(8.0, min(14.0, 4 + 0.2 * n)), 6.4), layout="constrained")
+    width_in = max(8.0, min(14.0, 4 + 0.2 * n))
+    fig = Figure(figsize=(width_in, 6.4), layout="constrained")
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
     if bars:
@@ -337,13 +340,25 @@ def stragglers(rep: StragglerReport, path: Path, *, annotate: int = 8) -> Path:
         textcoords="offset points",
         fontsize=8,
     )
+    for r in rep.late[:annotate]:
+        bottom.annotate(
+            f"rank {r} late: the others wait {fmt_wait(rep.ranks[r].late_s)} for it",
+            (r, wait[r]),
+            xytext=(0, 24),
+            textcoords="offset points",
+            ha="center",
+            fontsize=8,
+            color="tab:orange",
+            bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1},
+        )
     bottom.set(xlabel="rank", ylabel=f"mean wait per step ({unit})", ylim=(0, max(wait.max(), 1e-12) * 1.15))
     bottom.set_title("collective wait: the straggler waits least")
     bottom.legend(loc="upper right", fontsize=8)
     bottom.grid(alpha=0.3, axis="y")
     bottom.set_xlim(-0.5 if bars else -n * 0.01, n - 0.5 if bars else n * 1.01)
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))  # ranks, not 0.25 of one
-    fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps, DDP\n{verdict(rep)}", fontsize=9)
+    said = "\n".join(textwrap.wrap(verdict(rep), int(width_in * 14)))  # 9 pt: about 14 characters an inch
+    fig.suptitle(f"{rep.source} {rep.path.name}: {n} ranks, {rep.steps} steps, DDP\n{said}", fontsize=9)
 
     save(fig, path)
     return path

@@ -91,9 +91,10 @@ def test_sweep_needs_a_rank_count(tmp_path):
 FAST, EDGE, SLOW = (0.125, 0.25), (0.125, 0.375), (0.25, 0.375)  # 0.375 s, 0.5 s, 0.625 s: exact in binary
 
 
-def _write_train(run_dir: Path, ranks: list[tuple[tuple[float, float], list[float]]], straggler=()) -> Path:
+def _write_train(run_dir: Path, ranks: list[tuple[tuple[float, float], list[float]]], straggler=(), data=None) -> Path:
     """Two warm-up steps in which rank 0 computes 10 s and never waits (they must not
-    count), then one step per listed wait, each rank's compute the same every step."""
+    count), then one step per listed wait, each rank's compute the same every step; ``data``:
+    each rank's data_s every step (0)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     world = len(ranks)
     config = {"model": "gpt2-tiny", "seq_len": 64, "micro_batch": 1, "straggler": [list(s) for s in straggler]}
@@ -104,7 +105,8 @@ def _write_train(run_dir: Path, ranks: list[tuple[tuple[float, float], list[floa
         for step, (f, b, w) in enumerate(warm + [(fwd, bwd, w) for w in waits]):
             recs.append(
                 {"type": "step", "step": step, "micro_batch": 1, "tokens": 64, "loss": 1.0, "step_wall_s": f + b + w}
-                | {"data_s": 0.0, "forward_s": f, "backward_s": b, "wait_s": w, "optimizer_s": 0.01}
+                | {"data_s": data[rank] if data else 0.0, "forward_s": f, "backward_s": b, "wait_s": w}
+                | {"optimizer_s": 0.01}
                 | {"throttle_s": 0.0}
             )
         recs.append({"type": "complete", "wall_s": 1.0, "steps": len(recs) - 1})
@@ -129,7 +131,61 @@ def test_train_run_scores_and_flags_exactly(tmp_path):
     assert rep.least_waiting_rank == rep.lowest_score_rank == 2
     assert rep.wait_s_median == pytest.approx((0.125 + 0.5) / 2)
     assert rep.injected == {2: pytest.approx(5 / 3)}
-    assert st.verdict(rep) == "rank 2 is a straggler: score 0.60, it waits least (20.8 ms vs 312 ms median)"
+    # Rank 1 computes 125 ms longer than the others' median and waits 375 ms less: 250 ms of its
+    # lateness its compute does not explain (these hand-written steps do not end together), above
+    # the late flag, 1/3 of the fastest rank's 375 ms. Rank 2's 229 ms is said as what it is, a
+    # slow GPU (flagged by its score), not as lateness.
+    assert [r.late_s for r in rep.ranks] == pytest.approx([-0.25, 0.25, 0.25 - 0.0625 / 3, -0.25])
+    assert rep.late == (1,) and [r.late_flagged for r in rep.ranks] == [False, True, False, False]
+    assert st.verdict(rep) == (
+        "rank 2 is a straggler: score 0.60, it waits least (20.8 ms vs 312 ms median); rank 1 is late to the"
+        " gradient sync, its compute not flagged (score 0.75): the others wait 250 ms a step for it outside its"
+        " compute (its data loading 0 s a step, the others' median 0 s)"
+    )
+
+
+def test_a_slow_loader_is_late_not_a_slow_gpu(tmp_path):
+    """Three ranks compute alike (375 ms); rank 2 waits 250 ms a step for its batch, so the
+    others wait 250 ms longer at the sync than it does. No score is flagged (before, "no
+    straggler" was all it said): rank 2 is late outside compute, 250 ms a step, above the flag
+    (125 ms: what a rank at score 0.75 would cost), and its data loading is named."""
+    run = _write_train(
+        tmp_path / "run", [(FAST, [0.3] * 3), (FAST, [0.3] * 3), (FAST, [0.05] * 3)], data=[0.0, 0.0, 0.25]
+    )
+    rep = st.analyse(st.load(run))
+    assert rep.flagged == () and rep.late == (2,) and rep.least_waiting_rank == 2
+    assert [r.late_s for r in rep.ranks] == pytest.approx([-0.125, -0.125, 0.25])  # the others: 300 and 50 ms
+    assert rep.ranks[2].data_s_mean == 0.25 and st.late_flag_s(rep.ranks) == pytest.approx(0.125)
+    assert st.verdict(rep) == (
+        "no slow GPU: every score >= 0.75 (lowest 1.00, rank 0); rank 2 waits least (50 ms vs 300 ms median);"
+        " rank 2 is late to the gradient sync, its compute not flagged (score 1.00): the others wait 250 ms a"
+        " step for it outside its compute (its data loading 250 ms a step, the others' median 0 s)"
+    )
+    # Under the flag it is shown, not flagged: 100 ms late.
+    run = _write_train(
+        tmp_path / "small", [(FAST, [0.15] * 3), (FAST, [0.15] * 3), (FAST, [0.05] * 3)], data=[0.0, 0.0, 0.1]
+    )
+    rep = st.analyse(st.load(run))
+    assert rep.late == () and rep.ranks[2].late_s == pytest.approx(0.1)
+    assert st.verdict(rep).startswith("no straggler: every score >= 0.75")
+
+
+def test_a_simulated_late_host_is_found_late(tmp_path):
+    """64 H100s, rank 5 late 200 ms before its forward (host_delays_s): its compute is the
+    others', every other rank waits 200 ms more; stragglers finds it late by that, the only one."""
+    result = simulate(load_scenario("h100-1024", ["host_delays_s=5:0.2"], ranks=64, steps=20), records=True)
+    rep = st.analyse(st.load(write_result(result, tmp_path)))
+    assert rep.flagged == () and rep.late == (5,) and rep.least_waiting_rank == 5
+    assert rep.ranks[5].late_s == pytest.approx(0.2, rel=0.1)
+    assert max(abs(r.late_s) for r in rep.ranks if r.rank != 5) < 0.01
+    assert "rank 5 is late to the gradient sync" in st.verdict(rep) and "(data, host work)" in st.verdict(rep)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 1000])
+def test_others_median_is_the_median_of_the_others(n):
+    x = np.random.default_rng(n).normal(size=n).round(1)  # ties included
+    want = [np.median(np.delete(x, i)) if n > 1 else 0.0 for i in range(n)]
+    np.testing.assert_allclose(st.others_median(x), want, rtol=0, atol=0)
 
 
 def test_train_run_where_the_wait_disagrees(tmp_path):
@@ -144,7 +200,8 @@ def test_command_json_and_plot(slow17, tmp_path):
     out = _cmd(str(slow17), "--json", "--plot", str(plot))
     assert out["source"] == "sim" and out["flagged"] == [17] and out["least_waiting_rank"] == 17
     assert out["agrees"] and out["world_size"] == 64 and out["plot"] == str(plot)
-    assert set(out["ranks"][17]) == {"rank", "compute_s_p50", "score", "flagged", "wait_s_mean"}
+    keys = {"rank", "compute_s_p50", "score", "flagged", "wait_s_mean", "late_s", "late_flagged", "data_s_mean"}
+    assert set(out["ranks"][17]) == keys and out["late"] == [] and out["ranks"][17]["data_s_mean"] is None
     assert out["ranks"][17]["flagged"] and not out["ranks"][0]["flagged"]
     json.dumps(out)  # what the CLI prints
     assert plot.read_bytes()[:8] == PNG_MAGIC

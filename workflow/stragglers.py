@@ -10,7 +10,7 @@ stragglers RUN_DIR` runs them.
 from pathlib import Path
 
 from calibrate import stragglers as st
-from calibrate.stragglers import verdict
+from calibrate.stragglers import late_flag_s, verdict
 from output import calib_plots
 from output.ownfiles import check_target
 
@@ -43,24 +43,30 @@ def stragglers_lines(rep) -> list[str]:
     else:  # the slowest first: every flagged rank, then the least-waiting rank if not among them
         slowest = sorted(rep.ranks, key=lambda r: r.score)
         rows = slowest[: max(SHOWN_RANKS, len(rep.flagged))]
-        if rep.least_waiting_rank not in {r.rank for r in rows}:
-            rows.append(rep.ranks[rep.least_waiting_rank])
+        for k in (rep.least_waiting_rank, *rep.late):
+            if k not in {r.rank for r in rows}:
+                rows.append(rep.ranks[k])
     # One unit for the table: milliseconds for cluster steps, seconds for the home lab's tens of seconds.
     slowest = max(max(r.compute_s_p50, r.wait_s_mean) for r in rep.ranks)
     unit, scale, places = ("s", 1.0, 3) if slowest >= 10 else ("ms", 1e3, 1)
-    out.append(f"{'rank':>5} {f'compute p50 ({unit})':>17} {'score':>6} {'flag':<9} {f'mean wait ({unit})':>15}")
+    head = f"{'rank':>5} {f'compute p50 ({unit})':>17} {'score':>6} {'flag':<9} {f'mean wait ({unit})':>15}"
+    out.append(f"{head} {f'late ({unit})':>10}")
     for r in rows:
-        marks = ("FLAGGED" if r.flagged else "") + (" *" if r.rank == rep.least_waiting_rank else "")
+        flag = "FLAGGED" if r.flagged else "LATE" if r.late_flagged else ""
+        marks = flag + (" *" if r.rank == rep.least_waiting_rank else "")
         out.append(
             f"{r.rank:>5} {r.compute_s_p50 * scale:>17.{places}f} {r.score:>6.3f} {marks:<9}"
-            f" {r.wait_s_mean * scale:>15.{places}f}"
+            f" {r.wait_s_mean * scale:>15.{places}f} {round(r.late_s * scale, places) + 0.0:>10.{places}f}"
         )
     if len(rows) < n:
         rest = [r.score for r in rep.ranks if r not in rows]
         out.append(
             f"  ... {n - len(rows)} more ranks, scores {min(rest):.3f}-{max(rest):.3f} (--json lists every rank)"
         )
-    out.append("  * waits least")
+    out.append(
+        "  * waits least; late: how much longer the others wait for the rank than its compute explains,"
+        f" LATE above {late_flag_s(rep.ranks) * scale:.{places}f} {unit} (as long as for a flagged rank)"
+    )
     if rep.injected:
         out.append("injected (--straggler): " + ", ".join(f"rank {k} x{v:g}" for k, v in sorted(rep.injected.items())))
     out.append(verdict(rep))
