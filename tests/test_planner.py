@@ -228,7 +228,7 @@ def test_a_named_straggler_is_planned_where_simulate_puts_it(capsys):
     argv = ["plan", "gpt2-760m", "homelab-1gbe", "--set", "compute.mfu=none"]
     assert main([*argv, "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
-    assert found["stragglers"] == {"named": "1:8.06", "applied": True}
+    assert found["stragglers"] == {"named": "1:8.06", "applied": True, "dropped": []}
     planned = found["layouts"][0]["step_time_s"]
     assert main([*argv, "--set", "stragglers=", "--json"]) == 0
     healthy = json.loads(capsys.readouterr().out)["layouts"][0]["step_time_s"]
@@ -253,3 +253,27 @@ def test_stragglers_past_the_planned_gpus_are_dropped_and_unset(capsys):
     best = next(x for x in out.splitlines() if x.startswith("  best: "))
     assert best.endswith(" --set stragglers=")
     assert main(best.removeprefix("  best: ddplab ").split() + ["--steps", "3"]) == 0
+
+
+def test_a_slow_loader_and_a_late_host_are_left_out_and_unset(capsys):
+    """straggler-dataloader's slow loader (rank 5) and a host delay neither pass models: plan says
+    it left them out, and each layout's command unsets them (the user's --set of host_delays_s
+    left out of it), so a tp > 1 layout's command is not refused for host_delays_s and a data
+    parallel one simulates the step plan ranked it by."""
+    from ddplab.cli import main
+
+    argv = ["plan", "llama3-8b", "straggler-dataloader", "--gpus", "64", "--top", "12", "--finalists", "12"]
+    argv += ["--set", "host_delays_s=3:0.05"]
+    assert main([*argv, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["stragglers"]["dropped"] == ["loader_stragglers", "host_delays_s"]
+    layouts = found["layouts"]
+    assert all(r["sets"][-2:] == ["loader_stragglers=", "host_delays_s="] for r in layouts)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "its loader_stragglers and host_delays_s left out (modelled by neither pass), unset in the commands" in out
+    best = next(x for x in out.splitlines() if x.startswith("  best: "))
+    assert best.count("host_delays_s") == 1 and best.endswith("--set loader_stragglers= --set host_delays_s=")
+    tp = next(r for r in layouts if r["tp"] > 1)
+    sets = [x for pair in (("--set", k) for k in ["model.preset=llama3-8b", *tp["sets"]]) for x in pair]
+    assert main(["simulate", "straggler-dataloader", "--ranks", "64", *sets, "--json"]) == 0, capsys.readouterr().err

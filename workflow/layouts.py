@@ -89,10 +89,14 @@ def plan_layouts(
     named = base.stragglers.strip()
     applied = bool(named) and kept_stragglers(base, gpus) == base.stragglers
     drop = ["stragglers="] if named and not applied else []
+    # Slow loaders and late hosts: modelled by neither pass (sim/planner.py), so unset in every
+    # layout's command too (a tp, cp or pp layout would be refused with host_delays_s).
+    unmodelled = [k for k in ("loader_stragglers", "host_delays_s") if getattr(base, k).strip()]
+    drop += [f"{k}=" for k in unmodelled]
     return {"model": model, "cluster": cluster, "gpus": gpus, "global_batch": batch, "sets": sets,
             "seq_len": base.seq_len, "considered": considered, "fitting": len(ranked),
             "seconds": took, "assumed": ASSUMED,
-            "stragglers": {"named": named, "applied": applied},
+            "stragglers": {"named": named, "applied": applied, "dropped": unmodelled},
             "tied_embeddings": base.model.shape.tied_embeddings,
             # The best layout's class in the public record (calibrate/record.py): the table's
             # other layouts share its device and stack, and nearly always its TP/PP/CP class.
@@ -107,7 +111,8 @@ def _row(s, fit: Fit, resets: dict, drop: list[str]) -> dict:
     use for, with the value it takes (sim/planner.py mode_resets). They join the layout's own
     ``sets``, since the cluster file may be where they were set, and ``unset`` names them: a
     user's --set of one is left out of the layout's `simulate` command. ``drop``: the cluster's
-    stragglers unset where the job lacks their ranks."""
+    stragglers unset where the job lacks their ranks, its slow loaders and host delays always
+    (``unset`` names them as well)."""
     c, step = s.candidate, s.step
     reset = [f"training.{k}={value_text(v)}" for k, v in sorted(resets.items())]
     return c._asdict() | {
@@ -123,7 +128,7 @@ def _row(s, fit: Fit, resets: dict, drop: list[str]) -> dict:
         "tp_comm_s": step.tp_comm_s if step else None,
         "dp_exposed_s": step.dp_exposed_s if step else None,
         "sets": c.sets() + reset + drop,
-        "unset": [f"training.{k}" for k in sorted(resets)],
+        "unset": [f"training.{k}" for k in sorted(resets)] + [d.removesuffix("=") for d in drop],
     }
 
 

@@ -219,14 +219,18 @@ def _gpus(found: dict) -> str:
     """What plan took the GPUs to be: identical, but for the cluster's named stragglers where the
     job has their ranks (sim/planner.py)."""
     named = found["stragglers"]["named"]
+    dropped = found["stragglers"]["dropped"]
+    unmodelled = f"; its {' and '.join(dropped)} left out (modelled by neither pass), unset in the commands"
+    unmodelled = unmodelled if dropped else ""
     if not named:
-        return "identical GPUs"
+        return f"identical GPUs{unmodelled}"
     if found["stragglers"]["applied"]:
         return (
-            f"identical GPUs but the cluster's stragglers ({named}: rank:compute-time factor), where simulate puts them"
+            f"identical GPUs but the cluster's stragglers ({named}: rank:compute-time factor), where simulate puts"
+            f" them{unmodelled}"
         )
     past = f"name ranks past {found['gpus']}, so neither this plan nor its commands have them"
-    return f"identical GPUs: the cluster's stragglers ({named}) {past}"
+    return f"identical GPUs: the cluster's stragglers ({named}) {past}{unmodelled}"
 
 
 def _pct(x) -> str:
