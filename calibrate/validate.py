@@ -3,9 +3,9 @@ then compare with what it measured.
 
 For a ``ddplab train`` run the simulator gets the same configuration (model,
 sequence, micro-batch per rank, accumulation, bucket cap, comm hook, overlap,
-injected straggler) on the calibrated machines (calibrate/apply.py, mode ``all``,
-the network the run used). Nothing of the train run's own timing enters the
-prediction. Definitions match on both sides:
+injected straggler, and from probes its slowed loader: ``loader_scenario``) on the
+calibrated machines (calibrate/apply.py, mode ``all``, the network the run used).
+Nothing of the train run's own timing enters the prediction. Definitions match on both sides:
 
 - step time: a step's ``step_wall_s`` (mean over ranks), p50, p95 and p99 over the steps
   after the first ``WARMUP_STEPS`` (step 0 runs DDP's single bootstrap bucket and
@@ -122,8 +122,46 @@ def scenario_for(run: Run, calib: Calibration, calib_path: str, *, seed: int) ->
     for rank, mb in enumerate(per_rank):
         factors[rank] = factors.get(rank, 1.0) * fit.at(mb * seq)[0] / fit.at(base_mb * seq)[0]
     data["stragglers"] = ",".join(f"{r}:{f:.6g}" for r, f in sorted(factors.items()) if r < run.world_size)
+    if calib.trace is None:  # a trace measured the run's loader in its ranks' time before the sync
+        loader_compute, loader_top = loader_scenario(cfg, run.path)
+        data["compute"] = {**data.get("compute", {}), **loader_compute}
+        data |= loader_top
     scenario_or_refusal(data, applied.measured, calib, calib_path, can_set=False)  # names the file and the fix
     return data, label
+
+
+def loader_scenario(cfg: dict, path) -> tuple[dict, dict]:
+    """(compute keys, top-level keys): the run's slowed loader as the simulator's (sim/loader.py,
+    docs/loader.md): ``--loader-delay-ms`` is each batch's build time with ``--loader-workers``
+    and ``--loader-prefetch``; a ``--loader-straggler RANK:MS`` rank's batches take MS longer,
+    a factor on that time where there is one, else (no base delay, built in the loop) K x MS
+    late before its forward each step (``host_delays_s``: blocking, the same wait). A probe
+    calibration knows nothing of either, so without this the prediction left them out. Only the
+    delays are the run's; each batch's own build (a few ms of random tokens) is in the probe's
+    optimizer term. A straggler with workers and no base delay is refused: sim/loader.py scales
+    one base time per rank."""
+    b = float(cfg.get("loader_delay_ms") or 0.0) / 1e3
+    workers, extra = (
+        int(cfg.get("loader_workers") or 0),
+        {int(r): ms / 1e3 for r, ms in cfg.get("loader_straggler") or []},
+    )
+    compute, top = {}, {}
+    if b > 0 or workers:
+        compute = {"dataloader_batch_s": b, "dataloader_workers": workers}
+        compute["dataloader_prefetch_factor"] = int(cfg.get("loader_prefetch") or 2)
+    if not extra:
+        return compute, top
+    if b > 0:
+        top["loader_stragglers"] = ",".join(f"{r}:{(b + e) / b:.6g}" for r, e in sorted(extra.items()))
+    elif workers == 0:
+        k = int(cfg.get("grad_accum") or 1)
+        top["host_delays_s"] = ",".join(f"{r}:{k * e:.6g}" for r, e in sorted(extra.items()))
+    else:
+        raise ValueError(
+            f"{path}: --loader-straggler with --loader-workers {workers} and no --loader-delay-ms: the simulator's"
+            " loader scales one base build time per rank (sim/loader.py), which 0 cannot express"
+        )
+    return compute, top
 
 
 def _how(precision: str, compiled: bool) -> str:

@@ -306,6 +306,40 @@ def test_run_configuration_reaches_the_simulator(calib_file, tmp_path):
     assert scenario_from_dict(data).straggler_map[1] == pytest.approx(share * calib.ranks[1].speed_factor, rel=1e-5)
 
 
+@pytest.mark.parametrize(
+    "cfg,compute,top",
+    [
+        # Workers and a delay on every batch: the loader model's keys; a straggler's extra 20 ms
+        # on 10 ms batches is a factor of 3 on that rank's.
+        (
+            {"loader_delay_ms": 10.0, "loader_workers": 2, "loader_prefetch": 1, "loader_straggler": [[1, 20.0]]},
+            {"dataloader_batch_s": 0.01, "dataloader_workers": 2, "dataloader_prefetch_factor": 1},
+            {"loader_stragglers": "1:3"},
+        ),
+        # Built in the loop with no base delay: each of the K = 3 batches blocks 20 ms, 60 ms a step
+        # before the last backward, as a host delay.
+        ({"loader_straggler": [[1, 20.0]], "grad_accum": 3}, {}, {"host_delays_s": "1:0.06"}),
+        ({}, {}, {}),
+    ],
+)
+def test_a_runs_slowed_loader_reaches_the_simulator(calib_file, tmp_path, cfg, compute, top):
+    """A probe calibration knows nothing of the run's --loader-delay-ms or --loader-straggler:
+    until 2026-12-07 (second session) validate left both out and predicted such a run as if its
+    batches were free. (A trace calibration measured them: calibrate/validate.py leaves them to it.)"""
+    path, calib, _ = calib_file
+    data, _ = scenario_for(read_run(train_run(tmp_path / "r", config=cfg, step_s=1.0)), calib, str(path), seed=0)
+    sc = scenario_from_dict(data)
+    for key, value in compute.items():
+        assert getattr(sc.compute, key) == pytest.approx(value), key
+    assert (sc.loader_stragglers, sc.host_delays_s) == (top.get("loader_stragglers", ""), top.get("host_delays_s", ""))
+    if not cfg:
+        assert sc.compute.dataloader_batch_s == 0.0
+    bad = {"loader_straggler": [[1, 20.0]], "loader_workers": 2}
+    with pytest.raises(ValueError, match="--loader-straggler with --loader-workers 2 and no --loader-delay-ms") as e:
+        scenario_for(read_run(train_run(tmp_path / "bad", config=bad, step_s=1.0)), calib, str(path), seed=0)
+    assert "\n" not in str(e.value)
+
+
 def _refused(ddplab, *args) -> str:
     code, out, err = ddplab("validate", *map(str, args))
     assert code == 2, (out, err)
