@@ -113,8 +113,7 @@ _PARTS = (
 def plot_breakdown(rows: list[dict], labels: list[str], path, title: str, notes: list[str] | None = None) -> Path:
     """One bar per row (a summary or a whatif row: the keys of _PARTS): its mean step stacked as
     compute / optimizer / dataloader / host delay / exposed comm / straggler wait, the total on
-    top, and a
-    row's note (throughput against the first, say) under the total."""
+    top, and a row's note (throughput against the first, say) under the total."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

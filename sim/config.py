@@ -787,42 +787,29 @@ class PausesConfig:
         _require(0 <= self.min_s <= self.max_s, "pauses.min_s", self.min_s, "must be in [0, pauses.max_s]")
 
 
-def parse_stragglers(text: str, key: str = "stragglers") -> dict[int, float]:
-    """``"17:1.4,100:2.0"`` -> {17: 1.4, 100: 2.0}; ``""`` -> {}."""
+def _rank_values(text: str, key: str, valid, expected: str) -> dict[int, float]:
+    """``"RANK:VALUE,..."`` -> {rank: value}, each value held to ``valid``; ``""`` -> {}."""
     out: dict[int, float] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
-        rank_s, sep, factor_s = item.partition(":")
+        rank_s, sep, value_s = item.partition(":")
         try:
-            rank, factor = int(rank_s), float(factor_s)
+            rank, value = int(rank_s), float(value_s)
         except ValueError:
-            rank, factor = -1, 0.0
-        _require(
-            sep == ":" and rank >= 0 and 0 < factor < math.inf,  # nan fails both; inf makes every step inf
-            key,
-            item,
-            "expected RANK:SLOWDOWN like 17:1.4",
-        )
-        out[rank] = factor
+            rank, value = -1, math.nan
+        _require(sep == ":" and rank >= 0 and valid(value), key, item, expected)
+        out[rank] = value
     return out
+
+
+def parse_stragglers(text: str, key: str = "stragglers") -> dict[int, float]:
+    """``"17:1.4,100:2.0"`` -> {17: 1.4, 100: 2.0}; ``""`` -> {}."""
+    # nan fails the comparison; inf would make every step inf.
+    return _rank_values(text, key, lambda f: 0 < f < math.inf, "expected RANK:SLOWDOWN like 17:1.4")
 
 
 def parse_host_delays(text: str, key: str = "host_delays_s") -> dict[int, float]:
     """``"2:0.02,5:0.004"`` -> {2: 0.02, 5: 0.004} (seconds); ``""`` -> {}."""
-    out: dict[int, float] = {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        rank_s, sep, seconds_s = item.partition(":")
-        try:
-            rank, seconds = int(rank_s), float(seconds_s)
-        except ValueError:
-            rank, seconds = -1, -1.0
-        _require(
-            sep == ":" and rank >= 0 and 0 <= seconds < math.inf,  # nan fails both
-            key,
-            item,
-            "expected RANK:SECONDS like 2:0.02",
-        )
-        out[rank] = seconds
-    return out
+    return _rank_values(text, key, lambda s: 0 <= s < math.inf, "expected RANK:SECONDS like 2:0.02")
 
 
 @dataclass(kw_only=True)

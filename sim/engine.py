@@ -4,8 +4,8 @@ model"; which engine runs when: docs/design.md "Engines").
 Per step, for all ranks at once as arrays:
   1. draw the step's noise, then its jitter (then episodes and pauses, their own generators);
   2. each rank's last backward starts after its dataloader, host delay, pause and K - 1
-     micro-steps, and
-     its bucket b is ready on the line start + backward x fraction_b (sim/ready.py);
+     micro-steps, and its bucket b is ready on the line start + backward x fraction_b
+     (sim/ready.py);
   3. the one FIFO comm stream runs bucket b from the latest rank's ready time or the end of
      collective b - 1, whichever is later:
          start_b = max(launch_b, end_{b-1}),  end_b = start_b + collective_b x jitter_b
