@@ -533,6 +533,8 @@ def test_a_slow_data_loader_is_a_straggler_not_communication(tmp_path):
     # The ranks' mean wait, as traced: ranks 0 and 1 from 7600 to 9200 us, rank 2 from 8600
     # (1267 us); with the delay after the wait it was every rank's 600.
     assert sim.exposed_comm_s + sim.straggler_wait_s == pytest.approx((1600 + 1600 + 600) / 3 * 1e-6, rel=0.05)
+    (late_line,) = [x for x in trace_lines(c) if x.startswith("late ")]
+    assert late_line.startswith("late      rank 2 1.00 ms a step before the gradient sync outside compute"), late_line
     (line,) = [x for x in trace_lines(c) if x.startswith("stragglers")]
     assert "rank 2 joins the gradient sync last" in line and "10.0% less time" in line, line
     assert line.startswith("stragglers every rank computes at the median rank's speed; rank 2 joins"), line

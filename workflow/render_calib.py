@@ -80,6 +80,16 @@ def trace_lines(c) -> list[str]:
             else "every rank computes at the median rank's speed"
         )
         out.append(f"stragglers {slow}{late}; every rank at the median speed: {what} ({t.straggler_cost.source})")
+    delays = c.compute.host_delays_s
+    if delays is not None and delays.value:
+        # What the simulator puts before each rank's forward (Scenario.host_delays_s), the latest first.
+        shown = sorted(delays.value.items(), key=lambda kv: -kv[1])[:8]
+        more = f" and {len(delays.value) - len(shown)} more" if len(delays.value) > len(shown) else ""
+        each = ", ".join(f"rank {r} {fmt_seconds(d)}" for r, d in shown)
+        out.append(
+            f"late      {each}{more} a step before the gradient sync outside compute, beyond the least rank's:"
+            " host_delays_s, simulated before each one's forward at the traced scale"
+        )
     for a in t.absent:
         out.append(f"absent    {a}")
     return out
