@@ -42,8 +42,8 @@ def ddplab(*args: str) -> str:
     return p.stdout
 
 
-def one_run(out: Path) -> dict:
-    ddplab("train", "--nproc", "2", "--out", out, *ARGS)
+def one_run(out: Path, extra: list[str]) -> dict:
+    ddplab("train", "--nproc", "2", "--out", out, *ARGS, *extra)
     calib = out.parent / f"{out.name}-calib.json"
     ddplab("calibrate", *sorted(out.glob("trace-rank*.json.gz")), "-o", calib)
     (row,) = json.loads(ddplab("validate", out, "--calib", calib, "--json"))["rows"]
@@ -54,6 +54,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5, help="profiled runs, each calibrated and validated")
     ap.add_argument("--report", type=Path, help="also write the table here")
+    ap.add_argument(
+        "--loader-straggler",
+        metavar="RANK:MS",
+        help="passed to every run's `ddplab train`: one rank's batches late (its host delay, docs/traces.md)",
+    )
     a = ap.parse_args()
     lines = ["$ " + shlex.join([Path(sys.executable).name, *sys.argv])]
     head = f"{'run':>3} {'p50 err':>8} {'mean err':>9} {'wait err':>9} {'KS':>5} {'lag1':>5} {'p50 ms':>7}"
@@ -63,7 +68,9 @@ def main() -> int:
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.runs):
-            row = one_run(Path(tmp) / f"run{i}")
+            row = one_run(
+                Path(tmp) / f"run{i}", ["--loader-straggler", a.loader_straggler] if a.loader_straggler else []
+            )
             ok = abs(row["error_p50"]) < TIER
             within += ok
             wait = row["predicted_wait_s"] / row["measured_wait_s"] - 1
