@@ -84,6 +84,8 @@ def whatif_lines(found, *, horizon_h: float, usd_per_gpu_hour: float | None) -> 
     out, sc, chosen = [], found.scenario, found.chosen
     rows = found.rows
     out.append(f"{sc.name}: {sc.description}")
+    if found.calibration:
+        out.append(f"  {found.calibration}")
     if chosen:
         out.append(f"  {chosen}")
     episodic = any(r.get("episode_cost") is not None for r in rows)

@@ -29,6 +29,7 @@ class WhatIf(NamedTuple):
     seed: int
     chosen: str | None  # why these tries, when none was given
     horizon_h: float = HORIZON_H  # what a restart and the episodes are stated over
+    calibration: str | None = None  # with --calib: the file, its mode and why (calibrate/apply.py)
 
 
 def study(
@@ -45,16 +46,29 @@ def study(
     usd_per_gpu_hour: float | None = None,
     yes: bool = False,
     out: Path | None = None,
+    calib: str | None = None,
 ) -> WhatIf:
     """Each of ``tries`` (default: the mitigations that fit what the scenario models,
     sim/whatif_defaults.py) simulated with the same jitter draws as the scenario itself; with
     ``out``, whatif.json, whatif.csv and whatif.png are written there. Bad inputs, and rows this
-    machine cannot hold or finish (unless ``yes``), are one ValueError line before any runs."""
+    machine cannot hold or finish (unless ``yes``), are one ValueError line before any runs.
+    ``calib``: a calib.json laid under the --set texts as `simulate --calib` lays it (mode auto:
+    a trace calibration of the same job, at its ranks, in mode all), so each row is a fix tried
+    on the measured job; the rows' patches go over it."""
     if usd_per_gpu_hour is not None and usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {usd_per_gpu_hour}")
     # The scenario resolved once (sim/scenario_file.py): its file, the --set texts parsed once,
     # the flags; each row is then its data with the row's typed patches (sim/whatif.py).
-    resolved = resolve(scenario, parse_sets(sets), flag_patches(ranks=ranks, steps=steps, seed=seed))
+    user, flags = parse_sets(sets), flag_patches(ranks=ranks, steps=steps, seed=seed)
+    applied = None
+    if calib:
+        from calibrate.calibration import Calibration
+        from workflow.simulation import calibrated
+
+        resolved, layer = calibrated(scenario, Calibration.read(Path(calib)), calib, sets=user, flags=flags)
+        applied = f"calibration {calib} applied in mode {layer.mode!r} ({layer.why})"
+    else:
+        resolved = resolve(scenario, user, flags)
     sc, data = resolved.scenario, resolved.data
     chosen = None
     if not tries:  # the mitigations that fit what the scenario models (sim/whatif_defaults.py)
@@ -78,7 +92,7 @@ def study(
         found.append(row)
     if out:
         write(found, out, run_title([sc.name], [r["ranks"] for r in found], [sc.training.mode]))
-    return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen, horizon_h)
+    return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen, horizon_h, applied)
 
 
 def _used(planned, horizon_h: float | None, restart_min: float | None) -> tuple[float, float]:
