@@ -141,10 +141,8 @@ def loader_scenario(cfg: dict, path) -> tuple[dict, dict]:
     optimizer term. A straggler with workers and no base delay is refused: sim/loader.py scales
     one base time per rank."""
     b = float(cfg.get("loader_delay_ms") or 0.0) / 1e3
-    workers, extra = (
-        int(cfg.get("loader_workers") or 0),
-        {int(r): ms / 1e3 for r, ms in cfg.get("loader_straggler") or []},
-    )
+    workers = int(cfg.get("loader_workers") or 0)
+    extra = {int(r): ms / 1e3 for r, ms in cfg.get("loader_straggler") or []}  # seconds more a batch
     compute, top = {}, {}
     if b > 0 or workers:
         compute = {"dataloader_batch_s": b, "dataloader_workers": workers}

@@ -9,6 +9,7 @@ what `ddplab whatif` prints.
 from pathlib import Path
 from typing import NamedTuple
 
+from calibrate.calibration import Calibration
 from output.atomic import write_csv_atomic
 from output.jsonfile import write_json_atomic
 from output.outdir import ensure
@@ -20,6 +21,7 @@ from sim.train_cost import RESTART_MIN
 from sim.whatif import EXCLUDE, compare, plan, row_scenarios
 from sim.whatif_defaults import default_tries
 from workflow import limits
+from workflow.simulation import calibrated
 
 
 class WhatIf(NamedTuple):
@@ -62,9 +64,6 @@ def study(
     user, flags = parse_sets(sets), flag_patches(ranks=ranks, steps=steps, seed=seed)
     applied = None
     if calib:
-        from calibrate.calibration import Calibration
-        from workflow.simulation import calibrated
-
         resolved, layer = calibrated(scenario, Calibration.read(Path(calib)), calib, sets=user, flags=flags)
         applied = f"calibration {calib} applied in mode {layer.mode!r} ({layer.why})"
     else:
