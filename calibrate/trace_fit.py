@@ -506,17 +506,26 @@ class TraceFit:
             return None
         return ranks, [[self.ranks[r].steps[i] for i in keep] for r in ranks]
 
-    def last_to_sync(self) -> tuple[int, float, float] | None:
-        """(rank, how much later than the other ranks' median it joins the gradient sync, how much
-        of that is its time before the sync outside compute): the rank the others wait for, mean
-        over steps. A slow data loader shows here and not in compute. None where the trace does
-        not show it."""
+    def _sync_means(self) -> tuple[list[int], np.ndarray, np.ndarray, int] | None:
+        """(ranks, each one's mean ready_s, its mean lead_s, the steps averaged) over _synced's
+        steps; None where fewer than two ranks show when they joined."""
         synced = self._synced()
         if synced is None or len(synced[0]) < 2:
             return None
         ranks, rows = synced
         ready = np.array([[s.ready_s for s in st] for st in rows]).mean(axis=1)
         lead = np.array([[s.lead_s for s in st] for st in rows]).mean(axis=1)
+        return ranks, ready, lead, len(rows[0])
+
+    def last_to_sync(self) -> tuple[int, float, float] | None:
+        """(rank, how much later than the other ranks' median it joins the gradient sync, how much
+        of that is its time before the sync outside compute): the rank the others wait for, mean
+        over steps. A slow data loader shows here and not in compute. None where the trace does
+        not show it."""
+        means = self._sync_means()
+        if means is None:
+            return None
+        ranks, ready, lead, _ = means
         i = int(np.argmax(ready))
         others = np.arange(len(ranks)) != i
         return ranks[i], float(ready[i] - np.median(ready[others])), float(lead[i] - np.median(lead[others]))
@@ -528,13 +537,12 @@ class TraceFit:
         puts before that rank's forward (Scenario.host_delays_s). The least rank's own is every
         rank's and stays in the rest of the step. None where the trace does not show when each
         rank joins."""
-        synced = self._synced()
-        if synced is None or len(synced[0]) < 2:
+        means = self._sync_means()
+        if means is None:
             return None
-        ranks, rows = synced
-        lead = np.array([[s.lead_s for s in st] for st in rows]).mean(axis=1)
+        ranks, _, lead, steps = means
         least = int(np.argmin(lead))
-        return {r: float(v - lead[least]) for r, v in zip(ranks, lead, strict=True)}, ranks[least], len(rows[0])
+        return {r: float(v - lead[least]) for r, v in zip(ranks, lead, strict=True)}, ranks[least], steps
 
     def straggler_cost(self) -> dict:
         """The same job with every rank at the median speed (ByteDance's what-if: stragglers
