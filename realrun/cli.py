@@ -145,26 +145,24 @@ def parse_sizes(text: str) -> list[int]:
     return [one(s) for s in text.split(",") if s.strip()] or [one(text)]
 
 
-def _straggler(text: str) -> tuple[int, float]:
-    rank, sep, factor = text.partition(":")
-    try:
-        r, f = int(rank), float(factor)
-    except ValueError:
-        r, f = -1, 0.0
-    if not sep or r < 0 or f < 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected RANK:FACTOR with FACTOR >= 1, like 1:1.5")
-    return r, f
+def _rank_value(valid, expected: str):
+    """An argparse type for ``RANK:VALUE``, the value held to ``valid`` (NaN fails any bound)."""
+
+    def parse(text: str) -> tuple[int, float]:
+        rank, sep, value = text.partition(":")
+        try:
+            r, v = int(rank), float(value)
+        except ValueError:
+            r, v = -1, float("nan")
+        if not (sep and r >= 0 and valid(v)):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+        return r, v
+
+    return parse
 
 
-def _loader_straggler(text: str) -> tuple[int, float]:
-    rank, sep, ms = text.partition(":")
-    try:
-        r, d = int(rank), float(ms)
-    except ValueError:
-        r, d = -1, -1.0
-    if not sep or r < 0 or not d > 0 or d == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected RANK:MS with MS > 0, like 1:20")
-    return r, d
+_straggler = _rank_value(lambda f: f >= 1.0, "RANK:FACTOR with FACTOR >= 1, like 1:1.5")
+_loader_straggler = _rank_value(lambda ms: 0 < ms < float("inf"), "RANK:MS with MS > 0, like 1:20")
 
 
 def _add_placement(p: argparse.ArgumentParser) -> None:
