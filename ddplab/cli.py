@@ -71,10 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--ranks", type=int, default=2, help="data-parallel ranks N")
     c.add_argument("--efficiency", type=float, default=0.85, help="effective fraction of line rate")
     c.add_argument(
-        "--link",
-        action="append",
-        metavar="NAME=GBIT_S",
-        help="a link (repeatable); default the seed's four",
+        "--link", action="append", metavar="NAME=GBIT_S", help="a link (repeatable); default the seed's four"
     )
     c.add_argument("--compute-s", type=float, help="compute time per micro-step, seconds")
     c.add_argument("--grad-accum", type=int, default=1, help="micro-steps per allreduce K")
@@ -132,14 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         " whose per-GPU estimate exceeds it is not simulated: exit 3, naming what would fit",
     )
     options.guards(s, "scales")
-    s.add_argument("--calib", type=Path, help="calib.json: measured values replace the preset's (see --calib-mode)")
-    s.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")
-    s.add_argument(
-        "--calib-mode",
-        choices=["auto", "all", "device", "shape"],
-        help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
-        " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",
-    )
+    options.calib(s, "measured values replace the preset's")
     options.to_train(s)
     s.set_defaults(func=simcmds.simulate)
 

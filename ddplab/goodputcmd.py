@@ -1,9 +1,6 @@
 """`ddplab goodput`: wall time per unit of useful work under fail-stop failures and checkpoints, simulated
 (workflow/goodput.py) and from Daly's formula, with the best checkpoint interval each way. Like commands.py, `goodput`
-returns what `--json` prints and otherwise prints a table for people too.
-
-Wire it in with ``goodputcmd.add_parser(sub)`` on the subcommands of `ddplab`.
-"""
+returns what `--json` prints and otherwise prints a table for people too."""
 
 from ddplab import options
 from output.terminal import show

@@ -61,6 +61,18 @@ def engines(p, *, local: str, workers_default: int | None, workers_help: str) ->
     )
 
 
+def calib(p, what: str) -> None:
+    """--calib and the two flags that say how workflow/simulation.py's ``calibrated`` lays it."""
+    p.add_argument("--calib", type=Path, help=f"calib.json: {what} (see --calib-mode)")
+    p.add_argument("--calib-network", metavar="LABEL", help="which calibrated network (e.g. 1gbit)")
+    p.add_argument(
+        "--calib-mode",
+        choices=["auto", "all", "device", "shape"],
+        help="all: the measured machines; device: one GPU of the preset's class (compute, memory, jitter;"
+        " the network stays the preset's); shape: only dimensionless values (default auto: decides, says why)",
+    )
+
+
 def to_train(p) -> None:
     """--tokens and --usd-per-gpu-hour: days, GPU-hours and dollars to train at the simulated
     throughput, failures folded in (sim/train_cost.py), added to each summary as ``to_train``."""

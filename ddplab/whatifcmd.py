@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
         " (default: the mitigations that fit the scenario, named with the reason)",
     )
     options.sets(w, "override a scenario key first (none: unset an optional one)")
-    w.add_argument("--calib", help="calib.json: each fix tried on the measured job, as simulate --calib lays it")
+    options.calib(w, "each fix tried on the measured job, as simulate --calib lays it")
     w.add_argument("--ranks", type=int, help="ranks (default: the scenario's)")
     w.add_argument("--steps", type=int, default=300, help="steps per simulation (default 300)")
     w.add_argument("--seed", type=int, help="random seed (default: the scenario's)")

@@ -93,7 +93,8 @@ def test_cluster_takes_only_shape_parameters(calib_file, ddplab):
 
 
 def test_two_networks_need_a_name(tmp_path, ddplab):
-    calib = calibrate([probe_run(tmp_path / "a", rate="1gbit"), probe_run(tmp_path / "b", rate="10gbit")])
+    ten = probe_run(tmp_path / "b", rate="10gbit", busbw_gb_s=1.18, link_gbit_s=9.6)
+    calib = calibrate([probe_run(tmp_path / "a", rate="1gbit"), ten])
     path = tmp_path / "calib.json"
     path.write_text(json.dumps(calib.to_json()))
     code, _, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path))
@@ -103,6 +104,19 @@ def test_two_networks_need_a_name(tmp_path, ddplab):
     )
     assert code == 0, err
     assert _params(json.loads(out))["network.nic_gbit_s"]["source"].endswith("(10gbit: raw TCP, 6 transfers)")
+    # `whatif --calib` lays the calibration as simulate does: the same choice asked, and the
+    # named network's link under every row (a raw 10 Gbit/s TCP rate, not the preset's 1 GbE).
+    whatif = ("whatif", "homelab-1gbe", "--calib", str(path), "--try", "accum=2", "--steps", "3", "--json")
+    code, _, err = ddplab(*whatif)
+    assert code == 2 and "--calib-network: the calibration measured 10gbit, 1gbit; name one" in err
+    rates = {}
+    for label in ("1gbit", "10gbit"):
+        code, out, err = ddplab(*whatif, "--calib-network", label)
+        assert code == 0, err
+        rates[label] = [r["exposed_comm_s"] for r in json.loads(out)]
+    assert all(slow > 5 * fast for slow, fast in zip(rates["1gbit"], rates["10gbit"], strict=True)), rates
+    code, out, err = ddplab(*whatif[:-1], "--calib-network", "10gbit", "--calib-mode", "shape")
+    assert code == 0 and f"calibration {path} applied in mode 'shape' (as asked (--calib-mode))" in out, err
     path.write_text("{}")
     code, _, err = ddplab("simulate", "homelab-1gbe", "--calib", str(path))
     assert code == 2 and "not a ddplab-calib v1 file" in err

@@ -22,6 +22,8 @@ from conftest import ROOT, in_process
          "--restart-min 5: no row restarts (only exclude-slowest pays one)"),
         (["whatif", "straggler-lemon", "--ranks", "32", "--try", "accum=2", "--horizon-h", "5"],
          "--horizon-h 5: no row restarts or has episodes"),
+        (["whatif", "straggler-lemon", "--ranks", "32", "--try", "accum=2", "--calib-mode", "shape"],
+         "--calib-mode shape: only with --calib calib.json"),
         (["goodput", "--mtbf-h", "10", "--timeout-min", "5"],
          "--timeout-min 5: only with --stalls-per-day > 0 (it shapes the stalls)"),
         (["goodput", "--mtbf-h", "10", "--stall-mean-min", "3"],
@@ -29,7 +31,8 @@ from conftest import ROOT, in_process
         (["collective", "h100-1024", "--ranks", "16", "--set", "training.bucket_cap_mb=5"],
          "--set training.bucket_cap_mb: a collective is timed from network keys and ranks alone"),
     ],
-    ids=["force", "calib-network", "calib-mode", "horizon", "restart-min", "whatif-horizon", "timeout", "stall-mean",
+    ids=["force", "calib-network", "calib-mode", "horizon", "restart-min", "whatif-horizon", "whatif-calib-mode",
+         "timeout", "stall-mean",
          "collective-set"],
 )  # fmt: skip
 def test_an_option_that_changes_nothing_is_refused(capsys, argv, line):

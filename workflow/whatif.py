@@ -21,7 +21,7 @@ from sim.train_cost import RESTART_MIN
 from sim.whatif import EXCLUDE, compare, plan, row_scenarios
 from sim.whatif_defaults import default_tries
 from workflow import limits
-from workflow.simulation import calibrated
+from workflow.simulation import calibrated, check_options
 
 
 class WhatIf(NamedTuple):
@@ -49,22 +49,29 @@ def study(
     yes: bool = False,
     out: Path | None = None,
     calib: str | None = None,
+    calib_network: str | None = None,
+    calib_mode: str | None = None,
 ) -> WhatIf:
     """Each of ``tries`` (default: the mitigations that fit what the scenario models,
     sim/whatif_defaults.py) simulated with the same jitter draws as the scenario itself; with
     ``out``, whatif.json, whatif.csv and whatif.png are written there. Bad inputs, and rows this
     machine cannot hold or finish (unless ``yes``), are one ValueError line before any runs.
-    ``calib``: a calib.json laid under the --set texts as `simulate --calib` lays it (mode auto:
-    a trace calibration of the same job, at its ranks, in mode all), so each row is a fix tried
-    on the measured job; the rows' patches go over it."""
+    ``calib``: a calib.json laid under the --set texts as `simulate --calib` lays it (``calib_mode``
+    auto by default: a trace calibration of the same job, at its ranks, in mode all; of several
+    networks, ``calib_network``), so each row is a fix tried on the measured job; the rows'
+    patches go over it."""
     if usd_per_gpu_hour is not None and usd_per_gpu_hour < 0:
         raise ValueError(f"--usd-per-gpu-hour: must be >= 0, got {usd_per_gpu_hour}")
     # The scenario resolved once (sim/scenario_file.py): its file, the --set texts parsed once,
     # the flags; each row is then its data with the row's typed patches (sim/whatif.py).
+    check_options(out=out, force=False, calib=calib, calib_network=calib_network, calib_mode=calib_mode)
     user, flags = parse_sets(sets), flag_patches(ranks=ranks, steps=steps, seed=seed)
     applied = None
     if calib:
-        resolved, layer = calibrated(scenario, Calibration.read(Path(calib)), calib, sets=user, flags=flags)
+        resolved, layer = calibrated(
+            scenario, Calibration.read(Path(calib)), str(calib), sets=user, flags=flags, network=calib_network,
+            mode=calib_mode or "auto",
+        )  # fmt: skip
         applied = f"calibration {calib} applied in mode {layer.mode!r} ({layer.why})"
     else:
         resolved = resolve(scenario, user, flags)
