@@ -80,7 +80,10 @@ class SimResult:
         per_rank = self.rank_mean["compute_s"]
         compute = float(per_rank.mean())
         dataloader = float(wl.dataloader_s.mean())
-        busy = compute + dataloader + wl.optimizer_s
+        # A rank's own time, as README "Per rank, a step splits..." defines scaling efficiency: its
+        # loader and its host delay are its own (one GPU alone pays them too), the others' wait
+        # for them is not.
+        busy = compute + dataloader + float(wl.host_delay_s.mean()) + wl.optimizer_s
         comm = float(self.comm_busy_s.mean())
         _check_computable(sc, mean_step=mean_step, compute=compute, comm=comm)
         slowest = int(per_rank.argmax())

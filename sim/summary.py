@@ -43,7 +43,7 @@ class Summary:
     straggler_wait_s: float
     comm_s: float  # collectives' busy time per step
     comm_compute_ratio: float
-    scaling_efficiency: float  # share of each rank's time that is useful work
+    scaling_efficiency: float  # share of each rank's time that is its own (compute, optimizer, loader, host delay)
     tokens_per_s: float
     stack: str  # what the compute time rests on (sim/mfu.py compute_basis)
     flops_per_token: float

@@ -369,7 +369,7 @@ def _run(name: str, sc: Scenario, restart_s: float, note: str, horizon_h: float,
         s = {k: getattr(full, k) for k in ("tokens_per_s", *PARTS)}
         s |= {"step_time_s": full.step_time_s.mean, "step_time_p95_s": full.step_time_s.p95}
         episodes = {}
-    busy = s["compute_s"] + s["dataloader_s"] + s["optimizer_s"]
+    busy = s["compute_s"] + s["dataloader_s"] + s["host_delay_s"] + s["optimizer_s"]  # as sim/results.py's
     horizon_s = horizon_h * 3600.0
     tokens_per_s = s["tokens_per_s"] * max(0.0, 1.0 - restart_s / horizon_s)
     return WhatIf(

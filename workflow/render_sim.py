@@ -180,7 +180,10 @@ def summary_lines(sc, s: Summary) -> list[str]:
     ratio = s.comm_compute_ratio
     verdict = f"communication-bound x {ratio:.1f}" if ratio >= 1 else "comm fits inside compute"
     out.append(f"  T_comm/T_compute {ratio:.3f}  ({verdict}; {fmt_seconds(s.comm_s)} of collectives per step)")
-    out.append(f"  efficiency       {s.scaling_efficiency:.1%} of each rank's time is useful work")
+    out.append(
+        f"  efficiency       {s.scaling_efficiency:.1%} of each rank's time is its own work (compute, optimizer, its"
+        " data); the rest, communication and waiting for other ranks"
+    )
     out.append(f"  throughput       {s.tokens_per_s:,.0f} tokens/s ({s.tokens_per_s / s.ranks:,.0f} per GPU)")
     out.append(f"  MFU              {mfu_line(s)}")
     out.append(
