@@ -142,7 +142,8 @@ def summary_lines(sc, s: Summary) -> list[str]:
     st = s.step_time_s
     out.append(f"{sc.name}: {sc.description}")
     out.append(
-        f"  {s.model} ({fmt_count(s.params)} params){mode_note(sc)}, {s.ranks} ranks on {s.nodes} nodes,"
+        f"  {s.model} ({fmt_count(s.params)} params){mode_note(sc)}, {s.ranks} ranks on {s.nodes}"
+        f" node{'s' * (s.nodes != 1)},"
         f" {network_line(sc)};"
         f" {s.steps} steps, seed {s.seed}"
     )
@@ -263,7 +264,8 @@ def out_of_memory_lines(sc, v: dict) -> list[str]:
     out = []
     out.append(f"{sc.name}: {sc.description}")
     out.append(
-        f"  {v['model']}{mode_note(sc)}, {v['ranks']} ranks on {v['nodes']} nodes, {network_line(sc)};"
+        f"  {v['model']}{mode_note(sc)}, {v['ranks']} ranks on {v['nodes']} node{'s' * (v['nodes'] != 1)},"
+        f" {network_line(sc)};"
         f" {v['steps']} steps, seed {v['seed']}"
     )
     out.append(
@@ -414,7 +416,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     parts per GPU, memory per stage and what a straggler costs."""
     lay, first = run.layout, run.first
     sched = lay.schedule + (f", v={lay.v}" if lay.v > 1 else "")
-    mb = f"{lay.m} micro-batches of {sc.training.micro_batch_size} x {sc.seq_len}"
+    mb = f"{lay.m} micro-batch{'es' * (lay.m != 1)} of {sc.training.micro_batch_size} x {sc.seq_len}"
     cp = f" x cp {lay.cp}" if lay.cp > 1 else ""
     mode = sc.training.mode
     if mode == "hsdp":  # over the data-parallel group (sim/parallel3d.py)
