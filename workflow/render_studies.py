@@ -104,8 +104,8 @@ def whatif_lines(found, *, horizon_h: float, usd_per_gpu_hour: float | None) -> 
         # Said because rebalancing can lower it while tokens/s rises: a slow rank given fewer
         # samples is busy for less of the step (homelab-1gbe's M2: 33.5 % -> 16.5 % at 1.18x).
         out.append(
-            "  efficiency: each rank's busy share of the step (compute, loader, optimizer), mean over ranks;"
-            " a rank given fewer samples is busy for less of it"
+            "  efficiency: each rank's busy share of the step (compute, optimizer, its loader and host delay), mean"
+            " over ranks; a rank given fewer samples is busy for less of it"
         )
     usd = usd_per_gpu_hour is not None
     width = max(22, *(len(r["mitigation"]) for r in rows))  # a row of several keys is a long name
