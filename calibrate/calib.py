@@ -114,17 +114,9 @@ def _network(run: Run, rng: np.random.Generator) -> Network:
 def _comm_jitter(times: dict[int, list[float]]) -> CommJitter | None:
     """Every timed allreduce from JITTER_FROM_BYTES up over its size's median; None when the
     sweep stopped below that size or timed fewer than 8 such calls."""
-    big = {size: np.asarray(t, float) / np.median(t) for size, t in sorted(times.items()) if size >= JITTER_FROM_BYTES}
-    x = np.concatenate(list(big.values())) if big else np.array([])
-    if len(x) < 8:
-        return None
-    return CommJitter(
-        multipliers=[round(float(v), 6) for v in x],
-        from_bytes=JITTER_FROM_BYTES,
-        sd=float(np.std(x)),
-        source=f"allreduce time / its size's median, {len(big)} sizes from {JITTER_FROM_BYTES >> 20} MiB up",
-        sizes_bytes=[int(size) for size, m in big.items() for _ in m],
-    )
+    sizes = len([s for s in times if s >= JITTER_FROM_BYTES])
+    how = f"allreduce time / its size's median, {sizes} sizes from {JITTER_FROM_BYTES >> 20} MiB up"
+    return CommJitter.of(times, from_bytes=JITTER_FROM_BYTES, source=how)
 
 
 def calibrate(paths: list[Path], *, seed: int = 0, command: str = "", progress=None) -> Calibration:

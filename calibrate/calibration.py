@@ -124,6 +124,22 @@ class CommJitter:
     # from (sim/noise.py SizePools); files written before 2026-12-06 (evening) have none: one pool.
     sizes_bytes: list[int] | None = None
 
+    @classmethod
+    def of(cls, times: dict[int, list[float]], *, from_bytes: int, source: str) -> "CommJitter | None":
+        """Every time from ``from_bytes`` up over its size's median; None for fewer than 8 such
+        calls (sim/config.py MIN_SAMPLES, what the simulator resamples from)."""
+        big = {size: np.asarray(t, float) / np.median(t) for size, t in sorted(times.items()) if size >= from_bytes}
+        x = np.concatenate(list(big.values())) if big else np.array([])
+        if len(x) < 8:
+            return None
+        return cls(
+            multipliers=[round(float(v), 6) for v in x],
+            from_bytes=from_bytes,
+            sd=float(np.std(x)),
+            source=source,
+            sizes_bytes=[int(size) for size, m in big.items() for _ in m],
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class Network:

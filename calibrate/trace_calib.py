@@ -8,8 +8,9 @@ bus bandwidth of the job's own collectives, overlap, exposed communication, the 
 what-if). Every value names its source: "measured in <trace>, rank r, steps a-b".
 
 What a trace does not say is named in ``trace.absent``: a raw link rate and the interference
-probe (the one network, ``trace``, is the job's all-reduces as they ran, its busbw set so the
-simulator waits after backward as the trace did: ``_tune_network``), and, unless the job
+probe (the one network, ``trace``, is the job's all-reduces as they ran: each call's time drawn
+from the traced spans, ``_span_jitter``, its busbw set so the simulator waits after backward as
+the trace did, ``_tune_network``), and, unless the job
 added them (``train --profile`` does, realrun/profiling.py), the model, tokens and precision,
 which the caller then passes (``--model``, ``--seq-len``, ``--micro-batch``, ``--precision``).
 """
@@ -27,6 +28,7 @@ from calibrate.calibration import (
     Calibration,
     Collective,
     CollectiveFit,
+    CommJitter,
     Compute,
     Gamma,
     HostDelays,
@@ -388,13 +390,15 @@ def _with_busbw(calib: Calibration, busbw: float, how: str) -> Calibration:
     return replace(calib, networks={TRACE_NETWORK: net})
 
 
-def _trace_network(fit: TraceFit, where: str, tune=None, how: str = "") -> dict[str, Network]:
+def _trace_network(fit: TraceFit, where: str) -> dict[str, Network]:
     """The job's gradient all-reduces as one measured network: the serial-equivalent bus
     bandwidth of every rank-step (bytes of its gradient all-reduces x bus factor / the union of
     its communication time, the median over rank-steps) with no latency term: what the
     simulator's one-at-a-time ring needs to spend the traced time. No link was probed: the link
     rate is set so that link x stack efficiency (1) is that busbw. Gamma is 0: the traced
-    compute ran with the communication in flight, so its interference is in it already."""
+    compute ran with the communication in flight, so its interference is in it already. How one
+    all-reduce's time varies from call to call: ``_span_jitter``. The busbw is then tuned with
+    that jitter in (``_tune_network``)."""
     world = fit.world_size
     rates, times = [], {}
     for f in fit.ranks.values():
@@ -410,14 +414,12 @@ def _trace_network(fit: TraceFit, where: str, tune=None, how: str = "") -> dict[
         return {}
     busbw = float(np.median(rates))
     lo, hi = (float(x) for x in np.percentile(rates, [2.5, 97.5]))
-    if tune is not None:
-        busbw = tune(busbw)
     samples = sum(len(v) for v in times.values())
     fit_ = CollectiveFit(
         op="allreduce", ranks=world, sizes=len(times), samples=samples, alpha_s=0.0, alpha_ci_s=(0.0, 0.0),
         busbw_gb_s=busbw, busbw_ci_gb_s=(lo, hi), hop_latency_us=0.0, r2_log=0.0,  # no line fitted: no R^2
     )  # fmt: skip
-    source = how or f"gradient all-reduce bytes x bus factor / communication time per step, median of {len(rates)}"
+    source = f"gradient all-reduce bytes x bus factor / communication time per step, median of {len(rates)}"
     return {
         TRACE_NETWORK: Network(
             run=where,
@@ -428,9 +430,35 @@ def _trace_network(fit: TraceFit, where: str, tune=None, how: str = "") -> dict[
                 value=0.0, raw=0.0, samples=len(rates), source="in the traced compute already (communication in flight)"
             ),
             stack_efficiency=Measured(value=1.0, source="not probed: the link rate is the traced busbw"),
-            allreduce_jitter=None,
+            allreduce_jitter=_span_jitter(fit),
         )
     }
+
+
+def _span_jitter(fit: TraceFit) -> CommJitter | None:
+    """How a gradient all-reduce's time varies from call to call: each all-reduce span of the
+    least-waiting rank over its size's median, which the simulator draws per collective from the
+    nearest traced size (sim/noise.py SizePools), as it does a probe's (calibrate/calib.py). That
+    rank joins the sync last, so its spans are the transfers; another rank's also hold its wait
+    for that one, which the simulator draws from the ranks' own speeds and delays. With one rate
+    for every call the simulated steps were narrower than the traced ones: on five 2-rank gloo
+    runs of 202 steps, p95 -9 to -18 % and KS 0.30-0.37, against -2 to -9 % and 0.08-0.15 with
+    these draws (docs/traces.md, "The all-reduces' jitter")."""
+    wait = {r: float(np.mean([s.wait_s for s in f.steps])) for r, f in fit.ranks.items()}
+    least = min(wait, key=wait.get)
+    times: dict[int, list[float]] = {}
+    for s in fit.ranks[least].steps:
+        for c in s.collectives:
+            if c.op == "allreduce" and c.bytes:
+                times.setdefault(c.bytes, []).append(c.seconds)
+    if not times:
+        return None
+    how = (
+        f"all-reduce span / its size's median, {len(times)} size{'s' * (len(times) != 1)}, rank {least}'s (the"
+        f" least-waiting: the last to join the sync, so its spans are transfers, not waits);"
+        f" {fit.ranks[least].provenance}"
+    )
+    return CommJitter.of(times, from_bytes=min(times), source=how)
 
 
 def _exposed(ranks, where: str, samples: int) -> Measured:

@@ -5,6 +5,7 @@ json.load reads at any buffer size; bad input is one line, exit 2, nothing writt
 import gzip
 import json
 
+import numpy as np
 import pytest
 
 from calibrate import kineto
@@ -30,6 +31,7 @@ def gpu_trace(
     lead: float = 0.0,
     sync_end: float = 8200.0,
     world: int = 2,
+    sync_extra=(),
 ):
     """One rank of a ``world``-rank job. Per step (times in us from the step's start):
     forward 100-2100 launches a 1000 us kernel; backward (autograd, its own thread) 3000-7000
@@ -39,10 +41,13 @@ def gpu_trace(
     the forward annotations, (start, duration) in us from the step's start. A rank whose host
     starts ``lead`` us late (its data loader) runs forward, backward and its all-reduce's launch
     that much later; the all-reduce ends at ``sync_end`` on every rank (it waits for the last one
-    to join), and the optimizer follows it."""
+    to join), and the optimizer follows it; ``sync_extra``: us more on the all-reduce's end, per step
+    in order (the transfer slower that step on every rank)."""
     ev, corr = [], 100
-    for n in steps:
+    base_end = sync_end
+    for i, n in enumerate(steps):
         t0, k = n * STEP_US, slow * (1 + jitter * (n % 2))
+        sync_end = base_end + (sync_extra[i] if i < len(sync_extra) else 0.0)
         ev.append(_x(f"ProfilerStep#{n}", t0, STEP_US, cat="user_annotation"))
         for start, dur in forwards:  # (us from the step's start, us): one per micro-step
             ev.append(_x("DistributedDataParallel.forward", t0 + lead + start, dur, cat="user_annotation"))
@@ -601,3 +606,28 @@ def test_whatif_tries_fixes_on_the_traced_job(tmp_path):
     assert rows["nothing"]["step_time_s"] == pytest.approx(STEP_US * 1e-6, rel=0.02)
     saved = 1 - rows["host_delays_s="]["step_time_s"] / rows["nothing"]["step_time_s"]
     assert saved == pytest.approx(c.trace.straggler_cost.value, abs=0.01) and saved == pytest.approx(0.10, abs=0.01)
+
+
+def test_each_all_reduce_draws_its_time_from_the_last_rank_to_sync(tmp_path):
+    """The all-reduces' call-to-call jitter comes from the spans of the rank that waits least (the
+    last to join the sync): its spans are the transfers, 2500 us plus that step's slowdown here,
+    where the on-time rank's also hold its 500 us wait for the late one. Each multiplier is a span
+    over its size's median, and `simulate --calib` resamples them per collective."""
+    from calibrate.apply import apply_calibration
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    extra = (0.0, 300.0, 0.0, 900.0, 100.0, 0.0, 600.0, 0.0, 200.0, 0.0)
+    paths = [
+        write(tmp_path / f"r{r}.json.gz", gpu_trace(r, steps=tuple(range(10)), lead=500.0 * r, sync_extra=extra))
+        for r in range(2)
+    ]
+    c = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="bf16-amp"))
+    j = c.networks["trace"].allreduce_jitter
+    steps = [s.step for s in fit_traces([read_trace(p) for p in paths]).ranks[1].steps]
+    spans = np.array([2500.0 + extra[n] for n in steps])
+    assert j.multipliers == pytest.approx(spans / np.median(spans), abs=1e-6)
+    assert j.sizes_bytes == [4 * MIB] * len(steps) and j.from_bytes == 4 * MIB
+    assert "rank 1's (the least-waiting" in j.source
+    data = {"ranks": 2, "model": {"preset": "gpt2-tiny"}, "training": {"seq_len": 64, "micro_batch_size": 2}}
+    applied = apply_calibration(data, c, calib_path="calib.json", network="trace", mode="all").data
+    assert applied["network"]["jitter_samples"] == j.multipliers and applied["network"]["jitter_sigma"] == 0.0

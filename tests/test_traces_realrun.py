@@ -163,9 +163,9 @@ def test_validate_predicts_the_runs_mean_step_from_its_trace_within_5pct(profile
     print(f"validate from the trace: p50 {row['error_p50']:+.1%}, mean {row['error_mean']:+.1%}")
     # Whole traced steps are drawn (both ranks' jitter of one step together: docs/validation.md
     # "Jitter from a trace"); the all-reduces run at the busbw tuned to the traced wait (the
-    # least-waiting rank's), so the mean is half fitted: what it holds apart from that is compute,
-    # the optimizer and the rest of the step (data, host work; trace_calib._after_the_wait), each
-    # measured in the trace.
+    # least-waiting rank's), each call's time drawn from that rank's spans, so the mean is half
+    # fitted: what it holds apart from that is compute, the optimizer and the rest of the step
+    # (data, host work; trace_calib._after_the_wait), each measured in the trace.
     assert abs(row["error_mean"]) < 0.05, row
     # The wait after backward: the trace's and the records' are the same moments.
     assert row["predicted_wait_s"] == pytest.approx(row["measured_wait_s"], rel=0.10)
