@@ -241,7 +241,15 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
         # gloo's worker threads take collectives from one queue in the order issued, so the k-th
         # to start is the k-th issued (the c10d call's own shapes are a TensorList, dtype unnamed).
         executed = executed_all[bisect.bisect_left(executed_ts, ts) : bisect.bisect_left(executed_ts, hi)]
-        comm = union(np.array([c.ts for c in executed]), np.array([c.ts + c.dur for c in executed]))
+        # A gloo worker's span can close after the work is done: DDP's backward returns only once
+        # every gradient all-reduce has completed, and the optimizer follows, yet when the
+        # profiler stops a starved worker thread has closed the last step's last span 0.5 s after
+        # a 19 ms step ended (2 ranks, 2 cores). So a span ends by the optimizer's start if it
+        # began before it, and by its step's end.
+        cap = opt[0][0] if opt else hi
+        ends = [min(c.ts + c.dur, cap if c.ts < cap else hi, hi) for c in executed]
+        comm = union(np.array([c.ts for c in executed]), np.array(ends))
+        grad_ends = [e for c, e in zip(executed, ends, strict=True) if c.op == "allreduce"]
         window = (np.array([start]), np.array([end]))
         sizes = [c.bytes for c in executed if c.op == "allreduce"]
         buckets = [
@@ -262,15 +270,14 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
                 comm_s=length(comm) * US,
                 overlap_s=overlap(comm, window) * US,
                 buckets=buckets,
-                collectives=[CollectiveCall(c.op, c.bytes, c.group or world, c.dur * US) for c in executed],
+                collectives=[
+                    CollectiveCall(c.op, c.bytes, c.group or world, (e - c.ts) * US)
+                    for c, e in zip(executed, ends, strict=True)
+                ],
                 # Backward returns after the last all-reduce and DDP's own finalisation (on a loaded
                 # box, ms more: 14 ms of rank 0's step 2 in tests/test_traces_realrun.py's run); the
                 # optimizer starts right after, so its start ends the wait when annotated.
-                wait_s=max(
-                    (opt[0][0] if opt else max([c.ts + c.dur for c in executed if c.op == "allreduce"] + [end])) - end,
-                    0.0,
-                )
-                * US,
+                wait_s=max((opt[0][0] if opt else max(grad_ends + [end])) - end, 0.0) * US,
                 harness_s=_harness(own_all, ts, dur) * US,
                 forwards=len(fwd),
                 ready_s=(end - ts) * US if grads else None,

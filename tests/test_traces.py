@@ -631,3 +631,44 @@ def test_each_all_reduce_draws_its_time_from_the_last_rank_to_sync(tmp_path):
     data = {"ranks": 2, "model": {"preset": "gpt2-tiny"}, "training": {"seq_len": 64, "micro_batch_size": 2}}
     applied = apply_calibration(data, c, calib_path="calib.json", network="trace", mode="all").data
     assert applied["network"]["jitter_samples"] == j.multipliers and applied["network"]["jitter_sigma"] == 0.0
+
+
+def _cpu_trace(rank: int, spans_us: list[float]) -> dict:
+    """One rank of a 2-rank gloo job, CPU only: per step (us from its start) forward 100-2100,
+    backward 3000-7000 issuing a 4 MiB all-reduce at 5000 that a gloo worker runs from 5100 for
+    that step's ``spans_us``, the optimizer from 8300."""
+    ev = []
+    dims = {"Input Dims": [[MIB]], "Input type": ["float"]}
+    for n, span in enumerate(spans_us):
+        t0 = n * STEP_US
+        ev.append(_x(f"ProfilerStep#{n}", t0, STEP_US, cat="user_annotation"))
+        ev.append(_x("DistributedDataParallel.forward", t0 + 100, 2000, cat="user_annotation"))
+        ev.append(_x("autograd::engine::evaluate_function: MmBackward0", t0 + 3000, 4000, tid=2))
+        ev.append(_x("c10d::allreduce_", t0 + 5000, 50, tid=2, **dims))
+        ev.append(_x("gloo:all_reduce", t0 + 5100, span, tid=3, **dims))
+        ev.append(_x("Optimizer.step#AdamW.step", t0 + 8300, 500, cat="user_annotation"))
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "traceEvents": ev,
+        "traceName": f"rank{rank}",
+    }
+
+
+def test_a_gloo_span_closed_after_its_step_is_cut_where_the_work_must_have_ended(tmp_path):
+    """DDP's backward returns only when its all-reduces have completed, and the optimizer follows,
+    so a gloo worker's span that closes after the optimizer began (the last traced step's, when
+    the profiler stops on a starved box: 0.5 s after a 19 ms step in a real run) ends, for the fit,
+    at the optimizer's start: 3200 us here, not 500 ms, in the collective's time, the step's
+    communication and the jitter drawn from it."""
+    from calibrate.trace_calib import JobShape, calibrate_traces
+
+    spans = [2000.0, 2400.0, 2200.0, 2100.0, 2300.0, 2000.0, 2500.0, 2200.0, 500_000.0]
+    paths = [write(tmp_path / f"r{r}.json.gz", _cpu_trace(r, spans)) for r in range(2)]
+    fit = fit_traces([read_trace(p) for p in paths])
+    got = [[c.seconds for c in s.collectives] for s in fit.ranks[0].steps]
+    assert got == [[pytest.approx(x * 1e-6)] for x in (*spans[:-1], 3200.0)]
+    assert fit.ranks[0].steps[-1].comm_s == pytest.approx(3200e-6)
+    c = calibrate_traces(paths, given=JobShape(model="gpt2-tiny", seq_len=64, micro_batch=2, precision="fp32"))
+    assert max(c.networks["trace"].allreduce_jitter.multipliers) < 2.0
