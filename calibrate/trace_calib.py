@@ -442,9 +442,9 @@ def _span_jitter(fit: TraceFit) -> CommJitter | None:
     rank joins the sync last, so its spans are the transfers; another rank's also hold its wait
     for that one, which the simulator draws from the ranks' own speeds and delays. With one rate
     for every call the simulated steps were narrower than the traced ones: on eight 2-rank gloo
-    runs of 202 steps, each validated both ways, p95 -7.5 to -15.4 % and KS 0.23-0.30 at one
-    rate, -3.8 to -9.3 % and 0.08-0.19 with these draws (docs/traces.md, "The all-reduces'
-    jitter"; measurements/trace_validate.txt)."""
+    runs of 202 steps, each validated both ways, p95 -7.4 to -16.2 % and KS 0.22-0.37 at one
+    rate, -1.6 to -6.5 % and 0.07-0.13 with these draws, the p50 unmoved (docs/traces.md, "The
+    all-reduces' jitter"; measurements/trace_validate.txt)."""
     wait = {r: float(np.mean([s.wait_s for s in f.steps])) for r, f in fit.ranks.items()}
     least = min(wait, key=wait.get)
     times: dict[int, list[float]] = {}
