@@ -246,8 +246,8 @@ def _fit_cpu(t: RankTrace, used, world: int, fit: RankFit) -> None:
         # profiler stops a starved worker thread has closed the last step's last span 0.5 s after
         # a 19 ms step ended (2 ranks, 2 cores). So a span ends by the optimizer's start if it
         # began before it, and by its step's end.
-        cap = opt[0][0] if opt else hi
-        ends = [min(c.ts + c.dur, cap if c.ts < cap else hi, hi) for c in executed]
+        cap = opt[0][0] if opt else hi  # the optimizer starts inside the step: cap <= hi
+        ends = [min(c.ts + c.dur, cap if c.ts < cap else hi) for c in executed]
         comm = union(np.array([c.ts for c in executed]), np.array(ends))
         grad_ends = [e for c, e in zip(executed, ends, strict=True) if c.op == "allreduce"]
         window = (np.array([start]), np.array([end]))
