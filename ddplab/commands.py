@@ -21,11 +21,10 @@ def cost(args):
 
 def collective(args):
     found = tables.collective_rows(args.op, args.sizes, args.scenario, args.set, args.ranks)
-    rows = found.rows
     if args.json:
-        return rows
+        return found.rows
     show(render_tables.collective_lines(args.op, found))
-    return rows
+    return found.rows
 
 
 def scenarios(args):

@@ -2,6 +2,7 @@
 
 from ddplab import options
 from output.terminal import show
+from workflow.progress import say
 from workflow.render_studies import whatif_lines
 
 
@@ -44,10 +45,11 @@ def whatif(args):
     from workflow.whatif import study  # scipy.stats (sim/episode_cost.py): only when asked
 
     found = options.call(study, args, scenario=args.scenario, sets=args.set)
-    out = found.rows
+    if found.warning:
+        say(f"ddplab whatif: warning: {found.warning}")
     if args.json:
-        return out
+        return found.rows
     show(whatif_lines(found, horizon_h=found.horizon_h, usd_per_gpu_hour=args.usd_per_gpu_hour))
     if args.out:
         print(f"whatif.csv, whatif.json and whatif.png in {args.out}/")
-    return out
+    return found.rows

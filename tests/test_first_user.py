@@ -403,6 +403,23 @@ def test_calibration_applied_to_another_model_warns_once(cpu_calib):
     assert json.loads(p.stdout)["compute_s"] == pytest.approx(step_s, rel=0.05)
 
 
+def test_whatif_warns_as_simulate_does_when_the_calibration_reaches_another_model(cpu_calib):
+    """`whatif --calib` lays the calibration as simulate does, so a CPU probe's compute carried to
+    a 760M model through FLOP counts is said once there too, on stderr, its JSON untouched."""
+    path, _ = cpu_calib
+    common = ("homelab-1gbe", "--calib", str(path), "--steps", "3", "--json")
+    sim = _ddplab("simulate", *common)
+    p = _ddplab("whatif", *common, "--try", "accum=2")
+    assert p.returncode == 0, p.stderr
+    [line] = sim.stderr.splitlines()
+    assert p.stderr.splitlines() == [line.replace("ddplab simulate:", "ddplab whatif:")]
+    assert [r["mitigation"] for r in json.loads(p.stdout)][1:] == ["accum=2"]
+    quiet = _ddplab(
+        "whatif", *common, "--try", "accum=2", "--set", "model.preset=gpt2-tiny", "--set", "training.seq_len=64"
+    )
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+
+
 def test_calibration_of_the_same_model_is_quiet(cpu_calib):
     path, _ = cpu_calib
     p = _ddplab(

@@ -91,15 +91,24 @@ def build_scenarios(
     # The calibration is decided on the scenario as the user set it (model, sequence...), before
     # the flags: a sweep keeps one mode at every scale, and what the user types wins over it.
     as_set = resolve(scenario, user).scenario
-    scales, extras = [], []
+    scales, extras, warnings = [], [], []
     for f in flags:
-        r, layer = calibrated(
+        r, layer, extra, warning = laid(
             scenario, calibration, str(calib), sets=user, flags=f, network=calib_network, mode=calib_mode, as_set=as_set
         )
         scales.append(r.scenario)
-        extras.append(calibration_summary(r, layer, str(calib)))
-    warning = transfer_warning(scales[0], calibration, extras[0]["parameters"])  # the same at every scale
-    return scales, extras, warning
+        extras.append(extra)
+        warnings.append(warning)
+    return scales, extras, warnings[0]  # the warning is the same at every scale
+
+
+def laid(scenario: str, calibration: Calibration, calib_path: str, **how) -> tuple[Resolved, Layer, dict, str | None]:
+    """``calibrated``'s (Resolved, Layer) with what every command that lays a calibration reports
+    beside it: its {calibration, parameters} summary and the one-line warning when its compute
+    reached another model through FLOP counts (calibrate/apply.py transfer_warning), or None."""
+    r, layer = calibrated(scenario, calibration, calib_path, **how)
+    extra = calibration_summary(r, layer, calib_path)
+    return r, layer, extra, transfer_warning(r.scenario, calibration, extra["parameters"])
 
 
 def calibrated(

@@ -21,7 +21,7 @@ from sim.train_cost import RESTART_MIN
 from sim.whatif import EXCLUDE, compare, plan, row_scenarios
 from sim.whatif_defaults import default_tries
 from workflow import limits
-from workflow.simulation import calibrated, check_options
+from workflow.simulation import check_options, laid
 
 
 class WhatIf(NamedTuple):
@@ -32,6 +32,7 @@ class WhatIf(NamedTuple):
     chosen: str | None  # why these tries, when none was given
     horizon_h: float = HORIZON_H  # what a restart and the episodes are stated over
     calibration: str | None = None  # with --calib: the file, its mode and why (calibrate/apply.py)
+    warning: str | None = None  # with --calib: its compute carried to another model (calibrate/apply.py)
 
 
 def study(
@@ -66,9 +67,9 @@ def study(
     # the flags; each row is then its data with the row's typed patches (sim/whatif.py).
     check_options(out=out, force=False, calib=calib, calib_network=calib_network, calib_mode=calib_mode)
     user, flags = parse_sets(sets), flag_patches(ranks=ranks, steps=steps, seed=seed)
-    applied = None
+    applied = warning = None
     if calib:
-        resolved, layer = calibrated(
+        resolved, layer, _, warning = laid(
             scenario, Calibration.read(Path(calib)), str(calib), sets=user, flags=flags, network=calib_network,
             mode=calib_mode or "auto",
         )  # fmt: skip
@@ -98,7 +99,7 @@ def study(
         found.append(row)
     if out:
         write(found, out, run_title([sc.name], [r["ranks"] for r in found], [sc.training.mode]))
-    return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen, horizon_h, applied)
+    return WhatIf(found, sc, data.get("steps"), data.get("seed", 0), chosen, horizon_h, applied, warning)
 
 
 def _used(planned, horizon_h: float | None, restart_min: float | None) -> tuple[float, float]:
