@@ -6,7 +6,9 @@ speed" (whatif's ``rebalance``) is an integer split: ``whole_samples`` gives eac
 samples per optimizer step, the n_r summing to the ranks' configured total (the global batch
 and the tokens per step are unchanged), so that the slowest rank's time, max_r n_r u_r, is least,
 where u_r is rank r's time per sample (its step time at the configured samples over them: a
-rank's time is taken as proportional to its samples, as the continuous split took it).
+rank's time is taken as proportional to its samples, as the continuous split took it). A rank
+late by d_r a step whatever its samples (a host delay before its forward) has time d_r + n_r u_r,
+and the split takes that in: a late rank gives samples to the others until its delay is paid.
 
 At 8 sequences per GPU one sample is 12.5 % of a rank's work: GPUs that differ by the 1-2 % of
 identical parts cannot be rebalanced at all, and a lemon GPU 1.4 x slow drops to 6 of 8 while
@@ -22,7 +24,7 @@ micro-step's all-gathers are collective, so every rank runs the same count). Not
 The split: start from the continuous optimum's samples rounded down (at least one each), then
 hand each remaining sample to the rank whose time with it would be least. For costs that grow
 with n_r this greedy is optimal: the integer optimum M* is at least the continuous T*, so every
-rank's floor(T* / u_r) is within its room floor(M* / u_r); the greedy always takes the cheapest
+rank's floor((T* - d_r) / u_r) is within its room floor((M* - d_r) / u_r); the greedy always takes the cheapest
 next sample, and while samples remain some rank has room at cost <= M*, so it never exceeds M*.
 """
 
@@ -31,29 +33,36 @@ import heapq
 import numpy as np
 
 
-def whole_samples(per_step_s: np.ndarray, samples: int) -> np.ndarray:
+def whole_samples(per_step_s: np.ndarray, samples: int, fixed_s: np.ndarray | None = None) -> np.ndarray:
     """Samples per rank (integers >= 1, summing to ranks x ``samples``) that minimise the slowest
-    rank's time, each rank's time being per_step_s[r] x n_r / ``samples`` (module docstring)."""
+    rank's time, each rank's time being fixed_s[r] + per_step_s[r] x n_r / ``samples`` (module
+    docstring): ``fixed_s``, default none, is what a rank pays a step whatever its samples (a
+    host delay before its forward, sim/workload.py host_delay_s)."""
     t = np.asarray(per_step_s, dtype=float)
-    if samples < 1 or t.ndim != 1 or not np.all(t > 0):
-        raise ValueError(f"whole_samples: needs samples >= 1 and positive step times, got {samples}, {t!r}")
+    d = np.zeros_like(t) if fixed_s is None else np.asarray(fixed_s, dtype=float)
+    if samples < 1 or t.ndim != 1 or not np.all(t > 0) or d.shape != t.shape or not np.all(d >= 0):
+        raise ValueError(
+            f"whole_samples: needs samples >= 1, positive step times and fixed times >= 0 of their shape,"
+            f" got {samples}, {t!r}, {d!r}"
+        )
     u = t / samples
     total = len(u) * samples
-    continuous = total / np.sum(1.0 / u)  # every rank's time when work is continuous
+    # Every rank's time when work is continuous: the T with sum_r (T - d_r) / u_r = total.
+    continuous = (total + np.sum(d / u)) / np.sum(1.0 / u)
     # (1 + 1e-12): equal ranks' continuous share is ``samples`` itself, which rounding may put a
     # hair under; too many is taken back below.
-    n = np.maximum(1, np.floor(continuous / u * (1 + 1e-12)).astype(np.int64))
+    n = np.maximum(1, np.floor((continuous - d) / u * (1 + 1e-12)).astype(np.int64))
     # At least one each can overshoot where ranks slower than the continuous optimum were raised
     # to one: take back, one at a time, from the rank with the longest time that has more than one.
     while n.sum() > total:
-        spare = np.where(n > 1, n * u, -np.inf)
+        spare = np.where(n > 1, d + n * u, -np.inf)
         n[int(np.argmax(spare))] -= 1
-    heap = [(float((n[r] + 1) * u[r]), r) for r in range(len(u))]
+    heap = [(float(d[r] + (n[r] + 1) * u[r]), r) for r in range(len(u))]
     heapq.heapify(heap)
     for _ in range(total - int(n.sum())):
         _, r = heapq.heappop(heap)
         n[r] += 1
-        heapq.heappush(heap, (float((n[r] + 1) * u[r]), r))
+        heapq.heappush(heap, (float(d[r] + (n[r] + 1) * u[r]), r))
     return n
 
 

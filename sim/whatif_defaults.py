@@ -19,7 +19,7 @@ def default_tries(sc: Scenario, ignore_memory: bool = False) -> tuple[list[str],
     simulates it anyway and gets what follows). A persistent slow rank gets rebalance and
     exclude-slowest; a slow data loader gets the loader repaired, twice its DataLoader workers,
     or worked around the same way; a rank late before its forward (host_delays_s, as a trace
-    calibration sets it) gets the delay removed or exclude-slowest; unsynchronised pauses get
+    calibration sets it) gets the delay removed, rebalance or exclude-slowest; unsynchronised pauses get
     sync-gc; a degraded or jittery
     network, gradients compressed to bf16 (DDP); a communication-bound DDP job (its allreduce
     longer than its compute, as the home lab's 1GbE), accumulation over 4 micro-steps and
@@ -52,9 +52,12 @@ def default_tries(sc: Scenario, ignore_memory: bool = False) -> tuple[list[str],
             f"slow data loaders ({loaders}): repaired, twice the workers, or worked around by sizing work or a restart"
         )
     if sc.host_delays_s.strip():
-        tries += ["host_delays_s=", "exclude-slowest"]
+        tries += ["host_delays_s=", "rebalance", "exclude-slowest"]
         late = ", ".join(f"rank {r} {d * 1e3:.3g} ms" for r, d in sorted(parse_host_delays(sc.host_delays_s).items()))
-        why.append(f"ranks late before their forward ({late}): the delay gone, or a restart without the latest")
+        why.append(
+            f"ranks late before their forward ({late}): the delay gone, less work for the late, or a restart"
+            " without the latest"
+        )
     if sc.pauses.every_steps > 0 and not sc.pauses.synchronized:
         tries.append("sync-gc")
         why.append("unsynchronised pauses: every rank pausing at the same steps")

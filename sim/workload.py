@@ -298,10 +298,11 @@ def build_workload(sc: Scenario, rng: np.random.Generator) -> Workload:
         # Work sized to speed, in whole samples (sim/rebalance.py): rank r's per-step time t_r
         # (its K micro-steps and what it waits for batches, both taken as proportional to its
         # samples) sets its samples per step n_r, the global batch unchanged; its micro-steps
-        # and batches scale by n_r / (K x micro-batch), and its wait is found again.
+        # and batches scale by n_r / (K x micro-batch), and its wait is found again. A host delay
+        # is paid whatever the samples, so a late rank takes fewer until the others catch it up.
         per_step_s = loader + micro_s * t.grad_accum
         samples = t.grad_accum * t.micro_batch_size
-        split = whole_samples(per_step_s, samples)
+        split = whole_samples(per_step_s, samples, host_delay_s(sc))
         share = split / samples
         factor = factor * share
         micro_s, batch_s = micro_s * share, batch_s * share

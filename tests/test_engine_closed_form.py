@@ -172,6 +172,28 @@ def test_breakdown_sums_to_step_time_with_everything_on():
 
 
 @pytest.mark.parametrize("overlap", [False, True])
+def test_rebalance_gives_a_late_rank_fewer_samples_until_its_delay_is_paid(overlap):
+    """Two identical noiseless ranks, 8 samples each at u = 20 ms a sample; rank 1 starts each
+    step 3.5 u late (host_delays_s). Times d_r + n_r u: the best whole split is rank 0 10, rank 1
+    6 (10 u against 9.5 u; 9/7 gives 10.5 u), so rebalancing saves 11.5 u - 10 u = 30 ms a step,
+    the rest of the step (the last bucket's all-reduce, the optimizer) the same. Before, the split
+    ignored the delay and left both at 8."""
+    from dataclasses import replace
+
+    u = 0.02
+    late = tiny(
+        ranks=2,
+        host_delays_s=f"1:{3.5 * u}",
+        training=TrainingConfig(micro_batch_size=8, seq_len=64, overlap=overlap, first_bucket_mb=0.05),
+        compute=ComputeConfig(step_compute_s=8 * u, optimizer_s=0.01),
+    )
+    kept, sized = simulate(late, records=True), simulate(replace(late, rebalance=True), records=True)
+    assert sized.workload.samples_per_step.tolist() == [10, 6]
+    np.testing.assert_allclose(sized.step_time_s, kept.step_time_s - 1.5 * u, rtol=1e-9)
+    assert_breakdown_sums(sized)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
 def test_a_host_delay_moves_the_step_by_itself_and_the_others_wait_for_it(overlap):
     """Identical ranks without noise; rank 1 starts each step 40 ms late (host_delays_s, as a
     trace calibration sets it). Its buckets are ready 40 ms later, so every collective starts

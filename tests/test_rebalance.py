@@ -14,14 +14,14 @@ from sim.scenario_file import load_scenario
 from sim.workload import build_workload, largest_micro_batch
 
 
-def _best_max(t: np.ndarray, samples: int) -> float:
-    """The least slowest-rank time over every split of ranks x samples into parts >= 1."""
+def _best_max(t: np.ndarray, samples: int, d: np.ndarray | float = 0.0) -> float:
+    """The least slowest-rank time d_r + n_r u_r over every split of ranks x samples into parts >= 1."""
     total, u = len(t) * samples, t / samples
     best = np.inf
     for head in itertools.product(range(1, total + 1), repeat=len(t) - 1):
         last = total - sum(head)
         if last >= 1:
-            best = min(best, float(np.max(np.array([*head, last]) * u)))
+            best = min(best, float(np.max(d + np.array([*head, last]) * u)))
     return best
 
 
@@ -36,6 +36,22 @@ def test_the_split_is_the_exhaustive_optimum():
         n = whole_samples(t, samples)
         assert n.sum() == ranks * samples and n.min() >= 1
         assert np.max(n * t / samples) == pytest.approx(_best_max(t, samples), rel=1e-12), (t, samples, n)
+
+
+def test_the_split_with_delays_paid_whatever_the_samples_is_the_exhaustive_optimum():
+    """As above, each rank also paying a fixed time a step (a host delay, 0 to 3 x its configured
+    work, none on half the ranks): the split's slowest rank, d_r + n_r u_r, is the least any split
+    reaches, and a late rank never takes more samples than an on-time one as fast."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        ranks, samples = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+        t = np.exp(rng.uniform(0.0, np.log(10.0), ranks))
+        d = np.where(rng.random(ranks) < 0.5, 0.0, rng.uniform(0.0, 3.0, ranks) * t)
+        n = whole_samples(t, samples, d)
+        assert n.sum() == ranks * samples and n.min() >= 1
+        assert np.max(d + n * t / samples) == pytest.approx(_best_max(t, samples, d), rel=1e-12), (t, d, samples, n)
+    same = whole_samples(np.ones(4), 8, np.array([0.0, 0.0, 0.0, 0.5]))
+    assert same.tolist() == [9, 9, 9, 5]  # 9/8 a step each; the late one 0.5 + 5/8 = 9/8 too
 
 
 def test_at_least_one_sample_each():

@@ -146,18 +146,20 @@ def test_exclude_slowest_drops_its_node_and_pays_a_restart():
 
 def test_a_late_host_is_the_slowest_and_its_fixes_are_offered():
     """A rank late before its forward (host_delays_s, from a trace) makes the others wait: whatif
-    offers the delay removed and exclude-slowest, which finds that rank (its compute is the
-    others') and renumbers the delays left; without the delay the noiseless step is shorter by it."""
+    offers the delay removed, rebalance (fewer samples for the late) and exclude-slowest, which
+    finds that rank (its compute is the others') and renumbers the delays left; without the delay
+    the noiseless step is shorter by it, and rebalanced it lies between the two."""
     from sim.whatif_defaults import default_tries
 
     data = {"ranks": 16, "steps": 10, "host_delays_s": "3:0.05,12:0.01", "network": {"gpus_per_node": 8},
             "noise": {"distribution": "none", "speed_spread_sd": 0.0}}  # fmt: skip
     tries, why = default_tries(plan(data, []).base)
-    assert tries[:2] == ["host_delays_s=", "exclude-slowest"] and "rank 3 50 ms, rank 12 10 ms" in why
-    nothing, gone, excluded = rows(plan(data, ["host_delays_s=", "exclude-slowest"]))
+    assert tries[:3] == ["host_delays_s=", "rebalance", "exclude-slowest"] and "rank 3 50 ms, rank 12 10 ms" in why
+    nothing, gone, sized, excluded = rows(plan(data, ["host_delays_s=", "rebalance", "exclude-slowest"]))
     assert excluded.scenario.ranks == 8 and excluded.scenario.host_delays_s == "4:0.01" and "node 0" in excluded.note
-    quiet = [simulate(r.scenario, trace_steps=0).summary().step_time_s.mean for r in (nothing, gone)]
+    quiet = [simulate(r.scenario, trace_steps=0).summary().step_time_s.mean for r in (nothing, gone, sized)]
     assert quiet[0] - quiet[1] == pytest.approx(0.05, rel=1e-6)
+    assert quiet[0] > quiet[2] > quiet[1]
 
 
 def test_whatif_cli(ddplab):
