@@ -48,7 +48,7 @@ def run(args):
                              engine=engine, started=_listens)  # fmt: skip
     if args.json:
         return found
-    show(render_tables.plan_lines(args.model, args.cluster, found["sets"], args.seq_len, args.finalists, found))
+    show(render_tables.plan_lines(args.model, args.cluster, found["sets"], args.finalists, found))
     return found["layouts"]
 
 

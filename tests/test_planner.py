@@ -203,6 +203,7 @@ def test_a_cluster_files_ddp_keys_are_reset_in_the_printed_command(capsys, tmp_p
     assert main(["plan", "gpt2-760m", str(cluster), "--gpus", "64", "--top", "40"]) == 0
     best = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  best: "))
     assert "training.mode=fsdp" in best  # the printed command this test is about
+    assert " --set training.seq_len=2048 " in best  # gpt2-760m's context (scenarios/models.toml), not 0
     assert best.endswith("--set training.bucket_cap_mb=25.0 --set training.comm_hook=none"
                          " --set training.first_bucket_mb=none")  # fmt: skip
     assert main(best.removeprefix("  best: ddplab ").split() + ["--steps", "3"]) == 0

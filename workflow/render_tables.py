@@ -158,8 +158,9 @@ def model_lines(rows: list[dict]) -> list[str]:
 CP_LABELS = {"all_gather": "ag", "p2p": "ring", "a2a": "a2a"}  # plan's CP column, by training.cp_comm
 
 
-def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: int, found: dict) -> list[str]:
-    """`ddplab plan`: the layouts that fit, fastest first (workflow/layouts.py), and the best as a command."""
+def plan_lines(model: str, cluster: str, sets, finalists: int, found: dict) -> list[str]:
+    """`ddplab plan`: the layouts that fit, fastest first (workflow/layouts.py), and the best as a command
+    (its sequence length the one planned, not 0 for "the model's context": the command says what it runs)."""
     out = []
     rows, gpus, batch = found["layouts"], found["gpus"], found["global_batch"]
     fit, replayed = found["fitting"], min(found["fitting"], finalists)
@@ -184,7 +185,8 @@ def plan_lines(model: str, cluster: str, sets, seq_len: int | None, finalists: i
 
     def simulate(row) -> str:  # the command that gives this layout
         unset = set(row.get("unset", ()))  # the user's keys this layout's mode refuses
-        keys = [x for x in scenario_sets(model, sets, seq_len) if x.partition("=")[0] not in unset] + row["sets"]
+        keys = [x for x in scenario_sets(model, sets, found["seq_len"]) if x.partition("=")[0] not in unset]
+        keys += row["sets"]
         return f"ddplab simulate {cluster} --ranks {gpus} " + " ".join(f"--set {x}" for x in keys)
 
     out.append(f"  best: {simulate(rows[0])}")
