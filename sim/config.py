@@ -797,6 +797,8 @@ def _rank_values(text: str, key: str, valid, expected: str) -> dict[int, float]:
         except ValueError:
             rank, value = -1, math.nan
         _require(sep == ":" and rank >= 0 and valid(value), key, item, expected)
+        # One value a rank: which of two a user meant is not ours to guess (the last used to win).
+        _require(rank not in out, key, item, f"rank {rank} is given twice; give each rank once")
         out[rank] = value
     return out
 

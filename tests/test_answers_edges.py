@@ -663,6 +663,11 @@ def test_a_header_names_what_set_changed_from_its_description(capsys):
         (["host_delays_s=1:nan"], "host_delays_s: expected RANK:SECONDS like 2:0.02, got '1:nan'"),
         (["host_delays_s=one:0.01"], "host_delays_s: expected RANK:SECONDS like 2:0.02, got 'one:0.01'"),
         (
+            ["host_delays_s=1:0.01,1:0.02"],  # the last of the two used to win, unsaid
+            "host_delays_s: rank 1 is given twice; give each rank once, got '1:0.02'",
+        ),
+        (["stragglers=1:1.5, 1:2"], "stragglers: rank 1 is given twice; give each rank once, got '1:2'"),
+        (
             ["host_delays_s=9:0.01"],
             "host_delays_s: rank out of range for 2 ranks (host_delays_s= drops them), got '9:0.01'",
         ),
@@ -674,7 +679,8 @@ def test_a_header_names_what_set_changed_from_its_description(capsys):
     ],
 )
 def test_a_bad_host_delay_is_one_line(capsys, sets, line):
-    """host_delays_s ("RANK:SECONDS", a trace calibration's late ranks) refused in one line, exit 2."""
+    """host_delays_s ("RANK:SECONDS", a trace calibration's late ranks) refused in one line, exit 2; a rank
+    given twice there or in stragglers too."""
     argv = ["simulate", "homelab-1gbe", "--steps", "3"]
     for s in sets:
         argv += ["--set", s]
