@@ -360,6 +360,17 @@ def test_report_over_a_malformed_file_says_which_and_draws_the_rest(capsys, tmp_
     assert f"{name}: malformed" in page and "The arithmetic first" in page
 
 
+def test_report_of_a_directory_no_demo_wrote_is_one_line_and_writes_nothing(capsys, tmp_path):
+    """`ddplab report /tmp` wrote an empty page of "missing" sections into /tmp, exit 0."""
+    (tmp_path / "notes.txt").write_text("mine")
+    line = refused(capsys, "report", str(tmp_path))
+    assert line == (
+        f"ddplab report: error: RUN_DIR: {tmp_path}: not a demo directory (none of demo.json, calib.json,"
+        " validation.json, sim/summary.json): `ddplab demo --out DIR` writes one"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # D15: models.toml entries are checked where read
 

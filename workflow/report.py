@@ -318,10 +318,21 @@ def render(run_dir: Path, problems: list[str] | None = None) -> str:
     )
 
 
+# What a demo directory holds at all: a report over none of them would be a page of "missing".
+INPUTS = ("demo.json", "calib.json", "validation.json", "sim/summary.json")
+
+
 def write_report(run_dir: Path, problems: list[str] | None = None) -> Path:
+    """report.html in ``run_dir``; a directory with none of a demo's INPUTS is refused, nothing
+    written in it (a partial demo, with any one of them, still gets its page)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"RUN_DIR: {run_dir}: not a directory")
+    if not any((run_dir / name).exists() for name in INPUTS):
+        raise ValueError(
+            f"RUN_DIR: {run_dir}: not a demo directory (none of {', '.join(INPUTS)}):"
+            " `ddplab demo --out DIR` writes one"
+        )
     path = run_dir / "report.html"
     write_text_atomic(path, render(run_dir, problems))
     return path
