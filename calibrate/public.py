@@ -266,8 +266,25 @@ def _h100_ring_fit(size: int) -> str:
     return "network.latency_simple_us (this run's 8 MiB-8 GiB); intra_efficiency (nccl-tests #212's 370 GB/s)"
 
 
+# A constant set from a source's statement of a quantity makes every row that measures that
+# quantity in-sample (docs/validation-public.md, "The rules"): the algorithm the statement names
+# (NVIDIA's "ring busbw", any op: nccl-tests' busbw is the per-link figure for each) on one node
+# of the same GPU, at the sizes where the constant alone sets the rate (a ring from 8 MiB on H100
+# and 16 MiB on MI300X, NVLS from 64 MiB, as on the runs the constants' own rows come from).
+# Until 2026-12-07 (twenty-second session) only the statements' own runs' rows were counted so.
+H100_RING_RATE = "network.intra_efficiency (h100-1024: nccl-tests #212's 370 GB/s, the same quantity)"
+H100_NVLS_RATE = "network.nvls_gb_s (h100-1024: nccl-tests #290's 476 GB/s, the same quantity)"
+MI300X_RING_RATE = "network.intra_efficiency (mi300x-1024: the ROCm blog's 48 of 64 GB/s a link, the same quantity)"
+
+
 def _dgxc_fit(size: int) -> str:
-    return "network.latency_ll_us (h100-1024: this run's 8 B-256 KiB)" if size <= 256 * KIB else ""
+    if size <= 256 * KIB:
+        return "network.latency_ll_us (h100-1024: this run's 8 B-256 KiB)"
+    return H100_NVLS_RATE if size >= 64 * MIB else ""
+
+
+def _aac8_fit(size: int) -> str:
+    return MI300X_RING_RATE if size >= 16 * MIB else ""
 
 
 def _mi300x_blog_fit(size: int) -> str:
@@ -285,10 +302,11 @@ def table_rows() -> list[Row]:
     g8 = sets(network__gpus_per_process=8)  # together's runs: one process drives the 8 GPUs (-g 8)
     rows = _curve("8 x H100, allreduce, ring", "together-h100", "h100-1024", 8, "allreduce",
                   data.T1_RING_ALLREDUCE, ring + g8, _h100_ring_fit)  # fmt: skip
+    ring_rate = lambda size: H100_RING_RATE if size >= 8 * MIB else ""  # noqa: E731 (the AR curve's sizes)
     rows += _curve("8 x H100, allgather, ring", "together-h100", "h100-1024", 8, "allgather",
-                   data.T1_RING_ALLGATHER, ring + g8)  # fmt: skip
+                   data.T1_RING_ALLGATHER, ring + g8, ring_rate)  # fmt: skip
     rows += _curve("8 x H100, reduce_scatter, ring", "together-h100", "h100-1024", 8, "reduce_scatter",
-                   data.T1_RING_REDUCE_SCATTER, ring + g8)  # fmt: skip
+                   data.T1_RING_REDUCE_SCATTER, ring + g8, ring_rate)  # fmt: skip
     nvls_fit = "network.nvls_fixed_us, nvls_loop_us (h100-1024: this run's 2 MiB-8 GiB)"
     nvls_fit_large = nvls_fit + "; nvls_latency_us (this run's 64 MiB-8 GiB); nvls_gb_s (nccl-tests #290's 476 GB/s)"
     rows += _curve("8 x H100, allreduce, NVLS on, NCCL's pick", "together-h100", "h100-1024", 8, "allreduce",
@@ -302,7 +320,8 @@ def table_rows() -> list[Row]:
                    data.DGXC_H100, fitted=_dgxc_fit)  # fmt: skip
     rows += _curve("8 x MI300X, allreduce (blog)", "rocm-blog-mi300x", "mi300x-1024", 8, "allreduce",
                    data.ROCM_BLOG_MI300X, fitted=_mi300x_blog_fit)  # fmt: skip
-    rows += _curve("8 x MI300X, allreduce (AAC8)", "aac8-mi300x", "mi300x-1024", 8, "allreduce", data.AAC8_MI300X)
+    rows += _curve("8 x MI300X, allreduce (AAC8)", "aac8-mi300x", "mi300x-1024", 8, "allreduce", data.AAC8_MI300X,
+                   fitted=_aac8_fit)  # fmt: skip
     rows += _curve("2 x 8 MI300X, allreduce (AAC10)", "aac10-mi300x", "mi300x-1024", 16, "allreduce",
                    data.AAC10_MI300X_2NODE)  # fmt: skip
     for nodes, curve in data.AAC11_MI325X_RING.items():
@@ -312,10 +331,11 @@ def table_rows() -> list[Row]:
     for nodes, nvls, busbw in ((1, False, 330.0), (1, True, 430.0), (2, False, 330.0), (2, True, 430.0),
                                (4, False, 320.0), (4, True, 320.0)):  # fmt: skip
         off = () if nvls else sets(network__nvls_gb_s=0)
+        same = (H100_NVLS_RATE if nvls else H100_RING_RATE) if nodes == 1 else ""  # one node: the statements' quantity
         rows.append(
             Row(f"{nodes} x 8 H100 RoCE, 8 GiB, NVLS {'on' if nvls else 'off'}", "nccl-1221", "GB/s", busbw,
                 _collective("h100-1024", 8 * nodes, 8 * GIB, "allreduce", off),
-                "one-node" if nodes == 1 else "nic-bound")
+                "one-node" if nodes == 1 else "nic-bound", same)
         )  # fmt: skip
     rows.append(
         Row("4 x H100, alltoall, 500 MiB", "nccl-2169", "GB/s", 334.90,
