@@ -277,6 +277,11 @@ H100_NVLS_RATE = "network.nvls_gb_s (h100-1024: nccl-tests #290's 476 GB/s, the 
 MI300X_RING_RATE = "network.intra_efficiency (mi300x-1024: the ROCm blog's 48 of 64 GB/s a link, the same quantity)"
 
 
+def _h100_ring_rate(size: int) -> str:
+    """together-h100's allgather and reduce-scatter rings: from 8 MiB, as its allreduce's."""
+    return H100_RING_RATE if size >= 8 * MIB else ""
+
+
 def _dgxc_fit(size: int) -> str:
     if size <= 256 * KIB:
         return "network.latency_ll_us (h100-1024: this run's 8 B-256 KiB)"
@@ -302,11 +307,10 @@ def table_rows() -> list[Row]:
     g8 = sets(network__gpus_per_process=8)  # together's runs: one process drives the 8 GPUs (-g 8)
     rows = _curve("8 x H100, allreduce, ring", "together-h100", "h100-1024", 8, "allreduce",
                   data.T1_RING_ALLREDUCE, ring + g8, _h100_ring_fit)  # fmt: skip
-    ring_rate = lambda size: H100_RING_RATE if size >= 8 * MIB else ""  # noqa: E731 (the AR curve's sizes)
     rows += _curve("8 x H100, allgather, ring", "together-h100", "h100-1024", 8, "allgather",
-                   data.T1_RING_ALLGATHER, ring + g8, ring_rate)  # fmt: skip
+                   data.T1_RING_ALLGATHER, ring + g8, _h100_ring_rate)  # fmt: skip
     rows += _curve("8 x H100, reduce_scatter, ring", "together-h100", "h100-1024", 8, "reduce_scatter",
-                   data.T1_RING_REDUCE_SCATTER, ring + g8, ring_rate)  # fmt: skip
+                   data.T1_RING_REDUCE_SCATTER, ring + g8, _h100_ring_rate)  # fmt: skip
     nvls_fit = "network.nvls_fixed_us, nvls_loop_us (h100-1024: this run's 2 MiB-8 GiB)"
     nvls_fit_large = nvls_fit + "; nvls_latency_us (this run's 64 MiB-8 GiB); nvls_gb_s (nccl-tests #290's 476 GB/s)"
     rows += _curve("8 x H100, allreduce, NVLS on, NCCL's pick", "together-h100", "h100-1024", 8, "allreduce",

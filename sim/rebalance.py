@@ -24,8 +24,9 @@ micro-step's all-gathers are collective, so every rank runs the same count). Not
 The split: start from the continuous optimum's samples rounded down (at least one each), then
 hand each remaining sample to the rank whose time with it would be least. For costs that grow
 with n_r this greedy is optimal: the integer optimum M* is at least the continuous T*, so every
-rank's floor((T* - d_r) / u_r) is within its room floor((M* - d_r) / u_r); the greedy always takes the cheapest
-next sample, and while samples remain some rank has room at cost <= M*, so it never exceeds M*.
+rank's floor((T* - d_r) / u_r) is within its room floor((M* - d_r) / u_r); the greedy always
+takes the cheapest next sample, and while samples remain some rank has room at cost <= M*, so
+it never exceeds M*.
 """
 
 import heapq

@@ -41,7 +41,7 @@ def test_the_split_is_the_exhaustive_optimum():
 def test_the_split_with_delays_paid_whatever_the_samples_is_the_exhaustive_optimum():
     """As above, each rank also paying a fixed time a step (a host delay, 0 to 3 x its configured
     work, none on half the ranks): the split's slowest rank, d_r + n_r u_r, is the least any split
-    reaches, and a late rank never takes more samples than an on-time one as fast."""
+    reaches; four equal ranks, one late by half its work, give it 5 samples and the others 9."""
     rng = np.random.default_rng(11)
     for _ in range(300):
         ranks, samples = int(rng.integers(2, 5)), int(rng.integers(1, 6))
