@@ -100,6 +100,10 @@ def test_record_lines():
     (none,) = record_lines({"regime": "mi300x, eager, data parallel", "rows": 0})
     assert "no published run of such a job" in none and "efficiencies alone" in none
     assert record_lines(None) == []
+    # With the predicted step: what the runs' errors make of it, step / (1 + e) (e = predicted /
+    # measured - 1): 1 s at -30 % is a 1.43 s run, at +5 % 0.952 s, at the median -10 % 1.11 s.
+    *_, third = record_lines(t, step_s=1.0)
+    assert third.endswith("at their errors this step would take 0.952 s to 1.43 s (median 1.11 s)")
 
 
 def test_simulate_prints_the_record_under_the_step_time(ddplab):

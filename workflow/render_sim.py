@@ -78,9 +78,11 @@ def mfu_line(s: dict) -> str:
     return line
 
 
-def record_lines(record: dict | None, indent: str = "  ") -> list[str]:
+def record_lines(record: dict | None, indent: str = "  ", step_s: float | None = None) -> list[str]:
     """How the public record's step times of jobs like this one came out (calibrate/record.py),
-    under the step time it qualifies; nothing when the compute was given or calibrated."""
+    under the step time it qualifies; nothing when the compute was given or calibrated. With
+    ``step_s`` (the mean step predicted), also the step those runs' errors would make of it: an
+    error e is predicted / measured - 1, so the run would take step_s / (1 + e)."""
     if record is None:
         return []
     head = f"{indent}public record    {record['regime']}:"
@@ -98,7 +100,14 @@ def record_lines(record: dict | None, indent: str = "  ") -> list[str]:
         f" {record['within']} of {n} within the {record['bound'] * 100:.0f} % tier",
         f"{pad}(minus: the prediction is faster than the run; {', '.join(record['sources'])}:"
         " docs/validation-public.md)",
-    ]
+    ] + (
+        [
+            f"{pad}at their errors this step would take {fmt_seconds(step_s / (1 + hi))} to"
+            f" {fmt_seconds(step_s / (1 + lo))} (median {fmt_seconds(step_s / (1 + med))})"
+        ]
+        if step_s is not None and n > 1
+        else []
+    )
 
 
 def parameters_lines(summary: Summary) -> list[str]:
@@ -151,7 +160,7 @@ def summary_lines(sc, s: Summary) -> list[str]:
         f"  step time        {fmt_seconds(st.mean)} mean  (p50 {fmt_seconds(st.p50)},"
         f" p95 {fmt_seconds(st.p95)}, p99 {fmt_seconds(st.p99)})"
     )
-    out += record_lines(s.record)
+    out += record_lines(s.record, step_s=st.mean)
     out.append("  where it goes    per rank, mean of a step:")
     parts = [
         ("compute (fwd+bwd)", s.compute_s),
@@ -430,7 +439,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     out.append(f"  step time      {fmt_seconds(s['step_time_s'])} mean over {sc.steps} steps"
                f" (p50 {fmt_seconds(pct['p50'])}, p99 {fmt_seconds(pct['p99'])};"
                f" {s['tokens_per_s']:,.0f} tokens/s, MFU {s['mfu']:.1%})")  # fmt: skip
-    out += record_lines(s.get("record"))
+    out += record_lines(s.get("record"), step_s=s["step_time_s"])
     idle = s["stage_idle_fraction"]
     out.append(f"  pipeline       {fmt_seconds(s['pipeline_s'])}  bubble (closed form) {first.bubble_fraction:.1%}, "
                f"stage idle {min(idle):.1%}-{max(idle):.1%}")  # fmt: skip
