@@ -88,15 +88,25 @@ def load_record(path: Path = RECORD_PATH) -> tuple[dict, ...]:
     return tuple(json.loads(path.read_text())["rows"])
 
 
-def track_record(sc, rows=None) -> dict | None:
+def track_record(sc, rows=None, step_s: float | None = None) -> dict | None:
     """What the public record says of jobs like ``sc``: its regime, how many step rows share it,
     how many are within the step tier (``bound``), and their step errors' range and median;
-    ``rows``: 0 when none does. None when the compute is not the roofline's (``regime``)."""
+    ``rows``: 0 when none does. None when the compute is not the roofline's (``regime``). With
+    ``step_s`` (the mean step predicted) and two rows or more, ``step_s_at_errors``: the step
+    those runs' errors make of it, step_s / (1 + e) with e = predicted / measured - 1 (their
+    fastest, median and slowest): a range to plan with, not a correction."""
     key = regime(sc)
     if key is None:
         return None
     rows = load_record() if rows is None else rows
-    return class_summary(key, [r for r in rows if r["regime"] == key])
+    found = class_summary(key, [r for r in rows if r["regime"] == key])
+    if step_s is not None and found["rows"] > 1:
+        found["step_s_at_errors"] = {
+            "fastest": step_s / (1 + found["step_error_max"]),
+            "median": step_s / (1 + found["step_error_median"]),
+            "slowest": step_s / (1 + found["step_error_min"]),
+        }
+    return found
 
 
 def class_summary(key: str, like: list[dict]) -> dict:

@@ -102,8 +102,16 @@ def test_record_lines():
     assert record_lines(None) == []
     # With the predicted step: what the runs' errors make of it, step / (1 + e) (e = predicted /
     # measured - 1): 1 s at -30 % is a 1.43 s run, at +5 % 0.952 s, at the median -10 % 1.11 s.
-    *_, third = record_lines(t, step_s=1.0)
+    rows = [
+        {"regime": t["regime"], "step_error": e, "within": abs(e) <= 0.2, "source": "s1"} for e in (-0.3, -0.1, 0.05)
+    ]
+    sc = load_scenario("llama3-8b-1024", ["training.mode=fsdp", "compute.stack=compiled"], steps=2)
+    assert regime(sc) == t["regime"]
+    found = track_record(sc, rows, step_s=1.0)
+    assert found["step_s_at_errors"] == pytest.approx({"fastest": 1 / 1.05, "median": 1 / 0.9, "slowest": 1 / 0.7})
+    *_, third = record_lines(found)
     assert third.endswith("at their errors this step would take 0.952 s to 1.43 s (median 1.11 s)")
+    assert "step_s_at_errors" not in track_record(sc, rows[:1], step_s=1.0)  # one run is no range
 
 
 def test_simulate_prints_the_record_under_the_step_time(ddplab):
@@ -113,8 +121,10 @@ def test_simulate_prints_the_record_under_the_step_time(ddplab):
     step = next(i for i, line in enumerate(lines) if line.startswith("  step time"))
     assert lines[step + 1].startswith("  public record    h100, eager, data parallel: ")
     code, out, err = ddplab("simulate", "h100-1024", "--ranks", "8", "--steps", "3", "--json")
-    rec = json.loads(out)["record"]
-    assert rec == track_record(load_scenario("h100-1024"))
+    found = json.loads(out)
+    rec, step_s = found["record"], found["step_time_s"]["mean"]
+    assert rec == track_record(load_scenario("h100-1024"), step_s=step_s)
+    assert rec["step_s_at_errors"]["median"] == pytest.approx(step_s / (1 + rec["step_error_median"]), rel=1e-12)
     code, out, err = ddplab("simulate", "homelab-1gbe", "--steps", "3", "--json")
     assert code == 0 and "record" not in json.loads(out)
 

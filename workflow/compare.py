@@ -135,7 +135,7 @@ def _row(sc, ignore_memory: bool, progress) -> Summary | dict:
     if oom:
         return oom
     summary = run_scale(sc, progress=progress)[1]
-    summary.record = track_record(sc)
+    summary.record = track_record(sc, step_s=summary.step_time_s.mean)
     return summary
 
 

@@ -78,11 +78,10 @@ def mfu_line(s: dict) -> str:
     return line
 
 
-def record_lines(record: dict | None, indent: str = "  ", step_s: float | None = None) -> list[str]:
+def record_lines(record: dict | None, indent: str = "  ") -> list[str]:
     """How the public record's step times of jobs like this one came out (calibrate/record.py),
-    under the step time it qualifies; nothing when the compute was given or calibrated. With
-    ``step_s`` (the mean step predicted), also the step those runs' errors would make of it: an
-    error e is predicted / measured - 1, so the run would take step_s / (1 + e)."""
+    under the step time it qualifies, and where the record carries it the step their errors make
+    of this one's; nothing when the compute was given or calibrated."""
     if record is None:
         return []
     head = f"{indent}public record    {record['regime']}:"
@@ -102,10 +101,10 @@ def record_lines(record: dict | None, indent: str = "  ", step_s: float | None =
         " docs/validation-public.md)",
     ] + (
         [
-            f"{pad}at their errors this step would take {fmt_seconds(step_s / (1 + hi))} to"
-            f" {fmt_seconds(step_s / (1 + lo))} (median {fmt_seconds(step_s / (1 + med))})"
+            f"{pad}at their errors this step would take {fmt_seconds(at['fastest'])} to"
+            f" {fmt_seconds(at['slowest'])} (median {fmt_seconds(at['median'])})"
         ]
-        if step_s is not None and n > 1
+        if (at := record.get("step_s_at_errors"))
         else []
     )
 
@@ -160,7 +159,7 @@ def summary_lines(sc, s: Summary) -> list[str]:
         f"  step time        {fmt_seconds(st.mean)} mean  (p50 {fmt_seconds(st.p50)},"
         f" p95 {fmt_seconds(st.p95)}, p99 {fmt_seconds(st.p99)})"
     )
-    out += record_lines(s.record, step_s=st.mean)
+    out += record_lines(s.record)
     out.append("  where it goes    per rank, mean of a step:")
     parts = [
         ("compute (fwd+bwd)", s.compute_s),
@@ -352,7 +351,9 @@ def sweep_lines(sc, summaries: list[Summary | dict]) -> list[str]:
     if ran is not None:
         out.append(f"  compute: {STACK_NOTES[ran.stack]}; MFU: {ran.flop_count} FLOPs per token"
               f" x tokens/s per GPU / {ran.peak_tflop_s:g} TFLOP/s peak")  # fmt: skip
-        out += record_lines(ran.record)  # every scale is the same class of job
+        # Every scale is the same class of job; the step its errors make differs by scale, so
+        # the sweep leaves that line out (each scale's summary JSON carries its own).
+        out += record_lines(ran.record and {k: v for k, v in ran.record.items() if k != "step_s_at_errors"})
     oom = next((s for s in summaries if not isinstance(s, Summary)), None)
     if oom is not None:
         out.append(f"  at {oom['ranks']} ranks:")
@@ -439,7 +440,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     out.append(f"  step time      {fmt_seconds(s['step_time_s'])} mean over {sc.steps} steps"
                f" (p50 {fmt_seconds(pct['p50'])}, p99 {fmt_seconds(pct['p99'])};"
                f" {s['tokens_per_s']:,.0f} tokens/s, MFU {s['mfu']:.1%})")  # fmt: skip
-    out += record_lines(s.get("record"), step_s=s["step_time_s"])
+    out += record_lines(s.get("record"))
     idle = s["stage_idle_fraction"]
     out.append(f"  pipeline       {fmt_seconds(s['pipeline_s'])}  bubble (closed form) {first.bubble_fraction:.1%}, "
                f"stage idle {min(idle):.1%}-{max(idle):.1%}")  # fmt: skip

@@ -268,7 +268,7 @@ def simulate_scales(
             summary.parameters = provenance[i - 1]["parameters"]
             _mark_measured(summary)
         else:  # a calibration's compute is the user's own measurement, not the presets' the record judges
-            summary.record = track_record(sc)
+            summary.record = track_record(sc, step_s=summary.step_time_s.mean)
         train_cost.attach(summary, sc, tokens, price)
         summaries.append(summary)
         if sweep and say:

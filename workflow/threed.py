@@ -80,7 +80,7 @@ def simulate(
             s["verdict"] = f"out of memory: {fit.total_gib:.1f} GiB per GPU > {fit.device_gib:g} GiB"
         if fit.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
             s["memory_tight"] = {"spare_gib": fit.spare_gib, "nccl_communicators": fit.communicators}
-        record = None if calibrated else track_record(sc)
+        record = None if calibrated else track_record(sc, step_s=s["step_time_s"])
         if record is not None:
             s["record"] = record
         if "verdict" not in s and to_train[0] is not None:
