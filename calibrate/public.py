@@ -269,8 +269,9 @@ def _h100_ring_fit(size: int) -> str:
 # A constant set from a source's statement of a quantity makes every row that measures that
 # quantity in-sample (docs/validation-public.md, "The rules"): the algorithm the statement names
 # (NVIDIA's "ring busbw", any op: nccl-tests' busbw is the per-link figure for each) on one node
-# of the same GPU, at the sizes where the constant alone sets the rate (a ring from 8 MiB on H100
-# and 16 MiB on MI300X, NVLS from 64 MiB, as on the runs the constants' own rows come from).
+# of the same GPU, at the sizes where the prediction is latency plus bytes at that constant's
+# bandwidth (a ring from 8 MiB on H100 and 16 MiB on MI300X, NVLS from 64 MiB: the sizes the
+# statements' own runs were counted from).
 # Until 2026-12-07 (twenty-second session) only the statements' own runs' rows were counted so.
 H100_RING_RATE = "network.intra_efficiency (h100-1024: nccl-tests #212's 370 GB/s, the same quantity)"
 H100_NVLS_RATE = "network.nvls_gb_s (h100-1024: nccl-tests #290's 476 GB/s, the same quantity)"

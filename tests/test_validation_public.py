@@ -118,8 +118,8 @@ def test_dgxc_curve_holds_the_nvls_loop_out_of_sample(results):
 def test_a_row_that_measures_a_stated_quantity_is_in_sample(results):
     """A constant set from a source's statement (H100's 370 GB/s ring and 476 GB/s NVLS busbw,
     MI300X's 48 of 64 GB/s a link) makes every one-node row of that algorithm on that GPU
-    in-sample where the constant alone sets the rate, whichever run it comes from, hits and misses
-    alike; a multi-node row, or another GPU's (MI325X), tests more than the statement and stays
+    in-sample where the prediction is latency plus bytes at that bandwidth, whichever run it comes
+    from, hits and misses alike; a multi-node row, or another GPU's (MI325X), tests more than the statement and stays
     held out."""
 
     def fitted(what: str) -> str:
