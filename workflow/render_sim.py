@@ -78,10 +78,10 @@ def mfu_line(s: dict) -> str:
     return line
 
 
-def record_lines(record: dict | None, indent: str = "  ") -> list[str]:
+def record_lines(record: dict | None, indent: str = "  ", step_range: bool = True) -> list[str]:
     """How the public record's step times of jobs like this one came out (calibrate/record.py),
-    under the step time it qualifies, and where the record carries it the step their errors make
-    of this one's; nothing when the compute was given or calibrated."""
+    under the step time it qualifies, and where the record carries it (and ``step_range``) the
+    step their errors make of this one's; nothing when the compute was given or calibrated."""
     if record is None:
         return []
     head = f"{indent}public record    {record['regime']}:"
@@ -104,7 +104,7 @@ def record_lines(record: dict | None, indent: str = "  ") -> list[str]:
             f"{pad}at their errors this step would take {fmt_seconds(at['fastest'])} to"
             f" {fmt_seconds(at['slowest'])} (median {fmt_seconds(at['median'])})"
         ]
-        if (at := record.get("step_s_at_errors"))
+        if step_range and (at := record.get("step_s_at_errors"))
         else []
     )
 
@@ -353,7 +353,7 @@ def sweep_lines(sc, summaries: list[Summary | dict]) -> list[str]:
               f" x tokens/s per GPU / {ran.peak_tflop_s:g} TFLOP/s peak")  # fmt: skip
         # Every scale is the same class of job; the step its errors make differs by scale, so
         # the sweep leaves that line out (each scale's summary JSON carries its own).
-        out += record_lines(ran.record and {k: v for k, v in ran.record.items() if k != "step_s_at_errors"})
+        out += record_lines(ran.record, step_range=False)
     oom = next((s for s in summaries if not isinstance(s, Summary)), None)
     if oom is not None:
         out.append(f"  at {oom['ranks']} ranks:")

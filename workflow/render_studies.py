@@ -66,8 +66,7 @@ def compare_lines(rows: list[CompareRow]) -> list[str]:
         if r.simulated and r.result.record is not None:
             classes.setdefault(r.result.record["regime"], (r.result.record, []))[1].append(r.name)
     for record, names in classes.values():  # one line per class: each set-up's own step range is in its JSON
-        shared = {k: v for k, v in record.items() if k != "step_s_at_errors"}
-        out += record_lines(shared, indent=f"{', '.join(names)}: ")
+        out += record_lines(record, indent=f"{', '.join(names)}: ", step_range=False)
     for r in rows:
         if not r.simulated:
             out.append(f"{r.name}: out of memory, not simulated;")
