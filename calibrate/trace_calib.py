@@ -241,7 +241,7 @@ def calibration(fit: TraceFit, job: JobShape, *, seed: int = 0, command: str = "
             samples=n_samples,
             source=f"communication during compute / communication, every rank-step; {where}",
         ),
-        exposed_comm_s=_exposed(ranks, where, n_samples),
+        exposed_comm_s=_exposed(fit, where, n_samples),
         slowest_rank=slow,
         slowest_factor=slow_factor,
         straggler_cost=Measured(
@@ -327,10 +327,11 @@ def _tune_network(calib: Calibration, fit: TraceFit, job: JobShape, where: str) 
 
     if TRACE_NETWORK not in calib.networks:
         return calib
-    # The wait of the rank that joined the sync last (the least-waiting one): the communication
-    # left after every rank is ready. A faster rank's wait adds its wait for that one, which the
-    # simulator draws from the ranks' own speeds: a data loader's delay or a host stall in it
-    # would otherwise be tuned into the network (a slower link), and show as communication.
+    # Each step's least wait over the ranks (that step's last to join the sync): the
+    # communication left after every rank is ready; the simulated side is measured the same
+    # way. A faster rank's wait adds its wait for that one, which the simulator draws from the
+    # ranks' own speeds: a data loader's delay or a host stall in it would otherwise be tuned
+    # into the network (a slower link), and show as communication.
     n = min(len(f.steps) for f in fit.ranks.values())
     target = float(np.mean(np.min([[s.wait_s for s in f.steps[:n]] for f in fit.ranks.values()], axis=0)))
     guess = calib.networks[TRACE_NETWORK].allreduce.busbw_gb_s
@@ -368,8 +369,8 @@ def _tune_network(calib: Calibration, fit: TraceFit, job: JobShape, where: str) 
             lo, hi = (mid, hi) if wait_at(np.exp(mid)) > target else (lo, mid)
         busbw = float(np.exp((lo + hi) / 2))
         how = (
-            f"set so the simulated wait after backward equals the traced {target * 1e3:.3f} ms (the"
-            f" least-waiting rank's, mean over steps; bisection, {TUNE_STEPS} simulated steps a trial); the"
+            f"set so the simulated wait after backward equals the traced {target * 1e3:.3f} ms (each"
+            f" step's least wait over the ranks, mean over steps; bisection, {TUNE_STEPS} simulated steps a trial); the"
             f" median rate per step was {guess:.4g} GB/s"
         )
     except ValueError as e:
@@ -445,8 +446,7 @@ def _span_jitter(fit: TraceFit) -> CommJitter | None:
     runs of 202 steps, each validated both ways, p95 -7.4 to -16.2 % and KS 0.22-0.37 at one
     rate, -1.6 to -6.5 % and 0.07-0.13 with these draws, the p50 unmoved (docs/traces.md, "The
     all-reduces' jitter"; measurements/trace_validate.txt)."""
-    wait = {r: float(np.mean([s.wait_s for s in f.steps])) for r, f in fit.ranks.items()}
-    least = min(wait, key=wait.get)
+    least = fit.least_waiting()
     times: dict[int, list[float]] = {}
     for s in fit.ranks[least].steps:
         for c in s.collectives:
@@ -462,13 +462,13 @@ def _span_jitter(fit: TraceFit) -> CommJitter | None:
     return CommJitter.of(times, from_bytes=min(times), source=how)
 
 
-def _exposed(ranks, where: str, samples: int) -> Measured:
-    """Communication outside compute per step, the least-waiting rank's mean: the rank that waits
-    for no other (the last to join the gradient sync) has only communication there, while another
-    rank's also holds its wait for that one (a data loader's delay, a slower GPU), which is no
-    communication cost. Both are said."""
-    mean = {r: float(np.mean([s.exposed_comm_s for s in f.steps])) for r, f in ranks.items()}
-    least, most = min(mean, key=mean.get), max(mean, key=mean.get)
+def _exposed(fit: TraceFit, where: str, samples: int) -> Measured:
+    """Communication outside compute per step, the least-waiting rank's mean (TraceFit.least_waiting,
+    the rank _span_jitter draws from): the rank that waits for no other has only communication
+    there, while another rank's also holds its wait for that one (a data loader's delay, a slower
+    GPU), which is no communication cost. The most-waiting rank's is said beside it."""
+    mean = {r: float(np.mean([s.exposed_comm_s for s in f.steps])) for r, f in fit.ranks.items()}
+    least, most = fit.least_waiting(), max(mean, key=mean.get)
     also = (
         f"; rank {most}'s, the most-waiting, {mean[most] * 1e3:.4g} ms, its wait for the others in it"
         if most != least

@@ -496,6 +496,13 @@ class TraceFit:
             out.append(SizeBandwidth(op, size, n, len(ts), med, size * bus_factor(op, n) / med / 1e9))
         return out
 
+    def least_waiting(self) -> int:
+        """The rank with the least mean wait after backward (realrun's ``wait_s``): the last to
+        join the gradient sync, which waits for no other rank, so its communication spans are
+        transfers; another rank's also hold its wait for that one."""
+        wait = {r: float(np.mean([s.wait_s for s in f.steps])) for r, f in self.ranks.items()}
+        return min(wait, key=wait.get)
+
     def slowest_rank(self) -> tuple[int, float]:
         """(rank, its median compute / the median rank's)."""
         med = {r: float(np.median(x)) for r, x in self.compute_by_rank().items()}

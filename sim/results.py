@@ -22,7 +22,7 @@ from sim.config import Scenario
 from sim.mfu import mfu_fields
 from sim.model_source import shape_keys_of
 from sim.online import OnlineStats
-from sim.summary import StepTimeS, Summary
+from sim.summary import StepTimeS, Summary, own_time_s
 from sim.transformer import param_count
 from sim.workload import Workload
 
@@ -79,11 +79,12 @@ class SimResult:
         mean_step = float(st.mean())
         per_rank = self.rank_mean["compute_s"]
         compute = float(per_rank.mean())
-        dataloader = float(wl.dataloader_s.mean())
-        # A rank's own time, as README "Per rank, a step splits..." defines scaling efficiency: its
-        # loader and its host delay are its own (one GPU alone pays them too), the others' wait
-        # for them is not.
-        busy = compute + dataloader + float(wl.host_delay_s.mean()) + wl.optimizer_s
+        own = {
+            "compute_s": compute,
+            "dataloader_s": float(wl.dataloader_s.mean()),
+            "host_delay_s": float(wl.host_delay_s.mean()),
+            "optimizer_s": wl.optimizer_s,
+        }
         comm = float(self.comm_busy_s.mean())
         _check_computable(sc, mean_step=mean_step, compute=compute, comm=comm)
         slowest = int(per_rank.argmax())
@@ -104,18 +105,15 @@ class SimResult:
                 p95=float(np.percentile(st, 95)),
                 p99=float(np.percentile(st, 99)),
             ),
-            compute_s=compute,
             slowest_rank=slowest,
             slowest_rank_compute_s=float(per_rank[slowest]),
             fastest_rank_compute_s=float(per_rank.min()),
-            dataloader_s=dataloader,
-            host_delay_s=float(wl.host_delay_s.mean()),
-            optimizer_s=wl.optimizer_s,
+            **own,
             exposed_comm_s=float(self.rank_mean["exposed_comm_s"].mean()),
             straggler_wait_s=float(self.rank_mean["straggler_wait_s"].mean()),
             comm_s=comm,
             comm_compute_ratio=comm / compute,
-            scaling_efficiency=busy / mean_step,
+            scaling_efficiency=own_time_s(own) / mean_step,
             tokens_per_s=wl.tokens_per_step / mean_step,
             **mfu_fields(sc, tokens_per_s=wl.tokens_per_step / mean_step, compute_s=compute),
             buckets=len(wl.buckets),

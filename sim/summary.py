@@ -6,7 +6,18 @@ expected cost, the calibration's provenance and the days and dollars to train
 and in the order the commands have always printed it (README.md shows it)."""
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+
+# A rank's own time, as README "Per rank, a step splits..." defines scaling efficiency: its
+# compute, its loader, its host delay and its optimizer are its own (one GPU alone pays them
+# too); the others' wait for them, and communication, are not.
+OWN_PARTS = ("compute_s", "dataloader_s", "host_delay_s", "optimizer_s")
+
+
+def own_time_s(parts: Mapping[str, float]) -> float:
+    """A rank's own time per step from a mapping holding OWN_PARTS (a summary's, a what-if's)."""
+    return sum(parts[k] for k in OWN_PARTS)
 
 
 @dataclass(frozen=True)

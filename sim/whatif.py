@@ -38,6 +38,7 @@ from sim.patches import Patch, apply_patches, check_assigned_keys, parse_set, sp
 from sim.rebalance import describe
 from sim.scenario_file import check_inert, scenario_from_dict
 from sim.steps3d import simulate_3d_steps
+from sim.summary import own_time_s
 from sim.workload import build_workload
 
 NAMED = ("rebalance", "exclude-slowest", "sync-gc", "fix-loader")
@@ -369,7 +370,6 @@ def _run(name: str, sc: Scenario, restart_s: float, note: str, horizon_h: float,
         s = {k: getattr(full, k) for k in ("tokens_per_s", *PARTS)}
         s |= {"step_time_s": full.step_time_s.mean, "step_time_p95_s": full.step_time_s.p95}
         episodes = {}
-    busy = s["compute_s"] + s["dataloader_s"] + s["host_delay_s"] + s["optimizer_s"]  # as sim/results.py's
     horizon_s = horizon_h * 3600.0
     tokens_per_s = s["tokens_per_s"] * max(0.0, 1.0 - restart_s / horizon_s)
     return WhatIf(
@@ -378,7 +378,7 @@ def _run(name: str, sc: Scenario, restart_s: float, note: str, horizon_h: float,
         step_time_s=s["step_time_s"],
         step_time_p95_s=s["step_time_p95_s"],
         tokens_per_s=tokens_per_s,
-        scaling_efficiency=busy / s["step_time_s"],
+        scaling_efficiency=own_time_s(s) / s["step_time_s"],
         gpu_h_per_btok=sc.ranks * 1e9 / tokens_per_s / 3600.0 if tokens_per_s > 0 else float("inf"),
         restart_s=restart_s,
         note=note,
