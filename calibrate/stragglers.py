@@ -61,7 +61,7 @@ class RankStat(NamedTuple):
     flagged: bool  # score < STRAGGLER_SCORE_FLAG
     wait_s_mean: float  # mean collective wait per step
     late_s: float  # what the others wait for it beyond its compute, mean per step (module docstring)
-    late_flagged: bool  # late_s > late_flag_s(...), its score not flagged (a slow GPU is said as one)
+    late_flagged: bool  # late_s > Report.late_flag_s, its score not flagged (a slow GPU is said as one)
     data_s_mean: float | None  # train: its mean data_s (waiting for the batch); sim: None
 
 
@@ -88,6 +88,7 @@ class Report(NamedTuple):
     least_waiting_rank: int
     wait_s_median: float  # median over ranks of wait_s_mean
     injected: dict[int, float]
+    late_flag_s: float  # the lateness above which a rank is flagged late: LATE_FLAG x the fastest median compute
     late: tuple[int, ...] = ()  # ranks late outside compute (RankStat.late_flagged), latest first
 
     @property
@@ -110,7 +111,7 @@ class Report(NamedTuple):
             "agrees": self.agrees,
             "wait_s_median": self.wait_s_median,
             "late": list(self.late),
-            "late_flag_s": late_flag_s(self.ranks),
+            "late_flag_s": self.late_flag_s,
             "injected": {str(k): v for k, v in sorted(self.injected.items())},
             "verdict": verdict(self),
         }
@@ -151,6 +152,7 @@ def analyse(rec: Records) -> Report:
         least_waiting_rank=int(np.argmin(wait_mean)),
         wait_s_median=float(np.median(wait_mean)),
         injected=rec.injected,
+        late_flag_s=flag_s,
         late=tuple(sorted((r.rank for r in ranks if r.late_flagged), key=lambda k: -late[k])),
     )
 
@@ -158,11 +160,6 @@ def analyse(rec: Records) -> Report:
 # A rank late outside compute is flagged where the others wait for it as long as for a rank whose
 # compute scores at the flag: 1 / 0.75 - 1 = 1/3 of the fastest rank's median compute.
 LATE_FLAG = 1.0 / STRAGGLER_SCORE_FLAG - 1.0
-
-
-def late_flag_s(ranks) -> float:
-    """The lateness above which a rank is flagged late (LATE_FLAG x the fastest median compute)."""
-    return LATE_FLAG * min(r.compute_s_p50 for r in ranks)
 
 
 def others_median(x: np.ndarray) -> np.ndarray:

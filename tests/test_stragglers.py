@@ -155,7 +155,7 @@ def test_a_slow_loader_is_late_not_a_slow_gpu(tmp_path):
     rep = st.analyse(st.load(run))
     assert rep.flagged == () and rep.late == (2,) and rep.least_waiting_rank == 2
     assert [r.late_s for r in rep.ranks] == pytest.approx([-0.125, -0.125, 0.25])  # the others: 300 and 50 ms
-    assert rep.ranks[2].data_s_mean == 0.25 and st.late_flag_s(rep.ranks) == pytest.approx(0.125)
+    assert rep.ranks[2].data_s_mean == 0.25 and rep.late_flag_s == pytest.approx(0.125)
     assert st.verdict(rep) == (
         "no slow GPU: every score >= 0.75 (lowest 1.00, rank 0); rank 2 waits least (50 ms vs 300 ms median);"
         " rank 2 is late to the gradient sync, its compute not flagged (score 1.00): the others wait 250 ms a"

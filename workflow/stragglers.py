@@ -10,7 +10,7 @@ stragglers RUN_DIR` runs them.
 from pathlib import Path
 
 from calibrate import stragglers as st
-from calibrate.stragglers import late_flag_s, verdict
+from calibrate.stragglers import verdict
 from output import calib_plots
 from output.ownfiles import check_target
 
@@ -65,7 +65,7 @@ def stragglers_lines(rep) -> list[str]:
         )
     out.append(
         "  * waits least; late: how much longer the others wait for the rank than its compute explains,"
-        f" LATE above {late_flag_s(rep.ranks) * scale:.{places}f} {unit} (as long as for a flagged rank)"
+        f" LATE above {rep.late_flag_s * scale:.{places}f} {unit} (as long as for a flagged rank)"
     )
     if rep.injected:
         out.append("injected (--straggler): " + ", ".join(f"rank {k} x{v:g}" for k, v in sorted(rep.injected.items())))
