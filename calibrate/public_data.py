@@ -420,11 +420,9 @@ MEGATRON_TABLE1 = (
 )
 
 # Grattafiori et al. 2024 ("The Llama 3 Herd of Models", arXiv 2407.21783), Table 4: Llama 3
-# 405B pre-training on H100s, the rows without context parallelism. Columns as printed: (GPUs,
-# TP, CP, PP, DP, sequence length, batch size per DP, tokens per batch, TFLOP/s per GPU, BF16
-# MFU). Model shape from its Table 3.
-LLAMA3_405B_SHAPE = {"n_layer": 126, "n_embd": 16384, "n_head": 128, "n_kv_head": 8, "ffn_hidden": 53248,
-                     "vocab_size": 128256}  # fmt: skip
+# 405B pre-training on H100s. Columns as printed: (GPUs, TP, CP, PP, DP, sequence length, batch
+# size per DP, tokens per batch, TFLOP/s per GPU, BF16 MFU). Model shape from its Table 3: the
+# llama3-405b preset (scenarios/models.toml).
 LLAMA3_TABLE4 = (
     (8192, 8, 1, 16, 64, 8192, 32, "16M", 430, 0.43),
     (16384, 8, 1, 16, 128, 8192, 16, "16M", 400, 0.41),

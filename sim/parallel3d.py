@@ -425,17 +425,8 @@ class Step3D:
         return max(s.total_gib for s in self.memory)
 
     def summary(self) -> dict:
-        lay = self.layout
         return {
-            "layout": {
-                "tp": lay.tp,
-                "cp": lay.cp,
-                "pp": lay.pp,
-                "dp": lay.dp,
-                "virtual_stages": lay.v,
-                "micro_batches": lay.m,
-                "schedule": lay.schedule,
-            },  # fmt: skip
+            "layout": layout_keys(self.layout),
             "step_time_s": self.step_s,
             "pipeline_s": self.pipeline_s,
             "dp_exposed_s": self.dp_exposed_s,
@@ -451,6 +442,19 @@ class Step3D:
             "slowest_stage": self.slowest_stage,
             "assumed": ASSUMED,
         }
+
+
+def layout_keys(lay: Layout) -> dict:
+    """A layout as the JSON of `simulate` has it."""
+    return {
+        "tp": lay.tp,
+        "cp": lay.cp,
+        "pp": lay.pp,
+        "dp": lay.dp,
+        "virtual_stages": lay.v,
+        "micro_batches": lay.m,
+        "schedule": lay.schedule,
+    }
 
 
 def group_factors(sc: Scenario, lay: Layout, rng: np.random.Generator) -> np.ndarray:

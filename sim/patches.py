@@ -55,7 +55,9 @@ def value_text(value) -> str:
 
 
 def parse_sets(texts, source: str = "--set") -> tuple[Patch, ...]:
-    return tuple(parse_set(t, source) for t in texts)
+    """Each text one assignment or several, ``a.b=1,c=2`` (split_assignments), as whatif's --try
+    and what would fit (sim/memory_fit.py Alternative.text) write them."""
+    return tuple(parse_set(piece, source) for t in texts for piece in split_assignments(t))
 
 
 def flag_patches(**flags) -> tuple[Patch, ...]:

@@ -19,10 +19,11 @@ they are dropped (``kept_stragglers``) and the command unsets them. Slow loaders
 (``loader_stragglers``, ``host_delays_s``) are dropped from every candidate: neither pass models
 them.
 
-The grid: tp over the divisors of the node's GPU count that divide the heads, pp over the
-divisors of the layer count that leave whole data-parallel groups, micro-batches of 1-8 that
-divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 and 4 chunks
-where the layers allow and ZB-H1 where there are at least pp micro-batches, recompute none,
+The grid: tp over the divisors of the node's GPU count that divide the heads, pp where the
+layers split evenly (``splits``: alone, or with the embedding and loss counted as layers, as
+Megatron-Core can and Llama 3 405B ran) and leave whole data-parallel groups, micro-batches of
+1-8 that divide the global batch per pipeline, 1F1B and (pp > 1) interleaved with v = 2 and 4
+chunks where the layers split so and ZB-H1 where there are at least pp micro-batches, recompute none,
 selective and full (and torchtitan's per-op, op, for Llama blocks without tp or cp), ddp, fsdp
 and zero1 (Megatron's distributed optimizer) over the DP group,
 and hsdp where that group spans nodes with more than one of its ranks in a node, its shard
@@ -113,6 +114,15 @@ class Scored(NamedTuple):
         return self.step.step_s if self.step is not None else self.estimate_s
 
 
+def splits(n_layer: int, chunks: int) -> bool:
+    """The layers go evenly into ``chunks`` model chunks (pp x v), either alone or with the
+    embedding and the loss each counted as a layer: Megatron-Core's
+    account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, the split
+    Llama 3 405B ran (126 layers + 2 in 16 x 8 chunks, the two end chunks one layer short).
+    sim/parallel3d.py chunk_layers gives both splits exactly."""
+    return n_layer % chunks == 0 or (n_layer + 2) % chunks == 0
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -137,7 +147,8 @@ def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: str = "none")
         for cp, comm in _context(base.seq_len, shape, tp):
             op = op_refusal(shape, tp=tp, cp=cp, fused_attention=base.training.fused_attention) is None
             recomputes = [r for r in RECOMPUTES if r != "op" or op]
-            for pp in (d for d in _divisors(shape.n_layer) if gpus % (tp * cp * d) == 0):
+            pps = (d for d in range(1, shape.n_layer + 1) if gpus % (tp * cp * d) == 0 and splits(shape.n_layer, d))
+            for pp in pps:
                 dp = gpus // (tp * cp * pp)
                 for b in MICRO_BATCHES:
                     if global_batch % (dp * b):
@@ -145,7 +156,7 @@ def grid(base: Scenario, gpus: int, global_batch: int, tp_overlap: str = "none")
                     m = global_batch // (dp * b)
                     schedules = [("1f1b", 1)]
                     if pp > 1 and m % pp == 0:
-                        schedules += [("interleaved", v) for v in VIRTUAL if shape.n_layer % (pp * v) == 0]
+                        schedules += [("interleaved", v) for v in VIRTUAL if splits(shape.n_layer, pp * v)]
                     if pp > 1 and m >= pp:
                         schedules.append(("zb-h1", 1))
                     # hsdp: the DP group's ranks in one node; with all of them it is fsdp, with one ddp.

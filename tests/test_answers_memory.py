@@ -336,3 +336,63 @@ def test_simulate_sweep_ranks_marks_the_scales_that_do_not_fit(capsys, tmp_path)
     code, out, _ = in_process(capsys, *argv, "--device-gib", "72")
     row = next(line for line in out.splitlines() if line.split()[:1] == ["8"])
     assert code == 3 and f"OOM: {eight['peak_gib']:.2f} GiB per GPU > 72 GiB" in row
+
+
+# --- a tensor- or pipeline-parallel job is held to its memory as a DDP one is ---------------------
+
+TP70 = ("--set", "model.preset=llama3-70b", "--set", "training.tp=8", "--set", "training.micro_batch_size=4")
+
+
+def test_a_3d_job_that_does_not_fit_is_not_simulated(capsys, monkeypatch):
+    """Was: "out of memory: 210.7 GiB per GPU > 79.65 GiB" and below it a 2.31 s step, tokens/s
+    and 19.4 % MFU, for a 70B model under DDP with tp 8 on 80 GB parts: the 3D path ran the job
+    first and judged its memory after. Now, as for DDP, no step at all: the engine is never
+    called, the peak is the fullest stage's (sim/parallel3d.py), and what would fit is named
+    with each one's peak, which fits."""
+    import sim.steps3d
+    import workflow.threed
+
+    def refuse(*a, **k):
+        raise AssertionError("simulated a job that does not fit")
+
+    monkeypatch.setattr(workflow.threed, "simulate_3d_steps", refuse)
+    argv = ("simulate", "h100-1024", "--ranks", "64", "--steps", "2", *TP70)
+    code, out, err = in_process(capsys, *argv, "--json")
+    assert code == 3, err
+    v = json.loads(out)
+    sc = load_scenario("h100-1024", sc_sets(TP70), ranks=64)
+    assert v["verdict"] == "out_of_memory" and "step_time_s" not in v and "tokens_per_s" not in v
+    assert v["peak_gib"] == pytest.approx(fit(sc).total_gib) and v["peak_gib"] > 200 > 79.65
+    assert max(v["memory_gib_by_stage"]) == pytest.approx(v["peak_gib"], abs=1e-3)
+    assert v["layout"] == {"tp": 8, "cp": 1, "pp": 1, "dp": 8, "virtual_stages": 1, "micro_batches": 1,
+                           "schedule": "1f1b"}  # fmt: skip
+    assert v["alternatives"], "nothing named that would fit"
+    for a in v["alternatives"]:  # each as --set takes it, and each fits by the 3D model
+        changed = load_scenario("h100-1024", [*sc_sets(TP70), a["set"]], ranks=64)
+        assert fit(changed).total_gib == pytest.approx(a["peak_gib"]) and a["peak_gib"] <= 79.65
+    code, out, _ = in_process(capsys, *argv)
+    step = next(line for line in out.splitlines() if line.strip().startswith("step time"))
+    assert code == 3 and f"none: out of memory, {v['peak_gib']:.1f} GiB per GPU" in step
+    assert "tokens/s" not in out and "MFU" not in out  # nothing pretends to have run
+    assert "(sim/parallel3d.py), as --set:" in out and "--ignore-memory simulates it anyway" in out
+    monkeypatch.setattr(workflow.threed, "simulate_3d_steps", sim.steps3d.simulate_3d_steps)
+    code, out, _ = in_process(capsys, *argv, "--ignore-memory")
+    line = next(line for line in out.splitlines() if line.strip().startswith("memory per GPU"))
+    assert code == 0 and "does NOT fit 79.65 GiB: simulated anyway (--ignore-memory)" in line
+    assert "MFU" in out
+
+
+def sc_sets(argv: tuple) -> list[str]:
+    return [x for x in argv if x != "--set"]
+
+
+def test_what_would_fit_is_typed_as_set_takes_it(capsys):
+    """An alternative of two changes is printed "a=1,b=2" under "as --set:"; `simulate --set`
+    takes it so (sim/patches.py parse_sets), as whatif's --try always did."""
+    sets = ["model.preset=llama3-70b", "training.tp=8", "training.micro_batch_size=4"]
+    two = next(a for a in alternatives(load_scenario("h100-1024", sets, ranks=64)) if len(a.changes) > 1)
+    code, out, err = in_process(capsys, "simulate", "h100-1024", "--ranks", "64", "--steps", "2",
+                                *(x for s in sets for x in ("--set", s)), "--set", two.text, "--json")  # fmt: skip
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["peak_memory_gib"] == pytest.approx(two.total_gib) and s["fits"] is True

@@ -22,12 +22,20 @@ from sim.transformer import backward_ops, flops_per_token, gradient_ready_order,
 PUBLISHED = {"llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496}
 
 
+def test_llama3_405b_is_the_papers_405b():
+    """Table 3's shape with the smaller two's vocabulary and untied embeddings: 405.85B, the
+    paper's "405B", counted by hand as below (and the shape its Table 4 rows run)."""
+    s = model_shape("llama3-405b")
+    assert (s.n_layer, s.n_embd, s.ffn_hidden, s.n_head, s.n_kv_head) == (126, 16384, 53248, 128, 8)
+    assert param_count(s) == 405_853_388_800
+
+
 @pytest.mark.parametrize("preset", PUBLISHED)
 def test_llama3_parameter_counts_are_the_published_ones(preset):
     assert param_count(model_shape(preset)) == PUBLISHED[preset]
 
 
-@pytest.mark.parametrize("preset", PUBLISHED)
+@pytest.mark.parametrize("preset", [*PUBLISHED, "llama3-405b"])
 def test_llama3_count_from_the_shape_by_hand(preset):
     """Embedding and untied output layer, per layer Q and O (d x d), K and V (d x kv), the
     SwiGLU's three d x ffn matrices and two RMSNorm weights, and the final norm."""

@@ -278,3 +278,26 @@ def test_a_slow_loader_and_a_late_host_are_left_out_and_unset(capsys):
     tp = next(r for r in layouts if r["tp"] > 1)
     sets = [x for pair in (("--set", k) for k in ["model.preset=llama3-8b", *tp["sets"]]) for x in pair]
     assert main(["simulate", "straggler-dataloader", "--ranks", "64", *sets, "--json"]) == 0, capsys.readouterr().err
+
+
+def test_pipelines_split_the_layers_evenly_or_as_megatron_counts_embedding_and_loss():
+    """126 layers go into no power-of-two pipeline evenly; Llama 3 405B ran them on 16 stages
+    (and 8 chunks each) with the embedding and the loss counted as layers, as Megatron-Core's
+    account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split do. Until
+    2026-12-07 the plan searched only divisors of the layer count: on 8192 H100s it found 3
+    layouts, all pp 1, and missed the layout Meta published."""
+    from sim.parallel3d import chunk_layers
+    from sim.planner import splits
+
+    assert [c for c in range(1, 130) if splits(126, c)] == [1, 2, 3, 4, 6, 7, 8, 9, 14, 16, 18, 21, 32, 42, 63, 64,
+                                                           126, 128]  # fmt: skip
+    assert [c for c in range(1, 83) if splits(80, c)] == [1, 2, 4, 5, 8, 10, 16, 20, 40, 41, 80, 82]
+    # What simulate runs for such a split: Megatron's, the two end chunks one layer short.
+    assert chunk_layers(126, 16) == [7] + [8] * 14 + [7]
+    assert chunk_layers(126, 128) == [0] + [1] * 126 + [0]  # Llama 3's 16 x 8: end chunks embedding / loss alone
+    assert chunk_layers(80, 16) == [5] * 16  # an even split stays even
+    base = load_scenario("h100-16k", ["model.preset=llama3-405b"])
+    layouts = {(c.tp, c.pp, c.dp, c.schedule, c.virtual) for c in grid(base, 8192, 2048)}
+    assert (8, 16, 64, "1f1b", 1) in layouts and (8, 16, 64, "interleaved", 4) in layouts
+    assert {pp for _, pp, *_ in layouts} == {1, 2, 4, 8, 16, 32, 64}
+    assert all(splits(126, pp * v) for _, pp, _, _, v in layouts)

@@ -98,6 +98,7 @@ def plan_layouts(
             "seconds": took, "assumed": ASSUMED,
             "stragglers": {"named": named, "applied": applied, "dropped": unmodelled},
             "tied_embeddings": base.model.shape.tied_embeddings,
+            "n_layer": base.model.shape.n_layer,
             # The best layout's class in the public record (calibrate/record.py): the table's
             # other layouts share its device and stack, and nearly always its TP/PP/CP class.
             "record": track_record(shown[0][1]),

@@ -286,13 +286,15 @@ def out_of_memory_lines(sc, v: dict) -> list[str]:
     return out
 
 
-def alternatives_lines(alternatives: list[dict], indent: str = "  ") -> list[str]:
+def alternatives_lines(alternatives: list[dict], indent: str = "  ", model: str = "sim/memory.py") -> list[str]:
+    """What would fit (sim/memory_fit.py), each with its peak by ``model``, the memory model that
+    estimated it (a tensor- or pipeline-parallel job's: sim/parallel3d.py)."""
     if not alternatives:
         return [
             f"{indent}what would fit   nothing tried fits: FSDP/HSDP, activation checkpointing, a smaller micro-batch"
         ]
     out = []
-    out.append(f"{indent}what would fit   each with its peak per GPU (sim/memory.py), as --set:")
+    out.append(f"{indent}what would fit   each with its peak per GPU ({model}), as --set:")
     width = max(len(a["set"]) for a in alternatives)
     for a in alternatives:
         out.append(f"{indent}  {a['set']:<{width}}  {a['peak_gib']:6.2f} GiB")
@@ -423,19 +425,20 @@ def _batch(b: dict) -> str:
 
 def run3d_lines(sc, run, s: dict) -> list[str]:
     """One tensor- or pipeline-parallel scale (workflow/threed.py) over its steps: the step, the
-    parts per GPU, memory per stage and what a straggler costs."""
+    parts per GPU, memory per stage and what a straggler costs; where it does not fit (``run``
+    None: not simulated), that there is no step, the memory by stage and what would fit."""
+    out = [_head3d(sc, s["layout"])]
+    by_stage = s["memory_gib_by_stage"]
+    mem = ", ".join(f"{g:.1f}" for g in by_stage[:8]) + (" ..." if len(by_stage) > 8 else "")
+    if run is None:
+        return out + [
+            f"  step time      none: out of memory, {s['peak_gib']:.1f} GiB per GPU on the fullest stage against"
+            f" the device's {s['device_memory_gib']:g} GiB (compute.device_memory_gib); not simulated",
+            f"  memory per GPU {s['peak_gib']:.1f} GiB at most (by stage: {mem})",
+            *alternatives_lines(s["alternatives"], model="sim/parallel3d.py"),
+            "  --ignore-memory simulates it anyway",
+        ]
     lay, first = run.layout, run.first
-    sched = lay.schedule + (f", v={lay.v}" if lay.v > 1 else "")
-    mb = f"{lay.m} micro-batch{'es' * (lay.m != 1)} of {sc.training.micro_batch_size} x {sc.seq_len}"
-    cp = f" x cp {lay.cp}" if lay.cp > 1 else ""
-    mode = sc.training.mode
-    if mode == "hsdp":  # over the data-parallel group (sim/parallel3d.py)
-        groups = lay.dp * lay.cp // sc.dp_shard_size
-        mode += f", shard groups of {sc.dp_shard_size} x {groups} replicas"
-    out = [f"{sc.name}: {sc.model.shape.name}, {sc.ranks} GPUs = tp {lay.tp}{cp} x pp {lay.pp} x dp {lay.dp} "
-           f"({mode}), {mb}, {sched}"]  # fmt: skip
-    if "verdict" in s:
-        out.append(f"  {s['verdict']} (--ignore-memory to simulate anyway)")
     pct = s["step_time_percentiles_s"]
     out.append(f"  step time      {fmt_seconds(s['step_time_s'])} mean over {sc.steps} steps"
                f" (p50 {fmt_seconds(pct['p50'])}, p99 {fmt_seconds(pct['p99'])};"
@@ -484,8 +487,11 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     out.append(f"  per GPU        compute {fmt_seconds(parts['compute_s'])}, bubble {fmt_seconds(parts['bubble_s'])},"
                f" exposed comm {fmt_seconds(parts['exposed_comm_s'])}, straggler wait"
                f" {fmt_seconds(parts['straggler_wait_s'])} (means over GPUs and steps)")  # fmt: skip
-    mem = ", ".join(f"{m.total_gib:.1f}" for m in first.memory[:8]) + (" ..." if len(first.memory) > 8 else "")
-    out.append(f"  memory per GPU {first.peak_memory_gib:.1f} GiB at most (by stage: {mem})")
+    over = ""
+    if s.get("fits") is False:
+        over = f"; does NOT fit {s['device_memory_gib']:g} GiB: simulated anyway (--ignore-memory); a real device"
+        over += " runs out of memory"
+    out.append(f"  memory per GPU {s['peak_memory_gib']:.1f} GiB at most (by stage: {mem}){over}")
     if "memory_tight" in s:
         t = s["memory_tight"]
         out.append(f"                 {tight_note(t['spare_gib'], t['nccl_communicators'])}")
@@ -499,6 +505,20 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     out += train_cost_lines(s)
     out.append(f"  assumed: {threed.ASSUMED}")
     return out
+
+
+def _head3d(sc, lay: dict) -> str:
+    """A 3D scale's first line: the model, the layout (simulate's JSON "layout") and the schedule."""
+    v, m = lay["virtual_stages"], lay["micro_batches"]
+    sched = lay["schedule"] + (f", v={v}" if v > 1 else "")
+    mb = f"{m} micro-batch{'es' * (m != 1)} of {sc.training.micro_batch_size} x {sc.seq_len}"
+    cp = f" x cp {lay['cp']}" if lay["cp"] > 1 else ""
+    mode = sc.training.mode
+    if mode == "hsdp":  # over the data-parallel group (sim/parallel3d.py)
+        groups = lay["dp"] * lay["cp"] // sc.dp_shard_size
+        mode += f", shard groups of {sc.dp_shard_size} x {groups} replicas"
+    return (f"{sc.name}: {sc.model.shape.name}, {sc.ranks} GPUs = tp {lay['tp']}{cp} x pp {lay['pp']} x dp"
+            f" {lay['dp']} ({mode}), {mb}, {sched}")  # fmt: skip
 
 
 def tables3d_line(out_dir, records: bool) -> str:

@@ -197,6 +197,9 @@ def plan_lines(model: str, cluster: str, sets, finalists: int, found: dict) -> l
         zb += "; MFU counts 6N + 12 L d s FLOPs a token (PaLM's, as Llama 3's paper: causal attention counted whole)"
     if found["tied_embeddings"] and any(r["pp"] > 1 for r in rows):
         zb += "; DP exp. with pp > 1: the tied embedding's allreduce between the first and last stages too (Megatron's)"
+    if any(found["n_layer"] % (r["pp"] * r["virtual"]) for r in rows):  # sim/planner.py splits
+        zb += "; where pp x v does not divide the layers, the embedding and loss count as layers in the split"
+        zb += " (Megatron-Core's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split)"
     if any(r["mode"] == "hsdp" for r in rows):
         zb += "; hsdp/S: shard groups of S data-parallel ranks in a node"
     if any(r["tp_overlap"] == "full" for r in rows):

@@ -5,7 +5,7 @@ each with its own draws), its memory per stage, what a straggler costs and which
 records put it in, and with ``out`` the records written (output/export3d.py).
 
     for sc, run, summary in simulate(scenarios):
-        print(summary["step_time_s"], summary.get("verdict", "fits"))
+        print(summary["step_time_s"] if run else summary["peak_gib"])  # run None: out of memory
 """
 
 import dataclasses
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from calibrate.record import track_record
 from output.export3d import write_run3d, write_summaries_3d
-from sim.memory_fit import Fit, communicators
+from sim.memory_fit import Fit, fit, verdict
+from sim.parallel3d import layout, layout_keys, memory_by_stage, step_costs
 from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
 from workflow import train_cost
 
@@ -42,6 +43,22 @@ def run(sc, *, records: bool = False, progress: Callable | None = None) -> tuple
     return r, s
 
 
+def out_of_memory(sc, f: Fit) -> dict:
+    """What is reported in place of a summary for a job that does not fit: who it is, its layout,
+    sim/memory_fit.py's verdict with what would fit, and the memory of each stage."""
+    lay = layout(sc)
+    return {
+        "scenario": sc.name,
+        "model": sc.model.shape.name,
+        "ranks": sc.ranks,
+        "mode": _mode(sc),
+        "steps": sc.steps,
+        "seed": sc.seed,
+        "layout": layout_keys(lay),
+        "memory_gib_by_stage": [round(m.total_gib, 3) for m in memory_by_stage(sc, lay, step_costs(sc, lay))],
+    } | verdict(sc, f)
+
+
 def _mode(sc) -> str:
     t = sc.training
     dp = f" dp{sc.dp}" if t.mode[-1].isdigit() else sc.dp  # "zero164" would read as one number
@@ -60,8 +77,10 @@ def simulate(
     calibrated: bool = False,
     to_train: tuple = (None, None),
 ) -> Iterator[tuple[object, Run3D, dict]]:
-    """(scenario, run, summary) for each scenario, one at a time; a step that does not fit the
-    GPU's memory has ``summary["verdict"]`` (unless ``ignore_memory``). With ``out`` (claimed:
+    """(scenario, run, summary) for each scenario, one at a time. A job whose fullest stage does
+    not fit the GPU's memory is not simulated (unless ``ignore_memory``), as `simulate` refuses a
+    DDP one: its run is None and its summary sim/memory_fit.py's verdict, what would fit and the
+    memory by stage (``out_of_memory``). With ``out`` (claimed:
     workflow/simulation.py claim_out) each scale that fits is written as it ends, and the
     summaries at the end. ``progress(sc)``: a step progress callback with close(), per scale.
     Unless ``calibrated`` (a calib.json set the compute), ``summary["record"]`` is what the
@@ -69,23 +88,26 @@ def simulate(
     `--tokens` and `--usd-per-gpu-hour` give them, for ``summary["to_train"]`` (workflow/train_cost.py)."""
     written = []
     for sc in scenarios:
+        f = fit(sc)  # the fullest stage's peak (sim/parallel3d.py memory_by_stage), before any step
+        if not (ignore_memory or f.fits):
+            yield sc, None, out_of_memory(sc, f)
+            continue
         bar = progress(sc) if progress else None
         try:
             r, s = run(sc, records=records, progress=bar)
         finally:
             if bar is not None:
                 bar.close()
-        fit = Fit(r.first.peak_memory_gib, sc.compute.device_memory_gib, False, communicators(sc))
-        if not (ignore_memory or fit.fits):
-            s["verdict"] = f"out of memory: {fit.total_gib:.1f} GiB per GPU > {fit.device_gib:g} GiB"
-        if fit.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
-            s["memory_tight"] = {"spare_gib": fit.spare_gib, "nccl_communicators": fit.communicators}
+        if f.checked:
+            s |= {"device_memory_gib": f.device_gib, "fits": f.fits}  # not fitting: --ignore-memory
+        if f.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
+            s["memory_tight"] = {"spare_gib": f.spare_gib, "nccl_communicators": f.communicators}
         record = None if calibrated else track_record(sc, step_s=s["step_time_s"])
         if record is not None:
             s["record"] = record
-        if "verdict" not in s and to_train[0] is not None:
+        if to_train[0] is not None:
             s["to_train"] = train_cost.cost(sc, s["tokens_per_s"], *to_train)
-        if "verdict" not in s and out is not None:
+        if out is not None:
             write_run3d(r, out)
             written.append(s)
         yield sc, r, s
