@@ -14,7 +14,7 @@ from pathlib import Path
 
 from calibrate.record import track_record
 from output.export3d import write_run3d, write_summaries_3d
-from sim.memory_fit import Fit, fit, verdict
+from sim.memory_fit import Fit, communicators, verdict
 from sim.parallel3d import layout, layout_keys, memory_by_stage, step_costs
 from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
 from workflow import train_cost
@@ -43,10 +43,18 @@ def run(sc, *, records: bool = False, progress: Callable | None = None) -> tuple
     return r, s
 
 
-def out_of_memory(sc, f: Fit) -> dict:
+def memory(sc) -> tuple[Fit, list[float]]:
+    """The fullest stage's peak against the device, and each stage's (sim/parallel3d.py
+    memory_by_stage), before any step: always the estimate, as a calibration's measured peak is
+    of the job it measured, not of this layout."""
+    lay = layout(sc)
+    by_stage = [float(m.total_gib) for m in memory_by_stage(sc, lay, step_costs(sc, lay))]
+    return Fit(max(by_stage), sc.compute.device_memory_gib, False, communicators(sc)), by_stage
+
+
+def out_of_memory(sc, f: Fit, by_stage: list[float]) -> dict:
     """What is reported in place of a summary for a job that does not fit: who it is, its layout,
     sim/memory_fit.py's verdict with what would fit, and the memory of each stage."""
-    lay = layout(sc)
     return {
         "scenario": sc.name,
         "model": sc.model.shape.name,
@@ -54,8 +62,8 @@ def out_of_memory(sc, f: Fit) -> dict:
         "mode": _mode(sc),
         "steps": sc.steps,
         "seed": sc.seed,
-        "layout": layout_keys(lay),
-        "memory_gib_by_stage": [round(m.total_gib, 3) for m in memory_by_stage(sc, lay, step_costs(sc, lay))],
+        "layout": layout_keys(layout(sc)),
+        "memory_gib_by_stage": [round(g, 3) for g in by_stage],
     } | verdict(sc, f)
 
 
@@ -88,9 +96,9 @@ def simulate(
     `--tokens` and `--usd-per-gpu-hour` give them, for ``summary["to_train"]`` (workflow/train_cost.py)."""
     written = []
     for sc in scenarios:
-        f = fit(sc)  # the fullest stage's peak (sim/parallel3d.py memory_by_stage), before any step
+        f, by_stage = memory(sc)
         if not (ignore_memory or f.fits):
-            yield sc, None, out_of_memory(sc, f)
+            yield sc, None, out_of_memory(sc, f, by_stage)
             continue
         bar = progress(sc) if progress else None
         try:
