@@ -265,7 +265,7 @@ def _h100_ring_fit(size: int) -> str:
         return ""
     if size <= 4 * MIB:
         return "network.latency_ll128_us (h100-1024: this run's 2-4 MiB)"
-    return "network.latency_simple_us (this run's 8 MiB-8 GiB); intra_efficiency (nccl-tests #212's 370 GB/s)"
+    return f"network.latency_simple_us (h100-1024: this run's 8 MiB-8 GiB); {H100_RING_RATE}"
 
 
 # A constant set from a source's statement of a quantity makes every row that measures that
@@ -299,7 +299,7 @@ def _mi300x_blog_fit(size: int) -> str:
     if KIB <= size <= 128 * KIB:
         return "network.latency_ll_us (mi300x-1024: this run's 1-128 KiB)"
     if size >= 16 * MIB:
-        return "network.latency_simple_us (this run's 16 MiB-16 GiB); intra_efficiency (the same blog's 48 of 64 GB/s)"
+        return f"network.latency_simple_us (mi300x-1024: this run's 16 MiB-16 GiB); {MI300X_RING_RATE}"
     if 512 * KIB <= size <= 8 * MIB:
         return "network.msccl_gb_s, msccl_latency_us (mi300x-1024: this run's 512 KiB-8 MiB)"
     return ""
