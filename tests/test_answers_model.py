@@ -362,3 +362,16 @@ def test_a_calibration_of_a_preset_holds_for_its_shape_written_out():
     assert same_as_preset(written, "llama3-8b")
     assert not same_as_preset(ModelConfig(preset="llama3-8b", n_layer=30).shape, "llama3-8b")
     assert not same_as_preset(written, "no-such-preset")
+
+
+def test_the_scenario_reference_lists_every_model_preset():
+    """scenarios/README.md's `model.preset` row names each models.toml entry, no more, no fewer
+    (llama-mini was missing until 2026-12-07)."""
+    import re
+
+    from scenarios import load_models
+
+    row = next(x for x in (ROOT / "scenarios" / "README.md").read_text().splitlines() if x.startswith("| `preset`"))
+    listed = [x for x in re.findall(r"`([a-z0-9.\-]+)`", row.split("|")[3]) if not x.endswith(".toml")]
+    assert listed[-1] == "gpt2-760m"  # the default named after the list
+    assert listed[:-1] == list(load_models())
