@@ -240,6 +240,9 @@ def launch_text(n_nodes: int, master: str, host: str, iface: str | None, command
     if not iface:
         out.append("# No --iface: auto-detection chooses each node's NIC; `ddplab doctor --master")
         out.append(f"# {master}` on each node checks that choice and prints its exact line.")
+    elif n_nodes > 1:  # interface names differ between systems: a Mac's en0, a Linux box's eth0 or enp*
+        out.append(f"# --iface {iface} on every node; a node whose interface has another name (a Mac's en0)")
+        out.append(f"# takes its own line from `ddplab doctor --master {master}` run there.")
     if any("<node " in c for c in commands):
         out.append("# Replace <node i address> with that machine's address on the shared network.")
     for i, c in enumerate(commands):

@@ -49,6 +49,19 @@ def test_a_loopback_master_says_every_node_is_on_this_machine(host, nodes_, said
     ) is said
 
 
+@pytest.mark.parametrize(("iface", "n", "says"), [("eth0", 2, "iface"), (None, 2, "auto"), ("eth0", 1, "")])
+def test_the_text_says_how_each_node_gets_its_interface(iface, n, says):
+    """--iface puts one name in every node's line; the seed's pair (a Linux box and a Mac) names
+    its interfaces differently (eth0 or enp*, en0), so the text says where such a node's own line
+    comes from. Without --iface, auto-detection, which doctor checks."""
+    text = "\n".join(nodes.launch_text(n, "10.0.0.1:29500", "10.0.0.1", iface, ["x"] * n, None))
+    assert ("# --iface eth0 on every node; a node whose interface has another name (a Mac's en0)" in text) is (
+        says == "iface"
+    )
+    assert ("# No --iface: auto-detection chooses each node's NIC" in text) is (says == "auto")
+    assert ("`ddplab doctor --master" in text) is bool(says)
+
+
 def test_slurm_script_is_valid_bash_with_the_lines_a_cluster_needs(tmp_path):
     text = nodes.slurm_script(4, 8, 29500, "ib0", ["train", "--out", "runs/a b"], "gpt", "02:00:00")
     for line in (
