@@ -89,7 +89,8 @@ def format_report(d: dict) -> list[str]:
     out.append("")
     if r["dev"] or r["src"]:
         via = f" via {r['gateway']}" if r["gateway"] else ""
-        out.append(f"route to {m['address']}: dev {r['dev'] or '?'}, src {r['src']}{via} ({r['type']})")
+        kind = f" ({r['type']})" if r["type"] else ""  # None without iproute2
+        out.append(f"route to {m['address']}: dev {r['dev'] or '?'}, src {r['src']}{via}{kind}")
     elif m["address"]:
         out.append(f"route to {m['address']}: none ({r['error']})")
     role = " (the rendezvous host)" if m["local"] else ""

@@ -1,16 +1,18 @@
 """hostfacts: read what this machine's network looks like, and judge nothing.
 
 Everything the doctor needs from the machine (or network namespace) it runs in:
-interfaces from ``ip -j`` and /sys, the route to the master, what names resolve to,
-which addresses bind, whether the master's port answers, and the environment. It
-all comes back as plain values in one ``Facts``; the interface rows are already the
-doctor's JSON rows. stdlib only. The rules that judge these facts are in
+interfaces from ``ip -j`` and /sys (without iproute2, as on macOS, from ``ifconfig -a``), the
+route to the master (without iproute2: the kernel's source address for it and the interface
+that holds it), what names resolve to, which addresses bind, whether the master's port
+answers, and the environment. It all comes back as plain values in one ``Facts``; the
+interface rows are already the doctor's JSON rows. stdlib only. The rules that judge these facts are in
 realrun/netrules.py and realrun/findings.py.
 """
 
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -96,6 +98,8 @@ def kind_of(name: str, info_kind: str | None, sys_type: int | None, flags=()) ->
     d = SYS_NET / name
     if sys_type == 772 or "LOOPBACK" in flags or name == "lo":
         return "loopback"
+    if "POINTOPOINT" in flags and info_kind is None and sys_type is None:  # ifconfig's view: macOS's utun*
+        return "tunnel/VPN"
     if sys_type == 32 or info_kind == "ipoib":
         return "InfiniBand"
     if (d / "wireless").exists() or (d / "phy80211").exists():
@@ -136,7 +140,11 @@ def interfaces() -> tuple[list[dict], str | None]:
                 ],
             }
         )
-    if err and not out:  # no iproute2 (e.g. macOS): names only
+    if err and not out:  # no iproute2 (e.g. macOS): ifconfig's view, else names only
+        found, why = _ifconfig()
+        if found:
+            return found, None
+        err = f"{err}; {why}"
         out = [
             {
                 "name": n,
@@ -151,6 +159,59 @@ def interfaces() -> tuple[list[dict], str | None]:
             for i, n in socket.if_nameindex()
         ]
     return out, err
+
+
+def _ifconfig() -> tuple[list[dict], str | None]:
+    """interfaces()'s rows from `ifconfig -a` where iproute2 is absent (macOS and the BSDs, where
+    ifconfig is always there; Linux's net-tools prints the same shape); ([], why) without it."""
+    exe = shutil.which("ifconfig")
+    if not exe:
+        return [], "no ifconfig either"
+    p = subprocess.run([exe, "-a"], capture_output=True, text=True)
+    rows = parse_ifconfig(p.stdout) if p.returncode == 0 else []
+    return rows, None if rows else f"`ifconfig -a` gave no interface ({(p.stderr.strip() or 'no output')[:80]})"
+
+
+_IF_HEADER = re.compile(r"^(\S+?):? flags=\d+<([^>]*)>.*?\bmtu (\d+)")
+_IF_INET = re.compile(r"^\s+inet (\S+)\s+netmask (\S+)")
+_IF_INET6 = re.compile(r"^\s+inet6 (\S+)\s+prefixlen (\d+)")
+_IF_STATUS = re.compile(r"^\s+status: (\w+)")
+
+
+def parse_ifconfig(text: str) -> list[dict]:
+    """`ifconfig -a` as interfaces()'s rows: each block's header `NAME: flags=N<FLAGS> mtu M`, its
+    `inet ADDR netmask MASK` (dotted, or macOS's hex 0xffffff00) and `inet6 ADDR[%scope]
+    prefixlen N` lines, and macOS's `status: active|inactive`. Up is UP and RUNNING (or active);
+    no speed is read."""
+    rows, flags, status = [], (), None
+
+    def close():
+        if rows:
+            up = "UP" in flags and status != "inactive"
+            rows[-1]["state"] = "UP" if up and ("RUNNING" in flags or status == "active") else "DOWN"
+
+    for line in text.splitlines():
+        if m := _IF_HEADER.match(line):
+            close()
+            name, flags, status = m[1], tuple(m[2].split(",")), None
+            try:
+                index = socket.if_nametoindex(name)
+            except OSError:
+                index = None
+            sys_type = _int(_read(SYS_NET / name / "type"))
+            rows.append({"name": name, "index": index, "kind": kind_of(name, None, sys_type, flags), "info_kind": None,
+                         "state": None, "mtu": int(m[3]), "speed_mbit_s": None, "addresses": []})  # fmt: skip
+        elif rows and (m := _IF_INET.match(line)):
+            mask = m[2]
+            bits = int(mask, 16) if mask.startswith("0x") else int.from_bytes(socket.inet_aton(mask), "big")
+            rows[-1]["addresses"].append({"address": m[1], "prefixlen": bin(bits).count("1"), "family": "inet"})
+        elif rows and (m := _IF_INET6.match(line)):
+            address = m[1].split("%")[0]
+            rows[-1]["addresses"].append({"address": address, "prefixlen": int(m[2]), "family": "inet6"})
+        elif rows and (m := _IF_STATUS.match(line)):
+            status = m[1]
+    close()
+    return rows
 
 
 def _bindable(family, sockaddr) -> bool:
@@ -250,6 +311,9 @@ def gather(master_host: str, port: int, connect_timeout_s: float, env=None) -> F
     address = addrs[0] if addrs else None
     route = route_to(address) if address else {"dev": None, "src": None, "gateway": None, "type": None}
     route.setdefault("error", None)
+    if route["dev"] is None and route["src"]:  # no iproute2: the interface that holds the source address
+        owners = (i["name"] for i in ifaces for a in i["addresses"] if a["address"] == route["src"])
+        route["dev"] = next(owners, None)
     name = socket.gethostname()
     name_addrs = resolve_ipv4(name)
     master_tcp, name_tcp = torchrun_lookups(master_host, name)

@@ -98,6 +98,85 @@ def test_gather_reads_this_machine():
     assert hostfacts.connect(None, port, 1.0) == PortProbe("unresolved", None, None)
 
 
+HAVE_IFCONFIG = shutil.which("ifconfig") is not None
+
+# `ifconfig -a` as macOS prints it (its shape on Sonoma: a tab before each detail line, hex
+# netmasks, scoped link-local addresses, a status line); the addresses are documentation ones.
+MACOS_IFCONFIG = """lo0: flags=8049<UP,LOOPBACK,RUNNING,MULTICAST> mtu 16384
+\toptions=1203<RXCSUM,TXCSUM,TXSTATUS,SW_TIMESTAMP>
+\tinet 127.0.0.1 netmask 0xff000000
+\tinet6 ::1 prefixlen 128
+\tinet6 fe80::1%lo0 prefixlen 64 scopeid 0x1
+\tnd6 options=201<PERFORMNUD,DAD>
+en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
+\toptions=6460<TSO4,TSO6,CHANNEL_IO,PARTIAL_CSUM,ZEROINVERT_CSUM>
+\tether 3c:22:fb:00:00:01
+\tinet6 fe80::14c3:9a2e:1b7f:6d10%en0 prefixlen 64 secured scopeid 0xb
+\tinet 192.168.1.23 netmask 0xffffff00 broadcast 192.168.1.255
+\tnd6 options=201<PERFORMNUD,DAD>
+\tmedia: autoselect
+\tstatus: active
+en1: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
+\tether 36:00:00:00:00:02
+\tmedia: autoselect <full-duplex>
+\tstatus: inactive
+utun0: flags=8051<UP,POINTOPOINT,RUNNING,MULTICAST> mtu 1380
+\tinet6 fe80::ce81:b1c:bd2c:69e%utun0 prefixlen 64 scopeid 0xf
+\tnd6 options=201<PERFORMNUD,DAD>
+"""
+
+
+def test_ifconfig_as_macos_prints_it():
+    """The seed's second machine is a Mac: no iproute2, so the doctor reads `ifconfig -a`."""
+    rows = {r["name"]: r for r in hostfacts.parse_ifconfig(MACOS_IFCONFIG)}
+    assert list(rows) == ["lo0", "en0", "en1", "utun0"]
+    assert [rows[n]["kind"] for n in rows] == ["loopback", "other", "other", "tunnel/VPN"]
+    assert [rows[n]["state"] for n in rows] == ["UP", "UP", "DOWN", "UP"]  # en1: up but inactive
+    assert [rows[n]["mtu"] for n in rows] == [16384, 1500, 1500, 1380]
+    assert rows["en0"]["addresses"] == [
+        {"address": "fe80::14c3:9a2e:1b7f:6d10", "prefixlen": 64, "family": "inet6"},
+        {"address": "192.168.1.23", "prefixlen": 24, "family": "inet"},
+    ]
+    assert rows["lo0"]["addresses"][0] == {"address": "127.0.0.1", "prefixlen": 8, "family": "inet"}
+    assert rows["en1"]["addresses"] == []
+
+
+@pytest.mark.skipif(not (HAVE_IP and HAVE_IFCONFIG), reason="compares iproute2's view with ifconfig's: needs both")
+def test_ifconfig_reads_what_iproute2_reads_here():
+    """This machine's real `ifconfig -a` (net-tools prints the BSD shape) gives every interface
+    iproute2 lists, with the same MTU, up/down and addresses."""
+    ip_rows, err = hostfacts.interfaces()
+    assert err is None
+    out = subprocess.run(["ifconfig", "-a"], capture_output=True, text=True, check=True).stdout
+    by_ifconfig = {r["name"]: r for r in hostfacts.parse_ifconfig(out)}
+    assert set(by_ifconfig) == {r["name"] for r in ip_rows}
+    for r in ip_rows:
+        mine = by_ifconfig[r["name"]]
+        assert mine["mtu"] == r["mtu"] and mine["index"] == r["index"]
+        assert (mine["state"] == "UP") is (r["state"] in ("UP", "UNKNOWN")), r["name"]  # lo: UNKNOWN to ip
+        assert sorted(map(str, mine["addresses"])) == sorted(map(str, r["addresses"])), r["name"]
+
+
+@pytest.mark.skipif(not (HAVE_IP and HAVE_IFCONFIG), reason="runs the doctor with and without iproute2: needs both")
+def test_without_iproute2_the_doctor_finds_the_same_route_and_picks(tmp_path):
+    """`ip` hidden from PATH, ifconfig left: the route's interface (from the kernel's source
+    address), the node's interface, gloo's and NCCL's picks and the problems are iproute2's."""
+    (tmp_path / "ifconfig").symlink_to(shutil.which("ifconfig"))
+    argv = [sys.executable, "-m", "ddplab", "doctor", "--master", f"192.0.2.77:{free_port()}", "--json"]
+    argv += ["--timeout-s", "0.5"]
+    runs = []
+    for path in (os.environ["PATH"], str(tmp_path)):
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PATH": path})
+        assert p.returncode in (0, 1), p.stderr
+        runs.append(json.loads(p.stdout))
+    with_ip, without = runs
+    assert without["route"]["dev"] == with_ip["route"]["dev"] and without["route"]["src"] == with_ip["route"]["src"]
+    assert without["node"] == with_ip["node"]
+    for lib in ("gloo", "nccl"):
+        assert without[lib]["interface"] == with_ip[lib]["interface"], lib
+    assert without["problems"] == with_ip["problems"]
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [
