@@ -11,7 +11,7 @@ from workflow import train_cost
 DASHBOARD = "127.0.0.1:8787"
 
 
-def sets(p, help: str = "override a scenario key (none: unset an optional one)") -> None:
+def sets(p, help: str = "override a scenario key (none: unset an optional one); a=1,b=2 sets two") -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 

@@ -30,10 +30,13 @@ from conftest import ROOT, in_process
          "--stall-mean-min 3: only with --stalls-per-day > 0 (it shapes the stalls)"),
         (["collective", "h100-1024", "--ranks", "16", "--set", "training.bucket_cap_mb=5"],
          "--set training.bucket_cap_mb: a collective is timed from network keys and ranks alone"),
+        # Two keys in one --set (sim/patches.py parse_sets): the second is checked too.
+        (["collective", "h100-1024", "--ranks", "16", "--set", "network.intra_efficiency=0.5,noise.sigma=0.1"],
+         "--set noise.sigma: a collective is timed from network keys and ranks alone"),
     ],
     ids=["force", "calib-network", "calib-mode", "horizon", "restart-min", "whatif-horizon", "whatif-calib-mode",
          "timeout", "stall-mean",
-         "collective-set"],
+         "collective-set", "collective-set-two"],
 )  # fmt: skip
 def test_an_option_that_changes_nothing_is_refused(capsys, argv, line):
     steps = ["--steps", "3"] if argv[0] in ("simulate", "whatif") else []

@@ -301,3 +301,21 @@ def test_pipelines_split_the_layers_evenly_or_as_megatron_counts_embedding_and_l
     assert (8, 16, 64, "1f1b", 1) in layouts and (8, 16, 64, "interleaved", 4) in layouts
     assert {pp for _, pp, *_ in layouts} == {1, 2, 4, 8, 16, 32, 64}
     assert all(splits(126, pp * v) for _, pp, _, _, v in layouts)
+
+
+def test_several_assignments_in_one_set_are_keys_each(capsys):
+    """`--set a=1,b=2` is two keys to plan as to simulate (sim/patches.py parse_sets): each is
+    checked (FP8 all-gather refused from inside such a text) and printed as its own --set in the
+    best layout's command, which simulate runs. Until 2026-12-08 plan paired the texts with the
+    keys they parse to, and such a text stopped it with a Python error."""
+    from ddplab.cli import main
+
+    argv = ["plan", "llama3-8b", "h100-1024", "--gpus", "64", "--top", "1"]
+    assert main([*argv, "--set", "training.precision=bf16,noise.sigma=0.01"]) == 0
+    best = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  best: "))
+    assert " --set training.precision=bf16 --set noise.sigma=0.01 " in best
+    assert main(best.removeprefix("  best: ddplab ").split() + ["--steps", "2"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--set", "noise.sigma=0.01,training.fp8_all_gather=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "training.fp8_all_gather" in err

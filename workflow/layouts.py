@@ -13,14 +13,15 @@ from calibrate.record import track_record
 from sim.config import tp_overlap_level
 from sim.memory_fit import Fit, communicators
 from sim.parallel3d import ASSUMED
-from sim.patches import Patch, parse_sets, value_text
+from sim.patches import Patch, parse_sets, split_assignments, value_text
 from sim.planner import grid, kept_stragglers, mode_resets, plan, scenario_for
 from sim.scenario_file import resolve
 
 
 def scenario_sets(model: str, sets=(), seq_len: int | None = None) -> list[str]:
     """The ``--set`` keys of the planned scenario as `ddplab plan` prints them for `simulate`: the
-    model, the user's keys, the sequence length (0: the model's context)."""
+    model, the user's keys (one assignment each, as plan_layouts returns them in "sets"), the
+    sequence length (0: the model's context)."""
     return [f"model.preset={model}", *sets, f"training.seq_len={seq_len or 0}"]
 
 
@@ -53,6 +54,7 @@ def plan_layouts(
     a sweep engine (workflow/sweep_engines.py) to run the search's tasks on, entered once the
     inputs are checked (a bad one starts no worker), ``started(engine)`` called once it is up;
     None: here, one after another."""
+    sets = [piece for text in sets for piece in split_assignments(text)]  # one assignment each, as parsed
     parsed = parse_sets(sets)
     fp8_gather = [x for x, p in zip(sets, parsed, strict=True) if p.key == "training.fp8_all_gather"]
     if fp8_gather:  # modelled for FSDP alone (sim/config.py), where the search tries every mode and layout
