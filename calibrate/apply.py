@@ -387,10 +387,11 @@ def _apply_hook_casts(sc, calib: Calibration, put) -> None:
 
 
 def _apply_memory(sc, calib: Calibration, put) -> None:
-    """The measured peak of a DDP step, at this scenario's tokens (same model and sequence)."""
+    """The measured peak of a DDP step, at this scenario's tokens (same model and sequence); not
+    for a tensor- or pipeline-parallel one, whose stages hold other things (sim/parallel3d.py)."""
     c, memory = calib.compute, calib.compute.memory
     same = same_as_preset(sc.model.shape, c.model)
-    if memory is None or not same or c.seq_len != sc.seq_len or sc.training.mode != "ddp":
+    if memory is None or not same or c.seq_len != sc.seq_len or sc.training.mode != "ddp" or sc.parallel3d:
         return
     tokens = sc.training.micro_batch_size * sc.seq_len
     ddp = memory.ddp_peak_bytes

@@ -45,7 +45,7 @@ def _simulate(args):
         if moved is not None:
             say(f"--force: moved the earlier run in {args.out} to {moved}")
     if is_3d:
-        return _simulate_3d(args, scenarios, sweep, calibrated=provenance is not None, to_train=(tokens, price))
+        return _simulate_3d(args, scenarios, sweep, provenance=provenance, to_train=(tokens, price))
     summaries = simulation.simulate_scales(
         scenarios, provenance, engine=args.engine, records=args.records, out=args.out, sweep=sweep,
         horizon_h=horizon_h, tokens=tokens, price=price, ignore_memory=args.ignore_memory,
@@ -65,12 +65,12 @@ def step_progress(sc) -> StepProgress:
     return StepProgress(f"simulating {sc.ranks} ranks")
 
 
-def _simulate_3d(args, scenarios, sweep: bool, *, calibrated: bool, to_train: tuple) -> list[dict]:
+def _simulate_3d(args, scenarios, sweep: bool, *, provenance, to_train: tuple) -> list[dict]:
     """A tensor- or pipeline-parallel scenario: each scale as workflow/threed.py simulates it
     over its steps, printed as it ends, and with --out the records written."""
     runs = threed.simulate(
         scenarios, ignore_memory=args.ignore_memory, records=args.records, out=args.out, sweep=sweep,
-        progress=step_progress, calibrated=calibrated, to_train=to_train,
+        progress=step_progress, provenance=provenance, to_train=to_train,
     )  # fmt: skip
     out = []
     for sc, run, s in runs:

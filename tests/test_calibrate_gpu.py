@@ -103,6 +103,25 @@ def test_h100_cluster_takes_the_h200s_compute_memory_and_jitter(h200, ddplab):
     assert s["compute_s"] == pytest.approx(p["compute.step_compute_s"]["value"], rel=0.01)
 
 
+def test_a_tensor_parallel_job_says_what_the_calibration_set_and_takes_no_ddp_peak(h200, ddplab):
+    """With tp > 1 the step runs sim/parallel3d.py: its output and JSON now name the calibration
+    and each parameter's source, as a DDP run's do (they said nothing until 2026-12-08), and the
+    measured peak of a DDP step, which holds what a TP stage does not, is not carried."""
+    path, _ = h200
+    argv = ["simulate", "h100-1024", "--calib", str(path), "--ranks", "64", "--steps", "3", "--set", "training.tp=2"]
+    argv += ["--set", "compute.step_compute_s=none"]  # a fixed step time would replace the roofline TP needs
+    code, out, err = ddplab(*argv, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["calibration"]["mode"] == "device" and s["layout"]["tp"] == 2
+    p = _params(s)
+    assert "compute.memory_peak_gib" not in p
+    assert p["noise.sigma"]["source"].startswith(f"measured on NVIDIA H200, 1 GPU: {path}")
+    code, text, _ = ddplab(*argv)
+    assert code == 0 and f"  parameters       calibration {path} applied in mode 'device'" in text
+    assert "public record" not in text  # the compute is the user's measurement, not the presets'
+
+
 def test_a_smaller_micro_batch_moves_along_the_measured_slopes(h200, ddplab):
     path, c = h200
     code, out, err = ddplab(

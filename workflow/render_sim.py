@@ -109,12 +109,11 @@ def record_lines(record: dict | None, indent: str = "  ", step_range: bool = Tru
     )
 
 
-def parameters_lines(summary: Summary) -> list[str]:
+def parameters_lines(cal: dict, parameters: list[dict]) -> list[str]:
     """The calibration applied and where each parameter came from (calibrate/apply.py)."""
     out = []
-    cal = summary.calibration
     out.append(f"  parameters       calibration {cal['file']} applied in mode {cal['mode']!r} ({cal['why']}):")
-    for p in summary.parameters:
+    for p in parameters:
         value = p["value"]
         shown = f"{value:.4g}" if isinstance(value, float) else str(value or '""')
         out.append(f"    {p['key']:<28} {shown:>12}  {p['source']}")
@@ -382,7 +381,7 @@ def simulate_lines(
             out += episodes_lines(summaries[0].episodes)
         out += train_cost_lines(summaries[0])
     if provenance:
-        out += parameters_lines(summaries[0])
+        out += parameters_lines(summaries[0].calibration, summaries[0].parameters)
     if out_dir and simulated:
         plots = ", scaling.png and scaling.csv" if sweep else " and breakdown.png"
         tables = "records, per-step and per-rank tables" if records else "per-step and per-rank tables"
@@ -504,6 +503,8 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
                    f"charged to stage {c['stage']} (pipeline {c['replica']}: its compute grew most)")  # fmt: skip
     out += train_cost_lines(s)
     out.append(f"  assumed: {threed.ASSUMED}")
+    if "calibration" in s:
+        out += parameters_lines(s["calibration"], s["parameters"])
     return out
 
 

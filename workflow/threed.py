@@ -82,7 +82,7 @@ def simulate(
     out: Path | None = None,
     sweep: bool = False,
     progress: Callable | None = None,
-    calibrated: bool = False,
+    provenance: list[dict] | None = None,
     to_train: tuple = (None, None),
 ) -> Iterator[tuple[object, Run3D, dict]]:
     """(scenario, run, summary) for each scenario, one at a time. A job whose fullest stage does
@@ -91,11 +91,13 @@ def simulate(
     memory by stage (``out_of_memory``). With ``out`` (claimed:
     workflow/simulation.py claim_out) each scale that fits is written as it ends, and the
     summaries at the end. ``progress(sc)``: a step progress callback with close(), per scale.
-    Unless ``calibrated`` (a calib.json set the compute), ``summary["record"]`` is what the
+    With ``provenance`` (a calib.json laid on each scale: workflow/simulation.py build_scenarios),
+    each summary carries its "calibration" and "parameters", as a DDP one does; without it,
+    ``summary["record"]`` is what the
     public record says of jobs like it (calibrate/record.py). ``to_train``: (tokens, price) as
     `--tokens` and `--usd-per-gpu-hour` give them, for ``summary["to_train"]`` (workflow/train_cost.py)."""
     written = []
-    for sc in scenarios:
+    for i, sc in enumerate(scenarios):
         f, by_stage = memory(sc)
         if not (ignore_memory or f.fits):
             yield sc, None, out_of_memory(sc, f, by_stage)
@@ -110,8 +112,9 @@ def simulate(
             s |= {"device_memory_gib": f.device_gib, "fits": f.fits}  # not fitting: --ignore-memory
         if f.tight:  # fits with less spare than NCCL's own buffers take (sim/memory_fit.py)
             s["memory_tight"] = {"spare_gib": f.spare_gib, "nccl_communicators": f.communicators}
-        record = None if calibrated else track_record(sc, step_s=s["step_time_s"])
-        if record is not None:
+        if provenance:  # a calibration's compute is the user's own measurement, not the presets' the record judges
+            s |= {k: provenance[i][k] for k in ("calibration", "parameters")}
+        elif (record := track_record(sc, step_s=s["step_time_s"])) is not None:
             s["record"] = record
         if to_train[0] is not None:
             s["to_train"] = train_cost.cost(sc, s["tokens_per_s"], *to_train)
