@@ -5,8 +5,8 @@ interfaces from ``ip -j`` and /sys (without iproute2, as on macOS, from ``ifconf
 route to the master (without iproute2: the kernel's source address for it and the interface
 that holds it), what names resolve to, which addresses bind, whether the master's port
 answers, and the environment. It all comes back as plain values in one ``Facts``; the
-interface rows are already the doctor's JSON rows. stdlib only. The rules that judge these facts are in
-realrun/netrules.py and realrun/findings.py.
+interface rows are already the doctor's JSON rows. stdlib only. The rules that judge these
+facts are in realrun/netrules.py and realrun/findings.py.
 """
 
 import errno

@@ -88,14 +88,14 @@ def simulate(
     """(scenario, run, summary) for each scenario, one at a time. A job whose fullest stage does
     not fit the GPU's memory is not simulated (unless ``ignore_memory``), as `simulate` refuses a
     DDP one: its run is None and its summary sim/memory_fit.py's verdict, what would fit and the
-    memory by stage (``out_of_memory``). With ``out`` (claimed:
-    workflow/simulation.py claim_out) each scale that fits is written as it ends, and the
-    summaries at the end. ``progress(sc)``: a step progress callback with close(), per scale.
-    With ``provenance`` (a calib.json laid on each scale: workflow/simulation.py build_scenarios),
-    each summary carries its "calibration" and "parameters", as a DDP one does; without it,
-    ``summary["record"]`` is what the
-    public record says of jobs like it (calibrate/record.py). ``to_train``: (tokens, price) as
-    `--tokens` and `--usd-per-gpu-hour` give them, for ``summary["to_train"]`` (workflow/train_cost.py)."""
+    memory by stage (``out_of_memory``). With ``out`` (claimed: workflow/simulation.py
+    claim_out) each scale that fits is written as it ends, and the summaries at the end.
+    ``progress(sc)``: a step progress callback with close(), per scale. With ``provenance`` (a
+    calib.json laid on each scale: workflow/simulation.py build_scenarios) each summary carries
+    its "calibration" and "parameters", as a DDP one does; without it, ``summary["record"]`` is
+    what the public record says of jobs like it (calibrate/record.py). ``to_train``: (tokens,
+    price) as `--tokens` and `--usd-per-gpu-hour` give them, for ``summary["to_train"]``
+    (workflow/train_cost.py)."""
     written = []
     for i, sc in enumerate(scenarios):
         f, by_stage = memory(sc)
