@@ -126,9 +126,15 @@ def _estimated_total(sc: Scenario) -> float:
     """The peak per GPU with the CUDA context: sim/memory.py's, or a 3D job's fullest stage (the
     model that simulates it: sim/memory.py knows no TP, CP, PP or distributed optimizer)."""
     if sc.parallel3d:
-        lay = layout(sc)
-        return float(max(m.total_gib for m in memory_by_stage(sc, lay, step_costs(sc, lay))))
+        return max(stage_peaks_gib(sc))
     return estimate_memory(sc).total_gib
+
+
+def stage_peaks_gib(sc: Scenario) -> list[float]:
+    """A tensor- or pipeline-parallel job's peak per GPU on each pipeline stage, with the CUDA
+    context (sim/parallel3d.py memory_by_stage)."""
+    lay = layout(sc)
+    return [float(m.total_gib) for m in memory_by_stage(sc, lay, step_costs(sc, lay))]
 
 
 def _applicable(sc: Scenario) -> list[dict]:

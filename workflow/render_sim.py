@@ -216,13 +216,18 @@ _MEMORY_TERMS = (
 )
 
 
+# What a job over its device's memory is told: that --ignore-memory ran it, or how to.
+SIMULATED_ANYWAY = "simulated anyway (--ignore-memory); a real device runs out of memory"
+IGNORE_HINT = "  --ignore-memory simulates it anyway"
+
+
 def memory_lines(sc, m: dict, *, simulated: bool = True) -> list[str]:
     out = []
     verdict = ""
     if "fits" in m:
         verdict = f"; {'fits' if m['fits'] else 'does NOT fit'} {m['device_gib']:g} GiB"
         if not m["fits"] and simulated:
-            verdict += ": simulated anyway (--ignore-memory); a real device runs out of memory"
+            verdict += f": {SIMULATED_ANYWAY}"
         if m.get("tight"):
             verdict += "; " + tight_note(m["device_gib"] - m["total_gib"], m["nccl_communicators"])
     terms = ", ".join(f"{label} {m[key]:.2f}" for label, key in _MEMORY_TERMS if m[key] > 0)
@@ -281,7 +286,7 @@ def out_of_memory_lines(sc, v: dict) -> list[str]:
     )
     out += memory_lines(sc, v["memory_gib"], simulated=False)
     out += alternatives_lines(v["alternatives"])
-    out.append("  --ignore-memory simulates it anyway")
+    out.append(IGNORE_HINT)
     return out
 
 
@@ -359,7 +364,7 @@ def sweep_lines(sc, summaries: list[Summary | dict]) -> list[str]:
     if oom is not None:
         out.append(f"  at {oom['ranks']} ranks:")
         out += alternatives_lines(oom["alternatives"])
-        out.append("  --ignore-memory simulates it anyway")
+        out.append(IGNORE_HINT)
     return out
 
 
@@ -435,7 +440,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
             f" the device's {s['device_memory_gib']:g} GiB (compute.device_memory_gib); not simulated",
             f"  memory per GPU {s['peak_gib']:.1f} GiB at most (by stage: {mem})",
             *alternatives_lines(s["alternatives"], model="sim/parallel3d.py"),
-            "  --ignore-memory simulates it anyway",
+            IGNORE_HINT,
         ]
     lay, first = run.layout, run.first
     pct = s["step_time_percentiles_s"]
@@ -486,10 +491,7 @@ def run3d_lines(sc, run, s: dict) -> list[str]:
     out.append(f"  per GPU        compute {fmt_seconds(parts['compute_s'])}, bubble {fmt_seconds(parts['bubble_s'])},"
                f" exposed comm {fmt_seconds(parts['exposed_comm_s'])}, straggler wait"
                f" {fmt_seconds(parts['straggler_wait_s'])} (means over GPUs and steps)")  # fmt: skip
-    over = ""
-    if s.get("fits") is False:
-        over = f"; does NOT fit {s['device_memory_gib']:g} GiB: simulated anyway (--ignore-memory); a real device"
-        over += " runs out of memory"
+    over = f"; does NOT fit {s['device_memory_gib']:g} GiB: {SIMULATED_ANYWAY}" if s.get("fits") is False else ""
     out.append(f"  memory per GPU {s['peak_memory_gib']:.1f} GiB at most (by stage: {mem}){over}")
     if "memory_tight" in s:
         t = s["memory_tight"]

@@ -91,15 +91,14 @@ def build_scenarios(
     # The calibration is decided on the scenario as the user set it (model, sequence...), before
     # the flags: a sweep keeps one mode at every scale, and what the user types wins over it.
     as_set = resolve(scenario, user).scenario
-    scales, extras, warnings = [], [], []
+    scales, extras = [], []
     for f in flags:
-        r, layer, extra, warning = laid(
+        r, _, extra, warning = laid(
             scenario, calibration, str(calib), sets=user, flags=f, network=calib_network, mode=calib_mode, as_set=as_set
         )
         scales.append(r.scenario)
         extras.append(extra)
-        warnings.append(warning)
-    return scales, extras, warnings[0]  # the warning is the same at every scale
+    return scales, extras, warning  # the same at every scale: per-rank compute, which no flag changes
 
 
 def laid(scenario: str, calibration: Calibration, calib_path: str, **how) -> tuple[Resolved, Layer, dict, str | None]:

@@ -12,9 +12,9 @@ from calibrate.record import against, published_collectives
 from scenarios import load_models, scenario_names
 from sim.collectives import PER_RANK_OPS, algbw_busbw_gb_s, candidates, collective_cost
 from sim.cost import SEED_LINKS, link_costs, parse_link
-from sim.patches import parse_sets
+from sim.patches import flag_patches, parse_sets
 from sim.precision import PRECISIONS, precision_dtypes
-from sim.scenario_file import BASE_HINT, load_scenario, scenario_data
+from sim.scenario_file import BASE_HINT, resolve, scenario_data
 from sim.scenario_keys import scenario_keys
 from sim.units import parse_count, parse_sizes
 from sim.workload import fabric_for
@@ -82,12 +82,13 @@ def collective_rows(op: str, sizes: str, scenario: str, sets=(), ranks: int | No
     each row says why: the library's estimate for its pick and the runners-up; where a published
     run of this command printed a size, the row carries it as ``published``."""
     sizes = parse_sizes(sizes)
-    for key in (p.key for p in parse_sets(sets)):  # what times a collective: network and ranks (sim/collectives.py)
+    patches = parse_sets(sets)
+    for key in (p.key for p in patches):  # what times a collective: network and ranks (sim/collectives.py)
         if key.partition(".")[0] not in ("network", "ranks"):
             raise ValueError(
                 f"--set {key}: a collective is timed from network keys and ranks alone; it changes nothing"
             )
-    sc = load_scenario(scenario, list(sets), ranks=ranks)
+    sc = resolve(scenario, patches, flag_patches(ranks=ranks)).scenario
     fabric = fabric_for(sc)
     if fabric.ranks < 2:
         raise ValueError(f"--ranks: a collective needs 2 or more ranks, got {fabric.ranks}")

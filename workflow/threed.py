@@ -14,8 +14,8 @@ from pathlib import Path
 
 from calibrate.record import track_record
 from output.export3d import write_run3d, write_summaries_3d
-from sim.memory_fit import Fit, communicators, verdict
-from sim.parallel3d import layout, layout_keys, memory_by_stage, step_costs
+from sim.memory_fit import Fit, communicators, stage_peaks_gib, verdict
+from sim.parallel3d import layout, layout_keys
 from sim.steps3d import ASSUMED, Run3D, simulate_3d_steps
 from workflow import train_cost
 
@@ -44,11 +44,10 @@ def run(sc, *, records: bool = False, progress: Callable | None = None) -> tuple
 
 
 def memory(sc) -> tuple[Fit, list[float]]:
-    """The fullest stage's peak against the device, and each stage's (sim/parallel3d.py
-    memory_by_stage), before any step: always the estimate, as a calibration's measured peak is
-    of the job it measured, not of this layout."""
-    lay = layout(sc)
-    by_stage = [float(m.total_gib) for m in memory_by_stage(sc, lay, step_costs(sc, lay))]
+    """The fullest stage's peak against the device, and each stage's (sim/memory_fit.py
+    stage_peaks_gib), before any step: always the estimate, as a measured peak is of the job it
+    measured, not of this layout."""
+    by_stage = stage_peaks_gib(sc)
     return Fit(max(by_stage), sc.compute.device_memory_gib, False, communicators(sc)), by_stage
 
 
